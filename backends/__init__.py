@@ -1,0 +1,1 @@
+"""Backends: lower the qconvert IR to artifacts and run them on real engines (`qconvert.backends`)."""

@@ -1,0 +1,1 @@
+"""Frontends: lift source models into the qconvert IR (installed as `qconvert.frontends`)."""

@@ -1,0 +1,1 @@
+"""ONNX frontend: lifts ONNX graphs (float or QDQ) into the qconvert IR."""

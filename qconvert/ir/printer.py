@@ -1,0 +1,505 @@
+"""Prints IR in MLIR's textual syntax, byte-identical to upstream's AsmPrinter for what we model.
+
+NOTE: value names follow upstream's SSANameState: a region's own values are named first, nested regions
+after, with counters carried in from the parent; `%cst_0`-style suffixes come from one conflict counter.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from qconvert.ir.attributes import (
+    AffineMapAttr,
+    ArrayAttr,
+    Attribute,
+    BoolAttr,
+    DenseArrayAttr,
+    DenseElementsAttr,
+    DenseResourceAttr,
+    DictionaryAttr,
+    FloatAttr,
+    IntegerAttr,
+    OpaqueAttr,
+    StringAttr,
+    SymbolRefAttr,
+    TypeAttr,
+    UnitAttr,
+)
+from qconvert.ir.core import Block, Operation, Region, Value
+from qconvert.ir.float_format import format_float
+from qconvert.ir.quant_types import (
+    AnyQuantizedType,
+    CalibratedQuantizedType,
+    QuantileQuantizedType,
+    QuantizedType,
+    UniformQuantizedPerAxisType,
+    UniformQuantizedSubChannelType,
+    UniformQuantizedType,
+    default_storage_range,
+)
+from qconvert.ir.types import (
+    DYNAMIC,
+    FloatType,
+    FunctionType,
+    IndexType,
+    IntegerType,
+    NoneType,
+    OpaqueType,
+    RankedTensorType,
+    Signedness,
+    Type,
+    UnrankedTensorType,
+    VectorType,
+)
+
+BARE_IDENTIFIER = re.compile(r"[a-zA-Z_][a-zA-Z0-9_$.]*\Z")
+NAME_CHARACTERS = re.compile(r"[^a-zA-Z0-9_$.\-]")
+
+
+# Types ------------------------------------------------------------------------------------------
+def print_type(type_: Type) -> str:
+    """The MLIR spelling of a type (quant types spelled out in full: the dialect defines no aliases)."""
+    if isinstance(type_, FloatType):
+        return type_.name
+    if isinstance(type_, IntegerType):
+        return f"{type_.signedness.value}i{type_.width}"
+    if isinstance(type_, RankedTensorType):
+        dims = "".join(("?" if d == DYNAMIC else str(d)) + "x" for d in type_.shape)
+        encoding = f", {print_attribute(type_.encoding)}" if type_.encoding is not None else ""
+        return f"tensor<{dims}{print_type(type_.element_type)}{encoding}>"
+    if isinstance(type_, UnrankedTensorType):
+        return f"tensor<*x{print_type(type_.element_type)}>"
+    if isinstance(type_, IndexType):
+        return "index"
+    if isinstance(type_, QuantizedType | CalibratedQuantizedType | QuantileQuantizedType):
+        return print_quant_type(type_)
+    if isinstance(type_, FunctionType):
+        return f"({', '.join(map(print_type, type_.inputs))}) -> {print_function_results(type_.results)}"
+    if isinstance(type_, VectorType):
+        dims = "".join(
+            (f"[{d}]" if (type_.scalable and type_.scalable[i]) else str(d)) + "x" for i, d in enumerate(type_.shape)
+        )
+        return f"vector<{dims}{print_type(type_.element_type)}>"
+    if isinstance(type_, NoneType):
+        return "none"
+    if isinstance(type_, OpaqueType):
+        return f"!{type_.body}"
+    raise TypeError(f"no printer for type {type_!r}")
+
+
+def print_function_results(results: Sequence[Type]) -> str:
+    if len(results) == 1 and not isinstance(results[0], FunctionType):
+        return print_type(results[0])
+    return f"({', '.join(map(print_type, results))})"
+
+
+def print_storage_spec(type_: QuantizedType | QuantileQuantizedType) -> str:
+    """storage-spec ::= storage-type (`<` min `:` max `>`)?  (bounds only when narrower than the type's)."""
+    text = type_.storage_type_spelling
+    if isinstance(type_, QuantizedType) and type_.has_storage_type_bounds:
+        text += f"<{type_.storage_type_min}:{type_.storage_type_max}>"
+    return text
+
+
+def print_scale_zero_point(scale: float, zero_point: int, float_type: str = "f64") -> str:
+    """scale-zero ::= scale (`:` zero-point)?  (a zero point of 0 is left out)."""
+    text = format_float(scale, float_type)
+    return f"{text}:{zero_point}" if zero_point else text
+
+
+def print_quant_type(type_: Type) -> str:
+    if isinstance(type_, UniformQuantizedType):
+        return (
+            f"!quant.uniform<{print_storage_spec(type_)}:{print_type(type_.expressed_type)}, "  # type: ignore[arg-type]
+            f"{print_scale_zero_point(type_.scale, type_.zero_point)}>"
+        )
+    if isinstance(type_, UniformQuantizedPerAxisType):
+        params = ",".join(map(print_scale_zero_point, type_.scales, type_.zero_points))
+        return (
+            f"!quant.uniform<{print_storage_spec(type_)}:{print_type(type_.expressed_type)}:"  # type: ignore[arg-type]
+            f"{type_.quantized_dimension}, {{{params}}}>"
+        )
+    if isinstance(type_, UniformQuantizedSubChannelType):
+        blocks = ", ".join(f"{a}:{b}" for a, b in type_.block_size_info)
+        return (
+            f"!quant.uniform<{print_storage_spec(type_)}:{print_type(type_.expressed_type)}:"  # type: ignore[arg-type]
+            f"{{{blocks}}}, {print_dense_quant_parameters(type_)}>"
+        )
+    if isinstance(type_, AnyQuantizedType):
+        expressed = f":{print_type(type_.expressed_type)}" if type_.expressed_type is not None else ""
+        return f"!quant.any<{print_storage_spec(type_)}{expressed}>"
+    if isinstance(type_, CalibratedQuantizedType):
+        return (
+            f"!quant.calibrated<{print_type(type_.expressed_type)}"
+            f"<{format_float(type_.min)}:{format_float(type_.max)}>>"
+        )
+    if isinstance(type_, QuantileQuantizedType):
+        values = ",".join(format_float(v) for v in type_.quantiles)
+        text = f"!quant.quantile<{type_.storage_type_spelling}:{print_type(type_.quantile_type)}, {{{values}}}"
+        if (type_.storage_type_min, type_.storage_type_max) != default_storage_range(
+            type_.storage_type, type_.is_signed
+        ):
+            text += f", <{type_.storage_type_min}:{type_.storage_type_max}>"
+        return text + ">"
+    raise TypeError(f"no printer for type {type_!r}")
+
+
+def print_dense_quant_parameters(type_: UniformQuantizedSubChannelType) -> str:
+    """scale-zero-tensor: nested braces, one level per dimension of the scales table, `", "` between."""
+    float_type = type_.expressed_type.name  # type: ignore[union-attr]
+    scales = type_.scales.array.reshape(-1)
+    zero_points = type_.zero_points.array.reshape(-1)
+    elements = [print_scale_zero_point(float(s), int(z), float_type) for s, z in zip(scales, zero_points, strict=True)]
+    return nest(elements, type_.scales.shape, ", ", "{", "}")
+
+
+def nest(elements: Sequence[str], shape: Sequence[int], separator: str, open_: str, close: str) -> str:
+    """Join flat elements into nested brackets following `shape` (row-major)."""
+    if not shape:
+        return elements[0]
+    if len(shape) == 1:
+        return open_ + separator.join(elements) + close
+    stride = len(elements) // shape[0] if shape[0] else 0
+    inner = [nest(elements[i * stride : (i + 1) * stride], shape[1:], separator, open_, close) for i in range(shape[0])]
+    return open_ + separator.join(inner) + close
+
+
+# Attributes -------------------------------------------------------------------------------------
+def print_attribute(attribute: Attribute, aliases: dict[Attribute, str] | None = None) -> str:
+    """The MLIR spelling of an attribute; affine maps use their `#map` alias when `aliases` has one."""
+    if isinstance(attribute, IntegerAttr):
+        return f"{attribute.value} : {print_type(attribute.type)}"
+    if isinstance(attribute, FloatAttr):
+        return f"{format_float(attribute.value, attribute.type.name)} : {print_type(attribute.type)}"  # type: ignore[attr-defined]
+    if isinstance(attribute, StringAttr):
+        return quote_string(attribute.value)
+    if isinstance(attribute, BoolAttr):
+        return "true" if attribute.value else "false"
+    if isinstance(attribute, TypeAttr):
+        return print_type(attribute.value)
+    if isinstance(attribute, ArrayAttr):
+        return "[" + ", ".join(print_attribute(e, aliases) for e in attribute.elements) + "]"
+    if isinstance(attribute, DictionaryAttr):
+        return print_attribute_dict(dict(attribute.entries), aliases)
+    if isinstance(attribute, AffineMapAttr):
+        if aliases is not None and attribute in aliases:
+            return aliases[attribute]
+        return attribute.text
+    if isinstance(attribute, SymbolRefAttr):
+        return "::".join(print_symbol_name(s) for s in (attribute.root, *attribute.nested))
+    if isinstance(attribute, DenseElementsAttr):
+        return f"dense<{print_dense_elements(attribute)}> : {print_type(attribute.type)}"
+    if isinstance(attribute, DenseArrayAttr):
+        if not attribute.values:
+            return f"array<{print_type(attribute.element_type)}>"
+        if isinstance(attribute.element_type, FloatType):
+            values = ", ".join(format_float(v, attribute.element_type.name) for v in attribute.values)
+        elif attribute.element_type == IntegerType(1):
+            values = ", ".join("true" if v else "false" for v in attribute.values)
+        else:
+            values = ", ".join(map(str, attribute.values))
+        return f"array<{print_type(attribute.element_type)}: {values}>"
+    if isinstance(attribute, DenseResourceAttr):
+        return f"dense_resource<{attribute.name}> : {print_type(attribute.type)}"
+    if isinstance(attribute, UnitAttr):
+        return "unit"
+    if isinstance(attribute, OpaqueAttr):
+        return attribute.text
+    raise TypeError(f"no printer for attribute {attribute!r}")
+
+
+def print_attribute_dict(attributes: dict[str, Attribute], aliases: dict[Attribute, str] | None = None) -> str:
+    """`{a = 1 : i64, b}` with entries sorted by name; unit attributes print as the bare name."""
+    parts = []
+    for key in sorted(attributes):
+        value = attributes[key]
+        name = key if BARE_IDENTIFIER.match(key) else quote_string(key)
+        parts.append(name if isinstance(value, UnitAttr) else f"{name} = {print_attribute(value, aliases)}")
+    return "{" + ", ".join(parts) + "}"
+
+
+def print_symbol_name(name: str) -> str:
+    return "@" + (name if BARE_IDENTIFIER.match(name) else quote_string(name))
+
+
+def quote_string(text: str) -> str:
+    """MLIR's printEscapedString: printable ASCII as is, `\\` doubled, everything else as `\\XX` hex bytes."""
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        if char == "\\":
+            out.append("\\\\")
+        elif 0x20 <= byte < 0x7F and char != '"':
+            out.append(char)
+        else:
+            out.append(f"\\{byte:02X}")
+    return '"' + "".join(out) + '"'
+
+
+def print_dense_elements(attribute: DenseElementsAttr) -> str:
+    """The body of `dense<...>`: a splat value, or nested lists following the tensor shape."""
+    array = attribute.array
+    element_type = attribute.type.element_type  # type: ignore[attr-defined]
+    flat = array.reshape(-1)
+    if flat.size == 0:
+        return "[]" if array.ndim else ""
+    if attribute.is_splat:
+        return print_element(flat[0], element_type)
+    elements = [print_element(v, element_type) for v in flat]
+    if array.ndim == 0:
+        return elements[0]
+    return nest(elements, array.shape, ", ", "[", "]")
+
+
+def print_element(value: object, element_type: Type) -> str:
+    if isinstance(element_type, FloatType):
+        return format_float(float(value), element_type.name)  # type: ignore[arg-type]
+    if isinstance(element_type, IntegerType) and element_type.width == 1:
+        return "true" if value else "false"
+    return str(int(value))  # type: ignore[call-overload]
+
+
+def collect_affine_map_aliases(ops: Iterable[Operation]) -> dict[Attribute, str]:
+    """`#map`, `#map1`, ... for every affine map in the IR, numbered in order of first appearance."""
+    aliases: dict[Attribute, str] = {}
+
+    def visit(attribute: Attribute) -> None:
+        if isinstance(attribute, AffineMapAttr):
+            if attribute not in aliases:
+                aliases[attribute] = "#map" + (str(len(aliases)) if aliases else "")
+        elif isinstance(attribute, ArrayAttr):
+            for element in attribute.elements:
+                visit(element)
+        elif isinstance(attribute, DictionaryAttr):
+            for _, element in attribute.entries:
+                visit(element)
+
+    for top in ops:
+        for op in top.walk():
+            for attribute in op.attributes.values():
+                visit(attribute)
+    return aliases
+
+
+# Operations -------------------------------------------------------------------------------------
+class NameScope:
+    """Upstream's SSANameState counters for one region being named."""
+
+    __slots__ = ("next_value_id", "next_argument_id", "next_conflict_id", "used")
+
+    def __init__(self, next_value_id: int, next_argument_id: int, next_conflict_id: int, used: set[str]) -> None:
+        self.next_value_id = next_value_id
+        self.next_argument_id = next_argument_id
+        self.next_conflict_id = next_conflict_id
+        self.used = used
+
+
+class Printer:
+    """Prints one top-level op (usually `builtin.module`) with MLIR's names, aliases and indentation."""
+
+    def __init__(self, aliases: dict[Attribute, str] | None = None) -> None:
+        self.parts: list[str] = []
+        self.names: dict[Value, str] = {}
+        self.block_names: dict[Block, str] = {}
+        self.indent = 0
+        self.aliases = aliases or {}
+        self.default_dialects: list[str] = []
+        self.type_cache: dict[int, tuple[Type, str]] = {}
+
+    # Naming ----------------------------------------------------------------------------------
+    def name_values(self, op: Operation) -> None:
+        """Assign every value under `op` its name, in upstream's order."""
+        root = NameScope(0, 0, 0, set())
+        self._name_op_results(op, root)
+        stack: list[tuple[Region, int, int, int, set[str]]] = [
+            (region, root.next_value_id, root.next_argument_id, root.next_conflict_id, root.used)
+            for region in op.regions
+        ]
+        while stack:
+            region, value_id, argument_id, conflict_id, parent_used = stack.pop()
+            scope = NameScope(value_id, argument_id, conflict_id, set(parent_used))
+            self._name_region(region, scope)
+            for block in region.blocks:
+                for nested_op in block.ops:
+                    for nested in nested_op.regions:
+                        stack.append(
+                            (nested, scope.next_value_id, scope.next_argument_id, scope.next_conflict_id, scope.used)
+                        )
+
+    def _unique(self, name: str, scope: NameScope) -> str:
+        name = NAME_CHARACTERS.sub("_", name)
+        if name[:1].isdigit():
+            name = "_" + name
+        if name not in scope.used:
+            scope.used.add(name)
+            return name
+        while True:
+            probe = f"{name}_{scope.next_conflict_id}"
+            scope.next_conflict_id += 1
+            if probe not in scope.used:
+                scope.used.add(probe)
+                return probe
+
+    def _name_region(self, region: Region, scope: NameScope) -> None:
+        owner = region.parent
+        for block_index, block in enumerate(region.blocks):
+            self.block_names[block] = f"^bb{block_index}"
+            hints = None
+            if block_index == 0 and owner is not None:
+                hints = owner.block_argument_names(owner.regions.index(region))
+            for index, argument in enumerate(block.arguments):
+                hint = hints[index] if hints is not None and index < len(hints) else None
+                if hint:
+                    self.names[argument] = "%" + self._unique(hint, scope)
+                else:
+                    self.names[argument] = f"%arg{scope.next_argument_id}"
+                    scope.next_argument_id += 1
+            for op in block.ops:
+                self._name_op_results(op, scope)
+
+    def _name_op_results(self, op: Operation, scope: NameScope) -> None:
+        if not op.results:
+            return
+        hints = op.result_names()
+        if all(hints) and len(hints) == len(op.results):
+            for result, hint in zip(op.results, hints, strict=True):
+                self.names[result] = "%" + self._unique(hint, scope)  # type: ignore[arg-type]
+            return
+        number = scope.next_value_id
+        scope.next_value_id += 1
+        if len(op.results) == 1:
+            self.names[op.results[0]] = f"%{number}"
+        else:
+            for index, result in enumerate(op.results):
+                self.names[result] = f"%{number}#{index}"
+
+    # Helpers used by the ops' print_custom -----------------------------------------------------
+    def write(self, text: str) -> None:
+        self.parts.append(text)
+
+    def value_name(self, value: Value) -> str:
+        name = self.names.get(value)
+        return name if name is not None else "<<UNKNOWN SSA VALUE>>"
+
+    def operand_list(self, values: Sequence[Value]) -> str:
+        return ", ".join(self.value_name(v) for v in values)
+
+    def type_text(self, type_: Type) -> str:
+        cached = self.type_cache.get(id(type_))
+        if cached is not None:
+            return cached[1]
+        text = print_type(type_)
+        self.type_cache[id(type_)] = (type_, text)  # keep the type alive so its id stays unique
+        return text
+
+    def type_list(self, types: Sequence[Type]) -> str:
+        return ", ".join(self.type_text(t) for t in types)
+
+    def attribute_text(self, attribute: Attribute) -> str:
+        return print_attribute(attribute, self.aliases)
+
+    def attribute_dict_text(self, attributes: dict[str, Attribute]) -> str:
+        return print_attribute_dict(attributes, self.aliases)
+
+    def print_optional_attr_dict(
+        self, attributes: dict[str, Attribute], elided: Iterable[str] = (), with_keyword: bool = False
+    ) -> None:
+        shown = {k: v for k, v in attributes.items() if k not in set(elided)}
+        if shown:
+            self.write((" attributes " if with_keyword else " ") + self.attribute_dict_text(shown))
+
+    def op_name_in_context(self, op: Operation) -> str:
+        """Ops of the enclosing op's default dialect drop the prefix (`return` inside `func.func`)."""
+        dialect, _, short = op.name.partition(".")
+        if self.default_dialects and self.default_dialects[-1] == dialect:
+            return short
+        return op.name
+
+    # Structure ---------------------------------------------------------------------------------
+    def print_region(self, region: Region, print_entry_block_args: bool = True) -> None:
+        owner = region.parent
+        default = getattr(owner, "default_dialect", None)
+        self.default_dialects.append(default or "")
+        self.write("{\n")
+        self.indent += 1
+        for index, block in enumerate(region.blocks):
+            show_label = index > 0 or (print_entry_block_args and bool(block.arguments))
+            if show_label:
+                self.write("  " * (self.indent - 1) + self.block_names[block])
+                if block.arguments:
+                    arguments = ", ".join(
+                        f"{self.value_name(a)}: {self.type_text(a.type)}" for a in block.arguments
+                    )
+                    self.write(f"({arguments})")
+                self.write(":\n")
+            for op in block.ops:
+                self.print_operation(op)
+        self.indent -= 1
+        self.write("  " * self.indent + "}")
+        self.default_dialects.pop()
+
+    def print_operation(self, op: Operation) -> None:
+        self.write("  " * self.indent)
+        if op.results:
+            names = [self.names[r] for r in op.results]
+            if len(names) > 1 and "#" in names[0]:
+                self.write(f"{names[0].split('#')[0]}:{len(names)} = ")
+            else:
+                self.write(", ".join(names) + " = ")
+        if op.has_custom_syntax:
+            op.print_custom(self)
+        else:
+            self.print_generic(op)
+        self.write("\n")
+
+    def print_generic(self, op: Operation) -> None:
+        self.write(f'"{op.name}"({self.operand_list(op.operands)})')
+        if op.successors:
+            self.write("[" + ", ".join(self.block_names[b] for b in op.successors) + "]")
+        if op.regions:
+            self.write(" (")
+            for index, region in enumerate(op.regions):
+                if index:
+                    self.write(", ")
+                self.default_dialects.append("")
+                self.print_region(region, print_entry_block_args=True)
+                self.default_dialects.pop()
+            self.write(")")
+        if op.attributes:
+            self.write(" " + self.attribute_dict_text(op.attributes))
+        function_type = FunctionType(tuple(op.operand_types), tuple(op.result_types))
+        self.write(" : " + print_type(function_type))
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def print_module(op: Operation) -> str:
+    """The full text of a top-level op, preceded by its attribute alias definitions."""
+    aliases = collect_affine_map_aliases([op])
+    printer = Printer(aliases)
+    printer.name_values(op)
+    for attribute, alias in aliases.items():
+        printer.write(f"{alias} = {attribute.text}\n")  # type: ignore[attr-defined]
+    printer.print_operation(op)
+    return printer.text()
+
+
+def print_resources(resources: dict[str, np.ndarray]) -> str:
+    """The `{-# dialect_resources: {builtin: {...}} #-}` section holding `dense_resource` blobs."""
+    if not resources:
+        return ""
+    lines = ["", "{-#", "  dialect_resources: {", "    builtin: {"]
+    entries = []
+    for name, array in resources.items():
+        blob = np.ascontiguousarray(array).tobytes()
+        alignment = max(array.dtype.itemsize, 1).to_bytes(4, "little")
+        entries.append(f'      {name}: "0x{alignment.hex().upper()}{blob.hex().upper()}"')
+    lines.append(",\n".join(entries))
+    lines += ["    }", "  }", "#-}"]
+    return "\n".join(lines) + "\n"
+
+

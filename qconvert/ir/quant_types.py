@@ -1,0 +1,351 @@
+"""The `quant` dialect's type family: any, uniform (per-tensor, per-axis, sub-channel), calibrated, quantile.
+
+NOTE: every type checks upstream's invariants (QuantTypes.cpp `verifyInvariants`) in `__post_init__`, with
+upstream's message text, so an invalid type cannot exist; the parser adds the source location.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+from qconvert.errors import VerifyError
+from qconvert.ir.float_format import format_diagnostic_float
+from qconvert.ir.types import FloatType, IntegerType, Signedness, Type
+
+MAX_STORAGE_BITS = 32
+
+# Float types that may hold quantized storage values, with their numpy equivalents.
+FLOAT_STORAGE_DTYPES: dict[str, np.dtype] = {
+    "f8E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "f8E4M3": np.dtype(ml_dtypes.float8_e4m3),
+    "f8E4M3FN": np.dtype(ml_dtypes.float8_e4m3fn),
+    "f8E5M2FNUZ": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    "f8E4M3FNUZ": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "f8E4M3B11FNUZ": np.dtype(ml_dtypes.float8_e4m3b11fnuz),
+    "f8E3M4": np.dtype(ml_dtypes.float8_e3m4),
+    "f8E8M0FNU": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "f6E2M3FN": np.dtype(ml_dtypes.float6_e2m3fn),
+    "f6E3M2FN": np.dtype(ml_dtypes.float6_e3m2fn),
+    "f4E2M1FN": np.dtype(ml_dtypes.float4_e2m1fn),
+}
+
+EXPRESSED_DTYPES: dict[str, np.dtype] = {
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f32": np.dtype(np.float32),
+    "f64": np.dtype(np.float64),
+}
+
+
+def float_dtype(float_type: FloatType) -> np.dtype:
+    """The numpy dtype of a float type (expressed or storage)."""
+    dtype = EXPRESSED_DTYPES.get(float_type.name) or FLOAT_STORAGE_DTYPES.get(float_type.name)
+    if dtype is None:
+        raise VerifyError(f"no numpy equivalent of {float_type.name}")
+    return dtype
+
+
+def scale_range(expressed_type: FloatType) -> tuple[float, float]:
+    """[smallest positive subnormal, largest finite] of a float type: the legal range of a scale."""
+    info = ml_dtypes.finfo(float_dtype(expressed_type))
+    return float(info.smallest_subnormal), float(info.max)
+
+
+def default_storage_range(storage_type: Type, is_signed: bool) -> tuple[int, int]:
+    """The full range of a storage type: [-2^(w-1), 2^(w-1)-1], [0, 2^w-1], or a float's finite range."""
+    if isinstance(storage_type, IntegerType):
+        width = storage_type.width
+        if is_signed:
+            return -(1 << (width - 1)), (1 << (width - 1)) - 1
+        return 0, (1 << width) - 1
+    if isinstance(storage_type, FloatType) and storage_type.name in FLOAT_STORAGE_DTYPES:
+        info = ml_dtypes.finfo(FLOAT_STORAGE_DTYPES[storage_type.name])
+        return int(info.min), int(info.max)
+    raise VerifyError("storage type must be integral")
+
+
+def storage_type_spelling(storage_type: Type, is_signed: bool) -> str:
+    """`i8`/`u8` for signless storage (by the signed flag), else the type as written: `si8`, `ui8`, `f8E5M2`."""
+    if isinstance(storage_type, IntegerType):
+        if storage_type.signedness is Signedness.SIGNLESS:
+            return f"{'i' if is_signed else 'u'}{storage_type.width}"
+        return f"{storage_type.signedness.value}i{storage_type.width}"
+    assert isinstance(storage_type, FloatType)
+    return storage_type.name
+
+
+def check_scale_in_expressed_range(scale: float, expressed_type: FloatType) -> None:
+    """Upstream `isScaleInExpressedTypeRange`: zero, negative, NaN and overflowing scales are illegal."""
+    low, high = scale_range(expressed_type)
+    if not (low <= scale <= high):
+        raise VerifyError(
+            f"scale {format_diagnostic_float(scale)} out of expressed type range "
+            f"[{format_diagnostic_float(low)}, {format_diagnostic_float(high)}]"
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuantizedType(Type):
+    """Common part of every quantized type: storage type, signedness flag, storage bounds, expressed type."""
+
+    storage_type: IntegerType | FloatType
+    expressed_type: FloatType | None
+    is_signed: bool = True
+    storage_type_min: int = None  # type: ignore[assignment]  # filled with the default range when None
+    storage_type_max: int = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.storage_type, IntegerType | FloatType) or (
+            isinstance(self.storage_type, FloatType) and self.storage_type.name not in FLOAT_STORAGE_DTYPES
+        ):
+            raise VerifyError("storage type must be integral")
+        width = self.storage_type.width
+        if isinstance(self.storage_type, IntegerType) and (width == 0 or width > MAX_STORAGE_BITS):
+            raise VerifyError(f"illegal storage type size: {width}")
+        default_min, default_max = default_storage_range(self.storage_type, self.is_signed)
+        if self.storage_type_min is None:
+            object.__setattr__(self, "storage_type_min", default_min)
+        if self.storage_type_max is None:
+            object.__setattr__(self, "storage_type_max", default_max)
+        low, high = self.storage_type_min, self.storage_type_max
+        if high - low <= 0 or low < default_min or high > default_max:
+            raise VerifyError(f"illegal storage min and storage max: ({low}:{high})")
+
+    @property
+    def storage_type_spelling(self) -> str:
+        return storage_type_spelling(self.storage_type, self.is_signed)
+
+    @property
+    def has_storage_type_bounds(self) -> bool:
+        """True when the bounds are narrower than the storage type's full range (they are then printed)."""
+        return (self.storage_type_min, self.storage_type_max) != default_storage_range(
+            self.storage_type, self.is_signed
+        )
+
+    @property
+    def storage_type_integral_width(self) -> int:
+        return self.storage_type.width
+
+    def check_expressed_float(self) -> FloatType:
+        if self.expressed_type is None:
+            raise VerifyError("uniform quantization requires expressed type")
+        if not isinstance(self.expressed_type, FloatType) or self.expressed_type.name not in EXPRESSED_DTYPES:
+            raise VerifyError("expressed type must be floating point")
+        return self.expressed_type
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnyQuantizedType(QuantizedType):
+    """`!quant.any<i8<-8:7>:f32>`: a quantized type whose parameters are not decided yet."""
+
+    expressed_type: FloatType | None = None
+
+    def __post_init__(self) -> None:
+        QuantizedType.__post_init__(self)  # not super(): slots=True breaks zero-arg super()
+        if self.expressed_type is not None and (
+            not isinstance(self.expressed_type, FloatType) or self.expressed_type.name not in EXPRESSED_DTYPES
+        ):
+            raise VerifyError("expressed type must be floating point")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UniformQuantizedType(QuantizedType):
+    """`!quant.uniform<i8:f32, 0.5:-3>`: one scale and zero point for the whole tensor."""
+
+    scale: float
+    zero_point: int = 0
+
+    def __post_init__(self) -> None:
+        QuantizedType.__post_init__(self)
+        check_scale_in_expressed_range(self.scale, self.check_expressed_float())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UniformQuantizedPerAxisType(QuantizedType):
+    """`!quant.uniform<i8:f32:1, {0.5,0.25:3}>`: one scale and zero point per slice along an axis."""
+
+    scales: tuple[float, ...]
+    zero_points: tuple[int, ...]
+    quantized_dimension: int
+
+    def __post_init__(self) -> None:
+        QuantizedType.__post_init__(self)
+        expressed_type = self.check_expressed_float()
+        if len(self.scales) != len(self.zero_points):
+            raise VerifyError(
+                f"illegal number of scales and zeroPoints: {len(self.scales)}, {len(self.zero_points)}"
+            )
+        low, high = scale_range(expressed_type)
+        scales = np.asarray(self.scales, dtype=np.float64)
+        if not np.all((scales >= low) & (scales <= high)):  # vectorised: 65,536 scales must stay fast
+            bad = next(s for s in self.scales if not (low <= s <= high))
+            check_scale_in_expressed_range(bad, expressed_type)
+        if self.quantized_dimension < 0:
+            raise VerifyError(f"illegal quantized dimension: {self.quantized_dimension}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class DenseParameters:
+    """An immutable N-d table of sub-channel scales or zero points, hashed by dtype, shape and bytes."""
+
+    array: np.ndarray
+    _hash: int = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        array = np.ascontiguousarray(self.array)
+        array.setflags(write=False)
+        object.__setattr__(self, "array", array)
+        object.__setattr__(self, "_hash", hash((array.dtype.str, array.shape, array.tobytes())))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, DenseParameters)
+            and self.array.dtype == other.array.dtype
+            and self.array.shape == other.array.shape
+            and np.array_equal(self.array.view(np.uint8), other.array.view(np.uint8))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.array.shape
+
+
+def wrap_to_width(values: np.ndarray, width: int) -> np.ndarray:
+    """Two's-complement wrap of int64 values to `width` bits, read back signed (APInt of the storage width)."""
+    values = np.asarray(values, dtype=np.int64)
+    if width >= 64:
+        return values
+    mask = (1 << width) - 1
+    wrapped = values & mask
+    return np.where(wrapped >= (1 << (width - 1)), wrapped - (1 << width), wrapped).astype(np.int64)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UniformQuantizedSubChannelType(QuantizedType):
+    """`!quant.uniform<i8:f32:{0:1, 1:2}, {{s00, s01}, {s10, s11}}>`: one scale per block of the tensor.
+
+    `scales` holds values of the expressed type; `zero_points` holds the storage-width two's-complement
+    values, read back signed, as upstream's APInt storage does (a u8 zero point 200 reads -56).
+    """
+
+    scales: DenseParameters
+    zero_points: DenseParameters
+    quantized_dimensions: tuple[int, ...]
+    block_sizes: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        QuantizedType.__post_init__(self)
+        expressed_type = self.check_expressed_float()
+        if self.scales.array.dtype != float_dtype(expressed_type):
+            raise VerifyError(
+                f"type of scale values {self.scales.array.dtype} must match the expressed type {expressed_type}"
+            )
+        if self.scales.shape != self.zero_points.shape:
+            raise VerifyError(
+                f"shape of scales and zeroPoints ({'x'.join(map(str, self.scales.shape))}) does not match"
+            )
+        if len(self.quantized_dimensions) != len(self.block_sizes):
+            raise VerifyError(
+                f"number of quantized dimensions and block sizes don't match "
+                f"{len(self.quantized_dimensions)} and {len(self.block_sizes)}"
+            )
+        for dimension in self.quantized_dimensions:
+            if dimension < 0:
+                raise VerifyError(f"illegal quantized dimension: {dimension}")
+        for block_size in self.block_sizes:
+            if block_size <= 0:
+                raise VerifyError(f"illegal block size: {block_size}")
+        low, high = scale_range(expressed_type)
+        scales = self.scales.array.astype(np.float64)
+        if not np.all((scales >= low) & (scales <= high)):
+            check_scale_in_expressed_range(float(scales[~((scales >= low) & (scales <= high))][0]), expressed_type)
+
+    @property
+    def block_size_info(self) -> tuple[tuple[int, int], ...]:
+        return tuple(zip(self.quantized_dimensions, self.block_sizes, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class CalibratedQuantizedType(Type):
+    """`!quant.calibrated<f32<-0.998:1.2321>>`: an observed [min, max] range, not yet quantized."""
+
+    expressed_type: FloatType
+    min: float
+    max: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.expressed_type, FloatType) or self.expressed_type.name not in EXPRESSED_DTYPES:
+            raise VerifyError("expressed type must be floating point")
+        if not self.max > self.min:
+            raise VerifyError(
+                f"illegal min and max: ({format_diagnostic_float(self.min)}:{format_diagnostic_float(self.max)})"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuantileQuantizedType(Type):
+    """`!quant.quantile<ui4:f16, {v0,...,v15}[, <lo:hi>]>`: storage codes index a lookup table of values.
+
+    `quantile_type` is the type of the table's values; `has_explicit_range` records a written `<lo:hi>`.
+    """
+
+    storage_type: Type
+    quantile_type: Type
+    quantiles: tuple[float, ...]
+    is_signed: bool = True
+    storage_type_min: int = None  # type: ignore[assignment]
+    storage_type_max: int = None  # type: ignore[assignment]
+    has_explicit_range: bool = False
+
+    def __post_init__(self) -> None:
+        storage = self.storage_type
+        if not isinstance(storage, IntegerType) and not (
+            isinstance(storage, FloatType) and storage.name in FLOAT_STORAGE_DTYPES
+        ):
+            raise VerifyError("storage type must be an integer or float type")
+        if not isinstance(self.quantile_type, IntegerType | FloatType):
+            raise VerifyError("quantile type must be a float or integer type")
+        if not self.quantiles:
+            raise VerifyError("quantile values must not be empty")
+        default_min, default_max = default_storage_range(storage, self.is_signed)
+        if self.storage_type_min is None:
+            object.__setattr__(self, "storage_type_min", default_min)
+        if self.storage_type_max is None:
+            object.__setattr__(self, "storage_type_max", default_max)
+        if self.storage_type_min >= self.storage_type_max:
+            raise VerifyError("storage min must be less than storage max")
+        if self.has_explicit_range:
+            expected = self.storage_type_max - self.storage_type_min + 1
+        else:
+            expected = 1 << storage.width
+        if len(self.quantiles) != expected:
+            raise VerifyError(
+                f"quantile LUT size ({len(self.quantiles)}) must equal the number of representable "
+                f"storage values ({expected})"
+            )
+
+    @property
+    def storage_type_spelling(self) -> str:
+        return storage_type_spelling(self.storage_type, self.is_signed)
+
+
+AnyQuantType = (
+    AnyQuantizedType
+    | UniformQuantizedType
+    | UniformQuantizedPerAxisType
+    | UniformQuantizedSubChannelType
+    | CalibratedQuantizedType
+    | QuantileQuantizedType
+)
+UNIFORM_TYPES = (UniformQuantizedType, UniformQuantizedPerAxisType, UniformQuantizedSubChannelType)
+
+
+def is_quantized(type_: Type) -> bool:
+    """True for every `!quant.*` type."""
+    return isinstance(type_, QuantizedType | CalibratedQuantizedType | QuantileQuantizedType)

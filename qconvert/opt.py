@@ -1,0 +1,298 @@
+"""`qconvert opt`: an `mlir-opt` for the quant dialect (split input, verify diagnostics, pass flags).
+
+The flags behave as mlir-opt's do, with single- or double-dash spellings, so upstream lit tests run
+unmodified: `qconvert opt %s -split-input-file -verify-diagnostics`, `--lower-quant-ops=rounding=onnx`.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qconvert.errors import Diagnostic, InputError, Location, QConvertError
+from qconvert.ir.core import Operation
+from qconvert.ir.parser import ParserOptions, parse_module
+from qconvert.ir.printer import print_module
+from qconvert.ir.verify import verify
+from qconvert.passes import PASS_MODULES, get_pass
+
+SPLIT_MARKER = re.compile(r"^// -----.*$", re.M)
+EXPECTATION = re.compile(
+    r"expected-(?P<severity>error|note|warning|remark)(?P<regex>-re)?\s*(?:@(?P<where>[+-]\d+|above|below))?\s*"
+    r"\{\{(?P<text>.*?)\}\}"
+)
+USAGE = """usage: qconvert opt [FILE|-] [-o OUT] [--split-input-file] [--verify-diagnostics]
+                    [--allow-unregistered-dialect] [--verify-each] [--emit-bytecode]
+                    [--lower-quant-ops[=rounding=mlir|onnx]] [--normalize-quant-types]
+                    [--strip-func-quant-types] [--pass-pipeline=...]
+
+Reads MLIR text (the quant dialect and the ops its passes emit), verifies it, runs the passes in the
+order given and prints the result, as mlir-opt does. Flags take one or two dashes.
+Exit codes: 0 success; 1 parse/verify errors or unmet diagnostics; 2 bad usage."""
+
+
+@dataclass
+class OptOptions:
+    """What `qconvert opt` was asked to do."""
+
+    input_path: str = "-"
+    output_path: str | None = None
+    split_input_file: bool = False
+    verify_diagnostics: bool = False
+    allow_unregistered_dialect: bool = False
+    verify_each: bool = True
+    passes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+
+
+def parse_arguments(arguments: Sequence[str]) -> OptOptions:
+    """Read mlir-opt style flags; anything unknown is a usage error (exit 2)."""
+    options = OptOptions()
+    positional: list[str] = []
+    iterator = iter(arguments)
+    for argument in iterator:
+        if argument == "-" or not argument.startswith("-"):
+            positional.append(argument)
+            continue
+        flag, _, value = argument.lstrip("-").partition("=")
+        if flag in ("h", "help"):
+            raise InputError(USAGE)
+        if flag == "o":
+            options.output_path = value or next(iterator, None)
+            if options.output_path is None:
+                raise InputError("-o needs a file name")
+        elif flag == "split-input-file":
+            options.split_input_file = True
+        elif flag == "verify-diagnostics":
+            options.verify_diagnostics = True
+        elif flag == "allow-unregistered-dialect":
+            options.allow_unregistered_dialect = True
+        elif flag == "verify-each":
+            options.verify_each = value.lower() not in ("0", "false")
+        elif flag == "emit-bytecode":
+            pass  # we only have the text format; the round trip through it is what the tests need
+        elif flag == "pass-pipeline":
+            options.passes += parse_pipeline(value.strip("'\""))
+        elif flag in PASS_MODULES:
+            options.passes.append((flag, parse_pass_options(flag, value)))
+        else:
+            raise InputError(f"unknown command line argument '{argument}'; try 'qconvert opt --help'")
+    if len(positional) > 1:
+        raise InputError(f"expected one input file, got {len(positional)}: {' '.join(positional)}")
+    if positional:
+        options.input_path = positional[0]
+    return options
+
+
+def parse_pass_options(name: str, text: str) -> dict[str, str]:
+    """`rounding=onnx,x=y` or `{rounding=onnx}` -> {"rounding": "onnx", ...}."""
+    text = text.strip().strip("'\"").strip("{}")
+    options: dict[str, str] = {}
+    for item in filter(None, re.split(r"[,\s]+", text)):
+        key, equals, value = item.partition("=")
+        if not equals:
+            raise InputError(f"pass '{name}': option '{item}' needs a value (name=value)")
+        options[key] = value
+    return options
+
+
+def parse_pipeline(text: str) -> list[tuple[str, dict[str, str]]]:
+    """`builtin.module(func.func(lower-quant-ops{rounding=onnx}))`: the passes in order, anchors dropped."""
+    passes = []
+    for match in re.finditer(r"([a-z][a-z0-9-]*)(\{[^}]*\})?(?=\s*[,)]|\s*$)", text):
+        name, body = match.group(1), match.group(2) or ""
+        if name in ("builtin.module", "func.func", "any"):
+            continue
+        if name not in PASS_MODULES:
+            raise InputError(f"unknown pass '{name}' in pipeline '{text}'")
+        passes.append((name, parse_pass_options(name, body)))
+    return passes
+
+
+@dataclass
+class Chunk:
+    text: str
+    line_offset: int
+
+
+def split_chunks(text: str, split: bool) -> list[Chunk]:
+    """The `// -----`-separated chunks, each with the number of lines before it (for locations)."""
+    if not split:
+        return [Chunk(text, 0)]
+    chunks = []
+    start = 0
+    for marker in SPLIT_MARKER.finditer(text):
+        chunks.append(Chunk(text[start : marker.start()], text.count("\n", 0, start)))
+        start = marker.end()
+    chunks.append(Chunk(text[start:], text.count("\n", 0, start)))
+    return chunks
+
+
+def process_chunk(chunk: Chunk, filename: str, options: OptOptions) -> Operation:
+    """Parse, verify and transform one chunk; raises the first error."""
+    module = parse_module(
+        chunk.text,
+        filename,
+        line_offset=chunk.line_offset,
+        options=ParserOptions(allow_unregistered_dialect=options.allow_unregistered_dialect),
+    )
+    verify(module)
+    completed: list[str] = []
+    for name, pass_options in options.passes:
+        pass_ = get_pass(name, pass_options)
+        try:
+            pass_.run(module)
+            if options.verify_each:
+                verify(module)
+        except QConvertError as error:
+            error.add_note(f"in pass '{name}' after {completed}")
+            raise
+        completed.append(name)
+    return module
+
+
+@dataclass(frozen=True)
+class Expectation:
+    line: int
+    severity: str
+    text: str
+    is_regex: bool
+    loc: Location
+
+    def matches(self, diagnostic: Diagnostic) -> bool:
+        if diagnostic.severity != self.severity or diagnostic.loc is None or diagnostic.loc.line != self.line:
+            return False
+        if self.is_regex:
+            pattern = "".join(
+                part if index % 2 else re.escape(part) for index, part in enumerate(re.split(r"\{\{|\}\}", self.text))
+            )
+            return re.search(pattern, diagnostic.message) is not None
+        return self.text in diagnostic.message
+
+
+def collect_expectations(chunk: Chunk, filename: str) -> list[Expectation]:
+    """`// expected-error@+1 {{text}}` comments of a chunk, each resolved to the line it expects."""
+    expectations = []
+    lines = chunk.text.split("\n")
+    for index, line in enumerate(lines):
+        for match in EXPECTATION.finditer(line):
+            where = match.group("where")
+            target = index
+            if where in ("above", "below"):
+                target = index + (-1 if where == "above" else 1)
+            elif where is not None:
+                target = index + int(where)
+            absolute = chunk.line_offset + 1
+            expectations.append(
+                Expectation(
+                    line=target + absolute,
+                    severity=match.group("severity"),
+                    text=match.group("text"),
+                    is_regex=match.group("regex") is not None,
+                    loc=Location(filename, index + absolute, match.start() + 1),
+                )
+            )
+    return expectations
+
+
+def check_diagnostics(expectations: list[Expectation], diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """mlir-opt's `-verify-diagnostics`: every diagnostic expected, every expectation met."""
+    problems = []
+    unmet = list(expectations)
+    for diagnostic in diagnostics:
+        found = next((e for e in unmet if e.matches(diagnostic)), None)
+        if found is None:
+            problems.append(Diagnostic(diagnostic.loc, "error", f"unexpected {diagnostic.severity}: {diagnostic.message}"))
+        else:
+            unmet.remove(found)
+    for expectation in unmet:
+        problems.append(
+            Diagnostic(expectation.loc, "error", f'expected {expectation.severity} "{expectation.text}" was not produced')
+        )
+    return problems
+
+
+def render_diagnostic(diagnostic: Diagnostic, source_lines: Sequence[str]) -> str:
+    """`file:line:col: error: message`, then the source line and a caret, as MLIR prints them."""
+    text = str(diagnostic)
+    loc = diagnostic.loc
+    if loc is not None and 0 < loc.line <= len(source_lines):
+        line = source_lines[loc.line - 1]
+        text += f"\n{line}\n{' ' * (loc.column - 1)}^"
+    return text
+
+
+@dataclass
+class OptResult:
+    output: str
+    diagnostics: list[str]
+    exit_code: int
+
+
+def run_opt(text: str, filename: str, options: OptOptions) -> OptResult:
+    """Run `qconvert opt` on a buffer: the printed modules, rendered diagnostics and the exit code."""
+    outputs: list[str] = []
+    messages: list[str] = []
+    exit_code = 0
+    source_lines = text.split("\n")
+    for chunk in split_chunks(text, options.split_input_file):
+        try:
+            module = process_chunk(chunk, filename, options)
+            outputs.append(print_module(module).rstrip("\n"))
+            emitted: list[Diagnostic] = []
+        except QConvertError as error:
+            emitted = error.diagnostics()
+            if not options.verify_diagnostics:
+                for diagnostic in emitted:
+                    messages.append(render_diagnostic(diagnostic, source_lines))
+                for note in getattr(error, "__notes__", ()):
+                    messages.append(f"note: {note}")
+                exit_code = 1
+                continue
+        if options.verify_diagnostics:
+            problems = check_diagnostics(collect_expectations(chunk, filename), emitted)
+            for problem in problems:
+                messages.append(render_diagnostic(problem, source_lines))
+            if problems:
+                exit_code = 1
+    output = "\n\n// -----\n".join(outputs) + "\n" if outputs else ""
+    return OptResult(output, messages, exit_code)
+
+
+def main(arguments: Sequence[str]) -> int:
+    """The `qconvert opt` command line; returns the exit code."""
+    try:
+        options = parse_arguments(arguments)
+        if options.input_path == "-":
+            text, filename = sys.stdin.read(), "<stdin>"
+        else:
+            path = Path(options.input_path)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as error:
+                raise InputError(f"could not open input file '{path}': {error}") from None
+            filename = options.input_path
+    except InputError as error:
+        print(error.message if error.message.startswith("usage") else f"qconvert opt: {error.message}", file=sys.stderr)
+        return 0 if error.message.startswith("usage") else 2
+    result = run_opt(text, filename, options)
+    for message in result.diagnostics:
+        print(message, file=sys.stderr)
+    if options.output_path is not None and options.output_path != "-":
+        if result.exit_code == 0:  # never leave a partial output behind
+            write_atomically(Path(options.output_path), result.output)
+    else:
+        sys.stdout.write(result.output)
+    return result.exit_code
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename: no partial output file on failure."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)

@@ -1,0 +1,61 @@
+"""Passes, one module each, registered under their MLIR names; `get_pass(name)` finds one lazily."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from qconvert.errors import InputError
+from qconvert.ir.core import Operation
+
+# MLIR pass name -> module that defines it (imported on first use).
+PASS_MODULES: dict[str, str] = {
+    "lower-quant-ops": "qconvert.passes.lower_quant_ops",
+    "normalize-quant-types": "qconvert.passes.normalize_quant_types",
+    "strip-func-quant-types": "qconvert.passes.strip_func_quant_types",
+}
+PASS_REGISTRY: dict[str, type[ModulePass]] = {}
+
+
+@dataclass(frozen=True)
+class PassResult:
+    changed: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModulePass:
+    """A pass: valid IR in, valid IR out. Options are dataclass fields (`--name=opt=value`)."""
+
+    name: ClassVar[str]
+
+    def run(self, module: Operation) -> PassResult:
+        raise NotImplementedError
+
+
+def register_pass(cls: type[ModulePass]) -> type[ModulePass]:
+    assert cls.name not in PASS_REGISTRY, f"pass {cls.name} registered twice"
+    PASS_REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_pass(name: str, options: dict[str, str] | None = None) -> ModulePass:
+    """Instantiate the pass registered as `name`, converting textual options to the fields' types."""
+    if name not in PASS_REGISTRY:
+        if name not in PASS_MODULES:
+            raise InputError(f"unknown pass '{name}'")
+        importlib.import_module(PASS_MODULES[name])
+    cls = PASS_REGISTRY[name]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for key, text in (options or {}).items():
+        field_name = key.replace("-", "_")
+        if field_name not in fields:
+            raise InputError(f"pass '{name}' has no option '{key}' (options: {', '.join(fields) or 'none'})")
+        default = fields[field_name].default
+        try:
+            values[field_name] = type(default)(text) if default is not dataclasses.MISSING else text
+        except ValueError as error:
+            raise InputError(f"pass '{name}': bad value '{text}' for option '{key}': {error}") from None
+    return cls(**values)

@@ -1,0 +1,37 @@
+"""Shared test helpers. NOTE: engine tests skip where an engine is missing, and fail instead in CI.
+
+`.ci/run` exports QCONVERT_REQUIRE_ENGINES=1, so a test that needs jaxlib, IREE or torch-mlir runs there
+or fails; it never passes silently by skipping. Use it as:
+
+    from conftest import require_module
+    ir = require_module("torch_mlir.ir")
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+import pytest
+
+REQUIRE_ENGINES_ENV = "QCONVERT_REQUIRE_ENGINES"
+
+
+def engines_required() -> bool:
+    """True when a missing engine must fail the test instead of skipping it (set by .ci/run)."""
+    return os.environ.get(REQUIRE_ENGINES_ENV, "") not in ("", "0")
+
+
+def require_module(name: str) -> ModuleType:
+    """Import `name`, or skip the calling test with the reason; fail instead under QCONVERT_REQUIRE_ENGINES=1.
+
+    Only a missing module (ImportError) skips: any other error while importing is a real failure.
+    """
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        reason = f"module {name!r} is not importable ({e})"
+        if engines_required():
+            pytest.fail(f"{reason}, and {REQUIRE_ENGINES_ENV}=1 requires every engine", pytrace=False)
+        pytest.skip(reason)

@@ -7,12 +7,16 @@ import sys
 import typer
 
 from qconvert import opt as opt_command
+from qconvert.errors import QConvertError
+
+INTERNAL_ERROR = 3
 
 app = typer.Typer(
     name="qconvert",
     help="Convert quantized ONNX models through MLIR's quant dialect, and check every number.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,
 )
 
 
@@ -31,22 +35,21 @@ def callback() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `qconvert` console script."""
+    """Entry point of the `qconvert` console script: the exit code, never a traceback."""
     arguments = sys.argv[1:] if argv is None else argv
-    if arguments and arguments[0] == "opt":
-        # mlir-opt's single-dash long flags (-split-input-file) must reach our own parser untouched.
-        return opt_command.main(arguments[1:])
     try:
-        app(arguments, standalone_mode=False)
-    except typer.Exit as exit_:
-        return exit_.exit_code
-    except Exception as error:  # click's usage errors
-        import click
-
-        if isinstance(error, click.ClickException):
-            error.show()
-            return 2
-        raise
+        if arguments and arguments[0] == "opt":
+            # mlir-opt's single-dash long flags (-split-input-file) must reach our own parser untouched.
+            return opt_command.main(arguments[1:])
+        app(arguments, prog_name="qconvert")
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 0
+    except QConvertError as error:
+        print(f"qconvert: {error}", file=sys.stderr)
+        return error.exit_code
+    except Exception as error:  # a bug of ours: say so in one line, with what to report
+        print(f"qconvert: internal error: {type(error).__name__}: {error} (please report this)", file=sys.stderr)
+        return INTERNAL_ERROR
     return 0
 
 

@@ -3,7 +3,7 @@
 from qconvert.ir import dialects
 from qconvert.ir.core import Block, Builder, GenericOp, Operation, Region, Value
 from qconvert.ir.dialects.builtin import ModuleOp
-from qconvert.ir.parser import ParserOptions, parse_module
+from qconvert.ir.parser import ParserOptions, parse_module, parse_type
 from qconvert.ir.printer import print_module
 from qconvert.ir.verify import verify
 
@@ -18,6 +18,7 @@ __all__ = [
     "Value",
     "dialects",
     "parse_module",
+    "parse_type",
     "print_module",
     "verify",
 ]

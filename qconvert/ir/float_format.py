@@ -385,7 +385,11 @@ def _bits_required(precision: int) -> int:
 
 _STEP1_BITS = _bits_required(_STEP1_PRECISION)
 _STEP2_BITS = {name: _bits_required(f.digits) for name, f in _FORMATS.items()}
-_EXP_OFFSET = 5000
+_EXP_OFFSET = 400
+# Step 1's exponent: at least two digits, lower-case "e" (f64 needs -324..308).
+_STEP1_EXP: tuple[str, ...] = tuple(
+    ("e-%02d" % -x if x < 0 else "e+%02d" % x) for x in range(-_EXP_OFFSET, _EXP_OFFSET)
+)
 _ZEROS: tuple[str, ...] = tuple("0" * i for i in range(_STEP1_PRECISION + 2))
 
 
@@ -426,7 +430,11 @@ def _step1_text(negative: bool, s: str, e: int) -> str:
     """toString(6, 0, false) of s * 10**e: always ``d.dddddde±XX``."""
     n = len(s)
     x = e + n - 1
-    text = s[0] + "." + s[1:] + _ZEROS[_STEP1_PRECISION + 1 - n] + ("e-%02d" % -x if x < 0 else "e+%02d" % x)
+    if -_EXP_OFFSET <= x < _EXP_OFFSET:
+        suffix = _STEP1_EXP[x + _EXP_OFFSET]
+    else:  # f80 and f128 only
+        suffix = "e-%02d" % -x if x < 0 else "e+%02d" % x
+    text = s[0] + "." + s[1:] + _ZEROS[_STEP1_PRECISION + 1 - n] + suffix
     return "-" + text if negative else text
 
 
@@ -474,6 +482,19 @@ def _parses_back(s: str, e: int, text: str, num: int, exp2: int, f: _Format, val
     return back is not None and _ratio(*back) == _ratio(num, exp2)
 
 
+def _may_have_6_digits(s: str) -> bool:
+    """Whether an f64 whose step-2 digits are ``s`` can be within half an ulp of a 6-digit decimal.
+
+    If a 6-digit decimal D parses back to the double V, then
+    |V - D| < 2**-53 * D, which is under 12 units of V's 17th significant
+    digit. So V's 17 digits are D's 6 digits and then 0000000000x, or D's
+    6 digits minus one and then 9999999999x. APFloat's own 17 digits are off
+    by less than one more unit, so digits 7 to 15 must all be 0 or all be 9.
+    """
+    middle = (s + "00000000000")[6:15]
+    return len(s) <= 6 or middle == "000000000" or middle == "999999999"
+
+
 def _format_finite(negative: bool, num: int, exp2: int, f: _Format, value: float | None) -> str | None:
     """printFloatValue for the nonzero value ±num * 2**exp2; None means "print the bits"."""
     value_num, value_exp2 = num, exp2
@@ -490,22 +511,25 @@ def _format_finite(negative: bool, num: int, exp2: int, f: _Format, value: float
             m = num * _pow5(t)
     bits = m.bit_length()
 
+    # Step 2's digits come first: for f64 they show cheaply whether step 1
+    # can succeed at all, which it rarely does for computed scales.
+    required = _STEP2_BITS[f.name]
+    r2 = (bits - required) * 59 // 196 if bits > required else 0
+    m2 = _shrink(m, num, t, r2)
+    s2, e2 = _round_digits(m2, r2 - t, f.digits)
+
     # Step 1: toString(6, 0, false), kept only if it parses back exactly.
-    # For f64, repr() (the shortest round-tripping string) rules out most
-    # values without building the string: if it needs more than 6 digits,
-    # no 6-digit string can round-trip.
-    if f is not _F64 or value is None or len(repr(value).partition("e")[0].replace(".", "").strip("-0")) <= 6:
-        r = (bits - _STEP1_BITS) * 59 // 196 if bits > _STEP1_BITS else 0
-        s, e = _round_digits(_shrink(m, num, t, r), r - t, _STEP1_PRECISION)
+    if f is not _F64 or _may_have_6_digits(s2):
+        r1 = (bits - _STEP1_BITS) * 59 // 196 if bits > _STEP1_BITS else 0
+        # floor(floor(m / 10**r2) / 10**(r1-r2)) == floor(m / 10**r1)
+        m1 = m2 // _POW10[r1 - r2] if r1 >= r2 else _shrink(m, num, t, r1)
+        s, e = _round_digits(m1, r1 - t, _STEP1_PRECISION)
         text = _step1_text(negative, s, e)
         if _parses_back(s, e, text, value_num, value_exp2, f, value):
             return text
 
     # Step 2: the default toString(), if it has a '.'.
-    required = _STEP2_BITS[f.name]
-    r = (bits - required) * 59 // 196 if bits > required else 0
-    s, e = _round_digits(_shrink(m, num, t, r), r - t, f.digits)
-    text = _step2_text(negative, s, e, f.digits)
+    text = _step2_text(negative, s2, e2, f.digits)
     return text if "." in text else None
 
 

@@ -982,3 +982,12 @@ def numpy_dtype(element_type: Type) -> np.dtype:
 def parse_module(text: str, filename: str = "-", *, line_offset: int = 0, options: ParserOptions | None = None) -> ModuleOp:
     """Parse a whole buffer into a module (ops, not yet verified)."""
     return Parser(text, filename, line_offset=line_offset, options=options).parse_top_level()
+
+
+def parse_type(text: str, filename: str = "<type>") -> Type:
+    """Parse one type, e.g. `parse_type("tensor<4x!quant.uniform<i8:f32, 0.5>>")`; trailing text is an error."""
+    parser = Parser(text, filename)
+    type_ = parser.parse_type()
+    if parser.token.kind != "eof":
+        raise parser.error(f"found trailing characters: '{text[parser.token.start:]}'")
+    return type_

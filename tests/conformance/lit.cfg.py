@@ -35,7 +35,7 @@ def tool(name: str) -> str:
     found = shutil.which(name, path=str(BIN)) or shutil.which(name)
     if found is None:
         lit_config.fatal(f"'{name}' not found beside {sys.executable} nor on PATH: pip install -e '.[test]'")
-    return shlex.quote(found)
+    return shlex.quote(str(found))  # fatal() above raises when it is None
 
 
 source = conformance_dir() / "mlir-quant"

@@ -14,6 +14,7 @@ import math
 from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -41,22 +42,22 @@ INTEGER_ROUNDINGS = tuple(Rounding)
 
 
 def params_for(
-    storage_dtype: object,
-    scale: object = 1.0,
-    zero_point: object = 0,
+    storage_dtype: Any,
+    scale: Any = 1.0,
+    zero_point: Any = 0,
     *,
     bounds: tuple[float, float] | None = None,
-    **granularity: object,
+    **granularity: Any,
 ) -> UniformParams:
     """UniformParams with the container's full range unless `bounds` narrows it."""
-    storage_type_min, storage_type_max = bounds or storage_dtype_range(np.dtype(storage_dtype))  # type: ignore[arg-type]
+    storage_type_min, storage_type_max = bounds or storage_dtype_range(storage_dtype)
     return UniformParams(
         scale=np.asarray(scale),
         zero_point=np.asarray(zero_point),
-        storage_dtype=np.dtype(storage_dtype),  # type: ignore[arg-type]
+        storage_dtype=np.dtype(storage_dtype),
         storage_type_min=storage_type_min,
         storage_type_max=storage_type_max,
-        **granularity,  # type: ignore[arg-type]
+        **granularity,
     )
 
 
@@ -267,8 +268,8 @@ def test_rounding_helpers_keep_special_values_and_bfloat16() -> None:
         ),
     ],
 )
-def test_uniform_params_rejects_invalid_parameters(changes: dict[str, object], message: str) -> None:
-    fields: dict[str, object] = {
+def test_uniform_params_rejects_invalid_parameters(changes: dict[str, Any], message: str) -> None:
+    fields: dict[str, Any] = {
         "scale": np.array(0.5),
         "zero_point": np.array(3),
         "storage_dtype": np.dtype(np.int8),
@@ -276,7 +277,7 @@ def test_uniform_params_rejects_invalid_parameters(changes: dict[str, object], m
         "storage_type_max": 127,
     }
     with pytest.raises(ValueError, match=message):
-        UniformParams(**(fields | changes))  # type: ignore[arg-type]
+        UniformParams(**(fields | changes))
 
 
 def test_uniform_params_is_an_immutable_value() -> None:
@@ -334,7 +335,7 @@ def test_broadcast_params_sub_channel_repeats_blocks_and_cuts_the_ragged_tail() 
     ],
 )
 def test_broadcast_params_rejects_a_shape_that_does_not_fit(
-    granularity: dict[str, object], scale: list[object], shape: tuple[int, ...], message: str
+    granularity: dict[str, Any], scale: list[Any], shape: tuple[int, ...], message: str
 ) -> None:
     params = params_for(np.int8, np.array(scale), np.zeros(np.shape(scale), np.int64), **granularity)
     with pytest.raises(ValueError, match=message):
@@ -643,6 +644,32 @@ def ort_dequantize(q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, **a
     return _run_ort([node], {}, {"q": q, "scale": scale, "zero_point": zero_point}, scale.dtype)
 
 
+def ort_reference_quantize(
+    x: np.ndarray, scale: np.ndarray | np.floating, zero_point: np.ndarray, opset: int = 21, **attributes: int
+) -> np.ndarray:
+    """QuantizeLinear as the ONNX reference evaluator (`onnx.reference`) computes it: the spec's reading."""
+    onnx = require_module("onnx")
+    reference = require_module("onnx.reference")
+    node = onnx.helper.make_node("QuantizeLinear", ["x", "scale", "zero_point"], ["y"], **attributes)
+    graph = onnx.helper.make_graph(
+        [node],
+        "reference",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)],
+        [
+            onnx.helper.make_tensor_value_info(
+                "y", onnx.helper.np_dtype_to_tensor_dtype(zero_point.dtype), None
+            )
+        ],
+        [
+            onnx.numpy_helper.from_array(np.asarray(scale), "scale"),
+            onnx.numpy_helper.from_array(zero_point, "zero_point"),
+        ],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    (y,) = reference.ReferenceEvaluator(model).run(None, {"x": x})
+    return y
+
+
 INTEGER_STORAGE = [np.int8, np.uint8, np.int16, np.uint16, ml_dtypes.int4, ml_dtypes.uint4]
 
 
@@ -701,6 +728,20 @@ FLOAT8_STORAGE = [
 ]
 
 
+# With saturate=0, onnxruntime 1.32 departs from the ONNX Cast table just above the largest finite value
+# (|x| in this open window): E4M3FN gives ±448 where the spec's rne(x) = 480 > 448 means NaN, E5M2 gives NaN
+# where rne(x) = 65536 > 57344 means ±Inf. numerics follows the spec (as the ONNX reference evaluator does).
+ORT_SATURATE_0_WINDOWS = {
+    np.dtype(ml_dtypes.float8_e4m3fn): (480.0, 496.0),
+    np.dtype(ml_dtypes.float8_e5m2): (61440.0, 65536.0),
+}
+
+
+def in_ort_saturate_0_window(x: np.ndarray, dtype: type) -> np.ndarray:
+    low, high = ORT_SATURATE_0_WINDOWS.get(np.dtype(dtype), (math.inf, math.inf))
+    return (np.abs(x) > low) & (np.abs(x) < high)
+
+
 @pytest.mark.engine
 @pytest.mark.parametrize("saturate", [0, 1])
 @pytest.mark.parametrize("dtype", FLOAT8_STORAGE, ids=lambda t: np.dtype(t).name)
@@ -722,7 +763,24 @@ def test_quantize_onnx_float8_matches_onnxruntime(dtype: type, saturate: int) ->
     for scale, x in ((np.float32(1.0), np.concatenate([grid, -grid, specials])), (np.float32(0.37), dense)):
         params = params_for(dtype, scale, 0)
         expected = ort_quantize(x, np.array(scale), np.zeros((), dtype), saturate=saturate)
-        assert_same_floats(quantize(x, params, saturate=bool(saturate)).astype(np.float32), expected)
+        actual = quantize(x, params, saturate=bool(saturate)).astype(np.float32)
+        compared = ~in_ort_saturate_0_window(x / scale, dtype) if saturate == 0 else np.ones(x.shape, bool)
+        assert_same_floats(actual[compared], expected[compared])
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("dtype", list(ORT_SATURATE_0_WINDOWS), ids=lambda t: np.dtype(t).name)
+def test_float8_saturate_0_follows_the_spec_where_onnxruntime_departs_from_it(dtype: np.dtype) -> None:
+    low, high = ORT_SATURATE_0_WINDOWS[dtype]
+    inside = np.linspace(low, high, 50, dtype=np.float32)[1:-1]
+    x = np.concatenate([inside, -inside])
+    params = params_for(dtype, 1.0, 0)
+    actual = quantize(x, params, saturate=False).astype(np.float32)
+    by_spec = ort_reference_quantize(x, np.float32(1.0), np.zeros((), dtype), saturate=0).astype(np.float32)
+    assert_same_floats(actual, by_spec)
+    # If onnxruntime starts following the spec, this fails: drop ORT_SATURATE_0_WINDOWS then.
+    by_onnxruntime = ort_quantize(x, np.array(np.float32(1.0)), np.zeros((), dtype), saturate=0)
+    assert not np.any((by_onnxruntime == actual) | (np.isnan(by_onnxruntime) & np.isnan(actual)))
 
 
 @pytest.mark.engine
@@ -819,25 +877,12 @@ def test_float16_upcasts_to_float32_like_onnxruntime(dtype: type) -> None:
 
 @pytest.mark.engine
 def test_quantize_onnx_float4e2m1_matches_the_onnx_reference_evaluator() -> None:
-    onnx = require_module("onnx")
-    reference = require_module("onnx.reference")
-    node = onnx.helper.make_node("QuantizeLinear", ["x", "scale", "zero_point"], ["y"], axis=0)
-    graph = onnx.helper.make_graph(
-        [node],
-        "float4",
-        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)],
-        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT4E2M1, None)],
-        [
-            onnx.numpy_helper.from_array(np.array(0.5, np.float32), "scale"),
-            onnx.numpy_helper.from_array(np.zeros((), ml_dtypes.float4_e2m1fn), "zero_point"),
-        ],
-    )
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 23)])
     magnitudes = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], np.float32)
     ties = (magnitudes[1:] + magnitudes[:-1]) / 2
     unit = np.concatenate([magnitudes, ties, ties + 0.01, [7, 100, math.inf, math.nan, -0.0, 1e-6]])
     x = (np.concatenate([unit, -unit]) * 0.5).astype(np.float32)
-    (expected,) = reference.ReferenceEvaluator(model).run(None, {"x": x})
+    zero_point = np.zeros((), ml_dtypes.float4_e2m1fn)
+    expected = ort_reference_quantize(x, np.float32(0.5), zero_point, opset=23)
     actual = quantize(x, params_for(ml_dtypes.float4_e2m1fn, 0.5, 0))
     assert actual.dtype == expected.dtype
     np.testing.assert_array_equal(actual.view(np.uint8), expected.view(np.uint8))
@@ -941,7 +986,7 @@ def test_stablehlo_rule_matches_the_stablehlo_interpreter(
     dtype: type, zero_point: int, bounds: tuple[int, int] | None
 ) -> None:
     rng = np.random.default_rng(zero_point & 0xFF)
-    low, high = bounds or storage_dtype_range(np.dtype(dtype))
+    low, high = (int(v) for v in bounds or storage_dtype_range(np.dtype(dtype)))
     ties = (tie_offsets(low, high, zero_point) * 0.25).astype(np.float32)
     specials = np.array([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e30], np.float32)
     random_scale = np.float32(np.exp(rng.uniform(-6, 3)))

@@ -1,1 +1,1 @@
-"""qconvert: quantized ONNX models through MLIR's quant dialect, with every number checked on a real engine."""
+"""qconvert: quantized ONNX models through MLIR's quant dialect, every number checked on a real engine."""

@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"qconvert: {error}", file=sys.stderr)
         return error.exit_code
     except Exception as error:  # a bug of ours: say so in one line, with what to report
-        print(f"qconvert: internal error: {type(error).__name__}: {error} (please report this)", file=sys.stderr)
+        print(
+            f"qconvert: internal error: {type(error).__name__}: {error} (please report this)", file=sys.stderr
+        )
         return INTERNAL_ERROR
     return 0
 

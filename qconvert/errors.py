@@ -39,7 +39,9 @@ class QConvertError(Exception):
 
     exit_code = 2
 
-    def __init__(self, message: str, loc: Location | None = None, related: tuple[Diagnostic, ...] = ()) -> None:
+    def __init__(
+        self, message: str, loc: Location | None = None, related: tuple[Diagnostic, ...] = ()
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.loc = loc

@@ -395,7 +395,11 @@ def _quantize_onnx_float(x: np.ndarray, params: UniformParams, saturate: bool) -
 
     float8 (zp 0, not added): `saturate=True` clamps finite overflow and ±Inf to ±storage bounds, NaN
     stays NaN; `saturate=False` keeps the ONNX Cast table: overflow and ±Inf become NaN for E4M3FN and
-    the FNUZ types, ±Inf for E5M2; FNUZ types turn -0 into +0. float4e2m1 / float6 (no Inf or NaN
+    the FNUZ types, ±Inf for E5M2; FNUZ types turn -0 into +0. Bit-exact with onnxruntime 1.32 except
+    where it departs from that table (saturate=0 only): |x / s| in (480, 496) gives ±448 there, NaN
+    here (E4M3FN); |x / s| in (61440, 65536) gives NaN there, ±Inf here (E5M2). We follow the spec and
+    the ONNX reference evaluator. An f64 quotient is cast by ml_dtypes, which rounds through f32 first
+    (no onnxruntime kernel takes f64). float4e2m1 / float6 (no Inf or NaN
     encodings): `cast(x / s + zp)` as the ONNX reference evaluator computes it (so -0 becomes +0),
     overflow saturates whatever `saturate` says, NaN casts to -0 (ml_dtypes, which the reference uses);
     onnxruntime's CPU EP does not implement QuantizeLinear to float4e2m1.

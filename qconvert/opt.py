@@ -166,7 +166,8 @@ class Expectation:
             return False
         if self.is_regex:
             pattern = "".join(
-                part if index % 2 else re.escape(part) for index, part in enumerate(re.split(r"\{\{|\}\}", self.text))
+                part if index % 2 else re.escape(part)
+                for index, part in enumerate(re.split(r"\{\{|\}\}", self.text))
             )
             return re.search(pattern, diagnostic.message) is not None
         return self.text in diagnostic.message
@@ -204,12 +205,18 @@ def check_diagnostics(expectations: list[Expectation], diagnostics: list[Diagnos
     for diagnostic in diagnostics:
         found = next((e for e in unmet if e.matches(diagnostic)), None)
         if found is None:
-            problems.append(Diagnostic(diagnostic.loc, "error", f"unexpected {diagnostic.severity}: {diagnostic.message}"))
+            problems.append(
+                Diagnostic(diagnostic.loc, "error", f"unexpected {diagnostic.severity}: {diagnostic.message}")
+            )
         else:
             unmet.remove(found)
     for expectation in unmet:
         problems.append(
-            Diagnostic(expectation.loc, "error", f'expected {expectation.severity} "{expectation.text}" was not produced')
+            Diagnostic(
+                expectation.loc,
+                "error",
+                f'expected {expectation.severity} "{expectation.text}" was not produced',
+            )
         )
     return problems
 
@@ -275,7 +282,10 @@ def main(arguments: Sequence[str]) -> int:
                 raise InputError(f"could not open input file '{path}': {error}") from None
             filename = options.input_path
     except InputError as error:
-        print(error.message if error.message.startswith("usage") else f"qconvert opt: {error.message}", file=sys.stderr)
+        print(
+            error.message if error.message.startswith("usage") else f"qconvert opt: {error.message}",
+            file=sys.stderr,
+        )
         return 0 if error.message.startswith("usage") else 2
     result = run_opt(text, filename, options)
     for message in result.diagnostics:

@@ -1,4 +1,4 @@
-"""Builtin attributes: integers, floats, strings, arrays, dictionaries, dense tensors, affine maps, opaque text.
+"""Builtin attributes: numbers, strings, arrays, dictionaries, dense tensors, affine maps, opaque text.
 
 NOTE: dense values are numpy arrays, never Python lists; a 100M-element constant stays one buffer.
 """
@@ -120,7 +120,9 @@ class DenseElementsAttr(Attribute):
     @property
     def is_splat(self) -> bool:
         flat = self.array.reshape(-1)
-        return flat.size > 0 and bool(np.all(flat.view(np.uint8).reshape(flat.size, -1) == flat[:1].view(np.uint8)))
+        return flat.size > 0 and bool(
+            np.all(flat.view(np.uint8).reshape(flat.size, -1) == flat[:1].view(np.uint8))
+        )
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -142,7 +144,7 @@ class LazyElements:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class DenseResourceAttr(Attribute):
-    """`dense_resource<name> : tensor<...>`: a large constant whose bytes live in the file's resource section."""
+    """`dense_resource<name> : tensor<...>`: a large constant kept in the resource section."""
 
     name: str
     type: Type

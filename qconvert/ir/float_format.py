@@ -116,13 +116,16 @@ _FORMATS: dict[str, _Format] = {
 FLOAT_TYPES: tuple[str, ...] = tuple(_FORMATS)
 """The MLIR float type names this module supports."""
 
+# [2**emin, 2**(emax+1)) per format that a double can cover.
+_NORMAL_RANGE: dict[str, tuple[float, float]] = {
+    f.name: (math.ldexp(1.0, f.emin), math.ldexp(1.0, f.emax + 1)) for f in _FORMATS.values() if f.emax < 1023
+}
+
 _F64 = _FORMATS["f64"]
 _F32 = _FORMATS["f32"]
 _WIDE = (_F64, _FORMATS["f80"], _FORMATS["f128"])  # every double is exact in these
 _STEP1_PRECISION = 6  # printFloatValue's FormatPrecision for the first try
 _MAX_PADDING = 3  # APFloat::toString's default FormatMaxPadding
-_F32_MIN_NORMAL = 1.1754943508222875e-38
-_F32_MAX = 3.4028234663852886e38
 
 _pack_d = struct.Struct("<d").pack
 _unpack_d = struct.Struct("<d").unpack
@@ -467,16 +470,21 @@ def _parses_back(s: str, e: int, text: str, num: int, exp2: int, f: _Format, val
     ``text`` spells s * 10**e with the sign of the value; ``value`` is the
     value as a double when it is one.
     """
-    if value is not None:
+    if value is not None and f.man_bits <= 52:
+        x = float(text)
         if f is _F64:
-            return float(text) == value
-        if f is _F32:
-            x = float(text)
-            # Going through the double rounds twice; that is exact unless the
-            # double is exactly halfway between two floats (bit 28 set, the
-            # bits below clear) or outside f32's normal range.
-            if _F32_MIN_NORMAL <= abs(x) < _F32_MAX and _unpack_q(_pack_d(x))[0] & 0x1FFFFFFF != 0x10000000:
-                return _unpack_f(_pack_f(x))[0] == value
+            return x == value
+        # Rounding the decimal to a double and then to f is rounding twice.
+        # That is exact when the double is in f's normal range and not
+        # exactly halfway between two values of f; the second rounding is
+        # then done on the double's bits.
+        shift = 52 - f.man_bits
+        xbits = _unpack_q(_pack_d(x))[0]
+        low = xbits & ((1 << shift) - 1)
+        half = 1 << (shift - 1)
+        if low != half and _NORMAL_RANGE[f.name][0] <= abs(x) < _NORMAL_RANGE[f.name][1]:
+            xbits = (xbits >> shift) + (low > half)
+            return _unpack_d(_pack_q(xbits << shift))[0] == value
     d = int(s)
     back = _round_exact(d * _pow10(e), 1, f) if e >= 0 else _round_exact(d, _pow10(-e), f)
     return back is not None and _ratio(*back) == _ratio(num, exp2)
@@ -574,6 +582,10 @@ def format_float_bits(bits: int, float_type: str) -> str:
     if category == "zero":
         return "-0.000000e+00" if negative else "0.000000e+00"
     if category != "finite":
+        if f.kind == "x87" and category == "nan":
+            # APFloat reads unnormals and pseudo-NaNs as NaN and writes a NaN
+            # back with the all-ones exponent.
+            bits |= ((1 << 15) - 1) << 64
         return _hex(bits)
     value = _exact_double(num, exp2) if f in (_F64, _F32) else None
     if value is not None and negative:

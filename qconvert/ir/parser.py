@@ -141,7 +141,9 @@ class Parser:
         line_start = self.text.rfind("\n", 0, position) + 1
         return Location(self.filename, line + self.line_offset, position - line_start + 1)
 
-    def error(self, message: str, position: int | None = None, related: Sequence[Diagnostic] = ()) -> ParseError:
+    def error(
+        self, message: str, position: int | None = None, related: Sequence[Diagnostic] = ()
+    ) -> ParseError:
         return ParseError(message, self.location(position), tuple(related))
 
     # Token helpers ---------------------------------------------------------------------------------
@@ -190,7 +192,11 @@ class Parser:
             value = float(self.advance().text)
         elif token.kind == "integer":
             self.advance()
-            value = bits_to_float(int(token.text, 16), "f64") if token.text.startswith("0x") else float(token.text)
+            value = (
+                bits_to_float(int(token.text, 16), "f64")
+                if token.text.startswith("0x")
+                else float(token.text)
+            )
         else:
             raise self.error("expected floating point literal")
         return -value if negative else value
@@ -303,7 +309,7 @@ class Parser:
         """extended-type ::= `!` alias-name | `!` dialect `.` name body? | `!` dialect `<` body `>`"""
         token = self.advance()
         identifier = token.text[1:]
-        dialect, dot, name = identifier.partition(".")
+        dialect, dot, _ = identifier.partition(".")
         has_body = self.text.startswith("<", token.end)
         if not has_body and not dot:
             if identifier not in self.type_aliases:
@@ -329,7 +335,7 @@ class Parser:
         return OpaqueType(dialect, self.text[token.start + 1 : body_end])
 
     def _scan_dialect_body(self, start: int) -> int:
-        """Find the end of a `<...>` dialect body by balancing `<([{`, as MLIR's parseDialectSymbolBody does."""
+        """Find the end of a `<...>` dialect body by balancing `<([{` (MLIR's parseDialectSymbolBody)."""
         nesting: list[str] = []
         position = start
         closing = {">": "<", "]": "[", ")": "(", "}": "{"}
@@ -456,9 +462,13 @@ class Parser:
             raise self.error("expected affine map", start)
         dims = [d.strip() for d in match.group(1).split(",") if d.strip()]
         symbols = [s.strip() for s in (match.group(2) or "").split(",") if s.strip()]
-        renames = {name: f"d{i}" for i, name in enumerate(dims)} | {name: f"s{i}" for i, name in enumerate(symbols)}
+        renames = {name: f"d{i}" for i, name in enumerate(dims)} | {
+            name: f"s{i}" for i, name in enumerate(symbols)
+        }
         results = [
-            re.sub(r"[a-zA-Z_][a-zA-Z0-9_]*", lambda m: renames.get(m.group(), m.group()), " ".join(r.split()))
+            re.sub(
+                r"[a-zA-Z_][a-zA-Z0-9_]*", lambda m: renames.get(m.group(), m.group()), " ".join(r.split())
+            )
             for r in split_top_level(match.group(3))
         ]
         return AffineMapAttr(len(dims), len(symbols), tuple(r for r in results if r))
@@ -524,7 +534,9 @@ class Parser:
             raise self.error("expected element literal of primitive type", token.start)
         return ("-" if negative else "") + token.text
 
-    def _dense_array(self, literal: object, type_: RankedTensorType | VectorType, dtype: np.dtype, start: int) -> np.ndarray:
+    def _dense_array(
+        self, literal: object, type_: RankedTensorType | VectorType, dtype: np.dtype, start: int
+    ) -> np.ndarray:
         from qconvert.ir.types import FloatType
 
         element_type = type_.element_type
@@ -535,7 +547,9 @@ class Parser:
             text = str(item)
             if isinstance(element_type, FloatType):
                 body = text.lstrip("-")
-                value = bits_to_float(int(body, 16), element_type.name) if body.startswith("0x") else float(body)
+                value = (
+                    bits_to_float(int(body, 16), element_type.name) if body.startswith("0x") else float(body)
+                )
                 return -value if text.startswith("-") else value
             return int(text, 0) if not text.lstrip("-").startswith("0x") else int(text, 16)
 
@@ -544,7 +558,9 @@ class Parser:
                 parts = [flatten(i) for i in item]
                 shapes = {p[1] for p in parts}
                 if len(shapes) > 1:
-                    raise self.error("tensor literal is invalid; ranks are not consistent between elements", start)
+                    raise self.error(
+                        "tensor literal is invalid; ranks are not consistent between elements", start
+                    )
                 inner = parts[0][1] if parts else ()
                 return [v for p in parts for v in p[0]], (len(item), *inner)
             return [convert(item)], ()
@@ -635,11 +651,9 @@ class Parser:
             if entry is not None:
                 values, _ = entry
                 if reference.index >= len(values):
-                    raise self.error(
-                        f"reference to invalid result number", reference.start
-                    )
+                    raise self.error("reference to invalid result number", reference.start)
                 return values[reference.index]
-        raise self.error(f"use of undeclared SSA value name", reference.start)
+        raise self.error("use of undeclared SSA value name", reference.start)
 
     def resolve_operand(self, reference: OperandReference, type_: Type) -> Value:
         value = self.lookup_value(reference)
@@ -727,7 +741,9 @@ class Parser:
                     return
 
     # Operations, blocks and regions --------------------------------------------------------------------
-    def parse_region(self, owner: Operation, entry_arguments: Sequence[tuple[str, Type, int]] | None) -> Region:
+    def parse_region(
+        self, owner: Operation, entry_arguments: Sequence[tuple[str, Type, int]] | None
+    ) -> Region:
         """region ::= `{` entry-block? block* `}`; `entry_arguments` are the names from the op's signature."""
         self.expect("{")
         region = Region()
@@ -769,19 +785,18 @@ class Parser:
 
     def _parse_block_label(self, block: Block) -> None:
         self.advance()
-        if self.try_consume("("):
-            if not self.try_consume(")"):
-                while True:
-                    token = self.token
-                    if token.kind != "percent":
-                        raise self.error("expected SSA identifier")
-                    self.advance()
-                    self.expect(":")
-                    argument = block.add_argument(self.parse_type())
-                    self.define_values(token.text, [argument], token.start)
-                    if not self.try_consume(","):
-                        break
-                self.expect(")")
+        if self.try_consume("(") and not self.try_consume(")"):
+            while True:
+                token = self.token
+                if token.kind != "percent":
+                    raise self.error("expected SSA identifier")
+                self.advance()
+                self.expect(":")
+                argument = block.add_argument(self.parse_type())
+                self.define_values(token.text, [argument], token.start)
+                if not self.try_consume(","):
+                    break
+            self.expect(")")
         self.expect(":")
 
     def parse_operation(self) -> Operation:
@@ -808,12 +823,17 @@ class Parser:
         else:
             raise self.error("expected operation name in quotes")
         op.location = self.location(op_start)
-        if self.token.kind == "bare" and self.token.text == "loc" and self.text.startswith("(", self.token.end):
+        if (
+            self.token.kind == "bare"
+            and self.token.text == "loc"
+            and self.text.startswith("(", self.token.end)
+        ):
             self._skip_location()
         if result_groups:
             if len(op.results) != num_results:
                 raise self.error(
-                    f"operation defines {len(op.results)} results but was provided {num_results} to bind", start
+                    f"operation defines {len(op.results)} results but was provided {num_results} to bind",
+                    start,
                 )
             index = 0
             for name, count, position in result_groups:
@@ -979,15 +999,17 @@ def numpy_dtype(element_type: Type) -> np.dtype:
     raise VerifyError(f"no numpy dtype for {element_type}")
 
 
-def parse_module(text: str, filename: str = "-", *, line_offset: int = 0, options: ParserOptions | None = None) -> ModuleOp:
+def parse_module(
+    text: str, filename: str = "-", *, line_offset: int = 0, options: ParserOptions | None = None
+) -> ModuleOp:
     """Parse a whole buffer into a module (ops, not yet verified)."""
     return Parser(text, filename, line_offset=line_offset, options=options).parse_top_level()
 
 
 def parse_type(text: str, filename: str = "<type>") -> Type:
-    """Parse one type, e.g. `parse_type("tensor<4x!quant.uniform<i8:f32, 0.5>>")`; trailing text is an error."""
+    """Parse one type, such as `tensor<4x!quant.uniform<i8:f32, 0.5>>`; trailing text is an error."""
     parser = Parser(text, filename)
     type_ = parser.parse_type()
     if parser.token.kind != "eof":
-        raise parser.error(f"found trailing characters: '{text[parser.token.start:]}'")
+        raise parser.error(f"found trailing characters: '{text[parser.token.start :]}'")
     return type_

@@ -49,7 +49,6 @@ from qconvert.ir.types import (
     NoneType,
     OpaqueType,
     RankedTensorType,
-    Signedness,
     Type,
     UnrankedTensorType,
     VectorType,
@@ -80,7 +79,8 @@ def print_type(type_: Type) -> str:
         return f"({', '.join(map(print_type, type_.inputs))}) -> {print_function_results(type_.results)}"
     if isinstance(type_, VectorType):
         dims = "".join(
-            (f"[{d}]" if (type_.scalable and type_.scalable[i]) else str(d)) + "x" for i, d in enumerate(type_.shape)
+            (f"[{d}]" if (type_.scalable and type_.scalable[i]) else str(d)) + "x"
+            for i, d in enumerate(type_.shape)
         )
         return f"vector<{dims}{print_type(type_.element_type)}>"
     if isinstance(type_, NoneType):
@@ -138,7 +138,9 @@ def print_quant_type(type_: Type) -> str:
         )
     if isinstance(type_, QuantileQuantizedType):
         values = ",".join(format_float(v) for v in type_.quantiles)
-        text = f"!quant.quantile<{type_.storage_type_spelling}:{print_type(type_.quantile_type)}, {{{values}}}"
+        text = (
+            f"!quant.quantile<{type_.storage_type_spelling}:{print_type(type_.quantile_type)}, {{{values}}}"
+        )
         if (type_.storage_type_min, type_.storage_type_max) != default_storage_range(
             type_.storage_type, type_.is_signed
         ):
@@ -152,7 +154,9 @@ def print_dense_quant_parameters(type_: UniformQuantizedSubChannelType) -> str:
     float_type = type_.expressed_type.name  # type: ignore[union-attr]
     scales = type_.scales.array.reshape(-1)
     zero_points = type_.zero_points.array.reshape(-1)
-    elements = [print_scale_zero_point(float(s), int(z), float_type) for s, z in zip(scales, zero_points, strict=True)]
+    elements = [
+        print_scale_zero_point(float(s), int(z), float_type) for s, z in zip(scales, zero_points, strict=True)
+    ]
     return nest(elements, type_.scales.shape, ", ", "{", "}")
 
 
@@ -163,7 +167,10 @@ def nest(elements: Sequence[str], shape: Sequence[int], separator: str, open_: s
     if len(shape) == 1:
         return open_ + separator.join(elements) + close
     stride = len(elements) // shape[0] if shape[0] else 0
-    inner = [nest(elements[i * stride : (i + 1) * stride], shape[1:], separator, open_, close) for i in range(shape[0])]
+    inner = [
+        nest(elements[i * stride : (i + 1) * stride], shape[1:], separator, open_, close)
+        for i in range(shape[0])
+    ]
     return open_ + separator.join(inner) + close
 
 
@@ -211,7 +218,9 @@ def print_attribute(attribute: Attribute, aliases: dict[Attribute, str] | None =
     raise TypeError(f"no printer for attribute {attribute!r}")
 
 
-def print_attribute_dict(attributes: dict[str, Attribute], aliases: dict[Attribute, str] | None = None) -> str:
+def print_attribute_dict(
+    attributes: dict[str, Attribute], aliases: dict[Attribute, str] | None = None
+) -> str:
     """`{a = 1 : i64, b}` with entries sorted by name; unit attributes print as the bare name."""
     parts = []
     for key in sorted(attributes):
@@ -290,7 +299,9 @@ class NameScope:
 
     __slots__ = ("next_value_id", "next_argument_id", "next_conflict_id", "used")
 
-    def __init__(self, next_value_id: int, next_argument_id: int, next_conflict_id: int, used: set[str]) -> None:
+    def __init__(
+        self, next_value_id: int, next_argument_id: int, next_conflict_id: int, used: set[str]
+    ) -> None:
         self.next_value_id = next_value_id
         self.next_argument_id = next_argument_id
         self.next_conflict_id = next_conflict_id
@@ -326,7 +337,13 @@ class Printer:
                 for nested_op in block.ops:
                     for nested in nested_op.regions:
                         stack.append(
-                            (nested, scope.next_value_id, scope.next_argument_id, scope.next_conflict_id, scope.used)
+                            (
+                                nested,
+                                scope.next_value_id,
+                                scope.next_argument_id,
+                                scope.next_conflict_id,
+                                scope.used,
+                            )
                         )
 
     def _unique(self, name: str, scope: NameScope) -> str:
@@ -501,5 +518,3 @@ def print_resources(resources: dict[str, np.ndarray]) -> str:
     lines.append(",\n".join(entries))
     lines += ["    }", "  }", "#-}"]
     return "\n".join(lines) + "\n"
-
-

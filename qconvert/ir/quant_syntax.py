@@ -71,7 +71,9 @@ def parse_storage_type(parser: Parser) -> tuple[IntegerType | FloatType, bool]:
         width = int(match.group(2))
         if width > 16777215:
             raise parser.error("invalid integer width")
-        signedness = {"i": Signedness.SIGNLESS, "si": Signedness.SIGNED, "ui": Signedness.UNSIGNED}[match.group(1)]
+        signedness = {"i": Signedness.SIGNLESS, "si": Signedness.SIGNED, "ui": Signedness.UNSIGNED}[
+            match.group(1)
+        ]
         storage, is_signed = IntegerType(width, signedness), signedness is not Signedness.UNSIGNED
     elif (match := UNSIGNED_KEYWORD.match(text)) is not None:
         storage, is_signed = IntegerType(int(match.group(1))), False
@@ -178,7 +180,9 @@ def parse_uniform_type(parser: Parser) -> Type:
     rounded = [round_to_float_type(s, expressed_type.name) for s in scales]
     return UniformQuantizedSubChannelType(
         scales=DenseParameters(np.array(rounded, dtype=np.float64).astype(dtype).reshape(dims)),
-        zero_points=DenseParameters(wrap_to_width(np.array(zero_points, dtype=np.int64), storage.width).reshape(dims)),
+        zero_points=DenseParameters(
+            wrap_to_width(np.array(zero_points, dtype=np.int64), storage.width).reshape(dims)
+        ),
         quantized_dimensions=tuple(a for a, _ in block_sizes),
         block_sizes=tuple(b for _, b in block_sizes),
         **common,  # type: ignore[arg-type]
@@ -250,7 +254,10 @@ def parse_calibrated_type(parser: Parser) -> Type:
 
 
 def parse_quantile_type(parser: Parser) -> Type:
-    """quantile ::= `<` storage-type `:` quantile-type `,` `{` float (`,` float)* `}` (`,` `<` int `:` int `>`)? `>`"""
+    """quantile ::= `<` storage-type `:` quantile-type `,` `{` float (`,` float)* `}` bounds? `>`
+
+    bounds ::= `,` `<` integer `:` integer `>`
+    """
     parser.expect("<")
     if parser.token.kind == "bare" and UNSIGNED_KEYWORD.match(parser.token.text):
         storage: Type = IntegerType(int(parser.advance().text[1:]))
@@ -285,5 +292,3 @@ def parse_quantile_type(parser: Parser) -> Type:
         has_explicit_range=bool(bounds),
         **bounds,
     )
-
-

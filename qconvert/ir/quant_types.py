@@ -68,7 +68,7 @@ def default_storage_range(storage_type: Type, is_signed: bool) -> tuple[int, int
 
 
 def storage_type_spelling(storage_type: Type, is_signed: bool) -> str:
-    """`i8`/`u8` for signless storage (by the signed flag), else the type as written: `si8`, `ui8`, `f8E5M2`."""
+    """`i8`/`u8` for signless storage by the signed flag, else as written: `si8`, `ui8`, `f8E5M2`."""
     if isinstance(storage_type, IntegerType):
         if storage_type.signedness is Signedness.SIGNLESS:
             return f"{'i' if is_signed else 'u'}{storage_type.width}"
@@ -217,7 +217,7 @@ class DenseParameters:
 
 
 def wrap_to_width(values: np.ndarray, width: int) -> np.ndarray:
-    """Two's-complement wrap of int64 values to `width` bits, read back signed (APInt of the storage width)."""
+    """Two's-complement wrap of int64 values to `width` bits, read back signed (as an APInt)."""
     values = np.asarray(values, dtype=np.int64)
     if width >= 64:
         return values
@@ -244,7 +244,8 @@ class UniformQuantizedSubChannelType(QuantizedType):
         expressed_type = self.check_expressed_float()
         if self.scales.array.dtype != float_dtype(expressed_type):
             raise VerifyError(
-                f"type of scale values {self.scales.array.dtype} must match the expressed type {expressed_type}"
+                f"type of scale values {self.scales.array.dtype} must match the expressed type "
+                f"{expressed_type}"
             )
         if self.scales.shape != self.zero_points.shape:
             raise VerifyError(
@@ -264,7 +265,9 @@ class UniformQuantizedSubChannelType(QuantizedType):
         low, high = scale_range(expressed_type)
         scales = self.scales.array.astype(np.float64)
         if not np.all((scales >= low) & (scales <= high)):
-            check_scale_in_expressed_range(float(scales[~((scales >= low) & (scales <= high))][0]), expressed_type)
+            check_scale_in_expressed_range(
+                float(scales[~((scales >= low) & (scales <= high))][0]), expressed_type
+            )
 
     @property
     def block_size_info(self) -> tuple[tuple[int, int], ...]:
@@ -284,7 +287,8 @@ class CalibratedQuantizedType(Type):
             raise VerifyError("expressed type must be floating point")
         if not self.max > self.min:
             raise VerifyError(
-                f"illegal min and max: ({format_diagnostic_float(self.min)}:{format_diagnostic_float(self.max)})"
+                f"illegal min and max: ({format_diagnostic_float(self.min)}:"
+                f"{format_diagnostic_float(self.max)})"
             )
 
 

@@ -22,4 +22,4 @@ def check_terminators(function: FuncOp) -> None:
         if last is None:
             raise VerifyError("empty block: expect at least a terminator", function.location)
         if not last.is_terminator and not isinstance(last, GenericOp):
-            raise VerifyError(f"block with no terminator, has \"{last.name}\"", last.location)
+            raise VerifyError(f'block with no terminator, has "{last.name}"', last.location)

@@ -210,6 +210,27 @@ def test_rounding_helpers_keep_special_values_and_bfloat16() -> None:
     assert_same_floats(round_half_away_from_zero(brain), np.array([3, 4, -1, 129], ml_dtypes.bfloat16))
 
 
+@pytest.mark.parametrize(
+    ("value", "dtype"),
+    [
+        (
+            0.49999997,
+            np.float32,
+        ),  # |x| + 0.5 rounds up to 1.0 in f32: a naive floor(|x| + 0.5) gets this wrong
+        (0.49999999999999994, np.float64),
+        (8388609.0, np.float32),  # 2**23 + 1: |x| + 0.5 is not representable either
+        (4503599627370497.0, np.float64),  # 2**52 + 1
+    ],
+)
+def test_rounding_helpers_are_exact_next_to_a_half_and_at_large_odd_integers(
+    value: float, dtype: type
+) -> None:
+    array = np.array([value, -value], dtype)
+    expected = np.array([round(value), -float(round(value))], dtype)  # off-tie, so rne == rhaz; -0.0 kept
+    assert_same_floats(round_half_away_from_zero(array), expected)
+    assert_same_floats(round_half_to_even(array), expected)
+
+
 # --- UniformParams --------------------------------------------------------------------------------------
 
 
@@ -555,6 +576,47 @@ def test_dequantize_rules_agree_for_f32_and_storage_up_to_16_bits(
     assert onnx.dtype == np.float32
     for rounding in (Rounding.STABLEHLO, Rounding.MLIR_LOWERING):
         assert_same_floats(dequantize(q, params, rounding), onnx)
+
+
+@pytest.mark.parametrize("rounding", INTEGER_ROUNDINGS)
+def test_scale_is_held_in_the_expressed_type_before_any_arithmetic(rounding: Rounding) -> None:
+    # MLIR materializes the scale as an `arith.constant : f16`, ONNX stores an f16 tensor: both round it once.
+    x = np.linspace(-3000, 3000, 4001).astype(np.float16)
+    exact = params_for(np.int16, 0.1, 5, expressed_dtype=np.dtype(np.float16))
+    rounded = params_for(np.int16, float(np.float16(0.1)), 5, expressed_dtype=np.dtype(np.float16))
+    np.testing.assert_array_equal(quantize(x, exact, rounding), quantize(x, rounded, rounding))
+    q = np.arange(-3000, 3000, dtype=np.int16)
+    assert_same_floats(dequantize(q, exact, rounding), dequantize(q, rounded, rounding))
+
+
+@pytest.mark.parametrize(
+    ("storage", "expressed", "stored", "expected"),
+    [
+        # f16 holds 2048 and 2050 but not 2049 (the tie goes to 2048).
+        (
+            np.int16,
+            np.float16,
+            2049,
+            {Rounding.ONNX: 2048, Rounding.STABLEHLO: 2048, Rounding.MLIR_LOWERING: 2047},
+        ),
+        # f32 holds 2**24 but not 2**24 + 1.
+        (
+            np.int32,
+            np.float32,
+            2**24 + 1,
+            {Rounding.ONNX: 2**24, Rounding.STABLEHLO: 2**24, Rounding.MLIR_LOWERING: 2**24 - 1},
+        ),
+    ],
+)
+def test_dequantize_rules_differ_where_the_stored_value_is_not_exact_in_the_expressed_type(
+    storage: type, expressed: type, stored: int, expected: dict[Rounding, int]
+) -> None:
+    # zp = 1. ONNX/StableHLO subtract in int32 first: (q - 1) is exact. --lower-quant-ops converts q and
+    # zp to the expressed type first (sitofp), so q rounds down to 2**k before the subtraction.
+    params = params_for(storage, 1.0, 1, expressed_dtype=np.dtype(expressed))
+    q = np.array([stored], storage)
+    for rounding, value in expected.items():
+        assert_same_floats(dequantize(q, params, rounding), np.array([value], expressed))
 
 
 def test_rules_named_in_the_engine_notes_give_their_documented_values() -> None:

@@ -14,10 +14,16 @@ func.func @f(%arg0: tensor<4xf32>) -> tensor<4x!quant.uniform<i8:f32, 5.000000e-
 """
 
 
-def run_opt(*arguments: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_opt(
+    *arguments: str, stdin: str | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "qconvert", "opt", *arguments],
-        input=stdin, capture_output=True, text=True, cwd=cwd, timeout=60,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=60,
     )
 
 
@@ -40,16 +46,24 @@ def test_parse_error_names_file_line_column_and_writes_nothing(tmp_path: Path) -
     output = tmp_path / "out.mlir"
     result = run_opt(str(source), "-o", str(output))
     assert result.returncode == 1
-    assert f"{source}:2:" in result.stderr and "error: scale 0.000000e+00 out of expressed type range" in result.stderr
+    assert (
+        f"{source}:2:" in result.stderr
+        and "error: scale 0.000000e+00 out of expressed type range" in result.stderr
+    )
     assert "Traceback" not in result.stderr
     assert not output.exists() and list(tmp_path.iterdir()) == [source]
 
 
 def test_verifier_error_uses_upstream_wording() -> None:
     text = VALID.replace("tensor<4xf32> to tensor<4x!quant", "tensor<4xf32> to tensor<5x!quant")
-    result = run_opt("-", stdin=text.replace("-> tensor<4x", "-> tensor<5x").replace(": tensor<4x!", ": tensor<5x!"))
+    result = run_opt(
+        "-", stdin=text.replace("-> tensor<4x", "-> tensor<5x").replace(": tensor<4x!", ": tensor<5x!")
+    )
     assert result.returncode == 1
-    assert "error: 'quant.qcast' op input and result are both scalars or both tensors with matching shape" in result.stderr
+    assert (
+        "error: 'quant.qcast' op input and result are both scalars or both tensors with matching shape"
+        in result.stderr
+    )
 
 
 def test_verify_diagnostics_reports_unmet_and_unexpected() -> None:

@@ -40,18 +40,24 @@ def test_four_storage_spellings_round_trip(spelling: str) -> None:
 
 def test_per_axis_and_sub_channel_print_separators() -> None:
     per_axis = UniformQuantizedPerAxisType(
-        storage_type=IntegerType(8), expressed_type=F32, scales=(200.0, 0.99872), zero_points=(-120, 127),
+        storage_type=IntegerType(8),
+        expressed_type=F32,
+        scales=(200.0, 0.99872),
+        zero_points=(-120, 127),
         quantized_dimension=1,
     )
     assert str(per_axis) == "!quant.uniform<i8:f32:1, {2.000000e+02:-120,9.987200e-01:127}>"
     sub_channel = UniformQuantizedSubChannelType(
-        storage_type=IntegerType(8), expressed_type=F32,
+        storage_type=IntegerType(8),
+        expressed_type=F32,
         scales=DenseParameters(np.array([[2.0, 3.0], [4.0, 5.0]], dtype=np.float32)),
         zero_points=DenseParameters(np.array([[120, 127], [0, 0]], dtype=np.int64)),
-        quantized_dimensions=(0, 1), block_sizes=(1, 2),
+        quantized_dimensions=(0, 1),
+        block_sizes=(1, 2),
     )
     assert str(sub_channel) == (
-        "!quant.uniform<i8:f32:{0:1, 1:2}, {{2.000000e+00:120, 3.000000e+00:127}, {4.000000e+00, 5.000000e+00}}>"
+        "!quant.uniform<i8:f32:{0:1, 1:2}, "
+        "{{2.000000e+00:120, 3.000000e+00:127}, {4.000000e+00, 5.000000e+00}}>"
     )
 
 
@@ -62,30 +68,65 @@ def test_sub_channel_zero_point_wraps_to_storage_width_like_apint() -> None:
 
 
 def test_sub_channel_scale_prints_in_expressed_type_precision() -> None:
-    assert str(parse_type("!quant.uniform<i8:f16:{0:1}, {{0.3}}>")) == "!quant.uniform<i8:f16:{0:1}, {{3.000490e-01}}>"
+    assert (
+        str(parse_type("!quant.uniform<i8:f16:{0:1}, {{0.3}}>"))
+        == "!quant.uniform<i8:f16:{0:1}, {{3.000490e-01}}>"
+    )
 
 
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: UniformQuantizedType(storage_type=IntegerType(33), expressed_type=F32, scale=1.0),
-         "illegal storage type size: 33"),
-        (lambda: UniformQuantizedType(storage_type=IntegerType(8), expressed_type=F32, scale=1.0,
-                                      storage_type_min=2, storage_type_max=1),
-         "illegal storage min and storage max: (2:1)"),
-        (lambda: UniformQuantizedType(storage_type=IntegerType(8), expressed_type=F32, scale=-1.0),
-         "scale -1.000000e+00 out of expressed type range [1.401298e-45, 3.402823e+38]"),
-        (lambda: UniformQuantizedType(storage_type=IntegerType(8), expressed_type=F16, scale=6.6e4),
-         "scale 6.600000e+04 out of expressed type range [5.960464e-08, 6.550400e+04]"),
-        (lambda: UniformQuantizedPerAxisType(storage_type=IntegerType(8), expressed_type=F32, scales=(1.0,),
-                                             zero_points=(0, 1), quantized_dimension=0),
-         "illegal number of scales and zeroPoints: 1, 2"),
-        (lambda: UniformQuantizedPerAxisType(storage_type=IntegerType(8), expressed_type=F32, scales=(1.0,),
-                                             zero_points=(0,), quantized_dimension=-1),
-         "illegal quantized dimension: -1"),
-        (lambda: CalibratedQuantizedType(F32, 1.0, -1.0), "illegal min and max: (1.000000e+00:-1.000000e+00)"),
-        (lambda: AnyQuantizedType(storage_type=IntegerType(8), expressed_type=FloatType("f8E5M2")),
-         "expressed type must be floating point"),
+        (
+            lambda: UniformQuantizedType(storage_type=IntegerType(33), expressed_type=F32, scale=1.0),
+            "illegal storage type size: 33",
+        ),
+        (
+            lambda: UniformQuantizedType(
+                storage_type=IntegerType(8),
+                expressed_type=F32,
+                scale=1.0,
+                storage_type_min=2,
+                storage_type_max=1,
+            ),
+            "illegal storage min and storage max: (2:1)",
+        ),
+        (
+            lambda: UniformQuantizedType(storage_type=IntegerType(8), expressed_type=F32, scale=-1.0),
+            "scale -1.000000e+00 out of expressed type range [1.401298e-45, 3.402823e+38]",
+        ),
+        (
+            lambda: UniformQuantizedType(storage_type=IntegerType(8), expressed_type=F16, scale=6.6e4),
+            "scale 6.600000e+04 out of expressed type range [5.960464e-08, 6.550400e+04]",
+        ),
+        (
+            lambda: UniformQuantizedPerAxisType(
+                storage_type=IntegerType(8),
+                expressed_type=F32,
+                scales=(1.0,),
+                zero_points=(0, 1),
+                quantized_dimension=0,
+            ),
+            "illegal number of scales and zeroPoints: 1, 2",
+        ),
+        (
+            lambda: UniformQuantizedPerAxisType(
+                storage_type=IntegerType(8),
+                expressed_type=F32,
+                scales=(1.0,),
+                zero_points=(0,),
+                quantized_dimension=-1,
+            ),
+            "illegal quantized dimension: -1",
+        ),
+        (
+            lambda: CalibratedQuantizedType(F32, 1.0, -1.0),
+            "illegal min and max: (1.000000e+00:-1.000000e+00)",
+        ),
+        (
+            lambda: AnyQuantizedType(storage_type=IntegerType(8), expressed_type=FloatType("f8E5M2")),
+            "expressed type must be floating point",
+        ),
     ],
 )
 def test_invalid_types_cannot_be_built(build: object, message: str) -> None:
@@ -120,7 +161,10 @@ def test_float_storage_default_bounds_are_the_finite_range() -> None:
 def test_large_per_axis_type_keeps_scales_as_given() -> None:
     scales = tuple(float(s) for s in np.linspace(0.001, 1.0, 65536))
     type_ = UniformQuantizedPerAxisType(
-        storage_type=IntegerType(8), expressed_type=F32, scales=scales, zero_points=(0,) * 65536,
+        storage_type=IntegerType(8),
+        expressed_type=F32,
+        scales=scales,
+        zero_points=(0,) * 65536,
         quantized_dimension=0,
     )
     assert parse_type(str(type_)) == type_

@@ -175,6 +175,11 @@ class DequantizeCastOp(QuantCastOp):
         QuantCastOp.verify(self)
         check_expressed_type_matches(self, self.input.type, self.result.type)
 
+    def fold(self) -> Value | None:
+        """Upstream's folder: `dcast(qcast(x))` is `x` (the two types of `x` are equal by verification)."""
+        source = self.input.owner_op()
+        return source.input if isinstance(source, QuantizeCastOp) else None
+
 
 @register_op
 class QuantizeCastOp(QuantCastOp):
@@ -188,6 +193,13 @@ class QuantizeCastOp(QuantCastOp):
     def verify(self) -> None:
         QuantCastOp.verify(self)
         check_expressed_type_matches(self, self.result.type, self.input.type)
+
+    def fold(self) -> Value | None:
+        """Upstream's folder: `qcast(dcast(x))` is `x` when `x` already has this op's quantized type."""
+        source = self.input.owner_op()
+        if isinstance(source, DequantizeCastOp) and source.input.type == self.result.type:
+            return source.input
+        return None
 
 
 @register_op
@@ -214,3 +226,10 @@ class StorageCastOp(QuantCastOp):
         if quantized_type.storage_type != element_type_of(integer_container):
             raise self.error("storage type in quantized type expected to match integer type")
         check_quantization(self, quantized_type, quantized_container)
+
+    def fold(self) -> Value | None:
+        """Upstream's folder: `scast(scast(x))` is `x` when the two casts invert each other."""
+        source = self.input.owner_op()
+        if isinstance(source, StorageCastOp) and source.input.type == self.result.type:
+            return source.input
+        return None

@@ -14,8 +14,9 @@ The rules disagree, on purpose, because the engines do:
 | STABLEHLO     | rne(clamp(x / s + zp, qmin, qmax))        | stablehlo.uniform_quantize (interpreter) |
 | MLIR_LOWERING | trunc(x / s + zp), clamp if bounds narrow | upstream `--lower-quant-ops` (fptosi)    |
 
-ONNX and STABLEHLO differ exactly on ties (`x / s` = n + 0.5) with an odd zero point strictly inside
-the storage range; MLIR_LOWERING differs from both whenever the fraction is not zero.
+ONNX and STABLEHLO differ by one on ties (`x / s` = n + 0.5) with an odd zero point strictly inside
+the storage range, where adding zp in float drops bits of `x / s`, and on NaN (qmin vs 0). MLIR_LOWERING
+truncates, so it differs from both wherever they round away from zero (|fraction| > 0.5, half the ties).
 """
 
 from __future__ import annotations

@@ -126,6 +126,7 @@ _F32 = _FORMATS["f32"]
 _WIDE = (_F64, _FORMATS["f80"], _FORMATS["f128"])  # every double is exact in these
 _STEP1_PRECISION = 6  # printFloatValue's FormatPrecision for the first try
 _MAX_PADDING = 3  # APFloat::toString's default FormatMaxPadding
+_F64_MIN_NORMAL = 2.2250738585072014e-308
 
 _pack_d = struct.Struct("<d").pack
 _unpack_d = struct.Struct("<d").unpack
@@ -193,7 +194,7 @@ def _round_exact(num: int, den: int, f: _Format) -> tuple[int, int] | None:
     if r > d or (r == d and m & 1):
         m += 1
     if m == 0 and f.kind == "e8m0":
-        return 1, f.emin
+        return 1, f.emin  # no zero: the smallest value instead
     shift = q - (f.emax - f.man_bits)  # compare m * 2**q with the largest finite value
     if ((m << shift) if shift >= 0 else m) > (f.max_sig if shift >= 0 else f.max_sig << -shift):
         if f.kind == "finite":
@@ -211,7 +212,11 @@ def round_to_float_type(value: float, float_type: str) -> float:
     f64, f80 and f128 hold every double, so they return ``value`` unchanged.
     Overflow gives inf (IEEE formats), NaN (NaN-only formats) or the largest
     finite value with the input's sign (finite-only formats). Formats
-    without negative zero give +0.0 for -0.0. NaN stays NaN.
+    without negative zero give +0.0 for -0.0. NaN stays NaN. f8E8M0FNU has
+    no zero and no sign bit, yet APFloat keeps the sign of a negative input
+    (MLIR prints ``-0.5 : f8E8M0FNU`` back as ``-5.000000e-01``); so does
+    this function, except where the value would round to zero, which gives
+    the smallest value, positive.
     """
     f = _fmt(float_type)
     if f in _WIDE:
@@ -224,14 +229,15 @@ def round_to_float_type(value: float, float_type: str) -> float:
     if value != value:
         return value
     negative = math.copysign(1.0, value) < 0
-    if f.kind == "e8m0" and negative:
-        return math.nan
+    if f.kind == "e8m0" and abs(value) <= math.ldexp(1.0, f.emin - 1):
+        # No zero: what would round to zero becomes the smallest value, unsigned.
+        return math.ldexp(1.0, f.emin)
     if value in (math.inf, -math.inf):
         if f.kind == "ieee":
             return value
         result = math.ldexp(f.max_sig, f.emax - f.man_bits) if f.kind == "finite" else math.nan
     elif value == 0.0:
-        result = math.ldexp(1.0, f.emin) if f.kind == "e8m0" else 0.0
+        result = 0.0
     else:
         num, den = abs(value).as_integer_ratio()
         rounded = _round_exact(num, den, f)
@@ -487,13 +493,13 @@ def _parses_back(s: str, e: int, text: str, num: int, exp2: int, f: _Format, val
             return _unpack_d(_pack_q(xbits << shift))[0] == value
     d = int(s)
     back = _round_exact(d * _pow10(e), 1, f) if e >= 0 else _round_exact(d, _pow10(-e), f)
-    return back is not None and _ratio(*back) == _ratio(num, exp2)
+    return back is not None and back[0] != 0 and _ratio(*back) == _ratio(num, exp2)
 
 
 def _may_have_6_digits(s: str) -> bool:
-    """Whether an f64 whose step-2 digits are ``s`` can be within half an ulp of a 6-digit decimal.
+    """Whether a normal f64 whose step-2 digits are ``s`` can be within half an ulp of a 6-digit decimal.
 
-    If a 6-digit decimal D parses back to the double V, then
+    If a 6-digit decimal D parses back to the normal double V, then
     |V - D| < 2**-53 * D, which is under 12 units of V's 17th significant
     digit. So V's 17 digits are D's 6 digits and then 0000000000x, or D's
     6 digits minus one and then 9999999999x. APFloat's own 17 digits are off
@@ -527,7 +533,7 @@ def _format_finite(negative: bool, num: int, exp2: int, f: _Format, value: float
     s2, e2 = _round_digits(m2, r2 - t, f.digits)
 
     # Step 1: toString(6, 0, false), kept only if it parses back exactly.
-    if f is not _F64 or _may_have_6_digits(s2):
+    if f is not _F64 or value is None or abs(value) < _F64_MIN_NORMAL or _may_have_6_digits(s2):
         r1 = (bits - _STEP1_BITS) * 59 // 196 if bits > _STEP1_BITS else 0
         # floor(floor(m / 10**r2) / 10**(r1-r2)) == floor(m / 10**r1)
         m1 = m2 // _POW10[r1 - r2] if r1 >= r2 else _shrink(m, num, t, r1)
@@ -587,7 +593,7 @@ def format_float_bits(bits: int, float_type: str) -> str:
             # back with the all-ones exponent.
             bits |= ((1 << 15) - 1) << 64
         return _hex(bits)
-    value = _exact_double(num, exp2) if f in (_F64, _F32) else None
+    value = _exact_double(num, exp2) if f.man_bits <= 52 else None  # enables the fast checks
     if value is not None and negative:
         value = -value
     text = _format_finite(negative, num, exp2, f, value)

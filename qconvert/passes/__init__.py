@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from qconvert.errors import InputError
 from qconvert.ir.core import Operation
@@ -34,7 +34,10 @@ class ModulePass:
         raise NotImplementedError
 
 
-def register_pass(cls: type[ModulePass]) -> type[ModulePass]:
+PassT = TypeVar("PassT", bound=type["ModulePass"])
+
+
+def register_pass(cls: PassT) -> PassT:
     assert cls.name not in PASS_REGISTRY, f"pass {cls.name} registered twice"
     PASS_REGISTRY[cls.name] = cls
     return cls

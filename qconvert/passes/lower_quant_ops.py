@@ -85,7 +85,6 @@ from qconvert.ir.dialects.func import FuncOp
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantCastOp, QuantizeCastOp, StorageCastOp
 from qconvert.ir.parser import numpy_dtype
 from qconvert.ir.quant_types import (
-    QuantizedType,
     UniformQuantizedPerAxisType,
     UniformQuantizedSubChannelType,
     UniformQuantizedType,
@@ -110,6 +109,7 @@ from qconvert.ir.types import (
 )
 from qconvert.numerics import Rounding
 from qconvert.passes import ModulePass, PassResult, register_pass
+from qconvert.passes.conversion import walk_in_conversion_order
 
 __all__ = [
     "ConversionPattern",
@@ -205,13 +205,15 @@ class ConversionPattern(Protocol):
 def apply_partial_conversion(root: Operation, patterns: Sequence[ConversionPattern]) -> bool:
     """Make every op of a pattern's root class disappear, as MLIR's `applyPartialConversion` does.
 
-    Ops are visited in pre-order. Each is first folded (its `fold()`), else rewritten by the first
-    pattern that matches. Replacements take effect at the end, so folds and patterns see the original IR.
-    Returns whether anything changed. Raises `VerifyError` at an op nothing can convert (upstream's
-    "failed to legalize operation" text) or that a pattern rejects; the IR is then left as it was.
+    Ops are visited in upstream's order (pre-order; blocks no branch reaches are skipped). Each is first
+    folded (its `fold()`), else rewritten by the first pattern that matches. Replacements take effect at
+    the end, so folds and patterns see the original IR. Returns whether anything changed.
+
+    Raises `VerifyError` at an op nothing can convert (upstream's "failed to legalize operation" text) or
+    that a pattern rejects; the IR is then left as it was.
     """
     roots = tuple(pattern.root for pattern in patterns)
-    targets = [op for op in root.walk() if isinstance(op, roots)]
+    targets = [op for op in walk_in_conversion_order(root) if isinstance(op, roots)]
     if not targets:
         return False
     rewriter = ConversionRewriter()
@@ -284,7 +286,11 @@ def splat_like(builder: OpInserter, scalar: Value, reference_type: Type, sizes: 
 def is_constant_zero(value: Value) -> bool:
     """matchPattern(value, m_Zero()): an `arith.constant 0` (block arguments never are)."""
     op = value.owner_op()
-    return isinstance(op, arith.ConstantOp) and isinstance(op.value, IntegerAttr | BoolAttr) and not op.value.value
+    return (
+        isinstance(op, arith.ConstantOp)
+        and isinstance(op.value, IntegerAttr | BoolAttr)
+        and not op.value.value
+    )
 
 
 def integer_to_float(builder: OpInserter, value: Value, result_type: Type, is_signed: bool) -> Value:
@@ -328,20 +334,29 @@ class CastLowering:
 
     @property
     def scale_type(self) -> FloatType:
-        """The float type of the scale constants: f32 for ONNX quantize of f16/bf16 (onnxruntime's), else expressed."""
+        """The scales' float type: f32 for ONNX quantize of f16/bf16 (as onnxruntime), else expressed."""
         if self.is_onnx_quantize and self.expressed_type in (F16, BF16):
             return F32
         return self.expressed_type
 
-    def convert(self, builder: OpInserter, value: Value, sizes: MixedSizes, scale: Value, zero_point: Value) -> Value:
-        """convertRanked: quantize or dequantize a scalar or ranked tensor with scalar scale and zero point."""
+    def scale_values(self, scales: np.ndarray) -> np.ndarray:
+        """Scales as the expressed type holds them (rounded once), then exactly in `scale_type`."""
+        expressed = np.asarray(scales, dtype=np.float64).astype(float_dtype(self.expressed_type))
+        return expressed.astype(float_dtype(self.scale_type))
+
+    def convert(
+        self, builder: OpInserter, value: Value, sizes: MixedSizes, scale: Value, zero_point: Value
+    ) -> Value:
+        """convertRanked: quantize or dequantize a scalar or ranked tensor by scalar scale and zero point."""
         if not self.is_quantize:
             return self.dequantize(builder, value, sizes, scale, zero_point)
         if self.rounding is Rounding.ONNX:
             return self.quantize_onnx(builder, value, sizes, scale, zero_point)
         return self.quantize_mlir(builder, value, sizes, scale, zero_point)
 
-    def dequantize(self, builder: OpInserter, value: Value, sizes: MixedSizes, scale: Value, zero_point: Value) -> Value:
+    def dequantize(
+        self, builder: OpInserter, value: Value, sizes: MixedSizes, scale: Value, zero_point: Value
+    ) -> Value:
         """`(q - zp) * scale` in the expressed type; both zero point ops are left out for a constant 0."""
         is_signed = self.quantized_type.is_signed
         scale = splat_like(builder, scale, value.type, sizes)
@@ -352,7 +367,9 @@ class CastLowering:
             result = builder.insert(arith.SubFOp(result, zero_point)).result
         return builder.insert(arith.MulFOp(result, scale)).result
 
-    def quantize_mlir(self, builder: OpInserter, value: Value, sizes: MixedSizes, scale: Value, zero_point: Value) -> Value:
+    def quantize_mlir(
+        self, builder: OpInserter, value: Value, sizes: MixedSizes, scale: Value, zero_point: Value
+    ) -> Value:
         """Upstream: `fptosi(x / scale + zp)`, then `maxsi`/`minsi` only for narrowed storage bounds."""
         is_signed = self.quantized_type.is_signed
         scale = splat_like(builder, scale, value.type, sizes)
@@ -373,7 +390,9 @@ class CastLowering:
         stored = builder.insert(maximum(stored, low)).result
         return builder.insert(minimum(stored, high)).result
 
-    def quantize_onnx(self, builder: OpInserter, value: Value, sizes: MixedSizes, scale: Value, zero_point: Value) -> Value:
+    def quantize_onnx(
+        self, builder: OpInserter, value: Value, sizes: MixedSizes, scale: Value, zero_point: Value
+    ) -> Value:
         """onnxruntime QuantizeLinear: `fptosi(clamp(roundeven(x / scale) + zp, storage_min, storage_max))`.
 
         Numerics.quantize(..., Rounding.ONNX) is the reference: the quotient in f32 (f64 for f64), the
@@ -389,7 +408,9 @@ class CastLowering:
         bounds = (quantized_type.storage_type_min, quantized_type.storage_type_max)
         clamp_type = self.scale_type if all(is_exact_in(b, self.scale_type) for b in bounds) else F64
         if clamp_type != self.scale_type:  # e.g. i32 in f32: 2**31 - 1 has no f32 value, so clamp in f64
-            stored_float = builder.insert(arith.ExtFOp(stored_float, with_element_type(value.type, F64))).result
+            stored_float = builder.insert(
+                arith.ExtFOp(stored_float, with_element_type(value.type, F64))
+            ).result
         if not is_constant_zero(zero_point):
             zero_point = splat_like(builder, zero_point, value.type, sizes)
             zero_point = integer_to_float(builder, zero_point, stored_float.type, is_signed)
@@ -414,7 +435,9 @@ def flatten_unranked(builder: OpInserter, value: Value) -> tuple[Value, Value]:
     return builder.insert(tensor.ReshapeOp(value, flat_shape, flat_type)).result, input_shape
 
 
-def flatten_unranked_around_axis(builder: OpInserter, value: Value, axis: int, axis_size: int) -> tuple[Value, Value]:
+def flatten_unranked_around_axis(
+    builder: OpInserter, value: Value, axis: int, axis_size: int
+) -> tuple[Value, Value]:
     """flattenUnrankedTensorAroundAxis: `(tensor<?x{axis_size}x?xT> value, original shape)`."""
     assert isinstance(value.type, UnrankedTensorType)
     input_shape = builder.insert(shape.ShapeOfOp(value, EXTENT_TENSOR)).result
@@ -422,11 +445,15 @@ def flatten_unranked_around_axis(builder: OpInserter, value: Value, axis: int, a
     axis_next_value = constant(builder, IntegerAttr(axis + 1, INDEX))
     shape_left = builder.insert(shape.SplitAtOp([input_shape, axis_value], [EXTENT_TENSOR] * 2)).results[0]
     size_left = builder.insert(shape.NumElementsOp(shape_left, INDEX)).result
-    shape_right = builder.insert(shape.SplitAtOp([input_shape, axis_next_value], [EXTENT_TENSOR] * 2)).results[1]
+    shape_right = builder.insert(
+        shape.SplitAtOp([input_shape, axis_next_value], [EXTENT_TENSOR] * 2)
+    ).results[1]
     size_right = builder.insert(shape.NumElementsOp(shape_right, INDEX)).result
     axis_size_value = constant(builder, IntegerAttr(axis_size, INDEX))
     flat_shape_type = RankedTensorType((3,), INDEX)
-    flat_shape = builder.insert(tensor.FromElementsOp([size_left, axis_size_value, size_right], flat_shape_type))
+    flat_shape = builder.insert(
+        tensor.FromElementsOp([size_left, axis_size_value, size_right], flat_shape_type)
+    )
     flat_type = RankedTensorType((DYNAMIC, axis_size, DYNAMIC), value.type.element_type)
     return builder.insert(tensor.ReshapeOp(value, flat_shape.result, flat_type)).result, input_shape
 
@@ -438,17 +465,22 @@ def restore_unranked(builder: OpInserter, value: Value, input_shape: Value) -> V
 
 
 def lower_per_layer(builder: OpInserter, lowering: CastLowering, value: Value) -> Value:
-    """convertPerLayer: scalar scale and zero point constants, splatted over tensors."""
+    """convertPerLayer: unranked tensors are flattened to rank 1, then reshaped back."""
+    if isinstance(value.type, UnrankedTensorType):
+        flat_value, input_shape = flatten_unranked(builder, value)
+        return restore_unranked(builder, lower_per_layer_ranked(builder, lowering, flat_value), input_shape)
+    return lower_per_layer_ranked(builder, lowering, value)
+
+
+def lower_per_layer_ranked(builder: OpInserter, lowering: CastLowering, value: Value) -> Value:
+    """convertPerLayerRanked: scalar scale and zero point constants, splatted over tensors."""
     quantized_type = lowering.quantized_type
     assert isinstance(quantized_type, UniformQuantizedType)
-    is_unranked = isinstance(value.type, UnrankedTensorType)
-    if is_unranked:
-        value, input_shape = flatten_unranked(builder, value)
-    scale = constant(builder, float_attr(quantized_type.scale, lowering.scale_type))
+    scale_value = float(lowering.scale_values(np.asarray(quantized_type.scale)))
+    scale = constant(builder, FloatAttr(scale_value, lowering.scale_type))
     zero_point = constant(builder, storage_attr(quantized_type.zero_point, lowering.storage_type))
     sizes = mixed_sizes(builder, value)
-    result = lowering.convert(builder, value, sizes, scale, zero_point)
-    return restore_unranked(builder, result, input_shape) if is_unranked else result
+    return lowering.convert(builder, value, sizes, scale, zero_point)
 
 
 def lower_with_generic(
@@ -464,7 +496,7 @@ def lower_with_generic(
     assert isinstance(value_type, RankedTensorType)
     rank = value_type.rank
     scales_type = RankedTensorType(scales.shape, lowering.scale_type)
-    scales_value = constant(builder, DenseElementsAttr(scales.astype(float_dtype(lowering.scale_type)), scales_type))
+    scales_value = constant(builder, DenseElementsAttr(lowering.scale_values(scales), scales_type))
     storage_type = lowering.storage_type
     zero_points_type = RankedTensorType(zero_points.shape, storage_type)
     zero_points = wrap_to_width(zero_points, storage_type.width).astype(numpy_dtype(storage_type))
@@ -497,12 +529,21 @@ def lower_per_channel(builder: OpInserter, lowering: CastLowering, value: Value)
     quantized_type = lowering.quantized_type
     assert isinstance(quantized_type, UniformQuantizedPerAxisType)
     axis = quantized_type.quantized_dimension
-    is_unranked = isinstance(value.type, UnrankedTensorType)
-    if is_unranked:
-        value, input_shape = flatten_unranked_around_axis(builder, value, axis, len(quantized_type.scales))
-        axis = 1
+    if isinstance(value.type, UnrankedTensorType):
+        axis_size = len(quantized_type.scales)
+        flat_value, input_shape = flatten_unranked_around_axis(builder, value, axis, axis_size)
+        return restore_unranked(
+            builder, lower_per_channel_ranked(builder, lowering, flat_value, 1), input_shape
+        )
+    return lower_per_channel_ranked(builder, lowering, value, axis)
+
+
+def lower_per_channel_ranked(builder: OpInserter, lowering: CastLowering, value: Value, axis: int) -> Value:
+    """convertPerChannelRanked: scale and zero point of element `i` are entry `i[axis]` of the constants."""
+    quantized_type = lowering.quantized_type
+    assert isinstance(quantized_type, UniformQuantizedPerAxisType)
     assert isinstance(value.type, RankedTensorType)
-    result = lower_with_generic(
+    return lower_with_generic(
         builder,
         lowering,
         value,
@@ -510,7 +551,6 @@ def lower_per_channel(builder: OpInserter, lowering: CastLowering, value: Value)
         np.asarray(quantized_type.zero_points, dtype=np.int64),
         AffineMapAttr(value.type.rank, 0, (f"d{axis}",)),
     )
-    return restore_unranked(builder, result, input_shape) if is_unranked else result
 
 
 def lower_sub_channel(builder: OpInserter, lowering: CastLowering, value: Value) -> Value:
@@ -545,12 +585,14 @@ def lower_quantized(builder: OpInserter, lowering: CastLowering, value: Value) -
 def lowerable_type(op: Operation, quantized_type: Type) -> UniformType:
     """The uniform quantized type of a cast, or an error at the cast when it has no lowering."""
     if not isinstance(quantized_type, UniformType):
-        raise op.error(f"cannot lower quantized type {quantized_type}: only !quant.uniform types can be lowered")
+        raise op.error(
+            f"cannot lower quantized type {quantized_type}: only !quant.uniform types can be lowered"
+        )
     storage_type = quantized_type.storage_type
     if not (isinstance(storage_type, IntegerType) and storage_type.is_signless):
         raise op.error(
-            f"cannot lower quantized type {quantized_type}: storage type {quantized_type.storage_type_spelling} "
-            "is not a signless integer type"
+            f"cannot lower quantized type {quantized_type}: storage type "
+            f"{quantized_type.storage_type_spelling} is not a signless integer type"
         )
     return quantized_type
 
@@ -567,14 +609,16 @@ class DequantizeCastLowering:
         quantized_type = lowerable_type(op, element_type_of(op.input.type))
         storage_container = with_element_type(op.input.type, quantized_type.storage_type)
         stored = rewriter.insert(StorageCastOp(op.input, storage_container)).result
-        lowering = CastLowering(is_quantize=False, quantized_type=quantized_type, rounding=Rounding.MLIR_LOWERING)
+        lowering = CastLowering(
+            is_quantize=False, quantized_type=quantized_type, rounding=Rounding.MLIR_LOWERING
+        )
         rewriter.replace_op(op, [lower_quantized(rewriter, lowering, stored)])
         return True
 
 
 @dataclass(frozen=True, slots=True)
 class QuantizeCastLowering:
-    """`quant.qcast %x` -> storage integers computed with `rounding`, then `quant.scast` to the quantized type."""
+    """`quant.qcast %x` -> integers by the `rounding` rule, then `quant.scast` to the quantized type."""
 
     root: ClassVar[type[Operation]] = QuantizeCastOp
     rounding: Rounding = Rounding.MLIR_LOWERING
@@ -610,7 +654,9 @@ class LowerQuantOpsPass(ModulePass):
             rounding = None
         if rounding not in SUPPORTED_ROUNDINGS:
             choices = ", ".join(r.value for r in SUPPORTED_ROUNDINGS)
-            raise InputError(f"pass '{self.name}': rounding '{self.rounding}' is not supported (choose {choices})")
+            raise InputError(
+                f"pass '{self.name}': rounding '{self.rounding}' is not supported (choose {choices})"
+            )
         object.__setattr__(self, "rounding", rounding)
 
     def run(self, module: Operation) -> PassResult:

@@ -13,11 +13,12 @@ zero points are held at the storage width and read signed, so a `u8` zero point 
 `-56` (upstream sign-extends its APInt the same way). Scales are converted to f64 exactly: an f16 scale
 0.3 becomes `0.300048828125`.
 
-What is rewritten: the signature of the function (a bodiless `private` declaration too), every block
-argument of every block in it, and every op result in it (so every operand: call sites, returns and
-unknown ops alike), including nested `func.func` ops. Attributes are not rewritten (an op's
-`{t = tensor<...>}` keeps its sub-channel type), and neither are bare scalar sub-channel types, since a
-scalar cannot carry sub-channel quantization. No op is added: the rewrite changes types, never values.
+What is rewritten, as upstream's conversion does it: the signature and block arguments of the function
+(a bodiless `private` declaration too) and of nested `func.func` ops, and every op that has a sub-channel
+tensor among its operand or result types (call sites, returns and unknown ops alike): its results and the
+block arguments of its regions. Attributes are not rewritten (an op's `{t = tensor<...>}` keeps its type),
+nor are bare scalar sub-channel types, since a scalar cannot carry sub-channel quantization. No op is
+added: the rewrite changes types, never values.
 
     func.func private @callee(tensor<?x?x!quant.uniform<i8:f32:{0:1,1:4}, {{2.0:127}}>>)
     func.func @f(%arg0: tensor<2x?x!quant.uniform<u8:f32:{0:1}, {{2.0:200}, {3.0}}>>) {
@@ -35,16 +36,22 @@ becomes
       return
     }
 
-NOTE: upstream MLIR (torch-mlir 20261001) crashes on a function whose non-entry blocks carry sub-channel
-arguments; we rewrite those arguments like all others, which keeps the IR consistent.
+Ops in blocks that no branch reaches are not visited, as upstream does not visit them. The pass fails,
+changing nothing, where upstream's does, for want of a cast between the two forms of a type: when an op
+with a sub-channel type uses a sub-channel block argument of a region whose owner has none (such an
+argument is not rewritten), and when an op that is not visited uses a rewritten value.
+NOTE: upstream (torch-mlir 20261001) crashes on a function whose non-entry blocks take sub-channel
+arguments; we rewrite those arguments like the entry block's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from qconvert.ir.core import Operation
+from qconvert.errors import Location, VerifyError
+from qconvert.ir.core import BlockArgument, Operation, Value
 from qconvert.ir.dialects.func import FuncOp
 from qconvert.ir.quant_types import (
     QuantizedType,
@@ -54,6 +61,7 @@ from qconvert.ir.quant_types import (
 )
 from qconvert.ir.types import FunctionType, RankedTensorType, Type, UnrankedTensorType
 from qconvert.passes import ModulePass, PassResult, register_pass
+from qconvert.passes.conversion import value_location, walk_in_conversion_order
 
 
 def normalize_sub_channel_type(element: UniformQuantizedSubChannelType) -> QuantizedType:
@@ -105,43 +113,105 @@ def normalize_function_type(function_type: FunctionType) -> FunctionType:
     )
 
 
-def normalize_function(function: FuncOp) -> bool:
-    """Normalize every type in `function` (signature, block arguments, op results); True if any changed.
+def is_normalized(type_: Type) -> bool:
+    """True when the type converter leaves `type_` as it is."""
+    return normalize_quant_type(type_) is type_
 
-    Nested `func.func` ops get their signatures normalized too, as upstream's conversion reaches them.
+
+def is_normalized_op(op: Operation) -> bool:
+    """Upstream's legality: a function by its signature and block arguments, any other op by its operand
+    and result types."""
+    if isinstance(op, FuncOp):
+        blocks = op.regions[0].blocks
+        types = [*op.function_type.inputs, *op.function_type.results]
+        types += [argument.type for block in blocks for argument in block.arguments]
+    else:
+        types = [*op.operand_types, *op.result_types]
+    return all(map(is_normalized, types))
+
+
+def check_normalizable(ops: Sequence[Operation]) -> None:
+    """Raise where upstream's conversion fails, before anything is rewritten (so failure changes nothing).
+
+    `ops` are the ops upstream visits. Upstream has no cast between a sub-channel type and its normalized
+    form, so it fails where one would be needed:
+
+    * a rewritten op uses a sub-channel block argument that stays: the argument of a region whose owner
+      has no sub-channel type of its own (upstream rewrites block arguments only with their owner);
+    * a rewritten value is used by an op upstream does not visit (one in a block no branch reaches).
+
+    Raises:
+        VerifyError: with upstream's message, at the first such value in conversion order.
     """
-    changed = False
-    for op in function.walk():
-        if isinstance(op, FuncOp):
-            normalized = normalize_function_type(op.function_type)
-            if normalized != op.function_type:
-                op.function_type = normalized
-                changed = True
-        values = [argument for region in op.regions for block in region.blocks for argument in block.arguments]
-        for value in [*values, *op.results]:
-            normalized_type = normalize_quant_type(value.type)
-            if normalized_type is not value.type:
-                # A type change in place (MLIR's Value::setType): the normalized type means the same values,
-                # so no use needs a cast and every operand follows its definition.
-                value.type = normalized_type
-                changed = True
-    return changed
+    visited = set(ops)
+    rewritten = [op for op in ops if not is_normalized_op(op)]
+    owners = set(rewritten)
+    for op in rewritten:
+        if not isinstance(op, FuncOp):
+            for operand in op.operands:
+                region = operand.owner.parent if isinstance(operand, BlockArgument) else None
+                if region is not None and region.parent not in owners and not is_normalized(operand.type):
+                    raise materialization_error("target", operand.type, op.location)
+        for value in defined_values(op):
+            if not is_normalized(value.type) and any(user not in visited for user, _ in value.uses):
+                raise materialization_error("source", value.type, value_location(value))
+
+
+def materialization_error(kind: str, type_: Type, location: Location | None) -> VerifyError:
+    """Upstream's message for a cast it needed and could not build (`kind` is `source` or `target`)."""
+    normalized = normalize_quant_type(type_)
+    old, new = (normalized, type_) if kind == "source" else (type_, normalized)
+    return VerifyError(
+        f"failed to legalize unresolved {kind} materialization from ('{old}') to ('{new}') "
+        "that remained live after conversion",
+        location,
+    )
+
+
+def defined_values(op: Operation) -> list[Value]:
+    """The values whose types rewriting `op` changes: its results and its regions' block arguments."""
+    arguments = [argument for region in op.regions for block in region.blocks for argument in block.arguments]
+    return [*op.results, *arguments]
+
+
+def normalize_op_types(op: Operation) -> None:
+    """Normalize the types `op` defines: a function's signature or an op's results, and in both cases the
+    arguments of every block of its regions."""
+    if isinstance(op, FuncOp):
+        op.function_type = normalize_function_type(op.function_type)
+    for value in defined_values(op):
+        # A type change in place (MLIR's Value::setType): the normalized type means the same values, so no
+        # use needs a cast, and every operand follows its definition.
+        value.type = normalize_quant_type(value.type)
+
+
+def normalize_functions(functions: Sequence[FuncOp]) -> bool:
+    """Normalize the types in each of `functions` as upstream's conversion does; True if any changed.
+
+    Ops are visited in upstream's order (reachable blocks only); each op that has a sub-channel type is
+    rewritten, nested `func.func` ops included.
+
+    Raises:
+        VerifyError: where upstream fails (see `check_normalizable`); every function is then unchanged.
+    """
+    visits = [list(walk_in_conversion_order(function)) for function in functions]
+    for ops in visits:
+        check_normalizable(ops)
+    rewritten = [op for ops in visits for op in ops if not is_normalized_op(op)]
+    for op in rewritten:
+        normalize_op_types(op)
+    return bool(rewritten)
 
 
 @register_pass
 @dataclass(frozen=True, kw_only=True)
 class NormalizeQuantTypesPass(ModulePass):
-    """Rewrite sub-channel types that have a per-tensor or per-axis equivalent, in every top-level function."""
+    """Rewrite sub-channel types that have a per-tensor or per-axis form, in every top-level function."""
 
     name: ClassVar[str] = "normalize-quant-types"
     anchor: ClassVar[type[Operation]] = FuncOp
 
     def run(self, module: Operation) -> PassResult:
-        changed = False
-        for region in module.regions:
-            for block in region.blocks:
-                for op in block.ops:
-                    # Only the module's own functions: a func.func in a nested module is not an anchor.
-                    if isinstance(op, FuncOp):
-                        changed |= normalize_function(op)
-        return PassResult(changed=changed)
+        # Only the module's own functions: a func.func in a nested module is not an anchor.
+        functions = [op for region in module.regions for block in region.blocks for op in block.ops]
+        return PassResult(changed=normalize_functions([op for op in functions if isinstance(op, FuncOp)]))

@@ -15,17 +15,18 @@ type in a `func.func` signature becomes its storage type: a scalar `!quant.unifo
 
 Callee declarations are rewritten like definitions. Other ops keep their quantized types.
 
-    func.func private @callee(tensor<4x!quant.uniform<i8:f32, 2.0:128>>) -> f32
-    func.func @f(%arg0: !quant.uniform<i8:f32, 2.0:128>, %arg1: tensor<4x!quant.uniform<i8:f32, 2.0:128>>) -> f32 {
-      "test.custom_op"(%arg0) : (!quant.uniform<i8:f32, 2.0:128>) -> ()
-      %0 = call @callee(%arg1) : (tensor<4x!quant.uniform<i8:f32, 2.0:128>>) -> f32
+    !q = !quant.uniform<i8:f32, 2.0:128>
+    func.func private @callee(tensor<4x!q>) -> f32
+    func.func @f(%arg0: !q, %arg1: tensor<4x!q>, %arg2: tensor<4x!q>) -> f32 {
+      "test.custom_op"(%arg0) : (!q) -> ()
+      %0 = call @callee(%arg1) : (tensor<4x!q>) -> f32
       return %0 : f32
     }
 
 becomes
 
     func.func private @callee(tensor<4xi8>) -> f32
-    func.func @f(%arg0: i8, %arg1: tensor<4xi8>) -> f32 {
+    func.func @f(%arg0: i8, %arg1: tensor<4xi8>, %arg2: tensor<4xi8>) -> f32 {
       %0 = quant.scast %arg0 : i8 to !quant.uniform<i8:f32, 2.000000e+00:128>
       "test.custom_op"(%0) : (!quant.uniform<i8:f32, 2.000000e+00:128>) -> ()
       %1 = call @callee(%arg1) : (tensor<4xi8>) -> f32
@@ -35,7 +36,8 @@ becomes
 The pass fails, changing nothing, where upstream's conversion fails: a `!quant.calibrated` type (it has
 no storage type) in a signature, call or return, and a quantized argument of a function's non-entry
 block. Storage types that `quant.scast` rejects (`ui8`, `f8E5M2`) are stripped as upstream strips them;
-the verifier then reports the cast, as upstream's does.
+the verifier then reports the cast, as upstream's does. Ops in blocks that no branch reaches are not
+visited (upstream's order, see `conversion.py`): a return or call there keeps its quantized operands.
 """
 
 from __future__ import annotations
@@ -44,13 +46,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from qconvert.errors import Location, VerifyError
+from qconvert.errors import VerifyError
 from qconvert.ir.core import Block, BlockArgument, Builder, Operation, OpResult, Value
 from qconvert.ir.dialects.func import CallOp, FuncOp, ReturnOp
 from qconvert.ir.dialects.quant import StorageCastOp
 from qconvert.ir.quant_types import CalibratedQuantizedType, QuantizedType
 from qconvert.ir.types import FunctionType, RankedTensorType, Type, UnrankedTensorType
 from qconvert.passes import ModulePass, PassResult, register_pass
+from qconvert.passes.conversion import value_location, walk_in_conversion_order
 
 
 def strip_quant_type(type_: Type) -> Type | None:
@@ -81,16 +84,6 @@ def storage_type_of(type_: Type) -> Type:
     return stripped
 
 
-def location_of(value: Value) -> Location | None:
-    """Where a cast of `value` is reported: its defining op, or the op owning its block (as upstream does)."""
-    if isinstance(value, OpResult):
-        return value.owner.location
-    assert isinstance(value, BlockArgument)
-    region = value.owner.parent
-    owner = region.parent if region is not None else None
-    return owner.location if owner is not None else None
-
-
 class StorageCastRewriter:
     """Inserts the `quant.scast` glue and remembers, per quantized value, its storage-typed twin.
 
@@ -112,7 +105,8 @@ class StorageCastRewriter:
         else:
             assert isinstance(value, BlockArgument)
             builder = Builder.at_start(value.owner)
-        cast = builder.insert(StorageCastOp(value, storage_type_of(value.type), location=location_of(value)))
+        cast = StorageCastOp(value, storage_type_of(value.type), location=value_location(value))
+        builder.insert(cast)
         self.storage_twins[value] = cast.result
         return cast.result
 
@@ -126,7 +120,7 @@ class StorageCastRewriter:
         uses = list(value.uses)
         # An in-place type change, as MLIR's Value::setType; the users are redirected to the cast below.
         value.type = storage_type_of(quantized_type)
-        cast = builder.insert(StorageCastOp(value, quantized_type, location=location_of(value)))
+        cast = builder.insert(StorageCastOp(value, quantized_type, location=value_location(value)))
         for owner, index in uses:
             owner.set_operand(index, cast.result)
         self.storage_twins[cast.result] = value
@@ -156,9 +150,8 @@ class StripFunctionSignature:
         function_type = op.function_type
         if all(map(is_stripped_type, (*function_type.inputs, *function_type.results))):
             return False
-        op.function_type = FunctionType(
-            tuple(map(storage_type_of, function_type.inputs)), tuple(map(storage_type_of, function_type.results))
-        )
+        inputs = tuple(map(storage_type_of, function_type.inputs))
+        op.function_type = FunctionType(inputs, tuple(map(storage_type_of, function_type.results)))
         if op.is_declaration:
             return True
         entry = op.body
@@ -227,16 +220,17 @@ def check_strippable(ops: Sequence[Operation]) -> None:
             continue
         # Non-entry block arguments are not part of the signature: upstream leaves them and then fails.
         if any(strip_quant_type(t) is None for t in types) or not all(map(is_stripped_type, blocked)):
-            raise VerifyError(f"failed to legalize operation '{op.name}' that was explicitly marked illegal", op.location)
+            message = f"failed to legalize operation '{op.name}' that was explicitly marked illegal"
+            raise VerifyError(message, op.location)
 
 
 def strip_func_quant_types(module: Operation) -> bool:
     """Strip quantized types from every function signature, call and return under `module`.
 
-    Ops are visited in pre-order (upstream's conversion order), which fixes where casts land.
-    Returns whether anything changed.
+    Ops are visited in upstream's conversion order, which fixes where casts land; ops in blocks no branch
+    reaches are not visited. Returns whether anything changed.
     """
-    ops = list(module.walk())
+    ops = list(walk_in_conversion_order(module))
     check_strippable(ops)
     patterns = {type(pattern).root: pattern for pattern in STRIP_FUNC_QUANT_TYPES_PATTERNS}
     rewriter = StorageCastRewriter()

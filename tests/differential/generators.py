@@ -36,7 +36,17 @@ OTHER_SMALL_FLOATS = (
 )
 EXPRESSED = ("f16", "bf16", "f32", "f64")
 EXOTIC_EXPRESSED = ("tf32", "f80", "f128", "f8E5M2", "f8E4M3FN", "f4E2M1FN", "f6E3M2FN")
-INVALID_EXPRESSED = ("i8", "si8", "f33", "index", "none", "vector<2xf32>", "tensor<f32>", "complex<f32>", "i1")
+INVALID_EXPRESSED = (
+    "i8",
+    "si8",
+    "f33",
+    "index",
+    "none",
+    "vector<2xf32>",
+    "tensor<f32>",
+    "complex<f32>",
+    "i1",
+)
 # (smallest positive subnormal, largest finite) of each expressed type, as Python floats.
 FLOAT_LIMITS = {
     "f16": (2.0**-24, 65504.0),
@@ -89,8 +99,26 @@ def gen_storage(rng: random.Random, invalid: float = 0.08) -> Storage:
     r = rng.random()
     if r < invalid:
         text = rng.choice(
-            ("i0", "u0", "i33", "u33", "si33", "ui0", "i64", "i1024", "f16", "bf16", "f32", "index", "int8", "i",
-             "u", "s8", "x8", *OTHER_SMALL_FLOATS)
+            (
+                "i0",
+                "u0",
+                "i33",
+                "u33",
+                "si33",
+                "ui0",
+                "i64",
+                "i1024",
+                "f16",
+                "bf16",
+                "f32",
+                "index",
+                "int8",
+                "i",
+                "u",
+                "s8",
+                "x8",
+                *OTHER_SMALL_FLOATS,
+            )
         )
         return Storage(text, 0, 0, 0)
     if r < invalid + 0.12:
@@ -183,9 +211,34 @@ def gen_scale(rng: random.Random, expressed: str, invalid: float = 0.1) -> str:
     r = rng.random()
     if r < invalid:
         return rng.choice(
-            ("0.0", "-0.0", "-1.0", "-0.5", "1.0e-400", "1.0e+39", "1.0e309", "1", "2", "1e-3", "+1.0", "inf",
-             "nan", "0x0", "0x8000000000000000", "0x7FF0000000000000", "0x7FF8000000000000", "0xBFF0000000000000",
-             "1.0e-320", "1.0e+300", "1.0e-50", "-1.0e-10", ".5", "0.5.", "1.e5", "1.5e")
+            (
+                "0.0",
+                "-0.0",
+                "-1.0",
+                "-0.5",
+                "1.0e-400",
+                "1.0e+39",
+                "1.0e309",
+                "1",
+                "2",
+                "1e-3",
+                "+1.0",
+                "inf",
+                "nan",
+                "0x0",
+                "0x8000000000000000",
+                "0x7FF0000000000000",
+                "0x7FF8000000000000",
+                "0xBFF0000000000000",
+                "1.0e-320",
+                "1.0e+300",
+                "1.0e-50",
+                "-1.0e-10",
+                ".5",
+                "0.5.",
+                "1.e5",
+                "1.5e",
+            )
         )
     r = rng.random()
     if r < 0.35:  # short decimals
@@ -209,8 +262,12 @@ def gen_scale(rng: random.Random, expressed: str, invalid: float = 0.1) -> str:
         value = rng.choice(near_limit_scales(expressed))
         return float_text(value) if rng.random() < 0.8 else f64_hex(value)
     if r < 0.93:  # integral and binary-exact values
-        return float_text(rng.choice((1.0, 2.0, 0.5, 0.25, 0.0078125, 1024.0, 12345678.0, 1234567.0, 10704349.0)))
-    return float_text(rng.choice((0.998, 0.95, 0.99, 0.3, 0.8, 0.9999, 0.996, 0.1234567, 1.5350925350904778e-5)))
+        return float_text(
+            rng.choice((1.0, 2.0, 0.5, 0.25, 0.0078125, 1024.0, 12345678.0, 1234567.0, 10704349.0))
+        )
+    return float_text(
+        rng.choice((0.998, 0.95, 0.99, 0.3, 0.8, 0.9999, 0.996, 0.1234567, 1.5350925350904778e-5))
+    )
 
 
 def gen_zero_point(rng: random.Random, storage: Storage, invalid: float = 0.05) -> str:
@@ -219,7 +276,9 @@ def gen_zero_point(rng: random.Random, storage: Storage, invalid: float = 0.05) 
     if r < 0.35:
         return ""
     if r < 0.35 + invalid:
-        return ":" + rng.choice(("9223372036854775808", "-9223372036854775809", "1.5", "x", "", "18446744073709551616"))
+        return ":" + rng.choice(
+            ("9223372036854775808", "-9223372036854775809", "1.5", "x", "", "18446744073709551616")
+        )
     r = rng.random()
     if r < 0.5:
         value = rng.randint(-128, 255)
@@ -274,7 +333,9 @@ def gen_scale_focus(rng: random.Random) -> TypeCase:
 
 
 def param_list(rng: random.Random, storage: Storage, expressed: str, count: int, sep: str) -> str:
-    return sep.join(f"{gen_scale(rng, expressed, 0.03)}{gen_zero_point(rng, storage, 0.01)}" for _ in range(count))
+    return sep.join(
+        f"{gen_scale(rng, expressed, 0.03)}{gen_zero_point(rng, storage, 0.01)}" for _ in range(count)
+    )
 
 
 def gen_per_axis(rng: random.Random) -> TypeCase:
@@ -284,7 +345,9 @@ def gen_per_axis(rng: random.Random) -> TypeCase:
     axis = rng.choice((0, 0, 1, 1, 2, 3)) if rng.random() > 0.05 else rng.choice((-1, 2**31, 2**40))
     count = rng.randint(1, 5) if rng.random() > 0.03 else 0
     body = param_list(rng, storage, expressed, count, rng.choice((",", ", ")))
-    return TypeCase("uniform/per-axis", f"!quant.uniform<{storage.text}{bounds}:{expressed}:{axis}, {{{body}}}>")
+    return TypeCase(
+        "uniform/per-axis", f"!quant.uniform<{storage.text}{bounds}:{expressed}:{axis}, {{{body}}}>"
+    )
 
 
 def nested(rng: random.Random, dims: tuple[int, ...], leaf: Callable[[], str], ragged: bool) -> str:
@@ -321,11 +384,15 @@ def gen_sub_channel(rng: random.Random) -> TypeCase:
     rank = rng.randint(1, 3)
     dims = tuple(rng.choice((1, 1, 2, 2, 3)) for _ in range(rank))
     blocks = gen_blocks(rng, rank)
-    block_text = ", ".join(f"{a}:{b}" for a, b in blocks) if rng.random() < 0.8 else ",".join(
-        f"{a}:{b}" for a, b in blocks
+    block_text = (
+        ", ".join(f"{a}:{b}" for a, b in blocks)
+        if rng.random() < 0.8
+        else ",".join(f"{a}:{b}" for a, b in blocks)
     )
     ragged = rng.random() < 0.07
-    body = nested(rng, dims, lambda: f"{gen_scale(rng, expressed, 0.03)}{gen_zero_point(rng, storage, 0.01)}", ragged)
+    body = nested(
+        rng, dims, lambda: f"{gen_scale(rng, expressed, 0.03)}{gen_zero_point(rng, storage, 0.01)}", ragged
+    )
     return TypeCase(
         "uniform/sub-channel/ragged" if ragged else "uniform/sub-channel",
         f"!quant.uniform<{storage.text}{bounds}:{expressed}:{{{block_text}}}, {body}>",
@@ -381,8 +448,10 @@ def gen_quantile(rng: random.Random) -> TypeCase:
     else:
         storage = Storage(rng.choice(("i8", "f16", "index", "i0", "f6E2M3FN", "f8E4M3")), 0, 0, 8)
         count = rng.choice((4, 16, 256))
-    quantile_type = rng.choice((*EXPRESSED, "f16", "f32")) if rng.random() > 0.1 else rng.choice(
-        ("i8", "i4", "index", "f8E5M2", "f4E2M1FN", "tf32")
+    quantile_type = (
+        rng.choice((*EXPRESSED, "f16", "f32"))
+        if rng.random() > 0.1
+        else rng.choice(("i8", "i4", "index", "f8E5M2", "f4E2M1FN", "tf32"))
     )
     bounds = ""
     if rng.random() < 0.25 and storage.low < storage.high:
@@ -421,7 +490,9 @@ def mutate(rng: random.Random, text: str) -> tuple[str, str]:
         return kind, text[:i] + text[i] + text[i:]
     if kind == "insert":
         i = rng.randint(start, len(text) - 1)
-        return kind, text[:i] + rng.choice((" foo", " 1", " -", " ?", "x", " %a", " @s", " !quant.any<i8>")) + text[i:]
+        return kind, text[:i] + rng.choice(
+            (" foo", " 1", " -", " ?", "x", " %a", " @s", " !quant.any<i8>")
+        ) + text[i:]
     if kind == "keyword":
         keyword = rng.choice(("foobar", "__", "Uniform", "uniformx", "any2", "calib", "quant", "uniform", ""))
         rest = text[text.index("<") :] if "<" in text else ""
@@ -440,8 +511,21 @@ TYPE_GENERATORS: tuple[tuple[float, Callable[[random.Random], TypeCase]], ...] =
 )
 
 
-def generate_type_cases(seed: int, count: int, syntax_errors: float = 0.06) -> list[TypeCase]:
-    """`count` type texts; about `syntax_errors` of them are mutated into syntax errors."""
+CONTAINERS = (
+    "tensor<2x3x{}>",
+    "tensor<?x{}>",
+    "tensor<*x{}>",
+    "tensor<{}>",
+    "vector<4x{}>",
+    "vector<[2]x{}>",
+)
+
+
+def generate_type_cases(
+    seed: int, count: int, syntax_errors: float = 0.06, containers: float = 0.08
+) -> list[TypeCase]:
+    """`count` type texts; about `syntax_errors` of them are mutated into syntax errors, and about
+    `containers` of them are the element type of a tensor or vector type."""
     rng = random.Random(seed)
     weights = [w for w, _ in TYPE_GENERATORS]
     generators = [g for _, g in TYPE_GENERATORS]
@@ -451,6 +535,9 @@ def generate_type_cases(seed: int, count: int, syntax_errors: float = 0.06) -> l
         if rng.random() < syntax_errors:
             kind, text = mutate(rng, case.text)
             case = TypeCase(f"syntax/{kind}", text)
+        elif rng.random() < containers:
+            container = rng.choice(CONTAINERS)
+            case = TypeCase(f"container/{container.partition('<')[0]}", container.format(case.text))
         cases.append(case)
     return cases
 
@@ -467,8 +554,10 @@ def gen_valid_storage(rng: random.Random) -> Storage:
 
 
 def gen_valid_scale(rng: random.Random, expressed: str) -> str:
-    return gen_scale(rng, expressed, invalid=0.0) if rng.random() < 0.5 else rng.choice(
-        ("0.5", "2.0", "0.25", "1.5", "3.0", "0.1", "0.998", "0.0078125")
+    return (
+        gen_scale(rng, expressed, invalid=0.0)
+        if rng.random() < 0.5
+        else rng.choice(("0.5", "2.0", "0.25", "1.5", "3.0", "0.1", "0.998", "0.0078125"))
     )
 
 
@@ -505,13 +594,13 @@ def gen_spec(rng: random.Random) -> QuantSpec:
         axis = rng.randint(0, 2)
         count = rng.randint(1, 4)
         body = ",".join(param() for _ in range(count))
-        return QuantSpec(f"!quant.uniform<{head}:{axis}, {{{body}}}>", "per-axis", storage, expressed, axis, count)
+        return QuantSpec(
+            f"!quant.uniform<{head}:{axis}, {{{body}}}>", "per-axis", storage, expressed, axis, count
+        )
     if r < 0.88:
         rank = rng.randint(1, 3)
         dims = tuple(rng.choice((1, 1, 2, 3)) for _ in range(rank))
-        blocks = tuple(
-            (a, rng.choice((1, 2, 3))) for a in range(rank) if dims[a] > 1 or rng.random() < 0.3
-        )
+        blocks = tuple((a, rng.choice((1, 2, 3))) for a in range(rank) if dims[a] > 1 or rng.random() < 0.3)
         if rng.random() < 0.3:
             blocks = tuple(rng.sample(blocks, len(blocks)))
         block_text = ", ".join(f"{a}:{b}" for a, b in blocks)
@@ -524,8 +613,13 @@ def gen_spec(rng: random.Random) -> QuantSpec:
             blocks=blocks,
             scale_dims=dims,
         )
-    if r < 0.96:
+    if r < 0.94:
         return QuantSpec(f"!quant.any<{head}>", "any", storage, expressed)
+    if r < 0.97 and not storage.is_float and storage.width <= 4:
+        values = ",".join(f"{v / 4:.2f}" for v in range(storage.high - storage.low + 1))
+        spelling = f"ui{storage.width}" if storage.text.startswith("u") else storage.text  # `u4` is no type
+        text = f"!quant.quantile<{spelling}:{expressed}, {{{values}}}>"
+        return QuantSpec(text, "quantile", storage, expressed)
     return QuantSpec(f"!quant.calibrated<{expressed}<-1.0:1.0>>", "calibrated", storage, expressed)
 
 
@@ -637,7 +731,9 @@ def gen_cast_module(rng: random.Random) -> ModuleCase:
     integer = spec.storage.signless
     quant = spec.text
     if rng.random() < 0.3:
-        fault = rng.choice(("shape", "shape", "operand-shape", "expressed", "storage", "both-int", "both-quant"))
+        fault = rng.choice(
+            ("shape", "shape", "operand-shape", "expressed", "storage", "both-int", "both-quant")
+        )
         if fault in ("shape", "operand-shape"):
             what, new = perturb_shape(rng, spec, shape)
             if fault == "shape":
@@ -678,7 +774,7 @@ def gen_chain_module(rng: random.Random) -> ModuleCase:
     for index, spec in enumerate(specs):
         shape = fitting_shape(rng, spec)
         ft, qt, it = shape.of(spec.expressed), shape.of(spec.text), shape.of(spec.storage.signless)
-        if spec.kind in ("any", "calibrated"):
+        if spec.kind in ("any", "calibrated", "quantile"):
             functions.append(f"  func.func private @decl{index}({qt}) -> {qt}\n")
             continue
         r = rng.random()

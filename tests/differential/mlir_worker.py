@@ -1,22 +1,28 @@
 """Runs real upstream MLIR (torch-mlir's Python bindings) on jobs read from stdin, one JSON line out per job.
 
-A separate process because upstream MLIR can crash on generated input (it dies with SIGSEGV on a
-sub-channel type with float storage): `harness.MlirOracle` restarts it after the job that killed it.
+A separate process because upstream MLIR can crash on valid input (SIGSEGV: a sub-channel type with float
+storage, `lower-quant-ops` on `!quant.any`, ...): `harness.MlirOracle` restarts it after the job that
+killed it and records that job as crashed.
 
-Input: one JSON list of jobs `{"text": ..., "pipelines": [pipeline, ...]}`. Output, one line per job:
-`{"parse": outcome, "pipelines": [outcome, ...]}` where an outcome is
+Usage: `python mlir_worker.py [torch_mlir | iree.compiler]` (whose MLIR Python bindings to use).
+Input: one JSON list of jobs `[text, pipeline or null]`. Output, one line per job: an outcome
 `{"ok": bool, "text": str | null, "errors": [[message, line, column], ...], "notes": [message, ...]}`.
-Every pipeline runs on a fresh parse of the job's text; mlir's PassManager verifies its output.
+A job parses its text (which verifies it) and runs the pipeline, if any, with MLIR's PassManager, which
+verifies the result.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import sys
 from typing import Any
 
-from torch_mlir import ir, passmanager
+# The Python package whose `ir` and `passmanager` modules to use: torch_mlir (default) or iree.compiler.
+BINDINGS = sys.argv[1] if len(sys.argv) > 1 else "torch_mlir"
+ir = importlib.import_module(f"{BINDINGS}.ir")
+passmanager = importlib.import_module(f"{BINDINGS}.passmanager")
 
 LOCATION = re.compile(r'loc\("[^"]*":(\d+):(\d+)\)')
 
@@ -35,7 +41,7 @@ def failure(error: Exception) -> dict[str, Any]:
     return {"ok": False, "text": None, "errors": errors, "notes": notes}
 
 
-def run(context: ir.Context, text: str, pipeline: str | None) -> dict[str, Any]:
+def run(context: Any, text: str, pipeline: str | None) -> dict[str, Any]:
     with context:
         try:
             module = ir.Module.parse(text)
@@ -50,14 +56,11 @@ def main() -> None:
     jobs = json.load(sys.stdin)
     context = ir.Context()
     context.allow_unregistered_dialects = True
-    for number, job in enumerate(jobs):
-        if number % 500 == 499:  # keep the uniquer's memory bounded
+    for number, (text, pipeline) in enumerate(jobs):
+        if number % 1000 == 999:  # keep the type uniquer's memory bounded
             context = ir.Context()
             context.allow_unregistered_dialects = True
-        parsed = run(context, job["text"], None)
-        pipelines = job.get("pipelines", ()) if parsed["ok"] else ()
-        result = {"parse": parsed, "pipelines": [run(context, job["text"], p) for p in pipelines]}
-        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.write(json.dumps(run(context, text, pipeline)) + "\n")
         sys.stdout.flush()
 
 

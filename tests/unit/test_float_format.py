@@ -1,9 +1,14 @@
-"""Check qconvert.ir.float_format against observed upstream output and, when available, real MLIR.
+"""Check qconvert.ir.float_format against observed upstream output and, when available, against real MLIR.
 
-Sources of truth, in order: the observed table in the shared conformance
-notes (iree-opt output), the examples in NOTES.md §1.4, and a live
-differential against upstream MLIR's Python bindings (torch-mlir, else
-jaxlib), which prints every value we generate and must agree byte for byte.
+Sources of truth, in order:
+1. the observed table in the shared conformance notes (iree-opt output);
+2. the examples in NOTES.md §1.4;
+3. a live differential against upstream MLIR's Python bindings (torch-mlir,
+   else jaxlib). MLIR prints every value we generate, and our text must be
+   the same, byte for byte.
+
+Engine tests skip where no binding imports (they fail instead under
+QCONVERT_REQUIRE_ENGINES=1, see tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ import random
 import re
 import struct
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 import pytest
+from conftest import require_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +45,7 @@ _TSV_TYPES = {
     "sub-channel scale (f16)": "f16",
     "sub-channel scale (bf16)": "bf16",
 }
+_F32_SCALE_RANGE = "[1.401298e-45, 3.402823e+38]"
 
 
 def _f64_bits(x: float) -> int:
@@ -49,7 +56,7 @@ def _f64_bits(x: float) -> int:
 # Observed output.
 
 
-def test_observed_table() -> None:
+def test_format_float_observed_table_matches_iree_opt() -> None:
     """Every row of float-printing.tsv (iree-opt output) is reproduced."""
     if not _TSV.exists():
         pytest.skip(f"{_TSV} not found (set QCONVERT_CONFORMANCE_DIR)")
@@ -97,38 +104,56 @@ def test_observed_table() -> None:
         (1234567.0, "f64", "0x4132D68700000000"),
         # Observed with torch-mlir while writing this module.
         (123456789012345678.0, "f64", "1.2345678901234568E+17"),
-        (5.9604644775390625e-08, "f16", "5.960460e-08"),  # truncation leaves 6 digits
+        (5.9604644775390625e-08, "f16", "5.960460e-08"),  # truncation leaves exactly 6 digits
+        (4.9406564584124654e-324, "f64", "4.940660e-324"),  # subnormal: 6 digits round-trip
         (3.0, "f4E2M1FN", "3.000000e+00"),
+        (-0.75, "f8E8M0FNU", "-1.000000e+00"),  # APFloat keeps the sign the format lacks
+        (-1.0e-60, "f8E8M0FNU", "5.877470e-39"),  # no zero: the smallest value, unsigned
     ],
 )
-def test_notes_examples(value: float, float_type: str, expected: str) -> None:
+def test_format_float_notes_examples_match(value: float, float_type: str, expected: str) -> None:
     """NOTES.md §1.4 examples (values are rounded to the type first, as the parser does)."""
     assert format_float(round_to_float_type(value, float_type), float_type) == expected
 
 
-def test_special_values() -> None:
-    """Zeros print in step-1 form; inf and NaN print as bit patterns."""
-    assert format_float(0.0) == "0.000000e+00"
-    assert format_float(-0.0) == "-0.000000e+00"
-    assert format_float(-0.0, "f32") == "-0.000000e+00"
-    assert format_float(math.inf) == "0x7FF0000000000000"
-    assert format_float(-math.inf) == "0xFFF0000000000000"
-    assert format_float(math.nan) == "0x7FF8000000000000"
-    assert format_float(math.inf, "f32") == "0x7F800000"
-    assert format_float(math.nan, "f32") == "0x7FC00000"
-    assert format_float(math.inf, "f16") == "0x7C00"
-    assert format_float(math.nan, "bf16") == "0x7FC0"
-    assert format_float(math.nan, "tf32") == "0x3FE00"
-    assert format_float(math.nan, "f8E4M3FN") == "0x7F"
-    assert format_float(math.nan, "f8E4M3FNUZ") == "0x80"
-    assert format_float(math.nan, "f8E8M0FNU") == "0xFF"
+@pytest.mark.parametrize(
+    ("value", "float_type", "expected"),
+    [
+        (0.0, "f64", "0.000000e+00"),
+        (-0.0, "f64", "-0.000000e+00"),
+        (-0.0, "f32", "-0.000000e+00"),
+        (-0.0, "f8E4M3FNUZ", "0.000000e+00"),  # no negative zero: 0x80 is NaN
+        (math.inf, "f64", "0x7FF0000000000000"),
+        (-math.inf, "f64", "0xFFF0000000000000"),
+        (math.nan, "f64", "0x7FF8000000000000"),
+        (math.inf, "f32", "0x7F800000"),
+        (math.nan, "f32", "0x7FC00000"),
+        (math.inf, "f16", "0x7C00"),
+        (math.nan, "bf16", "0x7FC0"),
+        (math.nan, "tf32", "0x3FE00"),
+        (math.nan, "f8E4M3FN", "0x7F"),
+        (math.nan, "f8E4M3FNUZ", "0x80"),
+        (math.nan, "f8E8M0FNU", "0xFF"),
+        (math.inf, "f80", "0x7FFF8000000000000000"),
+        (math.nan, "f128", "0x7FFF8000000000000000000000000000"),
+    ],
+)
+def test_format_float_specials_print_as_zero_or_bits(value: float, float_type: str, expected: str) -> None:
+    """Zeros print in the 6-digit form; inf and NaN print as their bit pattern."""
+    assert format_float(value, float_type) == expected
+
+
+def test_format_float_bits_keeps_nan_payload_and_sign_of_zero() -> None:
     assert format_float_bits(0x7FF0000000000001, "f64") == "0x7FF0000000000001"
+    assert format_float_bits(0xFFC00001, "f32") == "0xFFC00001"
     assert format_float_bits(0x8000, "f16") == "-0.000000e+00"
     assert format_float_bits(0x3C00, "f16") == "1.000000e+00"
+    # An x87 unnormal is a NaN to APFloat, which writes it back with the all-ones exponent.
+    assert format_float_bits(0x3FFF0000000000000001, "f80") == "0x7FFF0000000000000001"
 
 
-def test_bits_round_trip() -> None:
-    """bits_to_float and float_to_bits are inverse on every non-NaN pattern of the small formats."""
+def test_bits_to_float_and_float_to_bits_are_inverse_on_small_formats() -> None:
+    """Every non-NaN pattern of the formats up to 16 bits survives a round trip."""
     for float_type in FLOAT_TYPES:
         width = float_type_width(float_type)
         if width > 16:
@@ -139,10 +164,10 @@ def test_bits_round_trip() -> None:
                 assert float_to_bits(value, float_type) == bits, (float_type, hex(bits))
 
 
-def test_round_to_float_type_matches_numpy() -> None:
-    """RNE conversion from double agrees with numpy (f16, f32) and ml_dtypes (the rest)."""
-    np = pytest.importorskip("numpy")
-    ml_dtypes = pytest.importorskip("ml_dtypes")
+def test_round_to_float_type_matches_numpy_and_ml_dtypes() -> None:
+    """Ties-to-even conversion from double agrees with numpy (f16, f32) and ml_dtypes (the rest)."""
+    np = require_module("numpy")
+    ml_dtypes = require_module("ml_dtypes")
     dtypes = {
         "f32": np.float32,
         "f16": np.float16,
@@ -165,7 +190,7 @@ def test_round_to_float_type_matches_numpy() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False))
-def test_f64_output_parses_back(value: float) -> None:
+def test_format_float_f64_output_parses_back_to_same_bits(value: float) -> None:
     """Whatever form is chosen, reading it back gives the same f64 bits."""
     text = format_float(value)
     if text.startswith("0x"):
@@ -175,9 +200,9 @@ def test_f64_output_parses_back(value: float) -> None:
         assert _f64_bits(float(text)) == _f64_bits(value)
 
 
-def test_unknown_type() -> None:
-    with pytest.raises(ValueError):
-        format_float(1.0, "f80")
+def test_format_float_unknown_type_raises() -> None:
+    with pytest.raises(ValueError, match="unsupported float type 'f42'"):
+        format_float(1.0, "f42")
 
 
 # --------------------------------------------------------------------------
@@ -200,8 +225,8 @@ def test_unknown_type() -> None:
         (-math.nan, "nan"),
     ],
 )
-def test_diagnostic_float(value: float, expected: str) -> None:
-    """llvm::write_double: C %e, but nan/INF/-INF for the non-finite values."""
+def test_format_diagnostic_float_is_write_double(value: float, expected: str) -> None:
+    """llvm::write_double: C %e, but nan, INF and -INF for the non-finite values."""
     assert format_diagnostic_float(value) == expected
 
 
@@ -209,30 +234,24 @@ def test_diagnostic_float(value: float, expected: str) -> None:
 # Differential against upstream MLIR.
 
 
-def _mlir() -> tuple[str, Any]:
-    """(engine name, its ``ir`` module); skips the test if no binding imports."""
-    try:
-        from torch_mlir import ir
-
-        return "torch_mlir", ir
-    except ImportError:
-        pass
-    try:
-        from jax._src.lib.mlir import ir
-
-        return "jaxlib", ir
-    except ImportError:
-        pytest.skip("neither torch_mlir nor jaxlib's MLIR bindings import")
+def _mlir_ir() -> tuple[str, ModuleType]:
+    """(engine name, its ``ir`` module): torch-mlir, else jaxlib; skips (or fails in CI) if neither."""
+    for engine, name in (("torch_mlir", "torch_mlir.ir"), ("jaxlib", "jax._src.lib.mlir.ir")):
+        try:
+            return engine, __import__(name, fromlist=["ir"])
+        except ImportError:
+            continue
+    return "torch_mlir", require_module("torch_mlir.ir")
 
 
-def _parse_print(ir: Any, text: str) -> str:
+def _parse_print(ir: ModuleType, text: str) -> str:
     ctx = ir.Context()
     ctx.allow_unregistered_dialects = True
     with ctx:
         return str(ir.Module.parse(text))
 
 
-def _print_attrs(ir: Any, literals: list[tuple[str, str]]) -> list[str]:
+def _print_attrs(ir: ModuleType, literals: list[tuple[str, str]]) -> list[str]:
     """What MLIR prints for `{v = LITERAL : TYPE}`, one op per literal."""
     text = "\n".join(f'"test.op"() {{v = {lit} : {t}}} : () -> ()' for lit, t in literals)
     printed = re.findall(r"\{v = (.*) : (\S+)\}", _parse_print(ir, text))
@@ -241,6 +260,7 @@ def _print_attrs(ir: Any, literals: list[tuple[str, str]]) -> list[str]:
 
 
 def _differential_patterns() -> list[tuple[int, str]]:
+    """About 9,000 bit patterns, chosen where the printer's three steps meet."""
     rng = random.Random(20240531)
     out: list[tuple[int, str]] = []
 
@@ -249,7 +269,7 @@ def _differential_patterns() -> list[tuple[int, str]]:
 
     for _ in range(1500):  # random f64 of sensible magnitude, both signs
         out.append(((rng.getrandbits(1) << 63) | (rng.randint(850, 1150) << 52) | rng.getrandbits(52), "f64"))
-    for _ in range(500):  # short decimals and their neighbours
+    for _ in range(500):  # short decimals, their neighbours, and the same in f32/f16/bf16
         x = float(f"{rng.randint(1, 10 ** rng.randint(1, 8))}e{rng.randint(-20, 10)}")
         add64(x)
         add64(math.nextafter(x, 0.0))
@@ -275,17 +295,23 @@ def _differential_patterns() -> list[tuple[int, str]]:
         out.append((rng.getrandbits(16), "f16"))
         out.append((rng.getrandbits(16), "bf16"))
         out.append((rng.getrandbits(19), "tf32"))
+    for _ in range(150):  # wide formats, including x87 unnormals
+        out.append((rng.getrandbits(80), "f80"))
+        out.append((rng.getrandbits(128), "f128"))
+        out.append((float_to_bits(float(rng.randint(1, 10**20)), "f80"), "f80"))
+        out.append((float_to_bits(rng.random(), "f128"), "f128"))
     for float_type in FLOAT_TYPES:  # every pattern of the 8-bit and smaller formats
-        if float_type_width(float_type) <= 8:
-            out += [(bits, float_type) for bits in range(1 << float_type_width(float_type))]
+        width = float_type_width(float_type)
+        if width <= 8:
+            out += [(bits, float_type) for bits in range(1 << width)]
     return out
 
 
-def test_differential_attributes() -> None:
-    """format_float_bits agrees with MLIR's printer on ~8,000 exact (hex) inputs."""
-    _, ir = _mlir()
+def test_format_float_bits_matches_mlir_attribute_printer() -> None:
+    """format_float_bits agrees with MLIR's printer on ~9,000 exact (hex) inputs."""
+    _, ir = _mlir_ir()
     patterns = _differential_patterns()
-    assert len(patterns) > 5000
+    assert len(patterns) > 8000
     printed = _print_attrs(ir, [(f"0x{bits:X}", t) for bits, t in patterns])
     mismatches = [
         (t, hex(bits), want, format_float_bits(bits, t))
@@ -295,19 +321,20 @@ def test_differential_attributes() -> None:
     assert mismatches == []
 
 
-def test_differential_decimal_literals() -> None:
-    """round_to_float_type + format_float agree with MLIR parsing decimal literals of each type."""
-    _, ir = _mlir()
+def test_round_to_float_type_matches_mlir_decimal_literals() -> None:
+    """round_to_float_type + format_float agree with MLIR parsing and printing decimal literals."""
+    _, ir = _mlir_ir()
     rng = random.Random(99)
     literals: list[tuple[str, str]] = []
     for float_type in FLOAT_TYPES:
-        top = max(abs(bits_to_float(b, float_type)) for b in _finite_samples(float_type))
+        width = float_type_width(float_type)
+        if width <= 16:
+            values = (bits_to_float(bits, float_type) for bits in range(1 << width))
+            top = max(abs(v) for v in values if math.isfinite(v))
+        else:
+            top = 3.0e38 if float_type in ("f32", "tf32") else 1.0e300
         for _ in range(150):
             x = rng.uniform(-1.2 * top, 1.2 * top) * 2.0 ** -rng.randint(0, 24)
-            if float_type == "f8E8M0FNU":
-                x = abs(x)
-            if float_type == "f64" and not math.isfinite(x):
-                continue
             literals.append(("%.17e" % x, float_type))  # MLIR float literals need a '.'
     printed = _print_attrs(ir, literals)
     mismatches = [
@@ -318,23 +345,9 @@ def test_differential_decimal_literals() -> None:
     assert mismatches == []
 
 
-def _finite_samples(float_type: str) -> list[int]:
-    """Some finite bit patterns, including the largest finite value for the small formats."""
-    width = float_type_width(float_type)
-    if width <= 16:
-        return [b for b in range(1 << width) if math.isfinite(bits_to_float(b, float_type))]
-    return [
-        float_to_bits(v, float_type)
-        for v in (1.0, 3.0e38, 1.0e300)
-        if math.isfinite(round_to_float_type(v, float_type))
-    ]
-
-
-def test_differential_quant_scales() -> None:
-    """Quant scales: per-tensor/per-axis are f64, sub-channel ones use the expressed type."""
-    engine, ir = _mlir()
-    if engine != "torch_mlir":
-        pytest.skip("jaxlib's Python context does not register the quant dialect")
+def test_format_float_matches_mlir_quant_scales() -> None:
+    """Per-tensor and per-axis scales print as f64; sub-channel scales in the expressed type."""
+    ir = require_module("torch_mlir.ir")  # jaxlib's Python context does not register `quant`
     rng = random.Random(5)
     scales = [rng.uniform(1e-6, 1.0) * 10.0 ** -rng.randint(0, 6) for _ in range(400)]
     scales += [float(f"0.{rng.randint(1, 9999)}") for _ in range(100)]
@@ -343,7 +356,6 @@ def test_differential_quant_scales() -> None:
     expected = []
     for i, scale in enumerate(scales):
         hex64 = f"0x{_f64_bits(scale):X}"
-        s32 = round_to_float_type(scale, "f32")
         if i % 2:
             lines.append(f"func.func private @f{i}() -> tensor<2x!quant.uniform<i8:f32, {hex64}:3>>")
             expected.append(f"!quant.uniform<i8:f32, {format_float(scale)}:3>")
@@ -355,30 +367,21 @@ def test_differential_quant_scales() -> None:
             expected.append(f"!quant.uniform<i8:f32:0, {{{text},{text}:1}}>")
         else:
             # Sub-channel scales are parsed as doubles, then stored as f32.
-            dec = "%.17e" % scale
-            lines.append(f"func.func private @f{i}() -> tensor<2x!quant.uniform<i8:f32:{{0:1}}, {{{dec}}}>>")
-            expected.append(f"!quant.uniform<i8:f32:{{0:1}}, {{{format_float(s32, 'f32')}}}>")
-    try:
-        out = _parse_print(ir, "\n".join(lines))
-    except Exception as exc:
-        if "quant" in str(exc) and "unregistered" in str(exc):
-            pytest.skip(f"quant dialect not available: {exc}")
-        raise
-    printed = re.findall(r"tensor<2x(!quant\.uniform<.*>)>$", out, flags=re.M)
+            lines.append(
+                f"func.func private @f{i}() -> tensor<2x!quant.uniform<i8:f32:{{0:1}}, {{{scale!r}}}>>"
+            )
+            scale32 = format_float(round_to_float_type(scale, "f32"), "f32")
+            expected.append(f"!quant.uniform<i8:f32:{{0:1}}, {{{scale32}}}>")
+    printed = re.findall(r"tensor<2x(!quant\.uniform<.*>)>$", _parse_print(ir, "\n".join(lines)), flags=re.M)
     assert len(printed) == len(expected)
-    assert [p for p, e in zip(printed, expected) if p != e] == []
+    assert [(p, e) for p, e in zip(printed, expected) if p != e] == []
 
 
-def test_differential_diagnostics() -> None:
-    """Diagnostic numbers (scale out of range) match format_diagnostic_float."""
-    engine, ir = _mlir()
-    if engine != "torch_mlir":
-        pytest.skip("jaxlib's Python context does not register the quant dialect")
-    for scale in (-1.0, -5.960464477539063e-08, 3.5e38, math.inf, -math.inf, 1e-46):
-        text = f"func.func private @f() -> tensor<2x!quant.uniform<i8:f32, 0x{_f64_bits(scale):X}>>"
-        with pytest.raises(Exception) as info:
-            _parse_print(ir, text)
-        want = (
-            f"scale {format_diagnostic_float(scale)} out of expressed type range [1.401298e-45, 3.402823e+38]"
-        )
-        assert want in str(info.value)
+@pytest.mark.parametrize("scale", [-1.0, -5.960464477539063e-08, 3.5e38, math.inf, -math.inf, 1e-46])
+def test_format_diagnostic_float_matches_mlir_scale_range_error(scale: float) -> None:
+    """Numbers in MLIR diagnostics (here: scale out of range) match format_diagnostic_float."""
+    ir = require_module("torch_mlir.ir")
+    text = f"func.func private @f() -> tensor<2x!quant.uniform<i8:f32, 0x{_f64_bits(scale):X}>>"
+    message = f"scale {format_diagnostic_float(scale)} out of expressed type range {_F32_SCALE_RANGE}"
+    with pytest.raises(Exception, match=re.escape(message)):
+        _parse_print(ir, text)

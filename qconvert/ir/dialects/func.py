@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
+from qconvert.errors import VerifyError
 from qconvert.ir.attributes import ArrayAttr, Attribute, DictionaryAttr, StringAttr, SymbolRefAttr, TypeAttr
 from qconvert.ir.core import Block, Operation, Region, Value, register_op
 from qconvert.ir.types import FunctionType, Type
@@ -174,9 +175,11 @@ class ReturnOp(Operation):
             )
         for index, (operand, expected) in enumerate(zip(self.operands, results, strict=True)):
             if operand.type != expected:
-                raise self.error(
+                # Upstream words this one with emitError, so it has no `'func.return' op` prefix.
+                raise VerifyError(
                     f"type of return operand {index} ('{operand.type}') doesn't match function result type "
-                    f"('{expected}') in function @{function.sym_name}"
+                    f"('{expected}') in function @{function.sym_name}",
+                    self.location,
                 )
 
 

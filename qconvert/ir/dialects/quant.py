@@ -124,6 +124,10 @@ class QuantCastOp(Operation):
     def input(self) -> Value:
         return self.operands[0]
 
+    def fold(self) -> Value | None:
+        """The value this cast folds to (upstream's `fold`), or None when it does not fold."""
+        return None
+
     def print_custom(self, printer: Printer) -> None:
         printer.write(f"{self.name} {printer.value_name(self.input)}")
         printer.print_optional_attr_dict(self.attributes)

@@ -670,6 +670,26 @@ class Parser:
             raise self.error(f"{len(references)} operands present, but expected {len(types)}")
         return [self.resolve_operand(r, t) for r, t in zip(references, types, strict=True)]
 
+    def parse_conversion(self, separator: str) -> tuple[Value, dict[str, Attribute], Type]:
+        """`%x {attrs}? : T <separator> U`: the operand, its attributes and the result type."""
+        reference = self.parse_operand_reference()
+        attributes = self.parse_optional_attr_dict()
+        self.expect(":")
+        input_type = self.parse_type()
+        if separator == "->":
+            self.expect("->")
+        else:
+            self.expect_keyword(separator)
+        return self.resolve_operand(reference, input_type), attributes, self.parse_type()
+
+    def parse_values_with_types(self) -> list[Value]:
+        """`(%a, %b : T, U)?` after a terminator's name."""
+        references = self.parse_operand_references()
+        if not references:
+            return []
+        self.expect(":")
+        return self.resolve_operands(references, self.parse_type_list_no_parens())
+
     def define_values(self, name: str, values: list[Value], position: int) -> None:
         scope = self.value_scopes[-1]
         assert scope is not None

@@ -428,6 +428,19 @@ class Printer:
         if shown:
             self.write((" attributes " if with_keyword else " ") + self.attribute_dict_text(shown))
 
+    def print_conversion(self, op: Operation, separator: str) -> None:
+        """`name %x {attrs} : T to U` (casts) or `: T -> U` (shape queries): one operand, one result."""
+        operand = op.operands[0]
+        self.write(f"{op.name} {self.value_name(operand)}")
+        self.print_optional_attr_dict(op.attributes)
+        self.write(f" : {self.type_text(operand.type)} {separator} {self.type_text(op.results[0].type)}")
+
+    def print_values_with_types(self, op: Operation) -> None:
+        """`name %a, %b : T, U` (terminators); just the name when there are no operands."""
+        self.write(self.op_name_in_context(op))
+        if op.operands:
+            self.write(f" {self.operand_list(op.operands)} : {self.type_list(op.operand_types)}")
+
     def op_name_in_context(self, op: Operation) -> str:
         """Ops of the enclosing op's default dialect drop the prefix (`return` inside `func.func`)."""
         dialect, _, short = op.name.partition(".")

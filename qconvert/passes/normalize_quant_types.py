@@ -63,6 +63,18 @@ from qconvert.ir.types import FunctionType, RankedTensorType, Type, UnrankedTens
 from qconvert.passes import ModulePass, PassResult, register_pass
 from qconvert.passes.conversion import value_location, walk_in_conversion_order
 
+__all__ = [
+    "NormalizeQuantTypesPass",
+    "check_normalizable",
+    "is_normalized",
+    "is_normalized_op",
+    "normalize_function_type",
+    "normalize_functions",
+    "normalize_op_types",
+    "normalize_quant_type",
+    "normalize_sub_channel_type",
+]
+
 
 def normalize_sub_channel_type(element: UniformQuantizedSubChannelType) -> QuantizedType:
     """The per-tensor or per-axis type equal to `element`, or `element` itself when there is none.

@@ -55,6 +55,20 @@ from qconvert.ir.types import FunctionType, RankedTensorType, Type, UnrankedTens
 from qconvert.passes import ModulePass, PassResult, register_pass
 from qconvert.passes.conversion import value_location, walk_in_conversion_order
 
+__all__ = [
+    "STRIP_FUNC_QUANT_TYPES_PATTERNS",
+    "StorageCastRewriter",
+    "StripCall",
+    "StripFuncQuantTypesPass",
+    "StripFunctionSignature",
+    "StripReturn",
+    "check_strippable",
+    "is_stripped_type",
+    "storage_type_of",
+    "strip_func_quant_types",
+    "strip_quant_type",
+]
+
 
 def strip_quant_type(type_: Type) -> Type | None:
     """The pass's type converter: `!q` -> its storage type, `tensor<..x!q>` -> `tensor<..xSTORAGE>`.

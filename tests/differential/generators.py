@@ -179,6 +179,16 @@ def f64_hex(value: float) -> str:
     return "0x%016X" % struct.unpack("<Q", struct.pack("<d", value))[0]
 
 
+def float_literal(rng: random.Random, value: float, hex_rate: float) -> str:
+    """A decimal or hex literal of `value`; rarely a form MLIR rejects (`-0x...`, an integer)."""
+    r = rng.random()
+    if r < 0.01:
+        return ("-" if value < 0 else "") + f64_hex(abs(value))  # a hex float may not have a leading minus
+    if r < 0.02:
+        return str(int(value))  # an integer literal is no float literal
+    return f64_hex(value) if r < 0.02 + hex_rate else float_text(value)
+
+
 def near_limit_scales(expressed: str) -> list[float]:
     tiny, huge = FLOAT_LIMITS.get(expressed, FLOAT_LIMITS["f32"])
     return [
@@ -230,6 +240,8 @@ def gen_scale(rng: random.Random, expressed: str, invalid: float = 0.1) -> str:
                 "0x7FF0000000000000",
                 "0x7FF8000000000000",
                 "0xBFF0000000000000",
+                "-0x3FF0000000000000",
+                "0x3FF00000000000000",
                 "1.0e-320",
                 "1.0e+300",
                 "1.0e-50",
@@ -425,7 +437,7 @@ def gen_calibrated(rng: random.Random) -> TypeCase:
         hi = lo
 
     def literal(value: float) -> str:
-        return float_text(value) if rng.random() < 0.85 else f64_hex(value)
+        return float_literal(rng, value, 0.15)
 
     r = rng.random()
     if r < 0.05:
@@ -467,7 +479,7 @@ def gen_quantile(rng: random.Random) -> TypeCase:
         count = max(0, count + rng.choice((-1, 1, -count)))
     count = min(count, 300)
     values = sorted(round(rng.uniform(-2, 2), rng.randint(1, 6)) for _ in range(count))
-    lut = ",".join(float_text(v) if rng.random() < 0.9 else f64_hex(v) for v in values)
+    lut = ",".join(float_literal(rng, v, 0.1) for v in values)
     return TypeCase("quantile", f"!quant.quantile<{storage.text}:{quantile_type}, {{{lut}}}{bounds}>")
 
 

@@ -91,7 +91,9 @@ class BinaryOp(Operation):
         attributes = parser.parse_optional_attr_dict()
         parser.expect(":")
         type_ = parser.parse_type()
-        return cls(parser.resolve_operand(lhs, type_), parser.resolve_operand(rhs, type_), attributes=attributes)
+        return cls(
+            parser.resolve_operand(lhs, type_), parser.resolve_operand(rhs, type_), attributes=attributes
+        )
 
     def verify(self) -> None:
         if not (self.operands[0].type == self.operands[1].type == self.result.type):
@@ -109,40 +111,41 @@ class CastOp(Operation):
     source_kind: ClassVar[type]
     result_kind: ClassVar[type]
 
-    def __init__(self, input: Value, result_type: Type, **kwargs: object) -> None:  # noqa: A002
+    def __init__(self, input: Value, result_type: Type, **kwargs: object) -> None:
         Operation.__init__(self, [input], [result_type], **kwargs)  # type: ignore[arg-type]
 
     def print_custom(self, printer: Printer) -> None:
-        printer.write(f"{self.name} {printer.value_name(self.operands[0])}")
-        printer.print_optional_attr_dict(self.attributes)
-        printer.write(f" : {printer.type_text(self.operands[0].type)} to {printer.type_text(self.result.type)}")
+        printer.print_conversion(self, "to")
 
     @classmethod
     def parse_custom(cls, parser: Parser, num_results: int) -> Operation:
-        reference = parser.parse_operand_reference()
-        attributes = parser.parse_optional_attr_dict()
-        parser.expect(":")
-        source_type = parser.parse_type()
-        parser.expect_keyword("to")
-        result_type = parser.parse_type()
-        return cls(parser.resolve_operand(reference, source_type), result_type, attributes=attributes)
+        input, attributes, result_type = parser.parse_conversion("to")
+        return cls(input, result_type, attributes=attributes)
 
     def verify(self) -> None:
         source, result = element_type_of(self.operands[0].type), element_type_of(self.result.type)
         if not isinstance(source, self.source_kind) or not isinstance(result, self.result_kind):
-            raise self.error(f"operand type '{self.operands[0].type}' and result type '{self.result.type}' "
-                             "are cast incompatible")
+            raise self.error(
+                f"operand type '{self.operands[0].type}' and result type '{self.result.type}' "
+                "are cast incompatible"
+            )
 
 
 def _binary(op_name: str, kind: type, doc: str) -> type[BinaryOp]:
-    cls = type(op_name.split(".")[1].title().replace("_", "") + "Op", (BinaryOp,),
-               {"__slots__": (), "name": op_name, "element_kind": kind, "__doc__": doc})
+    cls = type(
+        op_name.split(".")[1].title().replace("_", "") + "Op",
+        (BinaryOp,),
+        {"__slots__": (), "name": op_name, "element_kind": kind, "__doc__": doc},
+    )
     return register_op(cls)
 
 
 def _cast(op_name: str, source: type, result: type, doc: str) -> type[CastOp]:
-    cls = type(op_name.split(".")[1].title() + "Op", (CastOp,),
-               {"__slots__": (), "name": op_name, "source_kind": source, "result_kind": result, "__doc__": doc})
+    cls = type(
+        op_name.split(".")[1].title() + "Op",
+        (CastOp,),
+        {"__slots__": (), "name": op_name, "source_kind": source, "result_kind": result, "__doc__": doc},
+    )
     return register_op(cls)
 
 

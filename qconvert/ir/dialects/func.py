@@ -149,19 +149,11 @@ class ReturnOp(Operation):
     is_terminator = True
 
     def print_custom(self, printer: Printer) -> None:
-        printer.write(printer.op_name_in_context(self))
-        if self.operands:
-            printer.write(" " + printer.operand_list(self.operands) + " : " + printer.type_list(self.operand_types))
+        printer.print_values_with_types(self)
 
     @classmethod
     def parse_custom(cls, parser: Parser, num_results: int) -> Operation:
-        references = parser.parse_operand_references()
-        values: list[Value] = []
-        if references:
-            parser.expect(":")
-            types = parser.parse_type_list_no_parens()
-            values = parser.resolve_operands(references, types)
-        return cls(values)
+        return cls(parser.parse_values_with_types())
 
     def verify(self) -> None:
         function = self.parent_op()
@@ -200,7 +192,9 @@ class CallOp(Operation):
         return self.attributes["callee"].root  # type: ignore[attr-defined]
 
     def print_custom(self, printer: Printer) -> None:
-        printer.write(f"{printer.op_name_in_context(self)} @{self.callee}({printer.operand_list(self.operands)})")
+        printer.write(
+            f"{printer.op_name_in_context(self)} @{self.callee}({printer.operand_list(self.operands)})"
+        )
         printer.print_optional_attr_dict(self.attributes, elided={"callee"})
         function_type = FunctionType(tuple(self.operand_types), tuple(self.result_types))
         printer.write(" : " + printer.type_text(function_type))

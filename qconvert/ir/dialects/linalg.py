@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from qconvert.ir.attributes import AffineMapAttr, ArrayAttr, DenseArrayAttr, StringAttr
-from qconvert.ir.core import OpResult, Operation, Region, Value, register_op
+from qconvert.ir.core import Operation, OpResult, Region, Value, register_op
 from qconvert.ir.types import I32, Type
 
 if TYPE_CHECKING:
@@ -56,13 +56,18 @@ class GenericOp(Operation):
 
     def print_custom(self, printer: Printer) -> None:
         printer.write("linalg.generic ")
-        shown = {k: v for k, v in self.attributes.items() if k in ("indexing_maps", "iterator_types", "doc",
-                                                                      "library_call")}
+        shown = {
+            k: v
+            for k, v in self.attributes.items()
+            if k in ("indexing_maps", "iterator_types", "doc", "library_call")
+        }
         printer.write(printer.attribute_dict_text(shown))
         for keyword, values in (("ins", self.inputs), ("outs", self.outputs)):
             if values:
-                printer.write(f" {keyword}({printer.operand_list(values)} : "
-                              f"{printer.type_list([v.type for v in values])})")
+                printer.write(
+                    f" {keyword}({printer.operand_list(values)} : "
+                    f"{printer.type_list([v.type for v in values])})"
+                )
         others = {k: v for k, v in self.attributes.items() if k not in shown and k != "operandSegmentSizes"}
         if others:
             printer.write(" attrs = " + printer.attribute_dict_text(others))
@@ -115,15 +120,8 @@ class YieldOp(Operation):
     is_terminator = True
 
     def print_custom(self, printer: Printer) -> None:
-        printer.write("linalg.yield")
-        if self.operands:
-            printer.write(f" {printer.operand_list(self.operands)} : {printer.type_list(self.operand_types)}")
+        printer.print_values_with_types(self)
 
     @classmethod
     def parse_custom(cls, parser: Parser, num_results: int) -> Operation:
-        references = parser.parse_operand_references()
-        values: list[Value] = []
-        if references:
-            parser.expect(":")
-            values = parser.resolve_operands(references, parser.parse_type_list_no_parens())
-        return cls(values)
+        return cls(parser.parse_values_with_types())

@@ -20,7 +20,7 @@ class RoundEvenOp(Operation):
     name: ClassVar[str] = "math.roundeven"
     has_custom_syntax = True
 
-    def __init__(self, input: Value, **kwargs: object) -> None:  # noqa: A002
+    def __init__(self, input: Value, **kwargs: object) -> None:
         Operation.__init__(self, [input], [input.type], **kwargs)  # type: ignore[arg-type]
 
     def print_custom(self, printer: Printer) -> None:

@@ -30,7 +30,9 @@ if TYPE_CHECKING:
     from qconvert.ir.printer import Printer
 
 
-def is_scalar_or_tensor_of(type_: Type, predicate: type | tuple[type, ...] | None, *, signless: bool = False) -> bool:
+def is_scalar_or_tensor_of(
+    type_: Type, predicate: type | tuple[type, ...] | None, *, signless: bool = False
+) -> bool:
     """ODS `quant_ScalarOrTensorOf`: the type, or a tensor of it, satisfies the element constraint."""
     element = element_type_of(type_) if is_tensor(type_) else type_
     if signless and is_signless_integer(element):
@@ -69,7 +71,9 @@ def check_per_axis_quantization(op: Operation, quantized_type: QuantizedType, co
         raise op.error("quantized dimension size does not match number of scales")
 
 
-def check_sub_channel_quantization(op: Operation, quantized_type: QuantizedType, container_type: Type) -> None:
+def check_sub_channel_quantization(
+    op: Operation, quantized_type: QuantizedType, container_type: Type
+) -> None:
     """Upstream `verifySubChannelQuantization`: blocks tile the tensor and the scales table matches it."""
     if not isinstance(quantized_type, UniformQuantizedSubChannelType):
         return
@@ -117,7 +121,7 @@ class QuantCastOp(Operation):
     input_constraint: ClassVar[tuple[str, type | tuple[type, ...] | None, bool]]
     result_constraint: ClassVar[tuple[str, type | tuple[type, ...] | None, bool]]
 
-    def __init__(self, input: Value, result_type: Type, **kwargs: object) -> None:  # noqa: A002
+    def __init__(self, input: Value, result_type: Type, **kwargs: object) -> None:
         Operation.__init__(self, [input], [result_type], **kwargs)  # type: ignore[arg-type]
 
     @property
@@ -129,19 +133,12 @@ class QuantCastOp(Operation):
         return None
 
     def print_custom(self, printer: Printer) -> None:
-        printer.write(f"{self.name} {printer.value_name(self.input)}")
-        printer.print_optional_attr_dict(self.attributes)
-        printer.write(f" : {printer.type_text(self.input.type)} to {printer.type_text(self.result.type)}")
+        printer.print_conversion(self, "to")
 
     @classmethod
     def parse_custom(cls, parser: Parser, num_results: int) -> Operation:
-        reference = parser.parse_operand_reference()
-        attributes = parser.parse_optional_attr_dict()
-        parser.expect(":")
-        input_type = parser.parse_type()
-        parser.expect_keyword("to")
-        result_type = parser.parse_type()
-        return cls(parser.resolve_operand(reference, input_type), result_type, attributes=attributes)
+        input, attributes, result_type = parser.parse_conversion("to")
+        return cls(input, result_type, attributes=attributes)
 
     def verify(self) -> None:
         for label, value, (description, predicate, signless) in (

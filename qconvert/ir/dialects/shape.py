@@ -18,22 +18,16 @@ class UnaryShapeOp(Operation):
     __slots__ = ()
     has_custom_syntax = True
 
-    def __init__(self, input: Value, result_type: Type) -> None:  # noqa: A002
+    def __init__(self, input: Value, result_type: Type) -> None:
         Operation.__init__(self, [input], [result_type])
 
     def print_custom(self, printer: Printer) -> None:
-        printer.write(f"{self.name} {printer.value_name(self.operands[0])}")
-        printer.print_optional_attr_dict(self.attributes)
-        printer.write(f" : {printer.type_text(self.operands[0].type)} -> {printer.type_text(self.result.type)}")
+        printer.print_conversion(self, "->")
 
     @classmethod
     def parse_custom(cls, parser: Parser, num_results: int) -> Operation:
-        reference = parser.parse_operand_reference()
-        parser.parse_optional_attr_dict()
-        parser.expect(":")
-        input_type = parser.parse_type()
-        parser.expect("->")
-        return cls(parser.resolve_operand(reference, input_type), parser.parse_type())
+        input, _, result_type = parser.parse_conversion("->")
+        return cls(input, result_type)
 
 
 @register_op

@@ -22,7 +22,7 @@ class SplatOp(Operation):
     has_custom_syntax = True
     result_name_hint = "splat"
 
-    def __init__(self, input: Value, dynamic_sizes: Sequence[Value], result_type: Type) -> None:  # noqa: A002
+    def __init__(self, input: Value, dynamic_sizes: Sequence[Value], result_type: Type) -> None:
         Operation.__init__(self, [input, *dynamic_sizes], [result_type])
 
     def print_custom(self, printer: Printer) -> None:
@@ -54,8 +54,10 @@ class SplatOp(Operation):
         result_type = self.result.type
         assert isinstance(result_type, RankedTensorType)
         if result_type.shape.count(DYNAMIC) != len(self.operands) - 1:
-            raise self.error("incorrect number of dynamic sizes, has "
-                             f"{len(self.operands) - 1}, expected {result_type.shape.count(DYNAMIC)}")
+            raise self.error(
+                "incorrect number of dynamic sizes, has "
+                f"{len(self.operands) - 1}, expected {result_type.shape.count(DYNAMIC)}"
+            )
 
 
 @register_op
@@ -117,8 +119,10 @@ class EmptyOp(Operation):
         if not isinstance(result_type, RankedTensorType):
             raise self.error(f"result #0 must be ranked tensor of any type values, but got '{result_type}'")
         if result_type.shape.count(DYNAMIC) != len(self.operands):
-            raise self.error("incorrect number of dynamic sizes, has "
-                             f"{len(self.operands)}, expected {result_type.shape.count(DYNAMIC)}")
+            raise self.error(
+                "incorrect number of dynamic sizes, has "
+                f"{len(self.operands)}, expected {result_type.shape.count(DYNAMIC)}"
+            )
 
 
 @register_op

@@ -150,6 +150,10 @@ class Operation:
         """An error located at this op, worded as MLIR's `emitOpError`: `'quant.dcast' op <message>`."""
         return VerifyError(f"'{self.name}' op {message}", self.location)
 
+    def emit_error(self, message: str) -> VerifyError:
+        """An error located at this op without the op prefix, as MLIR's `emitError` words it."""
+        return VerifyError(message, self.location)
+
     # Syntax and verification hooks (the registered ops override these) -------------------------
     has_custom_syntax: ClassVar[bool] = False
 

@@ -39,6 +39,7 @@ from qconvert.ir.quant_syntax import parse_quant_type
 from qconvert.ir.types import (
     DYNAMIC,
     FLOAT_BIT_WIDTHS,
+    FloatType,
     FunctionType,
     IndexType,
     IntegerType,
@@ -176,13 +177,17 @@ class Parser:
             raise self.error("expected valid keyword")
         return self.advance().text
 
-    def parse_integer(self) -> int:
-        """integer ::= `-`? decimal-or-hex-literal"""
+    def parse_integer(self, bits: int = 64) -> int:
+        """integer ::= `-`? decimal-or-hex-literal, which must fit a signed integer of `bits` bits."""
         negative = self.try_consume("-")
-        if self.token.kind != "integer":
+        token = self.token
+        if token.kind != "integer":
             raise self.error("expected integer value")
         value = int(self.advance().text, 0)
-        return -value if negative else value
+        value = -value if negative else value
+        if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+            raise self.error("integer value too large", token.start)
+        return value
 
     def parse_float(self) -> float:
         """A float literal, an integer, or a hex integer read as the bits of an f64 (MLIR's parseFloat)."""
@@ -190,13 +195,16 @@ class Parser:
         token = self.token
         if token.kind == "float":
             value = float(self.advance().text)
-        elif token.kind == "integer":
+        elif token.kind == "integer" and token.text.startswith("0x"):
+            if negative:
+                raise self.error("hexadecimal float literal should not have a leading minus", token.start)
+            bits = int(token.text, 16)
+            if bits >= 1 << 64:
+                raise self.error("hexadecimal float constant out of range for type", token.start)
             self.advance()
-            value = (
-                bits_to_float(int(token.text, 16), "f64")
-                if token.text.startswith("0x")
-                else float(token.text)
-            )
+            value = bits_to_float(bits, "f64")
+        elif token.kind == "integer":
+            raise self.error("unexpected decimal integer literal for a floating point value", token.start)
         else:
             raise self.error("expected floating point literal")
         return -value if negative else value
@@ -301,7 +309,12 @@ class Parser:
             shape.append(int(match.group(1)))
             scalable.append(scalable_dim)
             self.reset(match.end())
+        element_position = self.token.start
         element_type = self.parse_non_function_type()
+        if not isinstance(element_type, IntegerType | FloatType | IndexType):
+            raise self.error(
+                "failed to verify 'elementType': VectorElementTypeInterface instance", element_position
+            )
         self.expect(">")
         return VectorType(tuple(shape), element_type, tuple(scalable) if any(scalable) else ())
 

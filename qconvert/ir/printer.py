@@ -38,7 +38,6 @@ from qconvert.ir.quant_types import (
     UniformQuantizedPerAxisType,
     UniformQuantizedSubChannelType,
     UniformQuantizedType,
-    default_storage_range,
 )
 from qconvert.ir.types import (
     DYNAMIC,
@@ -141,9 +140,7 @@ def print_quant_type(type_: Type) -> str:
         text = (
             f"!quant.quantile<{type_.storage_type_spelling}:{print_type(type_.quantile_type)}, {{{values}}}"
         )
-        if (type_.storage_type_min, type_.storage_type_max) != default_storage_range(
-            type_.storage_type, type_.is_signed
-        ):
+        if type_.has_explicit_range:  # upstream prints bounds whenever they were written
             text += f", <{type_.storage_type_min}:{type_.storage_type_max}>"
         return text + ">"
     raise TypeError(f"no printer for type {type_!r}")
@@ -371,9 +368,12 @@ class Printer:
                 hint = hints[index] if hints is not None and index < len(hints) else None
                 if hint:
                     self.names[argument] = "%" + self._unique(hint, scope)
-                else:
+                elif block_index == 0:
                     self.names[argument] = f"%arg{scope.next_argument_id}"
                     scope.next_argument_id += 1
+                else:  # upstream keeps `%argN` for entry blocks; other blocks' arguments are numbered
+                    self.names[argument] = f"%{scope.next_value_id}"
+                    scope.next_value_id += 1
             for op in block.ops:
                 self._name_op_results(op, scope)
 
@@ -464,12 +464,31 @@ class Printer:
                         f"{self.value_name(a)}: {self.type_text(a.type)}" for a in block.arguments
                     )
                     self.write(f"({arguments})")
-                self.write(":\n")
+                self.write(":" + self.predecessor_note(block, is_entry=index == 0) + "\n")
             for op in block.ops:
                 self.print_operation(op)
         self.indent -= 1
         self.write("  " * self.indent + "}")
         self.default_dialects.pop()
+
+    def predecessor_note(self, block: Block, is_entry: bool) -> str:
+        """Upstream's comment after a block label: `  // pred: ^bb0`, `  // 2 preds: ^bb0, ^bb1`, or
+        `  // no predecessors` (left out for an entry block)."""
+        region = block.parent
+        assert region is not None
+        predecessors = [
+            other
+            for other in region.blocks
+            if other.terminator is not None
+            for successor in other.terminator.successors
+            if successor is block
+        ]
+        if not predecessors:
+            return "" if is_entry else "  // no predecessors"
+        if len(predecessors) == 1:
+            return f"  // pred: {self.block_names[predecessors[0]]}"
+        predecessors.sort(key=region.blocks.index)
+        return f"  // {len(predecessors)} preds: " + ", ".join(self.block_names[b] for b in predecessors)
 
     def print_operation(self, op: Operation) -> None:
         self.write("  " * self.indent)

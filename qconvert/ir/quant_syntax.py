@@ -14,7 +14,6 @@ import numpy as np
 from qconvert.errors import ParseError, VerifyError
 from qconvert.ir.float_format import round_to_float_type
 from qconvert.ir.quant_types import (
-    FLOAT_STORAGE_DTYPES,
     MAX_STORAGE_BITS,
     AnyQuantizedType,
     CalibratedQuantizedType,
@@ -33,6 +32,8 @@ from qconvert.ir.types import FloatType, IntegerType, Signedness, Type
 if TYPE_CHECKING:
     from qconvert.ir.parser import Parser
 
+# The small float types that implement upstream's QuantStorageTypeInterface.
+QUANT_FLOAT_STORAGE_TYPES = frozenset({"f8E5M2", "f8E4M3FN", "f4E2M1FN"})
 UNSIGNED_KEYWORD = re.compile(r"u([0-9]+)\Z")
 INTEGER_TYPE = re.compile(r"(si|ui|i)([0-9]+)\Z")
 
@@ -77,7 +78,7 @@ def parse_storage_type(parser: Parser) -> tuple[IntegerType | FloatType, bool]:
         storage, is_signed = IntegerType(width, signedness), signedness is not Signedness.UNSIGNED
     elif (match := UNSIGNED_KEYWORD.match(text)) is not None:
         storage, is_signed = IntegerType(int(match.group(1))), False
-    elif text in FLOAT_STORAGE_DTYPES:
+    elif text in QUANT_FLOAT_STORAGE_TYPES:
         storage, is_signed = FloatType(text), True
     else:
         raise parser.error("illegal storage type prefix")
@@ -144,14 +145,14 @@ def parse_uniform_type(parser: Parser) -> Type:
             block_sizes = []
             if not parser.try_consume("}"):
                 while True:
-                    axis = parser.parse_integer()
+                    axis = parser.parse_integer(bits=32)
                     parser.expect(":")
                     block_sizes.append((axis, parser.parse_integer()))
                     if not parser.try_consume(","):
                         break
                 parser.expect("}")
         else:
-            quantized_dimension = parser.parse_integer()
+            quantized_dimension = parser.parse_integer(bits=32)
     parser.expect(",")
     common = dict(
         storage_type=storage,
@@ -259,12 +260,8 @@ def parse_quantile_type(parser: Parser) -> Type:
     bounds ::= `,` `<` integer `:` integer `>`
     """
     parser.expect("<")
-    if parser.token.kind == "bare" and UNSIGNED_KEYWORD.match(parser.token.text):
-        storage: Type = IntegerType(int(parser.advance().text[1:]))
-        is_signed = False
-    else:
-        storage = parser.parse_type()
-        is_signed = not (isinstance(storage, IntegerType) and storage.is_unsigned)
+    storage = parser.parse_type()  # a builtin type: `u4` is not one, `ui4` is
+    is_signed = not (isinstance(storage, IntegerType) and storage.is_unsigned)
     parser.expect(":")
     quantile_type = parser.parse_type()
     parser.expect(",")

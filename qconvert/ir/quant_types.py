@@ -6,6 +6,7 @@ upstream's message text, so an invalid type cannot exist; the parser adds the so
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -58,11 +59,13 @@ def default_storage_range(storage_type: Type, is_signed: bool) -> tuple[int, int
     """The full range of a storage type: [-2^(w-1), 2^(w-1)-1], [0, 2^w-1], or a float's finite range."""
     if isinstance(storage_type, IntegerType):
         width = storage_type.width
+        if width == 0:
+            return 0, 0
         if is_signed:
             return -(1 << (width - 1)), (1 << (width - 1)) - 1
         return 0, (1 << width) - 1
-    if isinstance(storage_type, FloatType) and storage_type.name in FLOAT_STORAGE_DTYPES:
-        info = ml_dtypes.finfo(FLOAT_STORAGE_DTYPES[storage_type.name])
+    if isinstance(storage_type, FloatType) and storage_type.name in FLOAT_STORAGE_DTYPES | EXPRESSED_DTYPES:
+        info = ml_dtypes.finfo(float_dtype(storage_type))
         return int(info.min), int(info.max)
     raise VerifyError("storage type must be integral")
 
@@ -80,7 +83,7 @@ def storage_type_spelling(storage_type: Type, is_signed: bool) -> str:
 def check_scale_in_expressed_range(scale: float, expressed_type: FloatType) -> None:
     """Upstream `isScaleInExpressedTypeRange`: zero, negative, NaN and overflowing scales are illegal."""
     low, high = scale_range(expressed_type)
-    if not (low <= scale <= high):
+    if scale < low or scale > high:  # NaN passes, as upstream's comparison lets it
         raise VerifyError(
             f"scale {format_diagnostic_float(scale)} out of expressed type range "
             f"[{format_diagnostic_float(low)}, {format_diagnostic_float(high)}]"
@@ -180,8 +183,8 @@ class UniformQuantizedPerAxisType(QuantizedType):
             )
         low, high = scale_range(expressed_type)
         scales = np.asarray(self.scales, dtype=np.float64)
-        if not np.all((scales >= low) & (scales <= high)):  # vectorised: 65,536 scales must stay fast
-            bad = next(s for s in self.scales if not (low <= s <= high))
+        if np.any((scales < low) | (scales > high)):  # vectorised: 65,536 scales must stay fast
+            bad = next(s for s in self.scales if s < low or s > high)
             check_scale_in_expressed_range(bad, expressed_type)
         if self.quantized_dimension < 0:
             raise VerifyError(f"illegal quantized dimension: {self.quantized_dimension}")
@@ -264,10 +267,9 @@ class UniformQuantizedSubChannelType(QuantizedType):
                 raise VerifyError(f"illegal block size: {block_size}")
         low, high = scale_range(expressed_type)
         scales = self.scales.array.astype(np.float64)
-        if not np.all((scales >= low) & (scales <= high)):
-            check_scale_in_expressed_range(
-                float(scales[~((scales >= low) & (scales <= high))][0]), expressed_type
-            )
+        out_of_range = (scales < low) | (scales > high)
+        if np.any(out_of_range):
+            check_scale_in_expressed_range(float(scales[out_of_range][0]), expressed_type)
 
     @property
     def block_size_info(self) -> tuple[tuple[int, int], ...]:
@@ -309,20 +311,20 @@ class QuantileQuantizedType(Type):
 
     def __post_init__(self) -> None:
         storage = self.storage_type
-        if not isinstance(storage, IntegerType) and not (
-            isinstance(storage, FloatType) and storage.name in FLOAT_STORAGE_DTYPES
-        ):
+        if not isinstance(storage, IntegerType | FloatType):
             raise VerifyError("storage type must be an integer or float type")
         if not isinstance(self.quantile_type, IntegerType | FloatType):
             raise VerifyError("quantile type must be a float or integer type")
         if not self.quantiles:
             raise VerifyError("quantile values must not be empty")
+        if not all(math.isfinite(value) for value in self.quantiles):
+            raise VerifyError("quantile values must be finite (no NaN or infinity)")
         default_min, default_max = default_storage_range(storage, self.is_signed)
         if self.storage_type_min is None:
             object.__setattr__(self, "storage_type_min", default_min)
         if self.storage_type_max is None:
             object.__setattr__(self, "storage_type_max", default_max)
-        if self.storage_type_min >= self.storage_type_max:
+        if self.has_explicit_range and self.storage_type_min >= self.storage_type_max:
             raise VerifyError("storage min must be less than storage max")
         if self.has_explicit_range:
             expected = self.storage_type_max - self.storage_type_min + 1

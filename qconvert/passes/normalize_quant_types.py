@@ -18,7 +18,8 @@ What is rewritten, as upstream's conversion does it: the signature and block arg
 tensor among its operand or result types (call sites, returns and unknown ops alike): its results and the
 block arguments of its regions. Attributes are not rewritten (an op's `{t = tensor<...>}` keeps its type),
 nor are bare scalar sub-channel types, since a scalar cannot carry sub-channel quantization. No op is
-added: the rewrite changes types, never values.
+added: the rewrite changes types, never values, except that a cast pair it would rewrite folds as
+upstream folds it (`quant.dcast(quant.qcast(%x))` becomes `%x`; the qcast stays).
 
     func.func private @callee(tensor<?x?x!quant.uniform<i8:f32:{0:1,1:4}, {{2.0:127}}>>)
     func.func @f(%arg0: tensor<2x?x!quant.uniform<u8:f32:{0:1}, {{2.0:200}, {3.0}}>>) {
@@ -46,12 +47,12 @@ arguments; we rewrite those arguments like the entry block's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from qconvert.errors import Location, VerifyError
-from qconvert.ir.core import BlockArgument, Operation, Value
+from qconvert.ir.core import BlockArgument, Operation, OpResult, Value
 from qconvert.ir.dialects.func import FuncOp
 from qconvert.ir.quant_types import (
     QuantizedType,
@@ -61,7 +62,7 @@ from qconvert.ir.quant_types import (
 )
 from qconvert.ir.types import FunctionType, RankedTensorType, Type, UnrankedTensorType
 from qconvert.passes import ModulePass, PassResult, register_pass
-from qconvert.passes.conversion import value_location, walk_in_conversion_order
+from qconvert.passes.conversion import fold_casts, replace_folded, value_location, walk_in_conversion_order
 
 __all__ = [
     "NormalizeQuantTypesPass",
@@ -142,11 +143,11 @@ def is_normalized_op(op: Operation) -> bool:
     return all(map(is_normalized, types))
 
 
-def check_normalizable(ops: Sequence[Operation]) -> None:
+def check_normalizable(ops: Sequence[Operation], folded: Collection[Operation] = ()) -> None:
     """Raise where upstream's conversion fails, before anything is rewritten (so failure changes nothing).
 
-    `ops` are the ops upstream visits. Upstream has no cast between a sub-channel type and its normalized
-    form, so it fails where one would be needed:
+    `ops` are the ops upstream visits, `folded` those it folds away. Upstream has no cast between a
+    sub-channel type and its normalized form, so it fails where one would be needed:
 
     * a rewritten op uses a sub-channel block argument that stays: the argument of a region whose owner
       has no sub-channel type of its own (upstream rewrites block arguments only with their owner);
@@ -156,7 +157,7 @@ def check_normalizable(ops: Sequence[Operation]) -> None:
         VerifyError: with upstream's message, at the first such value in conversion order.
     """
     visited = set(ops)
-    rewritten = [op for op in ops if not is_normalized_op(op)]
+    rewritten = [op for op in ops if not is_normalized_op(op) and op not in folded]
     owners = set(rewritten)
     for op in rewritten:
         if not isinstance(op, FuncOp):
@@ -201,18 +202,28 @@ def normalize_functions(functions: Sequence[FuncOp]) -> bool:
     """Normalize the types in each of `functions` as upstream's conversion does; True if any changed.
 
     Ops are visited in upstream's order (reachable blocks only); each op that has a sub-channel type is
-    rewritten, nested `func.func` ops included.
+    rewritten, nested `func.func` ops included, unless it is a cast that folds (see `fold_casts`).
 
     Raises:
         VerifyError: where upstream fails (see `check_normalizable`); every function is then unchanged.
     """
     visits = [list(walk_in_conversion_order(function)) for function in functions]
-    for ops in visits:
-        check_normalizable(ops)
-    rewritten = [op for ops in visits for op in ops if not is_normalized_op(op)]
+    # Upstream marks every op legal or not (markUnknownOpDynamicallyLegal): only illegal casts fold.
+    folds = [fold_casts(ops, lambda op: not is_normalized_op(op)) for ops in visits]
+    folded_ops = [{result.owner for result in fold if isinstance(result, OpResult)} for fold in folds]
+    for ops, folded in zip(visits, folded_ops, strict=True):
+        check_normalizable(ops, folded)
+    rewritten = [
+        op
+        for ops, folded in zip(visits, folded_ops, strict=True)
+        for op in ops
+        if not is_normalized_op(op) and op not in folded
+    ]
     for op in rewritten:
         normalize_op_types(op)
-    return bool(rewritten)
+    for folded in folds:
+        replace_folded(folded)
+    return bool(rewritten) or any(folds)
 
 
 @register_pass

@@ -53,7 +53,13 @@ from qconvert.ir.dialects.quant import StorageCastOp
 from qconvert.ir.quant_types import CalibratedQuantizedType, QuantizedType
 from qconvert.ir.types import FunctionType, RankedTensorType, Type, UnrankedTensorType
 from qconvert.passes import ModulePass, PassResult, register_pass
-from qconvert.passes.conversion import value_location, walk_in_conversion_order
+from qconvert.passes.conversion import (
+    fold_casts,
+    replace_folded,
+    resolve_fold,
+    value_location,
+    walk_in_conversion_order,
+)
 
 __all__ = [
     "STRIP_FUNC_QUANT_TYPES_PATTERNS",
@@ -103,14 +109,20 @@ class StorageCastRewriter:
 
     A quantized value gets at most one twin: the storage value it was cast from (an argument's or call
     result's cast back to the quantized type) or the cast to storage made for its first converted use.
+    `folds` are the casts upstream folds (see `conversion.fold_casts`): a converted op reads a folded
+    cast's result as the value it folds to.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, folds: dict[Value, Value] | None = None) -> None:
+        self.folds = folds if folds is not None else {}
         self.storage_twins: dict[Value, Value] = {}
-        self.quantized_views: list[StorageCastOp] = []
+        self.quantized_views: dict[Value, StorageCastOp] = {}
 
     def storage_value(self, value: Value) -> Value:
         """The storage-typed twin of quantized `value`, cast right after its definition on first request."""
+        value = resolve_fold(value, self.folds)
+        if value in self.quantized_views:
+            return value  # already retyped to storage: it is its own twin
         twin = self.storage_twins.get(value)
         if twin is not None:
             return twin
@@ -138,7 +150,7 @@ class StorageCastRewriter:
         for owner, index in uses:
             owner.set_operand(index, cast.result)
         self.storage_twins[cast.result] = value
-        self.quantized_views.append(cast)
+        self.quantized_views[value] = cast
 
     def use_storage_operands(self, op: Operation) -> None:
         """Replace each quantized operand of `op` by its storage twin."""
@@ -146,12 +158,19 @@ class StorageCastRewriter:
             if not is_stripped_type(operand.type):
                 op.set_operand(index, self.storage_value(operand))
 
-    def erase_unused_casts(self) -> None:
-        """Drop the casts back to quantized types that no unconverted op ended up using."""
-        for cast in self.quantized_views:
+    def finish(self) -> None:
+        """Apply the folds (a retyped value is read through its cast), then drop the casts back to
+        quantized types that no unconverted op ended up using."""
+        replace_folded(self.folds, lambda value: self.quantized_view(value))
+        for cast in self.quantized_views.values():
             if not cast.result.has_uses:
                 cast.erase()
         self.quantized_views.clear()
+
+    def quantized_view(self, value: Value) -> Value:
+        """`value` as unconverted ops see it: the cast back to its quantized type if it was retyped."""
+        cast = self.quantized_views.get(value)
+        return cast.result if cast is not None else value
 
 
 @dataclass(frozen=True)
@@ -247,13 +266,16 @@ def strip_func_quant_types(module: Operation) -> bool:
     ops = list(walk_in_conversion_order(module))
     check_strippable(ops)
     patterns = {type(pattern).root: pattern for pattern in STRIP_FUNC_QUANT_TYPES_PATTERNS}
-    rewriter = StorageCastRewriter()
+    # The target names only the func ops, so every other op counts as unknown and upstream tries to fold
+    # it: each foldable cast pair goes, quantized or not.
+    rewriter = StorageCastRewriter(fold_casts(ops, lambda op: True))
     changed = False
     for op in ops:
         pattern = patterns.get(type(op))
         if pattern is not None:
             changed |= pattern.match_and_rewrite(op, rewriter)  # type: ignore[arg-type]
-    rewriter.erase_unused_casts()
+    changed |= bool(rewriter.folds)
+    rewriter.finish()
     return changed
 
 

@@ -4,7 +4,7 @@ Everything here is plain `random.Random(seed)`: the same seed gives the same cas
 generators do not know which texts are valid; the real MLIR decides. They are biased so that most texts are
 valid (to compare printing) while every rule of the parser and the verifiers is hit by some invalid ones.
 
-Each case carries a `category` (`uniform/scale-near-limit`, `module/per-axis/wrong-dim`, ...): the test
+Each case carries a `category` (`uniform/scale`, `module/per-axis/qcast/bad-wrong-dim`, ...): the test
 groups its results by it, so that a mismatch report says which part of the input space it came from.
 """
 
@@ -19,33 +19,25 @@ from dataclasses import dataclass, field
 # -------------------------------------------------------------------------------------------------------
 # Building blocks
 
+
+def words(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
 SIGNED_PREFIXES = ("i", "si")
-UNSIGNED_PREFIXES = ("u", "ui")
 # Float storage types MLIR accepts, with their finite range (the default storage bounds).
 FLOAT_STORAGE_RANGES = {"f8E5M2": (-57344, 57344), "f8E4M3FN": (-448, 448), "f4E2M1FN": (-6, 6)}
 # Other small floats: not storage types upstream (the test records what MLIR says about them).
-OTHER_SMALL_FLOATS = (
-    "f8E4M3",
-    "f8E5M2FNUZ",
-    "f8E4M3FNUZ",
-    "f8E4M3B11FNUZ",
-    "f8E3M4",
-    "f8E8M0FNU",
-    "f6E2M3FN",
-    "f6E3M2FN",
-)
+OTHER_SMALL_FLOATS = words("f8E4M3 f8E5M2FNUZ f8E4M3FNUZ f8E4M3B11FNUZ f8E3M4 f8E8M0FNU f6E2M3FN f6E3M2FN")
 EXPRESSED = ("f16", "bf16", "f32", "f64")
 EXOTIC_EXPRESSED = ("tf32", "f80", "f128", "f8E5M2", "f8E4M3FN", "f4E2M1FN", "f6E3M2FN")
-INVALID_EXPRESSED = (
-    "i8",
-    "si8",
-    "f33",
-    "index",
-    "none",
-    "vector<2xf32>",
-    "tensor<f32>",
-    "complex<f32>",
-    "i1",
+INVALID_EXPRESSED = words("i8 si8 f33 index none vector<2xf32> tensor<f32> complex<f32> i1")
+INVALID_STORAGE = words("i0 u0 i33 u33 si33 ui0 i64 i1024 f16 bf16 f32 index int8 i u s8 x8")
+# Scale literals MLIR rejects (or that are out of every range), and some that are just odd.
+ODD_SCALES = words(
+    "0.0 -0.0 -1.0 -0.5 1.0e-400 1.0e+39 1.0e309 1 2 1e-3 +1.0 inf nan 0x0 0x8000000000000000 "
+    "0x7FF0000000000000 0x7FF8000000000000 0xBFF0000000000000 -0x3FF0000000000000 0x3FF00000000000000 "
+    "1.0e-320 1.0e+300 1.0e-50 -1.0e-10 .5 0.5. 1.e5 1.5e"
 )
 # (smallest positive subnormal, largest finite) of each expressed type, as Python floats.
 FLOAT_LIMITS = {
@@ -98,28 +90,7 @@ def gen_storage(rng: random.Random, invalid: float = 0.08) -> Storage:
     """Mostly i/u/si/ui of width 1..32; sometimes float storage; rarely an illegal spelling."""
     r = rng.random()
     if r < invalid:
-        text = rng.choice(
-            (
-                "i0",
-                "u0",
-                "i33",
-                "u33",
-                "si33",
-                "ui0",
-                "i64",
-                "i1024",
-                "f16",
-                "bf16",
-                "f32",
-                "index",
-                "int8",
-                "i",
-                "u",
-                "s8",
-                "x8",
-                *OTHER_SMALL_FLOATS,
-            )
-        )
+        text = rng.choice((*INVALID_STORAGE, *OTHER_SMALL_FLOATS))
         return Storage(text, 0, 0, 0)
     if r < invalid + 0.12:
         return float_storage(rng.choice(tuple(FLOAT_STORAGE_RANGES)))
@@ -220,38 +191,7 @@ def gen_scale(rng: random.Random, expressed: str, invalid: float = 0.1) -> str:
     """A scale literal: short decimal, random double, hex bits, near a limit, or (rarely) an illegal one."""
     r = rng.random()
     if r < invalid:
-        return rng.choice(
-            (
-                "0.0",
-                "-0.0",
-                "-1.0",
-                "-0.5",
-                "1.0e-400",
-                "1.0e+39",
-                "1.0e309",
-                "1",
-                "2",
-                "1e-3",
-                "+1.0",
-                "inf",
-                "nan",
-                "0x0",
-                "0x8000000000000000",
-                "0x7FF0000000000000",
-                "0x7FF8000000000000",
-                "0xBFF0000000000000",
-                "-0x3FF0000000000000",
-                "0x3FF00000000000000",
-                "1.0e-320",
-                "1.0e+300",
-                "1.0e-50",
-                "-1.0e-10",
-                ".5",
-                "0.5.",
-                "1.e5",
-                "1.5e",
-            )
-        )
+        return rng.choice(ODD_SCALES)
     r = rng.random()
     if r < 0.35:  # short decimals
         digits = rng.randint(1, 4)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import traceback
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,7 +116,7 @@ KNOWN_CRASHES: dict[str | None, dict[str, re.Pattern[str]]] = {
 
 def known_crash(text: str, pass_name: str | None) -> str | None:
     """Why upstream MLIR would crash on this job (and so it is not run), or None."""
-    for stage in {None, pass_name}:
+    for stage in (None, pass_name) if pass_name else (None,):
         for reason, pattern in KNOWN_CRASHES.get(stage, {}).items():
             if pattern.search(text):
                 return reason
@@ -256,7 +256,23 @@ def mismatch_class(comparison: Comparison) -> str:
         if mlir != ours:
             return f"message: MLIR {mlir!r} vs ours {ours!r}"
         return f"location: MLIR {comparison.mlir.locations} vs ours {comparison.ours.locations} for {mlir!r}"
+    if verdict == "text-differs":
+        return f"{verdict}: {first_difference(comparison.mlir.text or '', comparison.ours.text or '')}"
     return f"{verdict}: [{comparison.category}]"
+
+
+def first_difference(mlir: str, ours: str) -> str:
+    """Where two printed modules first differ: the 3 characters from there on each side, digits as N."""
+    for upstream, own in zip([*mlir.splitlines(), ""], [*ours.splitlines(), ""]):
+        if upstream != own:
+            start = next(
+                (i for i, (a, b) in enumerate(zip(upstream, own)) if a != b), min(len(upstream), len(own))
+            )
+            cut = slice(start, start + 3)
+            return (
+                f"MLIR {re.sub(r'[0-9]+', 'N', upstream[cut])!r} vs ours {re.sub(r'[0-9]+', 'N', own[cut])!r}"
+            )
+    return "(same lines)"
 
 
 @dataclass
@@ -284,7 +300,7 @@ class Report:
         return "\n".join(lines)
 
 
-def collect(title: str, comparisons: Iterable[Comparison], wrong) -> Report:
+def collect(title: str, comparisons: Iterable[Comparison], wrong: Callable[[Comparison], bool]) -> Report:
     report = Report(title)
     for comparison in comparisons:
         if wrong(comparison):

@@ -183,6 +183,22 @@ func.func @f() {
   }, {}) : () -> ()
   return
 }""",
+    "non_entry_blocks_printed_with_numbered_arguments": """
+!s = !quant.uniform<i8:f32:{0:1}, {{2.0:1}, {3.0:2}}>
+func.func @f() {
+  %0 = "test.outer"() ({
+  ^bb0(%o: tensor<2x!s>):
+    "test.yield"() : () -> ()
+  ^bb1(%p: tensor<2x!s>, %q: f32):
+    "test.yield"() : () -> ()
+  }, {}) : () -> tensor<2x!s>
+  "test.outer"() ({
+    "test.yield"() : () -> ()
+  ^bb1(%r: tensor<2x!s>):
+    "test.use"(%r) : (tensor<2x!s>) -> ()
+  }, {}) : () -> ()
+  return
+}""",
     "use_of_argument_kept_by_its_region_fails": """
 !s = !quant.uniform<i8:f32:{0:1}, {{2.0:1}, {3.0:2}}>
 func.func @f() {
@@ -305,6 +321,14 @@ func.func @f(%x: !q) -> !q {
   "test.use"(%x) : (!q) -> ()
   %1 = "test.def"() : () -> !q
   return %1 : !q
+}""",
+    "argument_used_in_unreachable_block": """
+!q = !quant.uniform<i8:f32, 1.0>
+func.func @f(%x: !q) -> !q {
+  return %x : !q
+^bb1(%y: f32):
+  "test.use"(%x, %y) : (!q, f32) -> ()
+  "test.end"() : () -> ()
 }""",
     "quantized_non_entry_block_argument_fails": """
 func.func @f(%x: f32) {

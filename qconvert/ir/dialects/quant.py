@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from qconvert.ir.core import Operation, Value, register_op
 from qconvert.ir.quant_types import (
+    CalibratedQuantizedType,
     QuantizedType,
     UniformQuantizedPerAxisType,
     UniformQuantizedSubChannelType,
@@ -52,7 +53,9 @@ def check_same_scalar_or_tensor_shape(op: Operation, input_type: Type, result_ty
         and input_type.shape == result_type.shape
     ):
         return
-    raise op.error("input and result are both scalars or both tensors with matching shape")
+    raise op.error(
+        "failed to verify that input and result are both scalars or both tensors with matching shape"
+    )
 
 
 def check_per_axis_quantization(op: Operation, quantized_type: QuantizedType, container_type: Type) -> None:
@@ -60,15 +63,15 @@ def check_per_axis_quantization(op: Operation, quantized_type: QuantizedType, co
     if not isinstance(quantized_type, UniformQuantizedPerAxisType):
         return
     if not is_tensor(container_type):
-        raise op.error("scalar types may not use per-axis quantization")
+        raise op.emit_error("scalar types may not use per-axis quantization")
     if not isinstance(container_type, RankedTensorType):
         return
     axis = quantized_type.quantized_dimension
     if axis >= container_type.rank:
-        raise op.error("quantized dimension must be less than tensor rank")
+        raise op.emit_error("quantized dimension must be less than tensor rank")
     size = container_type.shape[axis]
     if size != DYNAMIC and size != len(quantized_type.scales):
-        raise op.error("quantized dimension size does not match number of scales")
+        raise op.emit_error("quantized dimension size does not match number of scales")
 
 
 def check_sub_channel_quantization(
@@ -78,23 +81,23 @@ def check_sub_channel_quantization(
     if not isinstance(quantized_type, UniformQuantizedSubChannelType):
         return
     if not is_tensor(container_type):
-        raise op.error("scalar types may not use sub-channel quantization")
+        raise op.emit_error("scalar types may not use sub-channel quantization")
     if not isinstance(container_type, RankedTensorType):
-        raise op.error("tensor containing the sub-channel quantized type must be ranked")
+        raise op.emit_error("tensor containing the sub-channel quantized type must be ranked")
     shape, rank = container_type.shape, container_type.rank
     for axis, block_size in quantized_type.block_size_info:
         if axis >= rank:
-            raise op.error(f"quantized dimension {axis} must be less than tensor rank {rank}")
+            raise op.emit_error(f"quantized dimension {axis} must be less than tensor rank {rank}")
         if shape[axis] != DYNAMIC and shape[axis] % block_size != 0:
-            raise op.error(
+            raise op.emit_error(
                 f"tensor dimension size {shape[axis]} at axis {axis} must be divisible by the "
                 f"corresponding block size {block_size}"
             )
     if 0 in shape:
-        raise op.error("tensor dimension size of zero is not allowed with sub-channel quantization")
+        raise op.emit_error("tensor dimension size of zero is not allowed with sub-channel quantization")
     scales_shape = quantized_type.scales.shape
     if len(scales_shape) != rank:
-        raise op.error(f"Rank of scales {len(scales_shape)} must match the rank of the tensor {rank}")
+        raise op.emit_error(f"Rank of scales {len(scales_shape)} must match the rank of the tensor {rank}")
     block_sizes = dict(quantized_type.block_size_info)
     for axis in range(rank):
         if shape[axis] == DYNAMIC:
@@ -102,7 +105,7 @@ def check_sub_channel_quantization(
         expected = shape[axis] // block_sizes.get(axis, shape[axis])
         if scales_shape[axis] != expected:
             # Upstream prints the expected size twice; the actual size is never shown.
-            raise op.error(
+            raise op.emit_error(
                 f"dimension size {expected} of scales tensor at axis {axis} should match "
                 f"(tensor dimension at axis / block sizes at axis) = {expected}"
             )
@@ -152,13 +155,14 @@ class QuantCastOp(Operation):
 
 def check_expressed_type_matches(op: Operation, quantized_container: Type, float_container: Type) -> None:
     quantized_type = element_type_of(quantized_container)
-    assert isinstance(quantized_type, QuantizedType)
+    assert isinstance(quantized_type, QuantizedType | CalibratedQuantizedType)
     if quantized_type.expressed_type != element_type_of(float_container):
-        raise op.error("expressed type in quantized type expected to match float type")
-    check_quantization(op, quantized_type, quantized_container)
+        raise op.emit_error("expressed type in quantized type expected to match float type")
+    if isinstance(quantized_type, QuantizedType):
+        check_quantization(op, quantized_type, quantized_container)
 
 
-QUANTIZED = ("scalar or tensor of quantized type", QuantizedType, False)
+QUANTIZED = ("scalar or tensor of quantized type", (QuantizedType, CalibratedQuantizedType), False)
 FLOATING_POINT = ("scalar or tensor of floating-point", FloatType, False)
 INTEGER_OR_QUANTIZED = ("scalar or tensor of signless integer or quantized type", QuantizedType, True)
 
@@ -218,14 +222,16 @@ class StorageCastOp(QuantCastOp):
         result_element = element_type_of(self.result.type)
         input_is_quantized = isinstance(input_element, QuantizedType)
         if input_is_quantized == isinstance(result_element, QuantizedType):
-            raise self.error("input must be integer and result must be quantized, or vice versa")
+            raise self.error(
+                "failed to verify that input must be integer and result must be quantized, or vice versa"
+            )
         quantized_container, integer_container = (
             (self.input.type, self.result.type) if input_is_quantized else (self.result.type, self.input.type)
         )
         quantized_type = element_type_of(quantized_container)
         assert isinstance(quantized_type, QuantizedType)
         if quantized_type.storage_type != element_type_of(integer_container):
-            raise self.error("storage type in quantized type expected to match integer type")
+            raise self.emit_error("storage type in quantized type expected to match integer type")
         check_quantization(self, quantized_type, quantized_container)
 
     def fold(self) -> Value | None:

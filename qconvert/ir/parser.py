@@ -179,6 +179,7 @@ class Parser:
 
     def parse_integer(self, bits: int = 64) -> int:
         """integer ::= `-`? decimal-or-hex-literal, which must fit a signed integer of `bits` bits."""
+        start = self.token.start
         negative = self.try_consume("-")
         token = self.token
         if token.kind != "integer":
@@ -186,7 +187,7 @@ class Parser:
         value = int(self.advance().text, 0)
         value = -value if negative else value
         if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
-            raise self.error("integer value too large", token.start)
+            raise self.error("integer value too large", start)
         return value
 
     def parse_float(self) -> float:
@@ -296,7 +297,7 @@ class Parser:
         return RankedTensorType(shape, element_type, encoding)
 
     def _parse_vector_type(self) -> Type:
-        self.advance()
+        vector_position = self.advance().start
         self.expect("<")
         shape: list[int] = []
         scalable: list[bool] = []
@@ -309,11 +310,10 @@ class Parser:
             shape.append(int(match.group(1)))
             scalable.append(scalable_dim)
             self.reset(match.end())
-        element_position = self.token.start
         element_type = self.parse_non_function_type()
         if not isinstance(element_type, IntegerType | FloatType | IndexType):
             raise self.error(
-                "failed to verify 'elementType': VectorElementTypeInterface instance", element_position
+                "failed to verify 'elementType': VectorElementTypeInterface instance", vector_position
             )
         self.expect(">")
         return VectorType(tuple(shape), element_type, tuple(scalable) if any(scalable) else ())

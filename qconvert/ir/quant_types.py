@@ -49,10 +49,22 @@ def float_dtype(float_type: FloatType) -> np.dtype:
     return dtype
 
 
+# Types without a numpy equivalent, as upstream sees them after `convertToDouble` (f80/f128 over- and
+# underflow a double, so every non-negative scale passes).
+SCALE_RANGES_WITHOUT_DTYPE = {
+    "tf32": (2.0**-136, (2 - 2**-10) * 2.0**127),
+    "f80": (0.0, math.inf),
+    "f128": (0.0, math.inf),
+}
+
+
 def scale_range(expressed_type: FloatType) -> tuple[float, float]:
     """[smallest positive subnormal, largest finite] of a float type: the legal range of a scale."""
+    if expressed_type.name in SCALE_RANGES_WITHOUT_DTYPE:
+        return SCALE_RANGES_WITHOUT_DTYPE[expressed_type.name]
     info = ml_dtypes.finfo(float_dtype(expressed_type))
-    return float(info.smallest_subnormal), float(info.max)
+    smallest = info.smallest_subnormal if float(info.smallest_subnormal) > 0 else info.tiny
+    return float(smallest), float(info.max)
 
 
 def default_storage_range(storage_type: Type, is_signed: bool) -> tuple[int, int]:
@@ -135,7 +147,7 @@ class QuantizedType(Type):
     def check_expressed_float(self) -> FloatType:
         if self.expressed_type is None:
             raise VerifyError("uniform quantization requires expressed type")
-        if not isinstance(self.expressed_type, FloatType) or self.expressed_type.name not in EXPRESSED_DTYPES:
+        if not isinstance(self.expressed_type, FloatType):
             raise VerifyError("expressed type must be floating point")
         return self.expressed_type
 
@@ -148,9 +160,7 @@ class AnyQuantizedType(QuantizedType):
 
     def __post_init__(self) -> None:
         QuantizedType.__post_init__(self)  # not super(): slots=True breaks zero-arg super()
-        if self.expressed_type is not None and (
-            not isinstance(self.expressed_type, FloatType) or self.expressed_type.name not in EXPRESSED_DTYPES
-        ):
+        if self.expressed_type is not None and (not isinstance(self.expressed_type, FloatType)):
             raise VerifyError("expressed type must be floating point")
 
 
@@ -285,7 +295,7 @@ class CalibratedQuantizedType(Type):
     max: float
 
     def __post_init__(self) -> None:
-        if not isinstance(self.expressed_type, FloatType) or self.expressed_type.name not in EXPRESSED_DTYPES:
+        if not isinstance(self.expressed_type, FloatType):
             raise VerifyError("expressed type must be floating point")
         if not self.max > self.min:
             raise VerifyError(

@@ -263,7 +263,7 @@ KNOWN_TYPE_DIFFERENCES: dict[str, tuple[Callable[[Comparison], bool], str]] = {
     "sub-channel zero point printed as a bare colon": (
         lambda c: c.mlir.ok and re.search(r"\d:[,}]", c.mlir.text or "") is not None,
         "MLIR prints a sub-channel zero point whose low storage bits are 0 but whose stored bytes are not "
-        "(e.g. u3 zero point 192) as `scale:` with no digits; qconvert stores the wrapped value and prints none",
+        "(e.g. u3 zero point 192) as `scale:` with no digits; qconvert stores the wrapped value, prints none",
     ),
     "sub-channel scales of a type without a numpy dtype": (
         lambda c: not c.ours.ok and "no numpy equivalent" in " ".join(c.ours.messages),

@@ -15,7 +15,7 @@ from qconvert.ir.quant_types import (
     UniformQuantizedSubChannelType,
     UniformQuantizedType,
 )
-from qconvert.ir.types import F16, F32, FloatType, IntegerType, RankedTensorType, Signedness
+from qconvert.ir.types import F16, F32, IntegerType, RankedTensorType, Signedness
 
 
 def test_per_tensor_type_built_in_code_prints_like_mlir() -> None:
@@ -124,7 +124,7 @@ def test_sub_channel_scale_prints_in_expressed_type_precision() -> None:
             "illegal min and max: (1.000000e+00:-1.000000e+00)",
         ),
         (
-            lambda: AnyQuantizedType(storage_type=IntegerType(8), expressed_type=FloatType("f8E5M2")),
+            lambda: AnyQuantizedType(storage_type=IntegerType(8), expressed_type=IntegerType(8)),
             "expressed type must be floating point",
         ),
     ],

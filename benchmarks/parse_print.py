@@ -231,15 +231,25 @@ for line in sys.stdin:
 class Launcher:
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", LAUNCHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [sys.executable, "-I", "-S", "-c", LAUNCHER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         self.directory = tempfile.TemporaryDirectory(prefix="qconvert-bench-io-")
 
-    def run(self, command: list[str], env: dict[str, str] | None = None) -> tuple[int, float, float, str, str]:
+    def run(
+        self, command: list[str], env: dict[str, str] | None = None
+    ) -> tuple[int, float, float, str, str]:
         """Run one command; return (exit code, wall seconds, peak RSS in MB of that child, stdout, stderr)."""
         out, err = Path(self.directory.name) / "stdout", Path(self.directory.name) / "stderr"
-        request = {"argv": command, "env": env if env is not None else dict(os.environ), "timeout": TIMEOUT,
-                   "stdout": str(out), "stderr": str(err)}
+        request = {
+            "argv": command,
+            "env": env if env is not None else dict(os.environ),
+            "timeout": TIMEOUT,
+            "stdout": str(out),
+            "stderr": str(err),
+        }
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
@@ -304,8 +314,9 @@ def measure_in_process(workload: str, source: Path, output: Path, repeat: int) -
     return row
 
 
-def measure_command(workload: str, tool: str, command: list[str], output: Path, repeat: int,
-                    env: dict[str, str] | None = None) -> Row:
+def measure_command(
+    workload: str, tool: str, command: list[str], output: Path, repeat: int, env: dict[str, str] | None = None
+) -> Row:
     row = Row(workload, tool, "ok")
     for _ in range(repeat):
         try:
@@ -331,7 +342,7 @@ def find_iree_opt() -> tuple[str | None, str]:
         path = binaries.find_tool("iree-opt")
         if path and Path(path).exists():
             return str(path), "iree-base-compiler"
-    except Exception:  # noqa: BLE001 - missing package or a package without the binary: fall back to PATH
+    except Exception:
         pass
     found = shutil.which("iree-opt")
     return (found, "PATH") if found else (None, "")
@@ -399,9 +410,12 @@ def run_benchmark(arguments: argparse.Namespace) -> int:
             cli_out = directory / f"{name}.qconvert-opt.mlir"
             rows.append(
                 measure_command(
-                    label, "qconvert opt (process)",
+                    label,
+                    "qconvert opt (process)",
                     [sys.executable, "-m", "qconvert", "opt", str(source), "-o", str(cli_out)],
-                    cli_out, arguments.repeat, child_env(),
+                    cli_out,
+                    arguments.repeat,
+                    child_env(),
                 )
             )
 
@@ -413,23 +427,39 @@ def run_benchmark(arguments: argparse.Namespace) -> int:
                 readable, reason = xdsl_can_read(xdsl, xdsl_probe[name], directory)
                 if not readable:
                     rows.append(
-                        Row(label, "xdsl-opt (process)", "not run",
-                            note=f"xdsl-opt rejects a small module of this kind: {reason}")
+                        Row(
+                            label,
+                            "xdsl-opt (process)",
+                            "not run",
+                            note=f"xdsl-opt rejects a small module of this kind: {reason}",
+                        )
                     )
                 else:
                     xdsl_out = directory / f"{name}.xdsl.mlir"
                     rows.append(
-                        measure_command(label, "xdsl-opt (process)", [xdsl, str(source), "-o", str(xdsl_out)],
-                                        xdsl_out, arguments.repeat)
+                        measure_command(
+                            label,
+                            "xdsl-opt (process)",
+                            [xdsl, str(source), "-o", str(xdsl_out)],
+                            xdsl_out,
+                            arguments.repeat,
+                        )
                     )
 
             if iree is None:
-                rows.append(Row(label, "iree-opt (process)", "not found", note="pip install iree-base-compiler"))
+                rows.append(
+                    Row(label, "iree-opt (process)", "not found", note="pip install iree-base-compiler")
+                )
             else:
                 iree_out = directory / f"{name}.iree.mlir"
                 rows.append(
-                    measure_command(label, "iree-opt (process)", [iree, str(source), "-o", str(iree_out)],
-                                    iree_out, arguments.repeat)
+                    measure_command(
+                        label,
+                        "iree-opt (process)",
+                        [iree, str(source), "-o", str(iree_out)],
+                        iree_out,
+                        arguments.repeat,
+                    )
                 )
                 if rows[-1].status == "ok" and ours.exists():
                     verdict = "identical" if same_output(ours, iree_out) else "DIFFERENT"
@@ -444,20 +474,30 @@ def run_benchmark(arguments: argparse.Namespace) -> int:
     print_table(rows)
     print()
     if floor_mb is not None:
-        print(f"peak MB is each process's ru_maxrss (os.wait4); the method's floor (`true`) is {floor_mb:.0f} MB")
+        print(
+            f"peak MB is each process's ru_maxrss (os.wait4); floor (`true`): {floor_mb:.0f} MB"
+        )
     for check in checks:
         print(check)
-    print(f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs; "
-          f"iree-opt: {iree or 'not found'}{f' ({iree_origin})' if iree else ''}; "
-          f"xdsl-opt: {xdsl or ('skipped' if arguments.skip_xdsl else 'not found')}; total {total:.1f} s")
+    print(
+        f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs; "
+        f"iree-opt: {iree or 'not found'}{f' ({iree_origin})' if iree else ''}; "
+        f"xdsl-opt: {xdsl or ('skipped' if arguments.skip_xdsl else 'not found')}; total {total:.1f} s"
+    )
     if arguments.json:
         arguments.json.write_text(
             json.dumps(
                 {
-                    "ops": arguments.ops, "rss_floor_mb": floor_mb, "scales": arguments.scales, "repeat": arguments.repeat,
-                    "python": platform.python_version(), "cpus": os.cpu_count(),
-                    "rows": [asdict(row) | {"median_seconds": row.seconds, "max_peak_mb": row.peak_mb}
-                             for row in rows],
+                    "ops": arguments.ops,
+                    "rss_floor_mb": floor_mb,
+                    "scales": arguments.scales,
+                    "repeat": arguments.repeat,
+                    "python": platform.python_version(),
+                    "cpus": os.cpu_count(),
+                    "rows": [
+                        asdict(row) | {"median_seconds": row.seconds, "max_peak_mb": row.peak_mb}
+                        for row in rows
+                    ],
                     "checks": checks,
                 },
                 indent=2,

@@ -23,7 +23,7 @@ rusage of that one child). Rows:
 A tool that is missing is reported as `not found`, a workload a tool cannot read as `not run` (with the
 reason); neither is ever shown with a time. `--json PATH` writes every sample.
 
-Usage: python benchmarks/parse_print.py [--ops N] [--scales N] [--repeat K] [--json PATH]
+Usage: python benchmarks/parse_print.py [--ops N] [--scales N] [--repeat K] [--timeout S] [--json PATH]
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TIMEOUT = 600.0
+DEFAULT_TIMEOUT = 60.0  # seconds per run (--timeout); a run that takes longer is reported as `timeout`
+TIMEOUT = DEFAULT_TIMEOUT
 
 PER_TENSOR = "!quant.uniform<i8:f32, 6.250000e-02:-3>"
 
@@ -361,17 +362,19 @@ def xdsl_can_read(xdsl: str, text: str, directory: Path) -> tuple[bool, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--ops", type=int, default=100_000, help="ops in the mixed and arith modules")
     parser.add_argument("--scales", type=int, default=65_536, help="scales of the per-axis type")
     parser.add_argument("--repeat", type=int, default=1, help="runs per measurement (the median is shown)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds allowed per run")
     parser.add_argument("--json", type=Path, help="write every sample to this file")
     parser.add_argument("--skip-xdsl", action="store_true", help="do not run xdsl-opt (it is the slowest)")
     arguments = parser.parse_args(argv)
-    if arguments.ops < 1 or arguments.scales < 1 or arguments.repeat < 1:
-        parser.error("--ops, --scales and --repeat must be positive")
+    if arguments.ops < 1 or arguments.scales < 1 or arguments.repeat < 1 or arguments.timeout <= 0:
+        parser.error("--ops, --scales, --repeat and --timeout must be positive")
 
-    global LAUNCH
+    global LAUNCH, TIMEOUT
+    TIMEOUT = arguments.timeout
     LAUNCH = Launcher()
     try:
         return run_benchmark(arguments)
@@ -474,9 +477,7 @@ def run_benchmark(arguments: argparse.Namespace) -> int:
     print_table(rows)
     print()
     if floor_mb is not None:
-        print(
-            f"peak MB is each process's ru_maxrss (os.wait4); floor (`true`): {floor_mb:.0f} MB"
-        )
+        print(f"peak MB is each process's ru_maxrss (os.wait4); floor (`true`): {floor_mb:.0f} MB")
     for check in checks:
         print(check)
     print(

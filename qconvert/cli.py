@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import typer
@@ -40,7 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if arguments and arguments[0] == "opt":
             # mlir-opt's single-dash long flags (-split-input-file) must reach our own parser untouched.
-            return opt_command.main(arguments[1:])
+            code = opt_command.main(arguments[1:])
+            if argv is None:
+                # The process exits next (console script, `python -m qconvert`): leave the IR's objects
+                # to the OS rather than have the collector walk and free them at shutdown (~0.5 s per
+                # 100k ops). Callers that pass `argv` (tests, other Python code) keep a normal collector.
+                gc.freeze()
+            return code
         app(arguments, prog_name="qconvert")
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 0

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
+from enum import Enum
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,7 +34,16 @@ from qconvert.ir.attributes import (
     TypeAttr,
     UnitAttr,
 )
-from qconvert.ir.core import OP_REGISTRY, REGISTERED_DIALECTS, Block, GenericOp, Operation, Region, Value
+from qconvert.ir.core import (
+    OP_REGISTRY,
+    REGISTERED_DIALECTS,
+    Block,
+    GenericOp,
+    Operation,
+    Region,
+    Value,
+    gc_paused,
+)
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.float_format import bits_to_float, round_to_float_type
 from qconvert.ir.quant_syntax import parse_quant_type
@@ -54,9 +65,16 @@ from qconvert.ir.types import (
 
 MAX_INTEGER_WIDTH = 16777215  # IntegerType::kMaxWidth
 
+# The most frequent kinds come first. Kinds that can start with the same character keep their relative
+# order (`->` and `{-#` before punctuation, `#name` before `#-}`, float before integer), so the order
+# changes no token.
 TOKEN = re.compile(
     r"""
     (?P<percent>%[a-zA-Z0-9_$.\-]+)
+  | (?P<bare>[a-zA-Z_][a-zA-Z0-9_$.]*)
+  | (?P<arrow>->)
+  | (?P<metadata_begin>\{-\#)
+  | (?P<punct>[(){}\[\]<>,:=?*+\-|])
   | (?P<caret>\^[a-zA-Z0-9_$.\-]+)
   | (?P<at>@(?:[a-zA-Z_][a-zA-Z0-9_$.\-]*|"(?:[^"\\\n]|\\.)*"))
   | (?P<hash>\#[a-zA-Z0-9_$.\-]+)
@@ -64,34 +82,41 @@ TOKEN = re.compile(
   | (?P<string>"(?:[^"\\\n]|\\.)*")
   | (?P<float>[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?)
   | (?P<integer>0x[0-9a-fA-F]+|[0-9]+)
-  | (?P<bare>[a-zA-Z_][a-zA-Z0-9_$.]*)
-  | (?P<arrow>->)
-  | (?P<metadata_begin>\{-\#)
   | (?P<metadata_end>\#-\})
-  | (?P<punct>[(){}\[\]<>,:=?*+\-|])
     """,
     re.VERBOSE,
 )
 SKIP = re.compile(r"(?:\s+|//[^\n]*)*")
+# SKIP then TOKEN in a single match. The skip is possessive (`*+`): a token can never start inside what
+# was skipped (a comment's text must not become tokens when no token follows it).
+LEX = re.compile(r"\s*+(?://[^\n]*+\s*+)*+(?:" + TOKEN.pattern + ")", re.VERBOSE)
+_lex_match = LEX.match
+# `%name = op.name` (one result, whitespace only in between): the three tokens parse_operation would lex,
+# in one match. Anything else (`%a:2`, `%a, %b`, comments, a generic op) takes the token-by-token path.
+RESULT_AND_OP_NAME = re.compile(r"%[a-zA-Z0-9_$.\-]+\s*=\s*([a-zA-Z_][a-zA-Z0-9_$.]*)")
+# What `_scan_dialect_body` looks at: brackets, strings, and `->` (whose `>` closes nothing).
+BODY_CHARACTER = re.compile(r'->|[<\[({>\])}"]')
+STRING_REST = re.compile(r'(?:[^"\\\n]|\\.)*"')
 DIMENSIONS = re.compile(r"(?:(?:\?|[0-9]+)x)*")
 INTEGER_TYPE = re.compile(r"(si|ui|i)([0-9]+)\Z")
 SIMPLE_TYPES: dict[str, Type] = {"index": IndexType(), "none": NoneType()}
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
+class Token(NamedTuple):
     kind: str
     text: str
     start: int
     end: int
 
 
-@dataclass(frozen=True, slots=True)
-class OperandReference:
+_new_token = tuple.__new__
+
+
+class OperandReference(NamedTuple):
     """A use of `%name` or `%name#index` not yet resolved to a value (its type comes later)."""
 
     name: str
-    index: int
+    index: int  # pyright: ignore[reportIncompatibleMethodOverride]  (a field, not tuple.index)
     start: int
 
 
@@ -111,6 +136,13 @@ class Parser:
         self.line_offset = line_offset
         self.options = options or ParserOptions()
         self.limit = len(text)
+        # `location` counts lines from the last position it was asked about (ops come in source order).
+        self._line_position = 0
+        self._line_number = 1
+        # Types by their exact source text: a type's text always parses to the same (immutable) type, since
+        # aliases cannot be redefined; only successful parses are stored.
+        self._type_cache: dict[str, Type] = {}
+        self._last_close_end = -1
         self.token = self._lex(0)
         self.type_aliases: dict[str, Type] = {}
         self.attribute_aliases: dict[str, Attribute] = {}
@@ -120,13 +152,16 @@ class Parser:
 
     # Lexing --------------------------------------------------------------------------------------
     def _lex(self, position: int) -> Token:
-        position = SKIP.match(self.text, position).end()
-        if position >= self.limit:
-            return Token("eof", "", self.limit, self.limit)
-        match = TOKEN.match(self.text, position, self.limit)
+        match = _lex_match(self.text, position, self.limit)
         if match is None:
-            return Token("error", self.text[position], position, position + 1)
-        return Token(match.lastgroup, match.group(), position, match.end())  # type: ignore[arg-type]
+            position = SKIP.match(self.text, position).end()
+            if position >= self.limit:
+                return _new_token(Token, ("eof", "", self.limit, self.limit))
+            return _new_token(Token, ("error", self.text[position], position, position + 1))
+        kind = match.lastgroup
+        text = match[kind]  # type: ignore[index]
+        end = match.end()
+        return _new_token(Token, (kind, text, end - len(text), end))
 
     def advance(self) -> Token:
         token = self.token
@@ -138,8 +173,13 @@ class Parser:
 
     def location(self, position: int | None = None) -> Location:
         position = self.token.start if position is None else position
-        line = self.text.count("\n", 0, position) + 1
-        line_start = self.text.rfind("\n", 0, position) + 1
+        text = self.text
+        if position >= self._line_position:
+            line = self._line_number + text.count("\n", self._line_position, position)
+        else:
+            line = text.count("\n", 0, position) + 1
+        self._line_position, self._line_number = position, line
+        line_start = text.rfind("\n", 0, position) + 1
         return Location(self.filename, line + self.line_offset, position - line_start + 1)
 
     def error(
@@ -149,17 +189,22 @@ class Parser:
 
     # Token helpers ---------------------------------------------------------------------------------
     def peek(self, text: str) -> bool:
-        return self.token.text == text and self.token.kind in ("punct", "arrow", "bare")
+        token = self.token
+        return token.text == text and token.kind in ("punct", "arrow", "bare")
 
     def try_consume(self, text: str) -> bool:
-        if self.token.text == text and self.token.kind in ("punct", "arrow"):
-            self.advance()
+        token = self.token
+        if token.text == text and (token.kind == "punct" or token.kind == "arrow"):
+            self.token = self._lex(token.end)
             return True
         return False
 
     def expect(self, text: str) -> None:
-        if not self.try_consume(text):
-            raise self.error(f"expected '{text}'")
+        token = self.token  # try_consume, inlined: this runs a few times per op
+        if token.text == text and (token.kind == "punct" or token.kind == "arrow"):
+            self.token = self._lex(token.end)
+            return
+        raise self.error(f"expected '{text}'")
 
     def expect_keyword(self, keyword: str) -> None:
         if self.token.kind == "bare" and self.token.text == keyword:
@@ -218,7 +263,15 @@ class Parser:
     # Types -------------------------------------------------------------------------------------
     def parse_type(self) -> Type:
         """type ::= function-type | non-function-type"""
-        if self.peek("("):
+        token = self.token
+        if token.kind == "bare":  # parse_non_function_type's first steps, inlined for `f32`, `tensor<...>`
+            cached = self._type_cache.get(token.text)
+            if cached is not None:
+                self.token = self._lex(token.end)
+                return cached
+            if token.text == "tensor":
+                return self._parse_tensor_type_cached()
+        elif token.text == "(" and token.kind == "punct":
             return self.parse_function_type()
         return self.parse_non_function_type()
 
@@ -251,11 +304,17 @@ class Parser:
         token = self.token
         if token.kind == "bare":
             text = token.text
+            cached = self._type_cache.get(text)
+            if cached is not None:  # `f32`, `i8`, `index`: a keyword seen before
+                self.token = self._lex(token.end)
+                return cached
             if text in FLOAT_BIT_WIDTHS:
                 self.advance()
                 from qconvert.ir.types import FloatType
 
-                return FloatType(text)
+                type_: Type = FloatType(text)
+                self._type_cache[text] = type_
+                return type_
             match = INTEGER_TYPE.match(text)
             if match is not None:
                 width = int(match.group(2))
@@ -263,17 +322,62 @@ class Parser:
                     raise self.error("invalid integer width")
                 self.advance()
                 signedness = {"i": Signedness.SIGNLESS, "si": Signedness.SIGNED, "ui": Signedness.UNSIGNED}
-                return IntegerType(width, signedness[match.group(1)])
+                type_ = IntegerType(width, signedness[match.group(1)])
+                self._type_cache[text] = type_
+                return type_
             if text in SIMPLE_TYPES:
                 self.advance()
                 return SIMPLE_TYPES[text]
             if text == "tensor":
-                return self._parse_tensor_type()
+                return self._parse_tensor_type_cached()
             if text == "vector":
                 return self._parse_vector_type()
         if token.kind == "bang":
             return self._parse_extended_type()
         raise self.error("expected non-function type")
+
+    def _parse_tensor_type_cached(self) -> Type:
+        """A `tensor<...>` type, looked up by its source text first (100k ops repeat a handful of types)."""
+        start, position = self.token.start, self.token.end
+        text = self.text
+        if not text.startswith("<", position):
+            return self._parse_tensor_type()
+        close = text.find(">", position, self.limit)
+        if close > 0 and text.count("<", position, close) == 1 and text[close - 1] != "-":
+            end: int | None = close + 1  # no nested `<`: the first `>` closes (a quote makes no difference:
+            # a wrong end only gives a key that is not stored, since the parse will not end there)
+        else:
+            end = self._angle_bracket_end(position)
+        if end is None:
+            return self._parse_tensor_type()
+        key = self.text[start:end]
+        cached = self._type_cache.get(key)
+        if cached is not None:
+            self.reset(end)
+            return cached
+        type_ = self._parse_tensor_type()
+        if self._last_close_end == end and shareable(type_):  # the parse ended where the scan did
+            self._type_cache[key] = type_
+        return type_
+
+    def _angle_bracket_end(self, start: int) -> int | None:
+        """Where the `<...>` opening at `start` closes (None when it does not, or when a string is inside).
+
+        The first `>` (not of a `->`) after which as many `<` as `>` have been seen since `start`.
+        """
+        text, limit = self.text, self.limit
+        closes = 0
+        search = start
+        while True:
+            close = text.find(">", search, limit)
+            if close < 0:
+                return None
+            search = close + 1
+            if text[close - 1] == "-":  # `->`
+                continue
+            closes += 1
+            if text.count("<", start, close) == closes:
+                return None if text.find('"', start, close) >= 0 else close + 1
 
     def _parse_tensor_type(self) -> Type:
         self.advance()
@@ -286,6 +390,7 @@ class Parser:
                 raise self.error("expected 'x' in unranked tensor type")
             self.reset(self.token.start + 1)
             element_type = self.parse_non_function_type()
+            self._last_close_end = self.token.end
             self.expect(">")
             return UnrankedTensorType(element_type)
         match = DIMENSIONS.match(self.text, SKIP.match(self.text, position).end())
@@ -293,6 +398,7 @@ class Parser:
         self.reset(match.end())
         element_type = self.parse_non_function_type()
         encoding = self.parse_attribute() if self.try_consume(",") else None
+        self._last_close_end = self.token.end
         self.expect(">")
         return RankedTensorType(shape, element_type, encoding)
 
@@ -329,6 +435,17 @@ class Parser:
                 raise self.error(f"undefined symbol alias id '{identifier}'", token.start)
             return self.type_aliases[identifier]
         body_end = self._scan_dialect_body(token.end) if has_body else token.end
+        key = self.text[token.start : body_end]
+        cached = self._type_cache.get(key)
+        if cached is not None:
+            self.reset(body_end)
+            return cached
+        type_ = self._parse_dialect_type(token, dialect, dot, body_end)
+        if shareable(type_):
+            self._type_cache[key] = type_
+        return type_
+
+    def _parse_dialect_type(self, token: Token, dialect: str, dot: str, body_end: int) -> Type:
         if dialect == "quant":
             body_start = token.start + 1 + len(dialect) + (1 if dot else 0)
             if not dot:
@@ -348,23 +465,26 @@ class Parser:
         return OpaqueType(dialect, self.text[token.start + 1 : body_end])
 
     def _scan_dialect_body(self, start: int) -> int:
-        """Find the end of a `<...>` dialect body by balancing `<([{` (MLIR's parseDialectSymbolBody)."""
+        """Find the end of a `<...>` dialect body by balancing `<([{` (MLIR's parseDialectSymbolBody).
+
+        Jumps from one bracket, quote or `->` to the next (a body of 65,536 scales is one regex search).
+        """
         nesting: list[str] = []
         position = start
         closing = {">": "<", "]": "[", ")": "(", "}": "{"}
         text = self.text
         while True:
-            if position >= len(text):
+            match = BODY_CHARACTER.search(text, position)
+            if match is None:
                 if nesting:
                     raise self.error(f"unbalanced '{nesting[-1]}' character in pretty dialect name", start)
                 raise self.error("unexpected nul or EOF in pretty dialect name", start)
-            char = text[position]
-            position += 1
+            char = match.group()
+            position = match.end()
             if char in "<[({":
                 nesting.append(char)
                 continue
-            if char == "-" and text.startswith(">", position):
-                position += 1
+            if char == "->":
                 continue
             if char in closing:
                 if nesting[-1] != closing[char]:
@@ -372,11 +492,11 @@ class Parser:
                 nesting.pop()
                 if not nesting:
                     return position
-            elif char == '"':
-                match = re.compile(r'(?:[^"\\\n]|\\.)*"').match(text, position)
-                if match is None:
+            else:  # `"`
+                string = STRING_REST.match(text, position)
+                if string is None:
                     raise self.error("expected '\"' in string literal", position - 1)
-                position = match.end()
+                position = string.end()
 
     # Attributes ----------------------------------------------------------------------------------
     def parse_attribute(self, type_hint: Type | None = None) -> Attribute:
@@ -620,7 +740,8 @@ class Parser:
         return attributes
 
     def parse_optional_attr_dict(self) -> dict[str, Attribute]:
-        return self.parse_attr_dict() if self.peek("{") else {}
+        token = self.token
+        return self.parse_attr_dict() if token.text == "{" and token.kind == "punct" else {}
 
     def parse_optional_attr_dict_with_keyword(self) -> dict[str, Attribute]:
         if self.parse_optional_keyword(("attributes",)):
@@ -641,11 +762,11 @@ class Parser:
         token = self.token
         if token.kind != "percent":
             raise self.error("expected SSA operand")
-        self.advance()
+        following = self.token = self._lex(token.end)
         index = 0
-        if self.token.kind == "hash" and self.token.start == token.end and self.token.text[1:].isdigit():
+        if following.kind == "hash" and following.start == token.end and following.text[1:].isdigit():
             index = int(self.advance().text[1:])
-        return OperandReference(token.text, index, token.start)
+        return _new_token(OperandReference, (token.text, index, token.start))  # type: ignore[return-value]
 
     def parse_operand_references(self) -> list[OperandReference]:
         if self.token.kind != "percent":
@@ -657,6 +778,11 @@ class Parser:
         return references
 
     def lookup_value(self, reference: OperandReference) -> Value:
+        scope = self.value_scopes[-1]
+        if scope is not None:  # the common case: a value of the innermost region, result 0
+            entry = scope.get(reference.name)
+            if entry is not None and reference.index < len(entry[0]):
+                return entry[0][reference.index]
         for scope in reversed(self.value_scopes):
             if scope is None:
                 break
@@ -669,8 +795,13 @@ class Parser:
         raise self.error("use of undeclared SSA value name", reference.start)
 
     def resolve_operand(self, reference: OperandReference, type_: Type) -> Value:
-        value = self.lookup_value(reference)
-        if value.type != type_:
+        scope = self.value_scopes[-1]
+        entry = scope.get(reference.name) if scope is not None else None
+        if entry is not None and reference.index < len(entry[0]):  # lookup_value's common case, inlined
+            value = entry[0][reference.index]
+        else:
+            value = self.lookup_value(reference)
+        if value.type is not type_ and value.type != type_:
             raise self.error(
                 f"use of value '{reference.name}' expects different type than prior uses: '{type_}' vs "
                 f"'{value.type}'",
@@ -800,8 +931,15 @@ class Parser:
                 self._parse_block_label(block)
             blocks_by_name: dict[str, Block] = {}
             while True:
-                while self.token.kind not in ("caret", "eof") and not self.peek("}"):
-                    block.append(self.parse_operation())
+                ops = block.ops
+                while True:
+                    token = self.token
+                    kind = token.kind
+                    if kind == "caret" or kind == "eof" or (token.text == "}" and kind == "punct"):
+                        break
+                    op = self.parse_operation()
+                    op.parent = block  # Block.append, inlined
+                    ops.append(op)
                 if self.try_consume("}"):
                     break
                 if self.token.kind == "eof":
@@ -834,43 +972,53 @@ class Parser:
 
     def parse_operation(self) -> Operation:
         """operation ::= (op-result (`,` op-result)* `=`)? (generic-operation | custom-operation)"""
-        start = self.token.start
+        token = self.token
+        start = token.start
         result_groups: list[tuple[str, int, int]] = []
-        if self.token.kind == "percent":
+        num_results = 0
+        fast = RESULT_AND_OP_NAME.match(self.text, start, self.limit) if token.kind == "percent" else None
+        if fast is not None:
+            result_groups.append((token.text, 1, start))
+            num_results = 1
+            name_start, name_end = fast.span(1)
+            self.token = _new_token(Token, ("bare", fast[1], name_start, name_end))
+        elif token.kind == "percent":
             while True:
                 token = self.advance()
                 count = 1
-                if self.token.text == ":" and self.token.start == token.end:
+                following = self.token
+                if following.text == ":" and following.start == token.end:
                     self.advance()
                     count = self.parse_integer()
+                    following = self.token
                 result_groups.append((token.text, count, token.start))
-                if not self.try_consume(","):
+                num_results += count
+                if not (following.text == "," and following.kind == "punct"):  # try_consume(",")
                     break
+                self.token = self._lex(following.end)
             self.expect("=")
-        op_start = self.token.start
-        num_results = sum(count for _, count, _ in result_groups)
-        if self.token.kind == "string":
-            op = self._parse_generic_operation()
-        elif self.token.kind == "bare":
+        token = self.token
+        op_start = token.start
+        if token.kind == "bare":
             op = self._parse_custom_operation(num_results)
+        elif token.kind == "string":
+            op = self._parse_generic_operation()
         else:
             raise self.error("expected operation name in quotes")
         op.location = self.location(op_start)
-        if (
-            self.token.kind == "bare"
-            and self.token.text == "loc"
-            and self.text.startswith("(", self.token.end)
-        ):
+        token = self.token
+        if token.kind == "bare" and token.text == "loc" and self.text.startswith("(", token.end):
             self._skip_location()
         if result_groups:
-            if len(op.results) != num_results:
+            results = op.results
+            if len(results) != num_results:
                 raise self.error(
-                    f"operation defines {len(op.results)} results but was provided {num_results} to bind",
+                    f"operation defines {len(results)} results but was provided {num_results} to bind",
                     start,
                 )
             index = 0
             for name, count, position in result_groups:
-                self.define_values(name, list(op.results[index : index + count]), position)
+                self.define_values(name, list(results[index : index + count]), position)
                 index += count
         return op
 
@@ -921,7 +1069,8 @@ class Parser:
         return op
 
     def _parse_custom_operation(self, num_results: int) -> Operation:
-        token = self.advance()
+        token = self.token
+        self.token = self._lex(token.end)
         name = token.text
         cls = OP_REGISTRY.get(name)
         if cls is None and "." not in name:
@@ -967,6 +1116,35 @@ class Parser:
         if end < 0:
             raise self.error("expected '#-}' to end file metadata")
         self.reset(end + 3)
+
+
+def shareable(value: object) -> bool:
+    """Whether every parse of the text of `value` gives a value equal to it, so that one object may stand
+    for all of them (the parser's type cache).
+
+    Not so for a NaN compared field by field (NaN != NaN: two parses of `!quant.uniform<i8:f32, 0x7FF8...>`
+    are different types, and a use of a value of that type is an error), nor for anything compared by
+    identity (`dense_resource` attributes).
+    """
+    if value is None or isinstance(value, str | int | Enum):
+        return True
+    if isinstance(value, float):
+        return value == value
+    if isinstance(value, tuple):  # scales and zero points: 65,536 of them in a large per-axis type
+        for item in value:
+            kind = type(item)
+            if kind is float:
+                if item != item:
+                    return False
+            elif kind is not int and not shareable(item):
+                return False
+        return True
+    if isinstance(value, np.ndarray):
+        return True  # held by a class whose `==` compares arrays NaN-safely (bytes, or equal_nan)
+    cls = type(value)
+    if is_dataclass(cls) and cls.__eq__ is not object.__eq__:
+        return all(shareable(getattr(value, f.name)) for f in fields(cls))
+    return False
 
 
 def split_top_level(text: str) -> list[str]:
@@ -1036,7 +1214,8 @@ def parse_module(
     text: str, filename: str = "-", *, line_offset: int = 0, options: ParserOptions | None = None
 ) -> ModuleOp:
     """Parse a whole buffer into a module (ops, not yet verified)."""
-    return Parser(text, filename, line_offset=line_offset, options=options).parse_top_level()
+    with gc_paused():
+        return Parser(text, filename, line_offset=line_offset, options=options).parse_top_level()
 
 
 def parse_type(text: str, filename: str = "<type>") -> Type:

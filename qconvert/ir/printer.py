@@ -28,7 +28,7 @@ from qconvert.ir.attributes import (
     TypeAttr,
     UnitAttr,
 )
-from qconvert.ir.core import Block, Operation, Region, Value
+from qconvert.ir.core import Block, Operation, Region, Value, gc_paused
 from qconvert.ir.float_format import format_float
 from qconvert.ir.quant_types import (
     AnyQuantizedType,
@@ -283,10 +283,17 @@ def collect_affine_map_aliases(ops: Iterable[Operation]) -> dict[Attribute, str]
             for _, element in attribute.entries:
                 visit(element)
 
-    for top in ops:
-        for op in top.walk():
+    def visit_op(op: Operation) -> None:  # Operation.walk's pre-order, without a generator per op
+        if op.attributes:
             for attribute in op.attributes.values():
                 visit(attribute)
+        for region in op.regions:
+            for block in region.blocks:
+                for nested in block.ops:
+                    visit_op(nested)
+
+    for top in ops:
+        visit_op(top)
     return aliases
 
 
@@ -402,7 +409,9 @@ class Printer:
         return name if name is not None else "<<UNKNOWN SSA VALUE>>"
 
     def operand_list(self, values: Sequence[Value]) -> str:
-        return ", ".join(self.value_name(v) for v in values)
+        names = self.names  # value_name, inlined
+        unknown = "<<UNKNOWN SSA VALUE>>"
+        return ", ".join([name if (name := names.get(v)) is not None else unknown for v in values])
 
     def type_text(self, type_: Type) -> str:
         cached = self.type_cache.get(id(type_))
@@ -413,7 +422,7 @@ class Printer:
         return text
 
     def type_list(self, types: Sequence[Type]) -> str:
-        return ", ".join(self.type_text(t) for t in types)
+        return ", ".join([self.type_text(t) for t in types])
 
     def attribute_text(self, attribute: Attribute) -> str:
         return print_attribute(attribute, self.aliases)
@@ -424,7 +433,10 @@ class Printer:
     def print_optional_attr_dict(
         self, attributes: dict[str, Attribute], elided: Iterable[str] = (), with_keyword: bool = False
     ) -> None:
-        shown = {k: v for k, v in attributes.items() if k not in set(elided)}
+        if not attributes:  # most ops: nothing to show, no dict to build
+            return
+        elided = set(elided)
+        shown = {k: v for k, v in attributes.items() if k not in elided}
         if shown:
             self.write((" attributes " if with_keyword else " ") + self.attribute_dict_text(shown))
 
@@ -491,18 +503,23 @@ class Printer:
         return f"  // {len(predecessors)} preds: " + ", ".join(self.block_names[b] for b in predecessors)
 
     def print_operation(self, op: Operation) -> None:
-        self.write("  " * self.indent)
-        if op.results:
-            names = [self.names[r] for r in op.results]
-            if len(names) > 1 and "#" in names[0]:
-                self.write(f"{names[0].split('#')[0]}:{len(names)} = ")
-            else:
-                self.write(", ".join(names) + " = ")
+        parts = self.parts
+        results = op.results
+        if len(results) == 1:
+            parts.append("  " * self.indent + self.names[results[0]] + " = ")
+        else:
+            parts.append("  " * self.indent)
+            if results:
+                names = [self.names[r] for r in results]
+                if "#" in names[0]:
+                    parts.append(f"{names[0].split('#')[0]}:{len(names)} = ")
+                else:
+                    parts.append(", ".join(names) + " = ")
         if op.has_custom_syntax:
             op.print_custom(self)
         else:
             self.print_generic(op)
-        self.write("\n")
+        parts.append("\n")
 
     def print_generic(self, op: Operation) -> None:
         self.write(f'"{op.name}"({self.operand_list(op.operands)})')
@@ -528,13 +545,14 @@ class Printer:
 
 def print_module(op: Operation) -> str:
     """The full text of a top-level op, preceded by its attribute alias definitions."""
-    aliases = collect_affine_map_aliases([op])
-    printer = Printer(aliases)
-    printer.name_values(op)
-    for attribute, alias in aliases.items():
-        printer.write(f"{alias} = {attribute.text}\n")  # type: ignore[attr-defined]
-    printer.print_operation(op)
-    return printer.text()
+    with gc_paused():
+        aliases = collect_affine_map_aliases([op])
+        printer = Printer(aliases)
+        printer.name_values(op)
+        for attribute, alias in aliases.items():
+            printer.write(f"{alias} = {attribute.text}\n")  # type: ignore[attr-defined]
+        printer.print_operation(op)
+        return printer.text()
 
 
 def print_resources(resources: dict[str, np.ndarray]) -> str:

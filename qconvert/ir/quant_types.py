@@ -6,6 +6,7 @@ upstream's message text, so an invalid type cannot exist; the parser adds the so
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -58,6 +59,7 @@ SCALE_RANGES_WITHOUT_DTYPE = {
 }
 
 
+@functools.cache  # asked once per scale: 65,536 times for a large per-axis type
 def scale_range(expressed_type: FloatType) -> tuple[float, float]:
     """[smallest positive subnormal, largest finite] of a float type: the legal range of a scale."""
     if expressed_type.name in SCALE_RANGES_WITHOUT_DTYPE:

@@ -559,10 +559,31 @@ class Parser:
             else:
                 value = round_to_float_type(float(token.text), float_type.name)
             return FloatAttr(-value if negative else value, float_type)
-        value = int(token.text, 0)
+        type_ = type_ if type_ is not None else IntegerType(64)
+        value = self.fit_integer(-int(token.text, 0) if negative else int(token.text, 0), type_, token.start)
         if isinstance(type_, IntegerType) and type_.width == 1 and type_.is_signless:
             return BoolAttr(bool(value))
-        return IntegerAttr(-value if negative else value, type_ if type_ is not None else IntegerType(64))
+        return IntegerAttr(value, type_)
+
+    def fit_integer(self, value: int, type_: Type, position: int, what: str = "attribute") -> int:
+        """The value an integer literal stores in `type_`: signless literals may use the unsigned range
+        and read back signed (`32768 : i16` is -32768), as MLIR's APInt does; out of range is an error."""
+        if not isinstance(type_, IntegerType | IndexType):
+            return value
+        width = type_.width if isinstance(type_, IntegerType) else 64
+        if isinstance(type_, IntegerType) and type_.is_unsigned:
+            if value < 0:
+                raise self.error("negative integer literal not valid for unsigned integer type", position)
+            low, high = 0, (1 << width) - 1
+        elif isinstance(type_, IntegerType) and type_.signedness is Signedness.SIGNED:
+            low, high = -(1 << (width - 1)), (1 << (width - 1)) - 1
+        else:
+            low, high = -(1 << (width - 1)), (1 << width) - 1
+        if not low <= value <= high:
+            raise self.error(f"integer constant out of range for {what}", position)
+        if not (isinstance(type_, IntegerType) and type_.is_unsigned) and value >= 1 << (width - 1):
+            value -= 1 << width
+        return value
 
     def _parse_symbol_ref(self) -> SymbolRefAttr:
         parts = [self.parse_symbol_name()]
@@ -684,7 +705,8 @@ class Parser:
                     bits_to_float(int(body, 16), element_type.name) if body.startswith("0x") else float(body)
                 )
                 return -value if text.startswith("-") else value
-            return int(text, 0) if not text.lstrip("-").startswith("0x") else int(text, 16)
+            value = int(text, 0) if not text.lstrip("-").startswith("0x") else int(text, 16)
+            return self.fit_integer(value, element_type, start, "type")
 
         def flatten(item: object) -> tuple[list[object], tuple[int, ...]]:
             if isinstance(item, list):

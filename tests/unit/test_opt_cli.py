@@ -94,3 +94,14 @@ def test_output_file_written_atomically(tmp_path: Path) -> None:
     assert result.returncode == 0 and result.stdout == ""
     assert output.read_text().startswith("module {\n  func.func @f(")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mlir"]
+
+
+def test_integer_literals_follow_apint_rules() -> None:
+    wraps = run_opt("-", stdin="%c = arith.constant dense<[32768, 5]> : tensor<2xi16>\n")
+    assert wraps.returncode == 0, wraps.stderr
+    assert "dense<[-32768, 5]> : tensor<2xi16>" in wraps.stdout
+    too_large = run_opt("-", stdin="%c = arith.constant dense<70000> : tensor<2xi16>\n")
+    assert too_large.returncode == 1 and "integer constant out of range for type" in too_large.stderr
+    negative = run_opt("-", stdin="%c = arith.constant -1 : ui8\n")
+    assert "<stdin>:1:22: error: negative integer literal not valid for unsigned integer type" in negative.stderr
+    assert "Traceback" not in too_large.stderr + negative.stderr

@@ -27,7 +27,8 @@ EXPECTATION = re.compile(
 USAGE = """usage: qconvert opt [FILE|-] [-o OUT] [--split-input-file] [--verify-diagnostics]
                     [--allow-unregistered-dialect] [--verify-each] [--emit-bytecode]
                     [--lower-quant-ops[=rounding=mlir|onnx]] [--normalize-quant-types]
-                    [--strip-func-quant-types] [--pass-pipeline=...]
+                    [--strip-func-quant-types] [--canonicalize[=test-convergence]] [--inline]
+                    [--pass-pipeline=...]
 
 Reads MLIR text (the quant dialect and the ops its passes emit), verifies it, runs the passes in the
 order given and prints the result, as mlir-opt does. Flags take one or two dashes.
@@ -87,14 +88,12 @@ def parse_arguments(arguments: Sequence[str]) -> OptOptions:
 
 
 def parse_pass_options(name: str, text: str) -> dict[str, str]:
-    """`rounding=onnx,x=y` or `{rounding=onnx}` -> {"rounding": "onnx", ...}."""
+    """`rounding=onnx,x=y` or `{rounding=onnx}` -> {"rounding": "onnx", ...}; `{flag}` -> {"flag": ""}."""
     text = text.strip().strip("'\"").strip("{}")
     options: dict[str, str] = {}
     for item in filter(None, re.split(r"[,\s]+", text)):
-        key, equals, value = item.partition("=")
-        if not equals:
-            raise InputError(f"pass '{name}': option '{item}' needs a value (name=value)")
-        options[key] = value
+        key, _, value = item.partition("=")
+        options[key] = value  # no `=value`: a unit option, true for a boolean (`test-convergence`)
     return options
 
 

@@ -31,6 +31,8 @@ REQUIRED = (
     "normalize-quant-types.mlir",
     "strip-func-quant-types.mlir",
     "Bytecode/types.mlir",
+    "canonicalize.mlir",
+    "inlining.mlir",
 )
 
 RESULT_LINE = re.compile(r"^(?P<code>[A-Z]+): mlir-quant :: (?P<name>\S+) \(\d+ of \d+\)$", re.M)

@@ -76,6 +76,7 @@ class Operation:
     # Names of results for the printer's `%name` hints (OpAsmOpInterface); None for numbered results.
     result_name_hint: ClassVar[str | None] = None
     is_terminator: ClassVar[bool] = False
+    is_pure: ClassVar[bool] = False  # no side effects: canonicalize erases it when its results are unused
 
     def __init__(
         self,

@@ -12,6 +12,8 @@ from qconvert.ir.core import Operation
 
 # MLIR pass name -> module that defines it (imported on first use).
 PASS_MODULES: dict[str, str] = {
+    "canonicalize": "qconvert.passes.canonicalize",
+    "inline": "qconvert.passes.inline",
     "lower-quant-ops": "qconvert.passes.lower_quant_ops",
     "normalize-quant-types": "qconvert.passes.normalize_quant_types",
     "strip-func-quant-types": "qconvert.passes.strip_func_quant_types",
@@ -58,7 +60,20 @@ def get_pass(name: str, options: dict[str, str] | None = None) -> ModulePass:
             raise InputError(f"pass '{name}' has no option '{key}' (options: {', '.join(fields) or 'none'})")
         default = fields[field_name].default
         try:
-            values[field_name] = type(default)(text) if default is not dataclasses.MISSING else text
+            if isinstance(default, bool):  # a unit option (`canonicalize{test-convergence}`) means true
+                values[field_name] = parse_bool_option(text)
+            else:
+                values[field_name] = type(default)(text) if default is not dataclasses.MISSING else text
         except ValueError as error:
             raise InputError(f"pass '{name}': bad value '{text}' for option '{key}': {error}") from None
     return cls(**values)
+
+
+def parse_bool_option(text: str) -> bool:
+    """An MLIR boolean pass option: empty (given without a value), true/false, 1/0."""
+    lowered = text.lower()
+    if lowered in ("", "true", "1"):
+        return True
+    if lowered in ("false", "0"):
+        return False
+    raise ValueError("expected true or false")

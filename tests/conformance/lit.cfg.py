@@ -56,10 +56,6 @@ config.excludes = [
     # Runs -linalg-convert-to-dps, -linalg-specialize-generic-ops and -cse after -lower-quant-ops: linalg
     # passes that qconvert does not implement.
     "lower-quant-ops-to-dps.mlir",
-    # The canonicalize pass (quant cast folders) is not implemented in qconvert.
-    "canonicalize.mlir",
-    # The inline pass is not implemented in qconvert.
-    "inlining.mlir",
     # Compares two MLIR bytecode files byte for byte (`-emit-bytecode -o %t.bc`, then `cmp`); qconvert has
     # no bytecode writer. Its point, `ui8` storage surviving a round trip as `ui8`, is covered by
     # parse-uniform.mlir and Bytecode/types.mlir (which stays in: `-emit-bytecode` emits text there).

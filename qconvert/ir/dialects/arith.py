@@ -20,6 +20,7 @@ class ConstantOp(Operation):
     __slots__ = ()
     name: ClassVar[str] = "arith.constant"
     has_custom_syntax = True
+    is_pure = True
 
     @classmethod
     def create(cls, value: Attribute) -> ConstantOp:
@@ -73,6 +74,7 @@ class BinaryOp(Operation):
 
     __slots__ = ()
     has_custom_syntax = True
+    is_pure = True
     element_kind: ClassVar[type]
 
     def __init__(self, lhs: Value, rhs: Value, **kwargs: object) -> None:
@@ -108,6 +110,7 @@ class CastOp(Operation):
 
     __slots__ = ()
     has_custom_syntax = True
+    is_pure = True
     source_kind: ClassVar[type]
     result_kind: ClassVar[type]
 
@@ -129,6 +132,35 @@ class CastOp(Operation):
                 f"operand type '{self.operands[0].type}' and result type '{self.result.type}' "
                 "are cast incompatible"
             )
+
+
+@register_op
+class NegFOp(Operation):
+    """`arith.negf %x : T`: float negation."""
+
+    __slots__ = ()
+    name: ClassVar[str] = "arith.negf"
+    has_custom_syntax = True
+    is_pure = True
+
+    def print_custom(self, printer: Printer) -> None:
+        printer.write(f"{self.name} {printer.operand_list(self.operands)}")
+        printer.print_optional_attr_dict(self.attributes)
+        printer.write(" : " + printer.type_text(self.result.type))
+
+    @classmethod
+    def parse_custom(cls, parser: Parser, num_results: int) -> Operation:
+        operand = parser.parse_operand_reference()
+        attributes = parser.parse_optional_attr_dict()
+        parser.expect(":")
+        type_ = parser.parse_type()
+        return cls([parser.resolve_operand(operand, type_)], [type_], attributes)
+
+    def verify(self) -> None:
+        if self.operands[0].type != self.result.type:
+            raise self.error("requires the same type for all operands and results")
+        if not isinstance(element_type_of(self.result.type), FloatType):
+            raise self.error(f"operand #0 must be floating-point-like, but got '{self.operands[0].type}'")
 
 
 def _binary(op_name: str, kind: type, doc: str) -> type[BinaryOp]:

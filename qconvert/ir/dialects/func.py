@@ -211,3 +211,41 @@ class CallOp(Operation):
         operands = parser.resolve_operands(references, function_type.inputs)
         attributes["callee"] = SymbolRefAttr(callee)
         return cls(operands, function_type.results, attributes)
+
+    def verify_symbol_uses(self) -> None:
+        """Upstream's `CallOp::verifySymbolUses`: the callee exists and its signature matches the call.
+
+        The verifier runs it after every op's own checks, as MLIR verifies symbol uses last.
+        """
+        callee = lookup_symbol(self, self.callee)
+        if not isinstance(callee, FuncOp):
+            raise self.error(f"'{self.callee}' does not reference a valid function")
+        function_type = callee.function_type
+        if len(function_type.inputs) != len(self.operands):
+            raise self.error("incorrect number of operands for callee")
+        for index, (expected, operand) in enumerate(zip(function_type.inputs, self.operands, strict=True)):
+            if operand.type != expected:
+                raise self.error(
+                    f"operand type mismatch: expected operand type '{expected}', but provided "
+                    f"'{operand.type}' for operand number {index}"
+                )
+        if len(function_type.results) != len(self.results):
+            raise self.error("incorrect number of results for callee")
+        for index, (expected, result) in enumerate(zip(function_type.results, self.results, strict=True)):
+            if result.type != expected:
+                # Upstream attaches two notes (`op result types: ...`, `function result types: ...`).
+                raise self.error(f"result type mismatch at index {index}")
+
+
+def lookup_symbol(op: Operation, name: str) -> Operation | None:
+    """The op named `@name` in the symbol table nearest to `op` (its enclosing `builtin.module`)."""
+    table = op.parent_op()
+    while table is not None and table.name != "builtin.module":
+        table = table.parent_op()
+    if table is None or not table.regions or not table.regions[0].blocks:
+        return None
+    for candidate in table.regions[0].blocks[0].ops:
+        symbol = candidate.attributes.get("sym_name")
+        if isinstance(symbol, StringAttr) and symbol.value == name:
+            return candidate
+    return None

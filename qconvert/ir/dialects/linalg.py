@@ -22,6 +22,7 @@ class GenericOp(Operation):
     """
 
     __slots__ = ()
+    is_pure = True
     name: ClassVar[str] = "linalg.generic"
     has_custom_syntax = True
 
@@ -115,6 +116,7 @@ class YieldOp(Operation):
     """`linalg.yield %v : f32`."""
 
     __slots__ = ()
+    is_pure = True
     name: ClassVar[str] = "linalg.yield"
     has_custom_syntax = True
     is_terminator = True

@@ -17,6 +17,7 @@ class RoundEvenOp(Operation):
     """`math.roundeven %x : f32`: round to the nearest integer, ties to even."""
 
     __slots__ = ()
+    is_pure = True
     name: ClassVar[str] = "math.roundeven"
     has_custom_syntax = True
 

@@ -120,6 +120,7 @@ class QuantCastOp(Operation):
     """Shared syntax of the three casts: `quant.qcast %x : f32 to !quant.uniform<...>`."""
 
     __slots__ = ()
+    is_pure = True
     has_custom_syntax = True
     input_constraint: ClassVar[tuple[str, type | tuple[type, ...] | None, bool]]
     result_constraint: ClassVar[tuple[str, type | tuple[type, ...] | None, bool]]

@@ -16,6 +16,7 @@ class UnaryShapeOp(Operation):
     """`shape.<op> %x : T -> R`."""
 
     __slots__ = ()
+    is_pure = True
     has_custom_syntax = True
 
     def __init__(self, input: Value, result_type: Type) -> None:
@@ -51,6 +52,7 @@ class SplitAtOp(Operation):
     """`"shape.split_at"(%shape, %index)`: the shape before and from `index`; printed in generic form."""
 
     __slots__ = ()
+    is_pure = True
     name: ClassVar[str] = "shape.split_at"
 
     def result_names(self) -> list[str | None]:

@@ -18,6 +18,7 @@ class SplatOp(Operation):
     """`tensor.splat %v[%d0] : tensor<?x4xf32>`: one sized operand per dynamic dimension."""
 
     __slots__ = ()
+    is_pure = True
     name: ClassVar[str] = "tensor.splat"
     has_custom_syntax = True
     result_name_hint = "splat"
@@ -65,6 +66,7 @@ class DimOp(Operation):
     """`tensor.dim %t, %index : tensor<?x4xf32>`: the size of one dimension, as an `index`."""
 
     __slots__ = ()
+    is_pure = True
     name: ClassVar[str] = "tensor.dim"
     has_custom_syntax = True
     result_name_hint = "dim"
@@ -93,6 +95,7 @@ class EmptyOp(Operation):
     """`tensor.empty(%d0, %d1) : tensor<?x?xi8>`: an uninitialised tensor (a `linalg.generic` init)."""
 
     __slots__ = ()
+    is_pure = True
     name: ClassVar[str] = "tensor.empty"
     has_custom_syntax = True
 
@@ -130,6 +133,7 @@ class FromElementsOp(Operation):
     """`tensor.from_elements %a, %b : tensor<2xindex>`."""
 
     __slots__ = ()
+    is_pure = True
     name: ClassVar[str] = "tensor.from_elements"
     has_custom_syntax = True
     result_name_hint = "from_elements"
@@ -158,6 +162,7 @@ class ReshapeOp(Operation):
     """`tensor.reshape %src(%shape) : (tensor<*xf32>, tensor<1xindex>) -> tensor<?xf32>`."""
 
     __slots__ = ()
+    is_pure = True
     name: ClassVar[str] = "tensor.reshape"
     has_custom_syntax = True
     result_name_hint = "reshape"

@@ -225,7 +225,9 @@ def apply_partial_conversion(root: Operation, patterns: Sequence[ConversionPatte
                 rewriter.replace_op(op, [folded])
                 continue
             if not any(p.match_and_rewrite(op, rewriter) for p in patterns if isinstance(op, p.root)):
-                raise op.emit_error(f"failed to legalize operation '{op.name}' that was explicitly marked illegal")
+                raise op.emit_error(
+                    f"failed to legalize operation '{op.name}' that was explicitly marked illegal"
+                )
     except BaseException:
         rewriter.rollback()
         raise

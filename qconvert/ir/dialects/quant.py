@@ -100,9 +100,12 @@ def check_sub_channel_quantization(
         raise op.emit_error(f"Rank of scales {len(scales_shape)} must match the rank of the tensor {rank}")
     block_sizes = dict(quantized_type.block_size_info)
     for axis in range(rank):
-        if shape[axis] == DYNAMIC:
+        if axis not in block_sizes:
+            expected = 1  # an axis without blocks has one scale, whatever its size
+        elif shape[axis] == DYNAMIC:
             continue
-        expected = shape[axis] // block_sizes.get(axis, shape[axis])
+        else:
+            expected = shape[axis] // block_sizes[axis]
         if scales_shape[axis] != expected:
             # Upstream prints the expected size twice; the actual size is never shown.
             raise op.emit_error(

@@ -62,5 +62,63 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _parse_input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
+    """`["x=1x128", "mask=1x128"]` -> `{"x": (1, 128), "mask": (1, 128)}`; InputError when malformed."""
+    from qconvert.errors import InputError
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, _, dims = spec.rpartition("=")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split("x")) if dims else ()
+        except ValueError:
+            name = ""
+        if not name:
+            raise InputError(f"--input-shape '{spec}': expected NAME=D0xD1x... (e.g. x=1x128)")
+    return shapes
+
+
+@app.command("import")
+def import_command(
+    model: str = typer.Argument(..., help="ONNX model file (external data next to it)"),
+    output: str = typer.Option("-", "-o", "--output", help="output .mlir file ('-' for stdout)"),
+    elide_weights: bool = typer.Option(False, "--elide-weights", help="print large constants elided"),
+    input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
+) -> None:
+    """Lift an ONNX model into the quant-dialect IR and write its text (parse it with `qconvert opt
+    --allow-unregistered-dialect`)."""
+    import os
+    import tempfile
+
+    from qconvert.frontends.onnx import import_onnx
+    from qconvert.frontends.onnx.summary import elide_weights as elide
+    from qconvert.ir import print_module
+
+    module = import_onnx(model, _parse_input_shapes(input_shape))
+    if elide_weights:
+        elide(module)
+    text = print_module(module) + "\n"
+    if output == "-":
+        sys.stdout.write(text)
+        return
+    folder = os.path.dirname(os.path.abspath(output))
+    with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False, encoding="utf-8") as f:
+        f.write(text)
+    os.replace(f.name, output)  # no partial output file on failure
+
+
+@app.command("inspect")
+def inspect_command(
+    model: str = typer.Argument(..., help="ONNX model file"),
+    input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
+) -> None:
+    """Summarize an ONNX model as lifted: ops, quantized tensors by scheme, storage types."""
+    from qconvert.frontends.onnx import import_onnx
+    from qconvert.frontends.onnx.summary import summarize
+
+    summary = summarize(import_onnx(model, _parse_input_shapes(input_shape)))
+    typer.echo("\n".join(summary.lines()))
+
+
 if __name__ == "__main__":
     sys.exit(main())

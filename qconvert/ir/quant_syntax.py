@@ -15,6 +15,7 @@ from qconvert.errors import ParseError, VerifyError
 from qconvert.ir.float_format import round_to_float_type
 from qconvert.ir.quant_types import (
     MAX_STORAGE_BITS,
+    QUANT_FLOAT_STORAGE_TYPES,
     AnyQuantizedType,
     CalibratedQuantizedType,
     DenseParameters,
@@ -32,8 +33,6 @@ from qconvert.ir.types import FloatType, IntegerType, Signedness, Type
 if TYPE_CHECKING:
     from qconvert.ir.parser import Parser
 
-# The small float types that implement upstream's QuantStorageTypeInterface.
-QUANT_FLOAT_STORAGE_TYPES = frozenset({"f8E5M2", "f8E4M3FN", "f4E2M1FN"})
 UNSIGNED_KEYWORD = re.compile(r"u([0-9]+)\Z")
 INTEGER_TYPE = re.compile(r"(si|ui|i)([0-9]+)\Z")
 

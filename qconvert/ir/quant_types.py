@@ -34,6 +34,10 @@ FLOAT_STORAGE_DTYPES: dict[str, np.dtype] = {
     "f4E2M1FN": np.dtype(ml_dtypes.float4_e2m1fn),
 }
 
+# The small floats that implement upstream's QuantStorageTypeInterface: the legal float storage of
+# !quant.any / !quant.uniform (a quantile type takes any float).
+QUANT_FLOAT_STORAGE_TYPES = frozenset({"f8E5M2", "f8E4M3FN", "f4E2M1FN"})
+
 EXPRESSED_DTYPES: dict[str, np.dtype] = {
     "f16": np.dtype(np.float16),
     "bf16": np.dtype(ml_dtypes.bfloat16),
@@ -116,7 +120,8 @@ class QuantizedType(Type):
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage_type, IntegerType | FloatType) or (
-            isinstance(self.storage_type, FloatType) and self.storage_type.name not in FLOAT_STORAGE_DTYPES
+            isinstance(self.storage_type, FloatType)
+            and self.storage_type.name not in QUANT_FLOAT_STORAGE_TYPES
         ):
             raise VerifyError("storage type must be integral")
         width = self.storage_type.width

@@ -62,8 +62,7 @@ def test_verifier_error_uses_upstream_wording() -> None:
     assert result.returncode == 1
     assert (
         "error: 'quant.qcast' op failed to verify that input and result are both scalars or both tensors "
-        "with matching shape"
-        in result.stderr
+        "with matching shape" in result.stderr
     )
 
 

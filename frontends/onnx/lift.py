@@ -1,0 +1,451 @@
+"""Lift an ONNX model into the IR: one `func.func @main`, graph inputs as arguments, outputs returned.
+
+Mapping (`import_onnx`):
+
+- QuantizeLinear (opsets 10-25) becomes `quant.qcast` (float -> `!quant.uniform` tensor) then a storage
+  cast to the ONNX-visible storage tensor. DequantizeLinear becomes the storage cast back then
+  `quant.dcast`. The storage cast is `quant.scast` for integer storage (`tensor<4xi8>`), and the
+  generic op `"qconvert.storage_cast"` for float8 / float4 storage (`tensor<4xf8E4M3FN>`), because
+  upstream's `quant.scast` admits signless integers only; both are pure reinterpretations. A
+  DequantizeLinear whose input comes straight from a lifted QuantizeLinear with the same quantized type
+  uses the quantized value directly (no scast pair in between).
+  `saturate` (float storage only; integer storage always saturates) is kept as a `saturate` bool
+  attribute on the `quant.qcast`. `precision` (opset 23+) is kept as `onnx.precision` when set; the
+  interpreter computes x / scale as onnxruntime does (f32, see qconvert/numerics.py).
+- Scale and zero point must be constants (initializers or `Constant` nodes); their values go into the
+  quant type. A DequantizeLinear whose input is an initializer becomes an `arith.constant` holding the
+  storage array (`dense<...> : tensor<...xi8>`), a storage cast, and the `quant.dcast`.
+- `Constant` nodes with a `value` tensor become `arith.constant`; every other node becomes a generic
+  op named `onnx.<OpType>` for the default domain and `onnx.<domain>.<OpType>` otherwise
+  (`"onnx.com.microsoft.QLinearAdd"`), attributes converted by frontends/onnx/attributes.py, plus
+  `onnx.node_name`; absent optional inputs / outputs are listed in `onnx.absent_inputs` /
+  `onnx.absent_outputs` (`array<i64: ...>` of their positions).
+- The module carries `onnx.opset_import = {"" = 21 : i64, ...}`; each function argument and result has
+  `{onnx.name = "x"}` (and `onnx.elem_type` when the ONNX type is unsigned, since IR integers are
+  signless, see dtypes.py); unsigned constants carry `onnx.elem_type` likewise.
+
+Unsupported (reported together, each with node name and opset): nodes with subgraph, sparse-tensor or
+type attributes (If, Loop, Scan, ...), ops of a domain the model does not import, default-domain ops
+unknown to ONNX at the model's opset, and calls of model-local functions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import ModelProto, NodeProto, TypeProto, helper, numpy_helper
+
+from qconvert.errors import InputError
+from qconvert.ir.attributes import (
+    ArrayAttr,
+    Attribute,
+    BoolAttr,
+    DenseArrayAttr,
+    DictionaryAttr,
+    IntegerAttr,
+    StringAttr,
+)
+from qconvert.ir.core import Block, GenericOp, Operation, Value
+from qconvert.ir.dialects.arith import ConstantOp
+from qconvert.ir.dialects.builtin import ModuleOp
+from qconvert.ir.dialects.func import FuncOp, ReturnOp
+from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
+from qconvert.ir.quant_types import QuantizedType
+from qconvert.ir.types import (
+    DYNAMIC,
+    I64,
+    FloatType,
+    FunctionType,
+    OpaqueType,
+    RankedTensorType,
+    Type,
+    UnrankedTensorType,
+    with_element_type,
+)
+
+from . import attributes as attrs
+from .dtypes import BY_NAME, ELEMENT_TYPES, FLOAT_STORAGE, UNKNOWN_ELEMENT, ElementType
+from .load import load
+from .quant import NodeRef, check_storage, quant_type_of
+
+FLOAT_STORAGE_CAST = "qconvert.storage_cast"
+"""Generic op name of the storage cast for float storage types (`quant.scast` takes integers only)."""
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def import_onnx(
+    source: str | os.PathLike[str] | ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> ModuleOp:
+    """Lift an ONNX model (path or ModelProto) into a module holding one `func.func @main`.
+
+    `input_shapes` overrides graph input dims before shape inference (`{"x": (1, 128)}`). Raises
+    `InputError` (a one-paragraph message naming the node or file) for any bad or unsupported model.
+    """
+    model, inference_error = load(source, input_shapes)
+    return Lifter(model, inference_error).lift()
+
+
+def op_name(domain: str, op_type: str) -> str:
+    """`onnx.Relu` for the default domain, `onnx.com.microsoft.QLinearAdd` otherwise."""
+    return f"onnx.{op_type}" if domain in DEFAULT_DOMAINS else f"onnx.{domain}.{op_type}"
+
+
+class Lifter:
+    """One model -> one module. State lives here: ONNX value name -> IR value, constant caches."""
+
+    def __init__(self, model: ModelProto, inference_error: InputError | None = None) -> None:
+        self.model = model
+        self.inference_error = inference_error
+        self.graph = model.graph
+        self.opsets: dict[str, int] = {}
+        for entry in model.opset_import:
+            self.opsets["" if entry.domain in DEFAULT_DOMAINS else entry.domain] = entry.version
+        self.initializers = {t.name: t for t in self.graph.initializer}
+        self.type_protos: dict[str, TypeProto] = {}
+        for info in [*self.graph.input, *self.graph.value_info, *self.graph.output]:
+            if info.type.WhichOneof("value") is not None:
+                self.type_protos.setdefault(info.name, info.type)
+        self.values: dict[str, Value] = {}
+        self.constant_arrays: dict[str, np.ndarray] = {}  # Constant-node outputs, for Q/DQ parameters
+        self.onnx_types: dict[str, int] = {}  # ONNX element type of every value we know it for
+        self.block: Block | None = None
+
+    # Types -------------------------------------------------------------------------------------
+    def onnx_type(self, name: str) -> int:
+        if name in self.onnx_types:
+            return self.onnx_types[name]
+        if name in self.initializers:
+            return self.initializers[name].data_type
+        proto = self.type_protos.get(name)
+        if proto is not None and proto.WhichOneof("value") == "tensor_type":
+            return proto.tensor_type.elem_type
+        return 0
+
+    def ir_type(self, name: str) -> Type:
+        """`tensor<1x?x4xf32>` from the inferred ONNX type; `tensor<*x!onnx.unknown>` when unknown."""
+        if name in self.initializers:
+            tensor = self.initializers[name]
+            entry = ELEMENT_TYPES.get(tensor.data_type)
+            return RankedTensorType(tuple(tensor.dims), entry.ir_type if entry else UNKNOWN_ELEMENT)
+        proto = self.type_protos.get(name)
+        if proto is None:
+            return UnrankedTensorType(UNKNOWN_ELEMENT)
+        kind = proto.WhichOneof("value")
+        if kind != "tensor_type":
+            return OpaqueType("onnx", kind.removesuffix("_type") if kind else "unknown")
+        tensor_type = proto.tensor_type
+        entry = ELEMENT_TYPES.get(tensor_type.elem_type)
+        element = entry.ir_type if entry else UNKNOWN_ELEMENT
+        if not tensor_type.HasField("shape"):
+            return UnrankedTensorType(element)
+        dims = tuple(d.dim_value if d.HasField("dim_value") else DYNAMIC for d in tensor_type.shape.dim)
+        return RankedTensorType(dims, element)
+
+    def name_attrs(self, name: str) -> DictionaryAttr:
+        entries: list[tuple[str, Attribute]] = [("onnx.name", StringAttr(name))]
+        entry = ELEMENT_TYPES.get(self.onnx_type(name))
+        if entry is not None and entry.is_unsigned_integer:
+            entries.append(("onnx.elem_type", StringAttr(entry.name)))
+        return DictionaryAttr(tuple(entries))
+
+    # Values ------------------------------------------------------------------------------------
+    def insert(self, op: Operation) -> Operation:
+        assert self.block is not None
+        return self.block.append(op)
+
+    def constant(self, array: np.ndarray, onnx_type: int) -> Value:
+        op = ConstantOp.create(attrs.tensor_attr(array, onnx_type))
+        entry = ELEMENT_TYPES.get(onnx_type)
+        if entry is not None and entry.is_unsigned_integer:
+            op.attributes["onnx.elem_type"] = StringAttr(entry.name)
+        return self.insert(op).result
+
+    def value(self, node: NodeProto, name: str) -> Value:
+        """The IR value of an ONNX input name, materializing an initializer on first use."""
+        found = self.values.get(name)
+        if found is not None:
+            return found
+        if name in self.initializers:
+            tensor = self.initializers[name]
+            value = self.constant(numpy_helper.to_array(tensor), tensor.data_type)
+            self.values[name] = value
+            return value
+        raise InputError(
+            f"node '{display_name(node)}' ({node.op_type}): input '{name}' is neither a graph input, an "
+            f"initializer, nor the output of an earlier node (missing initializer?)"
+        )
+
+    def constant_array(self, node: NodeRef, name: str, what: str) -> np.ndarray:
+        if name in self.initializers:
+            return numpy_helper.to_array(self.initializers[name])
+        if name in self.constant_arrays:
+            return self.constant_arrays[name]
+        raise node.error(
+            f"{what} '{name}' must be a constant (an initializer or a Constant node): dynamic "
+            f"quantization parameters are not supported"
+        )
+
+    # Checks ------------------------------------------------------------------------------------
+    def unsupported_nodes(self) -> list[str]:
+        local_functions = {(f.domain, f.name) for f in self.model.functions}
+        problems = []
+        for node in self.graph.node:
+            domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+            opset = self.opsets.get(domain)
+            where = f"'{display_name(node)}' ({op_name(domain, node.op_type)}, opset {opset})"
+            if opset is None:
+                problems.append(f"{where}: domain '{domain}' is not in the model's opset_import")
+            elif (node.domain, node.op_type) in local_functions:
+                problems.append(f"{where}: calls a model-local function (not lifted yet)")
+            elif domain == "" and not _has_schema(node.op_type, opset):
+                problems.append(f"{where}: no ONNX operator of this name at opset {opset}")
+            else:
+                kinds = sorted(
+                    {
+                        attrs.UNSUPPORTED_KINDS[a.type]
+                        for a in node.attribute
+                        if a.type in attrs.UNSUPPORTED_KINDS
+                    }
+                )
+                if kinds:
+                    problems.append(f"{where}: {'/'.join(kinds)} attributes are not lifted yet")
+        return problems
+
+    # Lifting -----------------------------------------------------------------------------------
+    def lift(self) -> ModuleOp:
+        problems = self.unsupported_nodes()
+        if problems:
+            raise InputError(f"the model has {len(problems)} unsupported node(s): " + "; ".join(problems))
+        if self.inference_error is not None:
+            raise self.inference_error
+        module = ModuleOp.create()
+        module.attributes["onnx.opset_import"] = DictionaryAttr(
+            tuple((domain, IntegerAttr(version, I64)) for domain, version in sorted(self.opsets.items()))
+        )
+        arguments = [i.name for i in self.graph.input if i.name not in self.initializers]
+        argument_types = [self.ir_type(name) for name in arguments]
+        function = FuncOp.create("main", FunctionType(tuple(argument_types), ()))
+        block = Block(argument_types)
+        function.regions[0].append(block)
+        self.block = block
+        for name, argument in zip(arguments, block.arguments):
+            self.values[name] = argument
+        for node in self.graph.node:
+            self.lift_node(node)
+        results = []
+        for output in self.graph.output:
+            if output.name not in self.values and output.name not in self.initializers:
+                raise InputError(f"graph output '{output.name}' is produced by no node")
+            results.append(self.value(NodeProto(name="<graph output>"), output.name))
+        self.insert(ReturnOp(results))
+        for op in reversed(list(block.ops)):  # storage casts a folded Q -> DQ pair left unused
+            if _is_storage_cast(op) and not op.results[0].uses:
+                op.erase()
+        function.function_type = FunctionType(tuple(argument_types), tuple(v.type for v in results))
+        function.attributes["arg_attrs"] = ArrayAttr(tuple(self.name_attrs(n) for n in arguments))
+        function.attributes["res_attrs"] = ArrayAttr(
+            tuple(self.name_attrs(o.name) for o in self.graph.output)
+        )
+        module.body.append(function)
+        return module
+
+    def lift_node(self, node: NodeProto) -> None:
+        domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+        if domain == "" and node.op_type == "QuantizeLinear":
+            self.lift_quantize(node)
+        elif domain == "" and node.op_type == "DequantizeLinear":
+            self.lift_dequantize(node)
+        elif domain == "" and node.op_type == "Constant" and _attribute(node, "value") is not None:
+            tensor = _attribute(node, "value").t  # type: ignore[union-attr]
+            array = numpy_helper.to_array(tensor)
+            self.constant_arrays[node.output[0]] = array
+            self.onnx_types[node.output[0]] = tensor.data_type
+            self.values[node.output[0]] = self.constant(array, tensor.data_type)
+        else:
+            self.lift_generic(node, domain)
+
+    def lift_generic(self, node: NodeProto, domain: str) -> None:
+        present_inputs = [(i, name) for i, name in enumerate(node.input) if name]
+        operands = [self.value(node, name) for _, name in present_inputs]
+        present_outputs = [(i, name) for i, name in enumerate(node.output) if name]
+        attributes: dict[str, Attribute] = {a.name: attrs.from_onnx_attribute(a) for a in node.attribute}
+        attributes["onnx.node_name"] = StringAttr(node.name)
+        if len(present_inputs) != len(node.input):
+            absent = tuple(i for i, name in enumerate(node.input) if not name)
+            attributes["onnx.absent_inputs"] = DenseArrayAttr(I64, absent)
+        if len(present_outputs) != len(node.output):
+            absent = tuple(i for i, name in enumerate(node.output) if not name)
+            attributes["onnx.absent_outputs"] = DenseArrayAttr(I64, absent)
+        op = GenericOp(
+            op_name(domain, node.op_type),
+            operands,
+            [self.ir_type(name) for _, name in present_outputs],
+            attributes,
+        )
+        self.insert(op)
+        for (_, name), result in zip(present_outputs, op.results):
+            self.values[name] = result
+
+    def node_ref(self, node: NodeProto) -> NodeRef:
+        return NodeRef(display_name(node), node.op_type, self.opsets.get("", 0))
+
+    def quant_parameters(
+        self, node: NodeProto, ref: NodeRef
+    ) -> tuple[np.ndarray, ElementType, np.ndarray | None]:
+        if len(node.input) < 2 or not node.input[1]:
+            raise ref.error("the scale input is missing")
+        scale = self.constant_array(ref, node.input[1], "scale")
+        scale_type = ELEMENT_TYPES.get(self.onnx_type(node.input[1]))
+        if scale_type is None:
+            raise ref.error("the scale's element type is unknown")
+        zero_point = None
+        if len(node.input) > 2 and node.input[2]:
+            zero_point = self.constant_array(ref, node.input[2], "zero point")
+        return scale, scale_type, zero_point
+
+    def lift_quantize(self, node: NodeProto) -> None:
+        ref = self.node_ref(node)
+        x = self.value(node, node.input[0])
+        scale, scale_type, zero_point = self.quant_parameters(node, ref)
+        output_dtype = _int_attribute(node, "output_dtype", 0)
+        if zero_point is not None:
+            storage = ELEMENT_TYPES.get(self.onnx_type(node.input[2]))
+            if storage is None:
+                raise ref.error("the zero point's element type is unknown")
+            if output_dtype and output_dtype != storage.onnx_type:
+                other = ELEMENT_TYPES.get(output_dtype)
+                raise ref.error(
+                    f"output_dtype {other.name if other else output_dtype} differs from the zero point's "
+                    f"type {storage.name}"
+                )
+        elif output_dtype:
+            storage = ELEMENT_TYPES.get(output_dtype)
+            if storage is None:
+                raise ref.error(f"output_dtype {output_dtype} is not an ONNX element type")
+        else:
+            storage = BY_NAME["uint8"]
+        check_storage(ref, storage, quantize=True)
+        x_type = x.type
+        expressed = getattr(x_type, "element_type", None)
+        if not isinstance(expressed, FloatType):
+            raise ref.error(f"input of type {x_type} is not supported (a float tensor is)")
+        quant_type = quant_type_of(
+            ref,
+            scale=scale,
+            scale_type=scale_type,
+            zero_point=zero_point,
+            storage=storage,
+            expressed=expressed,
+            input_shape=_shape(x_type),
+            axis=_int_attribute(node, "axis", 1),
+            block_size=_int_attribute(node, "block_size", 0),
+        )
+        attributes: dict[str, Attribute] = {"onnx.node_name": StringAttr(node.name)}
+        if storage.name in FLOAT_STORAGE:
+            attributes["saturate"] = BoolAttr(bool(_int_attribute(node, "saturate", 1)))
+        precision = _int_attribute(node, "precision", 0)
+        if precision:
+            attributes["onnx.precision"] = IntegerAttr(precision, I64)
+        quantized = self.insert(
+            QuantizeCastOp(x, with_element_type(x_type, quant_type), attributes=attributes)
+        ).result
+        stored = self.insert(storage_cast(quantized, with_element_type(x_type, storage.ir_type))).result
+        self.values[node.output[0]] = stored
+        self.onnx_types[node.output[0]] = storage.onnx_type
+
+    def lift_dequantize(self, node: NodeProto) -> None:
+        ref = self.node_ref(node)
+        x = self.value(node, node.input[0])
+        scale, scale_type, zero_point = self.quant_parameters(node, ref)
+        storage = ELEMENT_TYPES.get(self.onnx_type(node.input[0]))
+        if storage is None:
+            raise ref.error(f"the element type of input '{node.input[0]}' is unknown")
+        check_storage(ref, storage, quantize=False)
+        output_dtype = _int_attribute(node, "output_dtype", 0)
+        if output_dtype:
+            expressed_entry = ELEMENT_TYPES.get(output_dtype)
+        elif ref.opset >= 19:
+            expressed_entry = scale_type
+        else:
+            expressed_entry = BY_NAME["float"]
+        if expressed_entry is None or not isinstance(expressed_entry.ir_type, FloatType):
+            raise ref.error(f"output type {output_dtype} is not a float type")
+        quant_type = quant_type_of(
+            ref,
+            scale=scale,
+            scale_type=scale_type,
+            zero_point=zero_point,
+            storage=storage,
+            expressed=expressed_entry.ir_type,
+            input_shape=_shape(x.type),
+            axis=_int_attribute(node, "axis", 1),
+            block_size=_int_attribute(node, "block_size", 0),
+        )
+        if zero_point is not None:
+            # After quant_type_of, so that a value outside the storage range is reported as such.
+            zero_type = ELEMENT_TYPES.get(self.onnx_type(node.input[2]))
+            if zero_type is not None and zero_type.name != storage.name:
+                raise ref.error(f"zero point type {zero_type.name} differs from input type {storage.name}")
+        quantized = self.quantized_view(x, quant_type)
+        result = self.insert(
+            DequantizeCastOp(
+                quantized,
+                with_element_type(x.type, expressed_entry.ir_type),
+                attributes={"onnx.node_name": StringAttr(node.name)},
+            )
+        ).result
+        self.values[node.output[0]] = result
+        self.onnx_types[node.output[0]] = expressed_entry.onnx_type
+
+    def quantized_view(self, stored: Value, quant_type: QuantizedType) -> Value:
+        """`stored` seen as `quant_type`: the qcast result it came from, or a new storage cast."""
+        target = with_element_type(stored.type, quant_type)
+        producer = stored.owner_op()
+        if _is_storage_cast(producer) and producer.operands[0].type == target:  # type: ignore[union-attr]
+            return producer.operands[0]  # type: ignore[union-attr]
+        return self.insert(storage_cast(stored, target)).result
+
+
+def storage_cast(value: Value, result_type: Type) -> Operation:
+    """`quant.scast` for integer storage, `"qconvert.storage_cast"` for float storage (either way)."""
+    elements = [getattr(t, "element_type", t) for t in (value.type, result_type)]
+    storages = [e.storage_type if isinstance(e, QuantizedType) else e for e in elements]
+    if any(isinstance(s, FloatType) for s in storages):
+        return GenericOp(FLOAT_STORAGE_CAST, [value], [result_type])
+    return StorageCastOp(value, result_type)
+
+
+def _is_storage_cast(op: Operation | None) -> bool:
+    return isinstance(op, StorageCastOp) or (op is not None and op.name == FLOAT_STORAGE_CAST)
+
+
+def display_name(node: NodeProto) -> str:
+    """The node's name, or `<unnamed, output 'y'>` when the model leaves it empty."""
+    if node.name:
+        return node.name
+    return f"<unnamed, output '{node.output[0]}'>" if node.output else "<unnamed>"
+
+
+def _shape(type_: Type) -> tuple[int, ...] | None:
+    return type_.shape if isinstance(type_, RankedTensorType) else None
+
+
+def _attribute(node: NodeProto, name: str) -> onnx.AttributeProto | None:
+    return next((a for a in node.attribute if a.name == name), None)
+
+
+def _int_attribute(node: NodeProto, name: str, default: int) -> int:
+    attribute = _attribute(node, name)
+    return default if attribute is None else int(helper.get_attribute_value(attribute))
+
+
+def _has_schema(op_type: str, opset: int) -> bool:
+    try:
+        onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return False
+    return True

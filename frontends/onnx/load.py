@@ -1,0 +1,108 @@
+"""Loading an ONNX model: protobuf parsing, external-data confinement, input-shape overrides, shapes.
+
+NOTE: every failure a user can cause here is an `InputError` naming the file (or tensor) at fault.
+External data is checked before any of it is read: a `location` that is absolute or resolves outside
+the model's folder (`../secret`, a symlink out) is refused. Shape inference runs on the model without
+its external data (small even for models over 2 GB), then the data is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import ModelProto, TensorProto
+from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+from qconvert.errors import InputError
+
+
+def _external_tensors(model: ModelProto) -> list[TensorProto]:
+    tensors = [t for t in model.graph.initializer if uses_external_data(t)]
+    for node in model.graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t") and uses_external_data(attribute.t):
+                tensors.append(attribute.t)
+    return tensors
+
+
+def check_external_data(model: ModelProto, base_dir: Path) -> None:
+    """Refuse external-data locations outside `base_dir` (absolute paths, `..`, symlinks out)."""
+    root = base_dir.resolve()
+    for tensor in _external_tensors(model):
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        target = (root / location).resolve()
+        if os.path.isabs(location) or not target.is_relative_to(root):
+            raise InputError(
+                f"initializer '{tensor.name}': external data location '{location}' is outside the model's "
+                f"folder {root}; refusing to read it (move the data file next to the model)"
+            )
+        if not target.is_file():
+            raise InputError(
+                f"initializer '{tensor.name}': external data file '{location}' not found in {root}"
+            )
+
+
+def read_model(source: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto, Path | None]:
+    """Parse the protobuf (without external data) and return it with its folder (None for a proto)."""
+    if isinstance(source, ModelProto):
+        model = ModelProto()
+        model.CopyFrom(source)
+        return model, None
+    path = Path(source)
+    if not path.is_file():
+        raise InputError(f"{path}: no such model file")
+    try:
+        model = onnx.load_model(str(path), load_external_data=False)
+    except (DecodeError, RuntimeWarning, ValueError, OSError) as error:
+        raise InputError(f"{path}: not a valid ONNX model (protobuf does not parse: {error})") from None
+    if not model.HasField("graph") or model.ir_version <= 0:
+        raise InputError(
+            f"{path}: not a valid ONNX model (no graph or no ir_version: truncated or not an ONNX file)"
+        )
+    return model, path.parent
+
+
+def override_input_shapes(model: ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> None:
+    """Set the dims of the named graph inputs (`--input-shape name=1x128`), before shape inference."""
+    inputs = {i.name: i for i in model.graph.input}
+    for name, shape in input_shapes.items():
+        if name not in inputs:
+            raise InputError(f"--input-shape names '{name}', which is not a graph input {sorted(inputs)}")
+        tensor_type = inputs[name].type.tensor_type
+        tensor_type.shape.ClearField("dim")
+        for size in shape:
+            tensor_type.shape.dim.add().dim_value = int(size)
+
+
+def load(
+    source: str | os.PathLike[str] | ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> tuple[ModelProto, InputError | None]:
+    """The model with inferred shapes and its external data loaded; InputError on any bad input.
+
+    A shape-inference failure is returned, not raised, with the model as it was: the lifter first
+    reports unsupported nodes (the usual cause, e.g. an op of a domain the model does not import), and
+    raises the inference error only when there are none.
+    """
+    model, base_dir = read_model(source)
+    if input_shapes:
+        override_input_shapes(model, input_shapes)
+    external = _external_tensors(model)
+    if external and base_dir is None:
+        raise InputError(
+            "the model uses external data but was given as a ModelProto; pass its path so the data can "
+            "be found (and checked to lie in the model's folder)"
+        )
+    inference_error = None
+    try:
+        model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+    except Exception as error:  # onnx raises InferenceError, ValidationError or RuntimeError
+        inference_error = InputError(f"shape inference failed: {error}")
+    if external:
+        assert base_dir is not None
+        check_external_data(model, base_dir)
+        load_external_data_for_model(model, str(base_dir))
+    return model, inference_error

@@ -1,0 +1,160 @@
+"""Every quantization node test of ONNX's backend suite: lift, print, parse back, verify, interpret, and
+match both the suite's expected outputs and onnxruntime, bit for bit.
+
+QuantizeLinear / DequantizeLinear lift to quant.qcast / quant.dcast; DynamicQuantizeLinear, QLinearConv,
+QLinearMatMul, MatMulInteger and ConvInteger are not yet lifted to quant types: they stay generic
+`onnx.*` ops (interpreted by onnx's reference implementation), and are tested as such. The three
+`*_expanded` DynamicQuantizeLinear cases compute the scale at run time, which the lifter refuses
+(dynamic quantization parameters); they are checked to fail with that error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from frontend.onnx_cases import (
+    LIFTED_AS_QUANT,
+    bits_equal,
+    constant_inputs_model,
+    expected_outputs,
+    quantization_cases,
+    rewrite_opset,
+)
+from onnx import TensorProto, helper, numpy_helper
+
+from qconvert.errors import InputError
+from qconvert.frontends.onnx import import_onnx
+from qconvert.interpret import interpret
+from qconvert.ir import ParserOptions, parse_module, print_module, verify
+from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
+
+CASES = quantization_cases()
+DYNAMIC_SCALE_CASES = sorted(name for name in CASES if name.endswith("_expanded"))
+LIFTABLE = sorted(name for name in CASES if name not in DYNAMIC_SCALE_CASES)
+
+# Output types onnxruntime's Python API cannot hand back: read them through an appended node.
+INTEGER_VIA_DEQUANTIZE = {TensorProto.INT4, TensorProto.UINT4, TensorProto.INT2, TensorProto.UINT2}
+FLOAT_VIA_CAST = {
+    TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2FNUZ, TensorProto.FLOAT4E2M1,
+}  # fmt: skip
+ORT_CANNOT_RUN = {
+    "test_quantizelinear_float4e2m1": "onnxruntime 1.32 CPU has no QuantizeLinear kernel to float4e2m1 "
+    "(NOT_IMPLEMENTED at opsets 23-25)",
+    "test_dequantizelinear_float4e2m1": "onnxruntime 1.32 CPU has no DequantizeLinear kernel from float4e2m1 "
+    "(NOT_IMPLEMENTED at opsets 23-25)",
+    "test_convinteger_with_padding": "onnxruntime 1.32 ConvInteger supports only a per-tensor w_zero_point "
+    "(this case has one per output channel)",
+}
+
+
+def round_trip(case_name: str) -> tuple[object, object, dict[str, np.ndarray]]:
+    model, feed = constant_inputs_model(CASES[case_name])
+    module = import_onnx(model)
+    verify(module)
+    text = print_module(module)
+    parsed = parse_module(text, options=ParserOptions(allow_unregistered_dialect=True))
+    verify(parsed)
+    assert print_module(parsed) == text, "print -> parse -> print is not a fixed point"
+    return module, parsed, feed
+
+
+@pytest.mark.parametrize("case_name", LIFTABLE)
+def test_node_case_lifts_round_trips_and_interprets_bit_exactly(case_name: str) -> None:
+    module, parsed, feed = round_trip(case_name)
+    op_type = CASES[case_name].model.graph.node[0].op_type  # type: ignore[attr-defined]
+    ops = list(module.walk())  # type: ignore[attr-defined]
+    if op_type == "QuantizeLinear":
+        assert any(isinstance(op, QuantizeCastOp) for op in ops)
+    elif op_type == "DequantizeLinear":
+        assert any(isinstance(op, DequantizeCastOp) for op in ops)
+    else:
+        assert any(op.name == f"onnx.{op_type}" for op in ops)
+    expected = expected_outputs(CASES[case_name])
+    for label, lifted in (("lifted", module), ("parsed back", parsed)):
+        actual = interpret(lifted, feed)  # type: ignore[arg-type]
+        for name, value in expected.items():
+            assert bits_equal(actual[name], value), (
+                f"{label} module, output {name}: got {actual[name]!r} ({actual[name].dtype}), "
+                f"expected {value!r} ({value.dtype})"
+            )
+
+
+@pytest.mark.parametrize("case_name", DYNAMIC_SCALE_CASES)
+def test_expanded_dynamic_quantize_is_refused_with_a_clear_error(case_name: str) -> None:
+    model, _ = constant_inputs_model(CASES[case_name])
+    with pytest.raises(InputError, match=r"QuantizeLinear, opset 11\): scale '.*' must be a constant"):
+        import_onnx(model)
+
+
+# onnxruntime ---------------------------------------------------------------------------------------
+def ort_opset(model: onnx.ModelProto) -> int:
+    """The lowest opset onnxruntime runs the case at: 21, or 23 / 25 for float4 / 2-bit types."""
+    types = {t.data_type for t in model.graph.initializer}
+    types |= {i.type.tensor_type.elem_type for i in (*model.graph.input, *model.graph.output)}
+    if types & {TensorProto.INT2, TensorProto.UINT2}:
+        return 25
+    if TensorProto.FLOAT4E2M1 in types:
+        return 23
+    return 21
+
+
+def readable_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Append DequantizeLinear(scale 1) / Cast(float) to outputs onnxruntime cannot return as numpy."""
+    graph = model.graph
+    for output in graph.output:
+        elem_type = output.type.tensor_type.elem_type
+        if elem_type not in INTEGER_VIA_DEQUANTIZE | FLOAT_VIA_CAST:
+            continue
+        raw = f"{output.name}__raw"
+        for node in graph.node:
+            node.output[:] = [raw if name == output.name else name for name in node.output]
+        if elem_type in INTEGER_VIA_DEQUANTIZE:
+            graph.initializer.append(
+                numpy_helper.from_array(np.array(1.0, np.float32), f"{output.name}__one")
+            )
+            graph.node.append(
+                helper.make_node("DequantizeLinear", [raw, f"{output.name}__one"], [output.name])
+            )
+        else:
+            graph.node.append(helper.make_node("Cast", [raw], [output.name], to=TensorProto.FLOAT))
+        output.type.tensor_type.elem_type = TensorProto.FLOAT
+    return model
+
+
+def as_compared(value: np.ndarray, elem_type: int) -> np.ndarray:
+    """Our output as onnxruntime shows it: float32 for the types read through readable_outputs."""
+    if elem_type in INTEGER_VIA_DEQUANTIZE | FLOAT_VIA_CAST:
+        return value.astype(np.float32)
+    if elem_type == TensorProto.FLOAT8E4M3FN:
+        return value.view(np.uint8)  # onnxruntime returns e4m3fn as its raw bytes
+    return value
+
+
+def run_onnxruntime(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the spec oracle
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, feed)
+
+
+@pytest.mark.parametrize("case_name", LIFTABLE)
+def test_node_case_interpretation_matches_onnxruntime(case_name: str) -> None:
+    if case_name in ORT_CANNOT_RUN:
+        pytest.skip(ORT_CANNOT_RUN[case_name])
+    case = CASES[case_name]
+    model, feed = constant_inputs_model(case)
+    ours = interpret(import_onnx(model), feed)
+    is_quant = case.model.graph.node[0].op_type in LIFTED_AS_QUANT  # type: ignore[attr-defined]
+    # onnxruntime's Python API cannot take int4 / int2 / float8 inputs either: the data input becomes an
+    # initializer too (graph optimizations are off, so nothing is folded).
+    ort_model, ort_feed = constant_inputs_model(case, data_inputs=0) if is_quant else (model, feed)
+    if is_quant:
+        ort_model = rewrite_opset(ort_model, ort_opset(ort_model))
+    output_types = {o.name: o.type.tensor_type.elem_type for o in ort_model.graph.output}
+    theirs = run_onnxruntime(readable_outputs(ort_model), ort_feed)
+    for (name, elem_type), value in zip(output_types.items(), theirs):
+        mine = as_compared(ours[name], elem_type)
+        assert bits_equal(mine, np.asarray(value)), f"output {name}: ours {mine!r}, onnxruntime {value!r}"

@@ -120,5 +120,43 @@ def inspect_command(
     typer.echo("\n".join(summary.lines()))
 
 
+@app.command("check")
+def check_command(
+    model: str = typer.Argument(..., help="ONNX model file (float, QDQ or QOperator)"),
+    data: str | None = typer.Option(None, "--data", help="INPUTS.npz: one array per graph input, by name"),
+    backend: str = typer.Option("interpreter", "--backend", help="engine that runs the lifted IR"),
+    json_path: str | None = typer.Option(None, "--json", help="write the report as JSON to this path"),
+    atol: float | None = typer.Option(None, "--atol", help="end to end: |ours - ref| <= atol + rtol |ref|"),
+    rtol: float | None = typer.Option(None, "--rtol", help="end to end: relative tolerance (with --atol)"),
+    max_lsb: float | None = typer.Option(None, "--max-lsb", help="end to end: max difference in steps"),
+    max_mismatch_fraction: float | None = typer.Option(
+        None, "--max-mismatch-fraction", help="end to end: max fraction of differing elements"
+    ),
+    min_sqnr: float | None = typer.Option(None, "--min-sqnr", help="end to end: minimum SQNR in dB"),
+    input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
+    quiet: bool = typer.Option(False, "--quiet", help="no progress bar; the verdict line only"),
+) -> None:
+    """Check MODEL against onnxruntime: every quantization node bit-exact, outputs beside the noise floor.
+
+    Exit 0 when every check passes, 1 when a comparison fails, 2 on bad input."""
+    from qconvert.check import Tolerances, check, render
+
+    tolerances = Tolerances(
+        atol=atol, rtol=rtol, max_lsb=max_lsb, max_mismatch_fraction=max_mismatch_fraction, min_sqnr=min_sqnr
+    )
+    report = check(
+        model,
+        data,
+        backend=backend,
+        tolerances=tolerances,
+        input_shapes=_parse_input_shapes(input_shape),
+        show_progress=not quiet,
+    )
+    if json_path is not None:
+        report.write_json(json_path)
+    render(report, summary_only=quiet)
+    raise typer.Exit(0 if report.passed else 1)
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,6 +17,7 @@ from qconvert.ir.types import Type
 
 if TYPE_CHECKING:
     from qconvert.ir.attributes import Attribute
+    from qconvert.ir.lexer import SourceText
     from qconvert.ir.parser import Parser
     from qconvert.ir.printer import Printer
 
@@ -71,7 +72,16 @@ class Operation:
     `{...}` sorted by name, as MLIR's DictionaryAttr does.
     """
 
-    __slots__ = ("operands", "results", "attributes", "regions", "successors", "parent", "location")
+    __slots__ = (
+        "operands",
+        "results",
+        "attributes",
+        "regions",
+        "successors",
+        "parent",
+        "_location",
+        "_source",
+    )
     name: ClassVar[str]
     # Names of results for the printer's `%name` hints (OpAsmOpInterface); None for numbered results.
     result_name_hint: ClassVar[str | None] = None
@@ -90,14 +100,36 @@ class Operation:
         self.operands: list[Value] = list(operands)
         for index, operand in enumerate(self.operands):
             operand.uses[(self, index)] = None
-        self.results = [OpResult(t, self, i) for i, t in enumerate(result_types)]
+        if len(result_types) == 1:  # most ops
+            self.results = [OpResult(result_types[0], self, 0)]
+        else:
+            self.results = [OpResult(t, self, i) for i, t in enumerate(result_types)]
         self.attributes: dict[str, Attribute] = attributes if attributes is not None else {}
-        self.regions: list[Region] = list(regions)
-        for region in self.regions:
-            region.parent = self
-        self.successors: list[Block] = list(successors)
+        if regions:
+            self.regions: list[Region] = list(regions)
+            for region in self.regions:
+                region.parent = self
+        else:  # most ops: a literal is cheaper than `list(())`
+            self.regions = []
+        self.successors: list[Block] = list(successors) if successors else []
         self.parent: Block | None = None
-        self.location = location
+        self._location: Location | int | None = location
+        # `_source` is set only by the parser, with an offset in `_location`: see `location`.
+
+    @property
+    def location(self) -> Location | None:
+        """Where the op was written. The parser stores a character offset in `_location` and the buffer in
+        `_source`; the line and column are counted at the first request (a diagnostic), not for each of
+        100k parsed ops."""
+        location = self._location
+        if location.__class__ is int:
+            source: SourceText = self._source
+            location = self._location = source.location(location)  # type: ignore[arg-type]
+        return location  # type: ignore[return-value]
+
+    @location.setter
+    def location(self, location: Location | None) -> None:
+        self._location = location
 
     # Structure ---------------------------------------------------------------------------------
     @property
@@ -137,12 +169,24 @@ class Operation:
             self.parent = None
 
     def walk(self) -> Iterator[Operation]:
-        """Pre-order walk of this op and every op nested in its regions."""
+        """Pre-order walk of this op and every op nested in its regions.
+
+        Each block's ops are copied when the walk reaches the block, so the op being visited may be
+        erased or replaced. One generator per op that has regions (not one per op, nor `yield from`
+        chains as deep as the nesting).
+        """
         yield self
-        for region in self.regions:
-            for block in region.blocks:
-                for op in list(block.ops):
-                    yield from op.walk()
+        if not self.regions:
+            return
+        stack = [_nested_ops(self)]
+        while stack:
+            op = next(stack[-1], None)
+            if op is None:
+                stack.pop()
+                continue
+            yield op
+            if op.regions:
+                stack.append(_nested_ops(op))
 
     def parent_op(self) -> Operation | None:
         if self.parent is None or self.parent.parent is None:
@@ -178,6 +222,13 @@ class Operation:
     def block_argument_names(self, region_index: int) -> Sequence[str | None] | None:
         """Preferred names of a region's entry-block arguments (e.g. linalg's `%in`, `%out`)."""
         return None
+
+
+def _nested_ops(op: Operation) -> Iterator[Operation]:
+    """The ops directly inside `op`'s regions, each block's list copied when it is reached."""
+    for region in op.regions:
+        for block in region.blocks:
+            yield from list(block.ops)
 
 
 class GenericOp(Operation):

@@ -36,7 +36,7 @@ from qconvert.ir.core import (
     gc_paused,
 )
 from qconvert.ir.dialects.builtin import ModuleOp
-from qconvert.ir.lexer import Token, _new_token, split_top_level, unescape_string
+from qconvert.ir.lexer import SIMPLE_PUNCTUATION, Token, _new_token, split_top_level, unescape_string
 from qconvert.ir.type_parser import numpy_dtype
 from qconvert.ir.types import Type
 
@@ -77,25 +77,21 @@ class Parser(AttributeParser):
     ) -> None:
         super().__init__(text, filename, line_offset=line_offset)
         self.options = options or ParserOptions()
-        self.value_scopes: list[dict[str, tuple[list[Value], int]] | None] = []
+        self.value_scopes: list[dict[str, list[Value]] | None] = []  # by SSA name
         self.default_dialects: list[str] = ["builtin"]
         self.resources: dict[str, str] = {}
 
     # Symbols and operands ----------------------------------------------------------------------------
-    def parse_symbol_name(self) -> str:
-        if self.token.kind != "at":
-            raise self.error("expected valid '@'-identifier for symbol name")
-        text = self.advance().text[1:]
-        return unescape_string(text) if text.startswith('"') else text
-
-    def parse_optional_symbol_name(self) -> str | None:
-        return self.parse_symbol_name() if self.token.kind == "at" else None
-
     def parse_operand_reference(self) -> OperandReference:
         token = self.token
         if token.kind != "percent":
             raise self.error("expected SSA operand")
-        following = self.token = self._lex(token.end)
+        end = token.end
+        char = self.text[end : end + 1]
+        if char in SIMPLE_PUNCTUATION and end < self.limit:  # `%a,` `%a)`: `_lex`'s first step, inlined
+            self.token = _new_token(Token, ("punct", char, end, end + 1))
+            return _new_token(OperandReference, (token.text, 0, token.start))  # type: ignore[return-value]
+        following = self.token = self._lex(end)
         index = 0
         if following.kind == "hash" and following.start == token.end and following.text[1:].isdigit():
             index = int(self.advance().text[1:])
@@ -113,15 +109,14 @@ class Parser(AttributeParser):
     def lookup_value(self, reference: OperandReference) -> Value:
         scope = self.value_scopes[-1]
         if scope is not None:  # the common case: a value of the innermost region, result 0
-            entry = scope.get(reference.name)
-            if entry is not None and reference.index < len(entry[0]):
-                return entry[0][reference.index]
+            values = scope.get(reference.name)
+            if values is not None and reference.index < len(values):
+                return values[reference.index]
         for scope in reversed(self.value_scopes):
             if scope is None:
                 break
-            entry = scope.get(reference.name)
-            if entry is not None:
-                values, _ = entry
+            values = scope.get(reference.name)
+            if values is not None:
                 if reference.index >= len(values):
                     raise self.error("reference to invalid result number", reference.start)
                 return values[reference.index]
@@ -129,9 +124,9 @@ class Parser(AttributeParser):
 
     def resolve_operand(self, reference: OperandReference, type_: Type) -> Value:
         scope = self.value_scopes[-1]
-        entry = scope.get(reference.name) if scope is not None else None
-        if entry is not None and reference.index < len(entry[0]):  # lookup_value's common case, inlined
-            value = entry[0][reference.index]
+        values = scope.get(reference.name) if scope is not None else None
+        if values is not None and reference.index < len(values):  # lookup_value's common case, inlined
+            value = values[reference.index]
         else:
             value = self.lookup_value(reference)
         if value.type is not type_ and value.type != type_:
@@ -172,7 +167,7 @@ class Parser(AttributeParser):
         assert scope is not None
         if name in scope:
             raise self.error(f"redefinition of SSA value '{name}'", position)
-        scope[name] = (values, position)
+        scope[name] = values
 
     # Functions (shared by func.func and friends) --------------------------------------------------
     def parse_function_arguments(
@@ -306,16 +301,43 @@ class Parser(AttributeParser):
     def parse_operation(self) -> Operation:
         """operation ::= (op-result (`,` op-result)* `=`)? (generic-operation | custom-operation)"""
         token = self.token
+        if token.kind == "percent":  # `%name = dialect.op ...`: most ops of a module, in one regex
+            fast = RESULT_AND_OP_NAME.match(self.text, token.start, self.limit)
+            if fast is not None:
+                cls = OP_REGISTRY.get(fast[1])
+                if cls is not None and cls.has_custom_syntax:
+                    return self._parse_custom_operation_with_result(token, cls, fast.end())
+        return self._parse_operation(token)
+
+    def _parse_custom_operation_with_result(
+        self, result: Token, cls: type[Operation], name_end: int
+    ) -> Operation:
+        """`parse_operation` for one result and a registered op name (no default dialect needed)."""
+        self.token = self._lex(name_end)
+        op = cls.parse_custom(self, 1)
+        op._location = name_end - len(cls.name)  # an offset: see `Operation.location`
+        op._source = self.source
+        token = self.token
+        if token.kind == "bare" and token.text == "loc" and self.text.startswith("(", token.end):
+            self._skip_location()
+        results = op.results
+        if len(results) != 1:
+            raise self.error(
+                f"operation defines {len(results)} results but was provided 1 to bind", result.start
+            )
+        scope = self.value_scopes[-1]
+        assert scope is not None
+        if result.text in scope:
+            raise self.error(f"redefinition of SSA value '{result.text}'", result.start)
+        scope[result.text] = results
+        return op
+
+    def _parse_operation(self, token: Token) -> Operation:
+        """`parse_operation` for any number of results (token by token), generic ops and short names."""
         start = token.start
         result_groups: list[tuple[str, int, int]] = []
         num_results = 0
-        fast = RESULT_AND_OP_NAME.match(self.text, start, self.limit) if token.kind == "percent" else None
-        if fast is not None:
-            result_groups.append((token.text, 1, start))
-            num_results = 1
-            name_start, name_end = fast.span(1)
-            self.token = _new_token(Token, ("bare", fast[1], name_start, name_end))
-        elif token.kind == "percent":
+        if token.kind == "percent":
             while True:
                 token = self.advance()
                 count = 1
@@ -338,7 +360,8 @@ class Parser(AttributeParser):
             op = self._parse_generic_operation()
         else:
             raise self.error("expected operation name in quotes")
-        op.location = self.location(op_start)
+        op._location = op_start  # an offset: see `Operation.location`
+        op._source = self.source
         token = self.token
         if token.kind == "bare" and token.text == "loc" and self.text.startswith("(", token.end):
             self._skip_location()

@@ -298,6 +298,10 @@ def collect_affine_map_aliases(ops: Iterable[Operation]) -> dict[Attribute, str]
 
 
 # Operations -------------------------------------------------------------------------------------
+UNKNOWN_VALUE = "<<UNKNOWN SSA VALUE>>"  # upstream's text for a value defined outside what is printed
+DEFAULT_RESULT_NAMES = Operation.result_names  # an op class that keeps it asks for no `%name` hints
+
+
 class NameScope:
     """Upstream's SSANameState counters for one region being named."""
 
@@ -323,6 +327,7 @@ class Printer:
         self.aliases = aliases or {}
         self.default_dialects: list[str] = []
         self.type_cache: dict[int, tuple[Type, str]] = {}
+        self.attribute_cache: dict[int, tuple[Attribute, str]] = {}
 
     # Naming ----------------------------------------------------------------------------------
     def name_values(self, op: Operation) -> None:
@@ -387,8 +392,11 @@ class Printer:
     def _name_op_results(self, op: Operation, scope: NameScope) -> None:
         if not op.results:
             return
-        hints = op.result_names()
-        if all(hints) and len(hints) == len(op.results):
+        if op.result_name_hint is None and type(op).result_names is DEFAULT_RESULT_NAMES:
+            hints: Sequence[str | None] = ()  # no hints (most ops): numbered, without asking
+        else:
+            hints = op.result_names()
+        if hints and all(hints) and len(hints) == len(op.results):
             for result, hint in zip(op.results, hints, strict=True):
                 self.names[result] = "%" + self._unique(hint, scope)  # type: ignore[arg-type]
             return
@@ -409,9 +417,10 @@ class Printer:
         return name if name is not None else "<<UNKNOWN SSA VALUE>>"
 
     def operand_list(self, values: Sequence[Value]) -> str:
-        names = self.names  # value_name, inlined
-        unknown = "<<UNKNOWN SSA VALUE>>"
-        return ", ".join([name if (name := names.get(v)) is not None else unknown for v in values])
+        names = self.names  # value_name, inlined (no value is named None)
+        if len(values) == 2:  # binary ops
+            return names.get(values[0], UNKNOWN_VALUE) + ", " + names.get(values[1], UNKNOWN_VALUE)
+        return ", ".join([names.get(v, UNKNOWN_VALUE) for v in values])
 
     def type_text(self, type_: Type) -> str:
         cached = self.type_cache.get(id(type_))
@@ -425,7 +434,13 @@ class Printer:
         return ", ".join([self.type_text(t) for t in types])
 
     def attribute_text(self, attribute: Attribute) -> str:
-        return print_attribute(attribute, self.aliases)
+        """Cached by identity, as `type_text` is (the parser shares one object per repeated constant)."""
+        cached = self.attribute_cache.get(id(attribute))
+        if cached is not None:
+            return cached[1]
+        text = print_attribute(attribute, self.aliases)
+        self.attribute_cache[id(attribute)] = (attribute, text)  # kept alive, so the id stays unique
+        return text
 
     def attribute_dict_text(self, attributes: dict[str, Attribute]) -> str:
         return print_attribute_dict(attributes, self.aliases)

@@ -139,7 +139,8 @@ def check_command(
     """Check MODEL against onnxruntime: every quantization node bit-exact, outputs beside the noise floor.
 
     Exit 0 when every check passes, 1 when a comparison fails, 2 on bad input."""
-    from qconvert.check import Tolerances, check, render
+    from qconvert.check import Tolerances, check
+    from qconvert.check_render import render
 
     tolerances = Tolerances(
         atol=atol, rtol=rtol, max_lsb=max_lsb, max_mismatch_fraction=max_mismatch_fraction, min_sqnr=min_sqnr

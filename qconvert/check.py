@@ -8,9 +8,10 @@ Two verdicts, both in the `CheckReport`:
   QLinear* / QGemm / DynamicQuantizeMatMul) is then cut out as a one-node model, fed the very inputs
   onnxruntime gave it (its initializers, Constant values and quantization parameters as initializers,
   the rest as graph inputs), lifted with `import_onnx` and run by the backend. Its outputs must be
-  bit-exact. Q/DQ lift to `quant.qcast` / `quant.dcast` and run on `qconvert.numerics`; nodes the
-  frontend keeps generic (`onnx.QLinearConv`, ...) run on onnx's reference implementation, and the
-  report says so (`evaluated_by`). A node whose inputs onnxruntime's Python API cannot return (int4,
+  bit-exact. Q/DQ lift to `quant.qcast` / `quant.dcast`, and QLinear* / *Integer / QGemm ... to
+  quant-typed `qconvert.*` ops; both run on `qconvert.numerics`. Nodes the frontend keeps generic
+  (`onnx.*`, e.g. with run-time scales) run on onnx's reference implementation, and the report says so
+  (`evaluated_by`). A node whose inputs onnxruntime's Python API cannot return (int4,
   bf16, float8 e5m2, ...), or that the backend cannot run, is "not run" with the reason, never passed.
 - **End to end (reported; fails only with a tolerance).** The whole lifted module runs on the inputs;
   each graph output is compared with the oracle (elements, mismatches, max abs diff, max difference in
@@ -91,7 +92,7 @@ ORT_RETURNS = frozenset(
     }
 )
 
-EVALUATED_BY_NUMERICS = "quant casts (qconvert.numerics)"
+EVALUATED_BY_NUMERICS = "quant-typed ops (qconvert.numerics)"
 EVALUATED_BY_REFERENCE = "onnx reference implementation (generic onnx.* op)"
 
 PASS, FAIL, NOT_RUN = "pass", "fail", "not run"
@@ -570,7 +571,7 @@ def one_node_model(
 
 
 def evaluated_by(module: Any) -> str:
-    """Whether the lifted node runs as quant casts, or as a generic `onnx.*` op on onnx's reference."""
+    """Whether the lifted node runs as quant-typed ops, or as a generic `onnx.*` op on onnx's reference."""
     from qconvert.interpret import _main
 
     generic = any(op.name.startswith("onnx.") for op in _main(module).body.ops)

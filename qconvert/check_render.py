@@ -37,7 +37,7 @@ def _metrics(comparison: Comparison | None) -> list[str]:
     ]
 
 
-SHORT_EVALUATED_BY = {EVALUATED_BY_NUMERICS: "quant casts", EVALUATED_BY_REFERENCE: "onnx reference"}
+SHORT_EVALUATED_BY = {EVALUATED_BY_NUMERICS: "qconvert numerics", EVALUATED_BY_REFERENCE: "onnx reference"}
 
 
 def _op_label(layer: LayerResult) -> str:

@@ -11,6 +11,10 @@
   quantized, and returned as that container when cast back to the storage tensor;
 - `arith.constant`: its dense array (`onnx.elem_type` restores an unsigned ONNX type the signless IR
   integer type does not carry);
+- `qconvert.qlinear_*`, `qconvert.*_integer`, `qconvert.qgemm`, `qconvert.dynamic_quantize_*` (the
+  QOperator ops of frontends/onnx/qoperator.py): onnxruntime's CPU kernels, exactly: exact int64
+  accumulation wrapped to int32, then the requantization rule of `qconvert.numerics`
+  (`requantize_mlas`, `qlinear_add_mlas`, `qlinear_mul_mlas`, `lookup_table_onnxruntime`, ...);
 - `onnx.*` generic ops: onnx's reference implementation of the op (`onnx.reference.ReferenceEvaluator`
   on a one-node model at the module's `onnx.opset_import`), so float ops are not re-implemented here.
 
@@ -20,11 +24,13 @@ Inputs and outputs are keyed by the `onnx.name` of the function's arguments and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Callable, Mapping
 
 import ml_dtypes
 import numpy as np
 
+from qconvert import numerics
 from qconvert.errors import InputError
 from qconvert.ir.attributes import (
     ArrayAttr,
@@ -50,7 +56,14 @@ from qconvert.ir.quant_types import (
     UniformQuantizedType,
 )
 from qconvert.ir.types import FloatType, IntegerType, element_type_of
-from qconvert.numerics import Rounding, UniformParams, dequantize, integer_storage_dtype, quantize
+from qconvert.numerics import (
+    Rounding,
+    UniformParams,
+    broadcast_params,
+    dequantize,
+    integer_storage_dtype,
+    quantize,
+)
 
 FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the float-storage scast of frontends/onnx/lift.py
 ONNX_DTYPES: dict[str, np.dtype] = {
@@ -179,6 +192,9 @@ class Interpreter:
             return [dequantize(operands[0], uniform_params(quant_type), Rounding.ONNX)]  # type: ignore[arg-type]
         if isinstance(op, StorageCastOp) or op.name == FLOAT_STORAGE_CAST:
             return [reinterpret(operands[0], op)]
+        kernel = QOPERATOR_KERNELS.get(op.name)
+        if kernel is not None:
+            return kernel(op, operands)
         if op.name.startswith("onnx."):
             return self.run_onnx(op, operands)
         raise InputError(f"the interpreter cannot run '{op.name}'")
@@ -289,6 +305,317 @@ def reinterpret(array: np.ndarray, op: Operation) -> np.ndarray:
 def interpret(module: ModuleOp, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Execute `module`'s `func.func @main` on numpy inputs (by argument `onnx.name`); outputs by name."""
     return Interpreter(module).run(inputs)
+
+
+# QOperator ops (frontends/onnx/qoperator.py) ---------------------------------------------------------
+Kernel = Callable[[Operation, list[np.ndarray]], list[np.ndarray]]
+
+
+def _params(value: Value) -> UniformParams:
+    element = element_type_of(value.type)
+    if not isinstance(element, QuantizedType):
+        raise InputError(f"expected a quantized operand, got {value.type}")
+    return uniform_params(element)
+
+
+def _scalar(params: UniformParams, what: str) -> tuple[float, int]:
+    if params.scale.size != 1:
+        raise InputError(f"{what} must be quantized per tensor")
+    return float(params.scale.reshape(-1)[0]), int(params.zero_point.reshape(-1)[0])
+
+
+def _centered(array: np.ndarray, params: UniformParams) -> np.ndarray:
+    """`q - zp` as exact int64, the zero point broadcast per tensor or per axis."""
+    _, zero_point = broadcast_params(params, array.shape)
+    return array.astype(np.int64) - zero_point
+
+
+def _int32(values: np.ndarray) -> np.ndarray:
+    """Two's-complement wrap of exact int64 sums to int32, as onnxruntime's int32 accumulators wrap."""
+    return values.astype(np.int64).astype(np.int32)
+
+
+def _attr(op: Operation, name: str, default: object) -> object:
+    value = op.attributes.get(name)
+    if value is None:
+        return default
+    if isinstance(value, IntegerAttr):
+        return value.value
+    if isinstance(value, StringAttr):
+        return value.value
+    if isinstance(value, DenseArrayAttr):
+        return [int(v) for v in value.values]
+    if isinstance(value, ArrayAttr):
+        return [getattr(v, "value", v) for v in value.elements]
+    return getattr(value, "value", default)
+
+
+def _result_params(op: Operation) -> UniformParams:
+    return _params(op.results[0])
+
+
+def _conv_accumulate(x: np.ndarray, w: np.ndarray, op: Operation) -> np.ndarray:
+    """Exact integer N-D convolution of centered int64 `x` (N, C, ...) and `w` (M, C/group, ...)."""
+    spatial = x.ndim - 2
+    kernel = w.shape[2:]
+    strides = list(_attr(op, "strides", None) or [1] * spatial)  # type: ignore[arg-type]
+    dilations = list(_attr(op, "dilations", None) or [1] * spatial)  # type: ignore[arg-type]
+    pads = list(_attr(op, "pads", None) or [0] * (2 * spatial))  # type: ignore[arg-type]
+    auto_pad = str(_attr(op, "auto_pad", "NOTSET"))
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        for i in range(spatial):
+            size = x.shape[2 + i]
+            out = -(-size // strides[i])
+            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - size)
+            small = total // 2
+            pads[i], pads[i + spatial] = (
+                (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
+            )
+    elif auto_pad == "VALID":
+        pads = [0] * (2 * spatial)
+    padded = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + spatial]) for i in range(spatial)])
+    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    out_shape = [(padded.shape[2 + i] - extent[i]) // strides[i] + 1 for i in range(spatial)]
+    group = int(_attr(op, "group", 1))  # type: ignore[arg-type]
+    batch, channels = x.shape[:2]
+    filters = w.shape[0]
+    grouped_w = w.reshape(group, filters // group, channels // group, *kernel)
+    result = np.zeros((batch, group, filters // group, *out_shape), np.int64)
+    for offsets in itertools.product(*[range(k) for k in kernel]):
+        window = tuple(
+            slice(o * d, o * d + (n - 1) * s + 1, s)
+            for o, d, n, s in zip(offsets, dilations, out_shape, strides)
+        )
+        patch = padded[(slice(None), slice(None), *window)].reshape(
+            batch, group, channels // group, *out_shape
+        )
+        taps = grouped_w[(slice(None), slice(None), slice(None), *offsets)]
+        result += np.einsum("ngc...,gmc->ngm...", patch, taps)
+    return result.reshape(batch, filters, *out_shape)
+
+
+def _channel_vector(values: np.ndarray, rank: int, axis: int) -> np.ndarray:
+    shape = [1] * rank
+    shape[axis] = -1
+    return values.reshape(shape) if values.size > 1 else values.reshape(())
+
+
+def _qlinear_conv(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    px, pw, py = _params(op.operands[0]), _params(op.operands[1]), _result_params(op)
+    x_scale, _ = _scalar(px, "QLinearConv input")
+    y_scale, y_zero = _scalar(py, "QLinearConv output")
+    accumulator = _conv_accumulate(_centered(operands[0], px), _centered(operands[1], pw), op)
+    if len(operands) > 2:
+        accumulator = accumulator + _channel_vector(operands[2].astype(np.int64), accumulator.ndim, 1)
+    multiplier = numerics.requantize_scale_onnxruntime(x_scale, pw.scale, y_scale)
+    multiplier = _channel_vector(multiplier, accumulator.ndim, 1)
+    return [numerics.requantize_mlas(_int32(accumulator), multiplier, y_zero, py.storage_dtype)]
+
+
+def _conv_integer(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    px, pw = _params(op.operands[0]), _params(op.operands[1])
+    return [_int32(_conv_accumulate(_centered(operands[0], px), _centered(operands[1], pw), op))]
+
+
+def _qlinear_matmul(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    pa, pb, py = _params(op.operands[0]), _params(op.operands[1]), _result_params(op)
+    a_scale, _ = _scalar(pa, "QLinearMatMul input a")
+    y_scale, y_zero = _scalar(py, "QLinearMatMul output")
+    accumulator = np.matmul(_centered(operands[0], pa), _centered(operands[1], pb))
+    multiplier = numerics.requantize_scale_onnxruntime(a_scale, pb.scale, y_scale)
+    return [numerics.requantize_mlas(_int32(accumulator), multiplier, y_zero, py.storage_dtype)]
+
+
+def _matmul_integer(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    pa, pb = _params(op.operands[0]), _params(op.operands[1])
+    return [_int32(np.matmul(_centered(operands[0], pa), _centered(operands[1], pb)))]
+
+
+def _scalar_a_span(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> bool:
+    """Whether onnxruntime's broadcaster runs A as the per-span scalar (it then swaps A and B)."""
+    out = np.broadcast_shapes(a_shape, b_shape)
+    if int(np.prod(a_shape, dtype=np.int64)) == 1:
+        return True
+    if int(np.prod(b_shape, dtype=np.int64)) == 1:
+        return False
+    aligned = (1,) * (len(out) - len(a_shape)) + tuple(a_shape)
+    inner = [i for i, d in enumerate(out) if d != 1]
+    return bool(inner) and aligned[inner[-1]] == 1
+
+
+def _qlinear_binary(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    pa, pb, pc = _params(op.operands[0]), _params(op.operands[1]), _result_params(op)
+    a_scale, a_zero = _scalar(pa, "input A")
+    b_scale, b_zero = _scalar(pb, "input B")
+    c_scale, c_zero = _scalar(pc, "output C")
+    a, b = np.broadcast_arrays(operands[0], operands[1])
+    if op.name == "qconvert.qlinear_mul":
+        return [
+            numerics.qlinear_mul_mlas(
+                a, a_scale, a_zero, b, b_scale, b_zero, c_scale, c_zero, pc.storage_dtype
+            )
+        ]
+    if _scalar_a_span(operands[0].shape, operands[1].shape):
+        a, b, a_scale, a_zero, b_scale, b_zero = b, a, b_scale, b_zero, a_scale, a_zero
+    return [
+        numerics.qlinear_add_mlas(a, a_scale, a_zero, b, b_scale, b_zero, c_scale, c_zero, pc.storage_dtype)
+    ]
+
+
+def _lookup(
+    op: Operation, operands: list[np.ndarray], function: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
+    px, py = _params(op.operands[0]), _result_params(op)
+    x_scale, x_zero = _scalar(px, "input")
+    y_scale, y_zero = _scalar(py, "output")
+    table = numerics.lookup_table_onnxruntime(function, x_scale, x_zero, y_scale, y_zero, py.storage_dtype)
+    return table[np.ascontiguousarray(operands[0]).view(np.uint8)]
+
+
+def _qlinear_sigmoid(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    return [_lookup(op, operands, numerics.sigmoid_float32)]
+
+
+def _qlinear_leaky_relu(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    alpha = np.float32(_attr(op, "alpha", 0.01))  # type: ignore[arg-type]
+    return [_lookup(op, operands, lambda v: np.where(v >= 0, v, v * alpha).astype(np.float32))]
+
+
+def _qlinear_concat(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    py = _result_params(op)
+    y_scale, y_zero = _scalar(py, "output")
+    parts = []
+    for value, array in zip(op.operands, operands):
+        px = _params(value)
+        x_scale, x_zero = _scalar(px, "input")
+        if np.float32(x_scale) == np.float32(y_scale) and x_zero == y_zero:
+            parts.append(array.astype(py.storage_dtype))
+            continue
+        table = numerics.lookup_table_onnxruntime(
+            lambda v: v, x_scale, x_zero, y_scale, y_zero, py.storage_dtype
+        )
+        parts.append(table[np.ascontiguousarray(array).view(np.uint8)])
+    return [np.concatenate(parts, axis=int(_attr(op, "axis", 0)))]  # type: ignore[arg-type]
+
+
+def _qlinear_global_average_pool(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    px, py = _params(op.operands[0]), _result_params(op)
+    x_scale, x_zero = _scalar(px, "input")
+    y_scale, y_zero = _scalar(py, "output")
+    x = operands[0]
+    channels_last = bool(_attr(op, "channels_last", 0))
+    axes = tuple(range(1, x.ndim - 1)) if channels_last else tuple(range(2, x.ndim))
+    image_size = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    accumulator = x.astype(np.int64).sum(axis=axes, keepdims=True) - x_zero * image_size
+    scale = numerics.global_average_pool_scale_mlas(x_scale, y_scale, image_size)
+    return [numerics.requantize_mlas(_int32(accumulator), scale, y_zero, py.storage_dtype)]
+
+
+def _qlinear_average_pool(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    px, py = _params(op.operands[0]), _result_params(op)
+    x_scale, x_zero = _scalar(px, "input")
+    y_scale, y_zero = _scalar(py, "output")
+    x = operands[0]
+    channels_last = bool(_attr(op, "channels_last", 0))
+    if channels_last:
+        x = np.moveaxis(x, -1, 1)
+    if str(_attr(op, "auto_pad", "NOTSET")) not in ("NOTSET", "VALID"):
+        raise InputError(f"{node_name(op)}: QLinearAveragePool auto_pad SAME_* is not supported yet")
+    kernel = [int(k) for k in _attr(op, "kernel_shape", [])]  # type: ignore[union-attr]
+    spatial = len(kernel)
+    strides = list(_attr(op, "strides", None) or [1] * spatial)  # type: ignore[arg-type]
+    pads = list(_attr(op, "pads", None) or [0] * (2 * spatial))  # type: ignore[arg-type]
+    ceil_mode = bool(_attr(op, "ceil_mode", 0))
+    include_pad = bool(_attr(op, "count_include_pad", 0))
+    real = (np.float32(x_scale) * (x.astype(np.int64) - x_zero).astype(np.float32)).astype(np.float32)
+    sizes = x.shape[2:]
+    out_shape = []
+    for i in range(spatial):
+        span = sizes[i] + pads[i] + pads[i + spatial] - kernel[i]
+        out_shape.append((-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1)
+    starts = [np.arange(n) * s - p for n, s, p in zip(out_shape, strides, pads)]
+    windows = []
+    for offsets in itertools.product(*[range(k) for k in kernel]):
+        index = [st + o for st, o in zip(starts, offsets)]
+        valid = [(i >= 0) & (i < n) for i, n in zip(index, sizes)]
+        gathered = real
+        for axis, (i, v) in enumerate(zip(index, valid)):
+            gathered = np.take(gathered, np.clip(i, 0, sizes[axis] - 1), axis=2 + axis)
+            shape = [1] * gathered.ndim
+            shape[2 + axis] = -1
+            gathered = np.where(v.reshape(shape), gathered, np.float32(0))
+        windows.append(gathered)
+    if include_pad:
+        count = np.float32(np.prod(kernel))
+    else:
+        counts = [np.minimum(st + k, n) - np.maximum(st, 0) for st, k, n in zip(starts, kernel, sizes)]
+        count = np.ones((), np.int64)
+        for axis, c in enumerate(counts):
+            shape = [1] * spatial
+            shape[axis] = -1
+            count = count * c.reshape(shape)
+    averaged = numerics.average_pool_float32(windows, count)
+    y = numerics.quantize_pool_onnxruntime(averaged, y_scale, y_zero, py.storage_dtype)
+    return [np.moveaxis(y, 1, -1) if channels_last else y]
+
+
+def _qgemm(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    pa, pb = _params(op.operands[0]), _params(op.operands[1])
+    a_scale, _ = _scalar(pa, "QGemm input A")
+    a = _centered(operands[0], pa)
+    b = _centered(operands[1], pb)
+    if int(_attr(op, "transA", 0)):  # type: ignore[arg-type]
+        a = a.T
+    if int(_attr(op, "transB", 0)):  # type: ignore[arg-type]
+        b = b.T
+    accumulator = a @ b
+    if len(operands) > 2:
+        accumulator = accumulator + operands[2].astype(np.int64)
+    alpha = np.float32(_attr(op, "alpha", 1.0))  # type: ignore[arg-type]
+    multiplier = np.float32(alpha * np.float32(a_scale)) * pb.scale.astype(np.float32)
+    element = element_type_of(op.results[0].type)
+    if not isinstance(element, QuantizedType):
+        return [numerics.scale_output_mlas(_int32(accumulator), multiplier.astype(np.float32))]
+    py = uniform_params(element)
+    y_scale, y_zero = _scalar(py, "QGemm output")
+    multiplier = (multiplier.astype(np.float32) / np.float32(y_scale)).astype(np.float32)
+    return [numerics.requantize_mlas(_int32(accumulator), multiplier, y_zero, py.storage_dtype)]
+
+
+def _dynamic_quantize_linear(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    scale, zero_point = numerics.dynamic_quantize_parameters_onnxruntime(operands[0])
+    y = numerics.quantize_linear_mlas(operands[0], float(scale), zero_point, np.dtype(np.uint8))
+    return [y, np.array(scale, np.float32), np.array(zero_point, np.uint8)]
+
+
+def _dynamic_quantize_matmul(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    pb = _params(op.operands[1])
+    a_scale, a_zero = numerics.dynamic_quantize_parameters_onnxruntime(operands[0])
+    a = numerics.quantize_linear_mlas(operands[0], float(a_scale), a_zero, np.dtype(np.uint8))
+    accumulator = np.matmul(a.astype(np.int64) - a_zero, _centered(operands[1], pb))
+    multiplier = (np.float32(a_scale) * pb.scale.astype(np.float32)).astype(np.float32)
+    y = numerics.scale_output_mlas(_int32(accumulator), multiplier)
+    if len(operands) > 2:
+        y = (y + operands[2].astype(np.float32)).astype(np.float32)
+    return [y]
+
+
+QOPERATOR_KERNELS: dict[str, Kernel] = {
+    "qconvert.qlinear_conv": _qlinear_conv,
+    "qconvert.conv_integer": _conv_integer,
+    "qconvert.qlinear_matmul": _qlinear_matmul,
+    "qconvert.matmul_integer": _matmul_integer,
+    "qconvert.qlinear_add": _qlinear_binary,
+    "qconvert.qlinear_mul": _qlinear_binary,
+    "qconvert.qlinear_sigmoid": _qlinear_sigmoid,
+    "qconvert.qlinear_leaky_relu": _qlinear_leaky_relu,
+    "qconvert.qlinear_concat": _qlinear_concat,
+    "qconvert.qlinear_global_average_pool": _qlinear_global_average_pool,
+    "qconvert.qlinear_average_pool": _qlinear_average_pool,
+    "qconvert.qgemm": _qgemm,
+    "qconvert.dynamic_quantize_linear": _dynamic_quantize_linear,
+    "qconvert.dynamic_quantize_matmul": _dynamic_quantize_matmul,
+}
 
 
 __all__ = ["Interpreter", "input_names", "interpret", "output_names", "uniform_params"]

@@ -12,6 +12,9 @@ Mapping (`import_onnx`):
   `saturate` (float storage only; integer storage always saturates) is kept as a `saturate` bool
   attribute on the `quant.qcast`. `precision` (opset 23+) is kept as `onnx.precision` when set; the
   interpreter computes x / scale as onnxruntime does (f32, see qconvert/numerics.py).
+- QOperator nodes (QLinearConv, QLinearMatMul, MatMulInteger, ConvInteger, DynamicQuantizeLinear and
+  com.microsoft QLinearAdd / Mul / Concat / Sigmoid / LeakyRelu / AveragePool / GlobalAveragePool,
+  QGemm, DynamicQuantizeMatMul) become quant-typed `qconvert.*` ops, see frontends/onnx/qoperator.py.
 - Scale and zero point must be constants (initializers or `Constant` nodes); their values go into the
   quant type. A DequantizeLinear whose input is an initializer becomes an `arith.constant` holding the
   storage array (`dense<...> : tensor<...xi8>`), a storage cast, and the `quant.dcast`.
@@ -69,6 +72,7 @@ from qconvert.ir.types import (
 from . import attributes as attrs
 from .dtypes import BY_NAME, ELEMENT_TYPES, FLOAT_STORAGE, UNKNOWN_ELEMENT, ElementType
 from .load import load
+from .qoperator import lift_qoperator
 from .quant import NodeRef, check_storage, quant_type_of
 
 FLOAT_STORAGE_CAST = "qconvert.storage_cast"
@@ -265,7 +269,7 @@ class Lifter:
             self.constant_arrays[node.output[0]] = array
             self.onnx_types[node.output[0]] = tensor.data_type
             self.values[node.output[0]] = self.constant(array, tensor.data_type)
-        else:
+        elif not lift_qoperator(self, node, domain, self.node_ref(node)):
             self.lift_generic(node, domain)
 
     def lift_generic(self, node: NodeProto, domain: str) -> None:

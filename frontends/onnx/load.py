@@ -3,7 +3,8 @@
 NOTE: every failure a user can cause here is an `InputError` naming the file (or tensor) at fault.
 External data is checked before any of it is read: a `location` that is absolute or resolves outside
 the model's folder (`../secret`, a symlink out) is refused. Shape inference runs on the model without
-its external data (small even for models over 2 GB), then the data is loaded.
+its external data (small even for models over 2 GB), typing com.microsoft QOperator outputs too
+(`qoperator.infer_contrib_shapes`), then the data is loaded.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from onnx import ModelProto, TensorProto
 from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
 from qconvert.errors import InputError
+
+from .qoperator import infer_contrib_shapes
 
 
 def _external_tensors(model: ModelProto) -> list[TensorProto]:
@@ -99,6 +102,7 @@ def load(
     inference_error = None
     try:
         model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+        model = infer_contrib_shapes(model)  # com.microsoft QOperator outputs, then downstream again
     except Exception as error:  # onnx raises InferenceError, ValidationError or RuntimeError
         inference_error = InputError(f"shape inference failed: {error}")
     if external:

@@ -14,7 +14,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.check import (
     EVALUATED_BY_NUMERICS,
-    EVALUATED_BY_REFERENCE,
     CheckReport,
     Tolerances,
     broadcast_scale,
@@ -211,50 +210,44 @@ def test_check_random_inputs_are_seeded_and_in_token_range() -> None:
     assert report.inputs_source == "random (seed 0)" and report.passed and report.count("fail") == 0
 
 
-def test_check_qoperator_cnn_generic_nodes_on_onnx_reference() -> None:
-    """QLinearConv stays generic and runs on onnx's reference: bit-exact against onnxruntime (measured).
-    onnx's reference has no com.microsoft ops: QLinearGlobalAveragePool and QGemm are "not run", and so is
-    the whole model end to end."""
+def test_check_qoperator_cnn_every_node_bit_exact() -> None:
+    """QLinearConv and com.microsoft QLinearGlobalAveragePool / QGemm are lifted to quant-typed `qconvert.*`
+    ops (frontends/onnx/qoperator.py) and run on onnxruntime's kernels as qconvert.numerics reproduces them:
+    every node bit-exact, and the whole model end to end."""
     report = check(*sample("digits_cnn", "qop"))
-    verdicts = {
-        name: (layer.op_type, layer.verdict, layer.evaluated_by) for name, layer in report.layers.items()
-    }
+    verdicts = {name: (layer.op_type, layer.verdict) for name, layer in report.layers.items()}
     assert verdicts == {
-        "image_QuantizeLinear": ("QuantizeLinear", "pass", EVALUATED_BY_NUMERICS),
-        "/conv1/Conv_quant": ("QLinearConv", "pass", EVALUATED_BY_REFERENCE),
-        "/conv2/Conv_quant": ("QLinearConv", "pass", EVALUATED_BY_REFERENCE),
-        "/gap/GlobalAveragePool_quant": ("QLinearGlobalAveragePool", "not run", EVALUATED_BY_REFERENCE),
-        "/fc/Gemm_quant": ("QGemm", "not run", EVALUATED_BY_REFERENCE),
-        "logits_DequantizeLinear": ("DequantizeLinear", "pass", EVALUATED_BY_NUMERICS),
+        "image_QuantizeLinear": ("QuantizeLinear", "pass"),
+        "/conv1/Conv_quant": ("QLinearConv", "pass"),
+        "/conv2/Conv_quant": ("QLinearConv", "pass"),
+        "/gap/GlobalAveragePool_quant": ("QLinearGlobalAveragePool", "pass"),
+        "/fc/Gemm_quant": ("QGemm", "pass"),
+        "logits_DequantizeLinear": ("DequantizeLinear", "pass"),
     }
-    assert "no onnx reference implementation" in (report.layers["/fc/Gemm_quant"].reason or "")
+    assert {layer.evaluated_by for layer in report.layers.values()} == {EVALUATED_BY_NUMERICS}
     logits = report.outputs["logits"]
-    assert logits.ours is None and logits.verdict == "not run" and logits.noise_floor is not None
-    assert report.passed  # nothing failed; what did not run is listed as such
+    assert logits.verdict == "pass" and logits.ours is not None
+    assert report.passed
 
 
-def test_check_qoperator_encoder_records_onnx_reference_qlinearmatmul_tie() -> None:
-    """A genuine 1-LSB mismatch, of onnx's reference QLinearMatMul (not of our quant casts): it requantizes
-    `C * (a_scale * b_scale / y_scale)` in float64 (numpy promotes int32 * float32), onnxruntime in
-    float32. At [0, 9, 51], C = -19932: float32 gives exactly -35.5 (a tie, rounds to even -36, + zp 10 =
-    -26, onnxruntime's value), float64 gives -35.49999997 (-> -35, -25). The 16 other QLinearMatMul agree."""
+def test_check_qoperator_encoder_qlinearmatmul_tie_is_bit_exact() -> None:
+    """onnx's reference QLinearMatMul requantizes `C * (a_scale * b_scale / y_scale)` in float64; onnxruntime
+    (and `numerics.requantize_mlas`) in float32. At [0, 9, 51] of /layers.0/v/MatMul_quant, C = -19932:
+    float32 gives exactly -35.5 (a tie, rounds to even -36, + zp 10 = -26, onnxruntime's value), float64
+    -35.49999997 (-> -25). Lifted, every node of the encoder is bit-exact, QLinearAdd / QLinearMul too."""
     report = check(*sample("tiny_encoder", "qop"))
-    failing = {name: layer for name, layer in report.layers.items() if layer.verdict == "fail"}
-    assert list(failing) == ["/layers.0/v/MatMul_quant"]
-    layer = failing["/layers.0/v/MatMul_quant"]
-    assert (layer.mismatches, layer.elements, layer.max_lsb_diff) == (1, 2048, 1)
-    assert layer.evaluated_by == EVALUATED_BY_REFERENCE
     by_op: dict[str, set[str]] = {}
     for entry in report.layers.values():
         by_op.setdefault(entry.op_type, set()).add(entry.verdict)
     assert by_op == {
         "QuantizeLinear": {"pass"},
         "DequantizeLinear": {"pass"},
-        "QLinearMatMul": {"pass", "fail"},
-        "QLinearAdd": {"not run"},
-        "QLinearMul": {"not run"},
+        "QLinearMatMul": {"pass"},
+        "QLinearAdd": {"pass"},
+        "QLinearMul": {"pass"},
     }
-    assert not report.passed
+    assert report.layers["/layers.0/v/MatMul_quant"].evaluated_by == EVALUATED_BY_NUMERICS
+    assert report.passed
 
 
 def test_check_int4_nodes_not_run_because_onnxruntime_cannot_return_them(tmp_path: Path) -> None:

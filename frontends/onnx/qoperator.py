@@ -1,0 +1,384 @@
+"""QOperator nodes (QLinear*, *Integer, dynamic quantization) -> quant-typed `qconvert.*` ops.
+
+Design: each QOperator node becomes one generic op in the `qconvert` namespace whose operands and
+result carry `!quant.uniform` types, so that the scale / zero-point inputs disappear into the types
+(exactly as `quant.qcast` does for QuantizeLinear). The `qconvert.` name (not `onnx.QLinearMatMul`)
+says that the op is *lifted*: its semantics are the integer kernels of onnxruntime's CPU EP, run by
+qconvert/interpret.py on qconvert/numerics.py (`requantize_mlas`, `qlinear_add_mlas`, ...), not the
+ONNX reference implementation that generic `onnx.*` ops run on. Each data operand is the ONNX storage
+tensor seen through `quant.scast` (`quantized_view`: a Q -> QLinear chain needs no cast pair), each
+quantized result is cast back to its storage tensor with `quant.scast`. ONNX attributes are kept as
+they are (`pads`, `group`, `alpha`, `transB`, `channels_last`, ...) plus `onnx.node_name`.
+
+| ONNX node (ms: com.microsoft) | IR op `qconvert.` | operands -> result               |
+|-------------------------------|-------------------|----------------------------------|
+| QLinearConv                   | qlinear_conv      | x, w (per-axis 0), [bias i32] -> q |
+| QLinearMatMul                 | qlinear_matmul    | a, b (per-column, axis -1) -> q  |
+| MatMulInteger                 | matmul_integer    | a, b -> i32                      |
+| ConvInteger                   | conv_integer      | x, w (per-axis 0) -> i32         |
+| QLinearAdd / QLinearMul (ms)  | qlinear_add / _mul | a, b -> q                       |
+| QLinearConcat (ms)            | qlinear_concat    | x0, x1, ... -> q                 |
+| QLinearSigmoid (ms)           | qlinear_sigmoid   | x -> q                           |
+| QLinearLeakyRelu (ms)         | qlinear_leaky_relu | x -> q                          |
+| QLinearAveragePool (ms)       | qlinear_average_pool | x -> q                        |
+| QLinearGlobalAveragePool (ms) | qlinear_global_average_pool | x -> q                 |
+| QGemm (ms)                    | qgemm             | a, b (per-column), [c i32] -> q or f32 |
+| DynamicQuantizeMatMul (ms)    | dynamic_quantize_matmul | a f32, b (per-column), [bias] -> f32 |
+| DynamicQuantizeLinear         | dynamic_quantize_linear | x f32 -> y u8, scale f32, zp u8 |
+
+Integer ops (MatMulInteger, ConvInteger) have zero points but no scales: their operands get scale 1.0
+(`real = q - zp` exactly) and their int32 result stays a plain `i32` tensor. DynamicQuantizeLinear's
+scale and zero point are computed at run time, so its results cannot carry a quant type: it keeps the
+ONNX storage tensors (`y` as `i8` storage with `onnx.elem_type` uint8 semantics, scalar `f32` scale,
+`i8` zero point). Optional operands are trailing and recognised by count (bias, QGemm's C).
+
+A node whose scales or zero points are not constants (initializers / Constant nodes), e.g. a
+MatMulInteger fed by DynamicQuantizeLinear, cannot be typed: it stays a generic `onnx.<Op>` op (the
+interpreter runs the default-domain ones on onnx's reference implementation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+from onnx import NodeProto, helper
+
+from qconvert.ir.attributes import Attribute, StringAttr
+from qconvert.ir.core import GenericOp, Value
+from qconvert.ir.quant_types import QuantizedType
+from qconvert.ir.types import RankedTensorType, Type, with_element_type
+
+from . import attributes as attrs
+from .dtypes import BY_NAME, ELEMENT_TYPES, UNKNOWN_ELEMENT
+from .quant import NodeRef, check_storage, quant_type_of
+
+if TYPE_CHECKING:
+    from .lift import Lifter
+
+MS = "com.microsoft"
+F32 = BY_NAME["float"].ir_type
+
+
+def _present(node: NodeProto, index: int) -> str | None:
+    return node.input[index] if index < len(node.input) and node.input[index] else None
+
+
+class QOperatorLifter:
+    """Lifts one QOperator node through a `Lifter` (values, constants, types live there)."""
+
+    def __init__(self, lifter: Lifter, node: NodeProto, ref: NodeRef) -> None:
+        self.lifter = lifter
+        self.node = node
+        self.ref = ref
+
+    # Parameters ---------------------------------------------------------------------------------
+    def is_constant(self, name: str | None) -> bool:
+        return name is None or name in self.lifter.initializers or name in self.lifter.constant_arrays
+
+    def storage_of(self, name: str):  # -> ElementType
+        storage = ELEMENT_TYPES.get(self.lifter.onnx_type(name))
+        if storage is None:
+            raise self.ref.error(f"the element type of '{name}' is unknown")
+        check_storage(self.ref, storage, quantize=False)
+        return storage
+
+    def quant_type(
+        self, data: str, scale: str | None, zero_point: str | None, shape: tuple[int, ...] | None, axis: int
+    ) -> QuantizedType:
+        storage = self.storage_of(zero_point or data)
+        zero = None if zero_point is None else self.lifter.constant_array(self.ref, zero_point, "zero point")
+        if scale is None:  # *Integer ops: scale 1, real = q - zp
+            scale_array = np.ones(() if zero is None else zero.shape, np.float32)
+            scale_type = BY_NAME["float"]
+        else:
+            scale_array = self.lifter.constant_array(self.ref, scale, "scale")
+            scale_type = ELEMENT_TYPES.get(self.lifter.onnx_type(scale)) or BY_NAME["float"]
+        if zero is not None and zero.size == 1 and scale_array.size > 1:
+            zero = np.full(scale_array.shape, zero.reshape(-1)[0], zero.dtype)
+        if scale_array.ndim > 1 and scale_array.size > 1:
+            # [D1, D2, M, 1] / [D1, D2, 1, N] per-row / per-column parameters of MatMul: keep the vector
+            squeezed = [d for d in scale_array.shape if d != 1]
+            if len(squeezed) != 1:
+                raise self.ref.error(f"scale of shape {list(scale_array.shape)} is not supported")
+            scale_array = scale_array.reshape(-1)
+            zero = None if zero is None else zero.reshape(-1)
+        return quant_type_of(
+            self.ref,
+            scale=scale_array,
+            scale_type=scale_type,
+            zero_point=zero,
+            storage=storage,
+            expressed=F32,  # type: ignore[arg-type]
+            input_shape=shape,
+            axis=axis,
+            block_size=0,
+        )
+
+    def operand(self, index: int, scale: int | None, zero_point: int | None, axis: int = 1) -> Value:
+        name = self.node.input[index]
+        value = self.lifter.value(self.node, name)
+        shape = value.type.shape if isinstance(value.type, RankedTensorType) else None
+        scale_name = None if scale is None else _present(self.node, scale)
+        zero_name = None if zero_point is None else _present(self.node, zero_point)
+        quant = self.quant_type(name, scale_name, zero_name, shape, axis)
+        return self.lifter.quantized_view(value, quant)
+
+    def result_type(self, scale: int, zero_point: int, storage_like: str) -> Type:
+        output = self.node.output[0]
+        shape_type = self.lifter.ir_type(output)
+        zero_name = _present(self.node, zero_point)
+        quant = self.quant_type(storage_like, _present(self.node, scale), zero_name, None, 0)
+        return with_element_type(shape_type, quant)
+
+    # Emission -----------------------------------------------------------------------------------
+    def emit(self, name: str, operands: list[Value], result_types: list[Type]) -> GenericOp:
+        attributes: dict[str, Attribute] = {a.name: attrs.from_onnx_attribute(a) for a in self.node.attribute}
+        attributes["onnx.node_name"] = StringAttr(self.node.name)
+        op = GenericOp(name, operands, result_types, attributes)
+        self.lifter.insert(op)
+        present = [o for o in self.node.output if o]
+        for output, result in zip(present, op.results):
+            element = getattr(result.type, "element_type", None)
+            if isinstance(element, QuantizedType):
+                storage_name = self.lifter.onnx_type(output) or self.storage_onnx_type(element)
+                storage = ELEMENT_TYPES[storage_name]
+                from .lift import storage_cast
+
+                stored = self.lifter.insert(
+                    storage_cast(result, with_element_type(result.type, storage.ir_type))
+                ).results[0]
+                self.lifter.values[output] = stored
+                self.lifter.onnx_types[output] = storage.onnx_type
+            else:
+                self.lifter.values[output] = result
+        return op
+
+    def storage_onnx_type(self, element: QuantizedType) -> int:
+        name = ("int" if element.is_signed else "uint") + str(element.storage_type_integral_width)
+        return BY_NAME[name].onnx_type
+
+    def float_result_type(self) -> Type:
+        """The inferred output type, f32 where inference left the element unknown (contrib ops)."""
+        inferred = self.lifter.ir_type(self.node.output[0])
+        if getattr(inferred, "element_type", None) == UNKNOWN_ELEMENT:
+            return with_element_type(inferred, F32)
+        return inferred
+
+    def plain(self, index: int) -> Value:
+        return self.lifter.value(self.node, self.node.input[index])
+
+    def quantized_output(self, name: str, operands: list[Value], scale: int, zero_point: int) -> None:
+        storage_like = _present(self.node, zero_point) or self.node.input[0]
+        self.emit(name, operands, [self.result_type(scale, zero_point, storage_like)])
+
+
+def _qlinear_conv(q: QOperatorLifter) -> None:
+    operands = [q.operand(0, 1, 2), q.operand(3, 4, 5, axis=0)]
+    if _present(q.node, 8):
+        operands.append(q.plain(8))
+    q.quantized_output("qconvert.qlinear_conv", operands, 6, 7)
+
+
+def _qlinear_matmul(q: QOperatorLifter) -> None:
+    q.quantized_output(
+        "qconvert.qlinear_matmul", [q.operand(0, 1, 2, axis=-2), q.operand(3, 4, 5, axis=-1)], 6, 7
+    )
+
+
+def _integer(name: str, b_axis: int) -> Callable[[QOperatorLifter], None]:
+    def lift(q: QOperatorLifter) -> None:
+        operands = [q.operand(0, None, 2, axis=-2 if b_axis == -1 else 1), q.operand(1, None, 3, axis=b_axis)]
+        q.emit(name, operands, [q.lifter.ir_type(q.node.output[0])])
+
+    return lift
+
+
+def _binary(name: str) -> Callable[[QOperatorLifter], None]:
+    def lift(q: QOperatorLifter) -> None:
+        q.quantized_output(name, [q.operand(0, 1, 2), q.operand(3, 4, 5)], 6, 7)
+
+    return lift
+
+
+def _unary(name: str) -> Callable[[QOperatorLifter], None]:
+    def lift(q: QOperatorLifter) -> None:
+        q.quantized_output(name, [q.operand(0, 1, 2)], 3, 4)
+
+    return lift
+
+
+def _qlinear_concat(q: QOperatorLifter) -> None:
+    count = (len(q.node.input) - 2) // 3
+    operands = [q.operand(2 + 3 * i, 3 + 3 * i, 4 + 3 * i) for i in range(count)]
+    q.quantized_output("qconvert.qlinear_concat", operands, 0, 1)
+
+
+def _qgemm(q: QOperatorLifter) -> None:
+    trans_b = next((a.i for a in q.node.attribute if a.name == "transB"), 0)
+    operands = [q.operand(0, 1, 2), q.operand(3, 4, 5, axis=0 if trans_b else 1)]
+    if _present(q.node, 6):
+        operands.append(q.plain(6))
+    if _present(q.node, 7):
+        q.quantized_output("qconvert.qgemm", operands, 7, 8)
+    else:
+        q.emit("qconvert.qgemm", operands, [q.float_result_type()])
+
+
+def _dynamic_quantize_matmul(q: QOperatorLifter) -> None:
+    operands = [q.plain(0), q.operand(1, 2, 3, axis=-1)]
+    if _present(q.node, 4):
+        operands.append(q.plain(4))
+    q.emit("qconvert.dynamic_quantize_matmul", operands, [q.float_result_type()])
+
+
+def _dynamic_quantize_linear(q: QOperatorLifter) -> None:
+    types = [q.lifter.ir_type(o) for o in q.node.output if o]
+    op = q.emit("qconvert.dynamic_quantize_linear", [q.plain(0)], types)
+    for output in [o for o in q.node.output if o][0::2]:  # y and y_zero_point are uint8
+        q.lifter.onnx_types[output] = BY_NAME["uint8"].onnx_type
+    del op
+
+
+LIFTERS: dict[tuple[str, str], tuple[Callable[[QOperatorLifter], None], tuple[int, ...]]] = {
+    # (domain, op_type) -> (lift function, indices of scale / zero-point inputs that must be constant)
+    ("", "QLinearConv"): (_qlinear_conv, (1, 2, 4, 5, 6, 7)),
+    ("", "QLinearMatMul"): (_qlinear_matmul, (1, 2, 4, 5, 6, 7)),
+    ("", "MatMulInteger"): (_integer("qconvert.matmul_integer", -1), (2, 3)),
+    ("", "ConvInteger"): (_integer("qconvert.conv_integer", 0), (2, 3)),
+    ("", "DynamicQuantizeLinear"): (_dynamic_quantize_linear, ()),
+    (MS, "QLinearAdd"): (_binary("qconvert.qlinear_add"), (1, 2, 4, 5, 6, 7)),
+    (MS, "QLinearMul"): (_binary("qconvert.qlinear_mul"), (1, 2, 4, 5, 6, 7)),
+    (MS, "QLinearConcat"): (_qlinear_concat, ()),
+    (MS, "QLinearSigmoid"): (_unary("qconvert.qlinear_sigmoid"), (1, 2, 3, 4)),
+    (MS, "QLinearLeakyRelu"): (_unary("qconvert.qlinear_leaky_relu"), (1, 2, 3, 4)),
+    (MS, "QLinearAveragePool"): (_unary("qconvert.qlinear_average_pool"), (1, 2, 3, 4)),
+    (MS, "QLinearGlobalAveragePool"): (_unary("qconvert.qlinear_global_average_pool"), (1, 2, 3, 4)),
+    (MS, "QGemm"): (_qgemm, (1, 2, 4, 5, 7, 8)),
+    (MS, "DynamicQuantizeMatMul"): (_dynamic_quantize_matmul, (2, 3)),
+}
+
+
+def lift_qoperator(lifter: Lifter, node: NodeProto, domain: str, ref: NodeRef) -> bool:
+    """Lift `node` if it is a QOperator node with constant parameters; False to keep it generic."""
+    entry = LIFTERS.get((domain, node.op_type))
+    if entry is None:
+        return False
+    lift, parameters = entry
+    q = QOperatorLifter(lifter, node, ref)
+    if (domain, node.op_type) == (MS, "QLinearConcat"):
+        parameters = tuple(i for i in range(len(node.input)) if i < 2 or (i - 2) % 3 != 0)
+    if not all(q.is_constant(_present(node, i)) for i in parameters):
+        return False
+    lift(q)
+    return True
+
+
+# Shape inference for com.microsoft QOperator outputs ---------------------------------------------------
+def _known_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    graph = model.graph
+    known = {t.name: helper.make_tensor_type_proto(t.data_type, list(t.dims)) for t in graph.initializer}
+    for info in [*graph.input, *graph.value_info, *graph.output]:
+        if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type:
+            known.setdefault(info.name, info.type)
+    return known
+
+
+def _dims(type_proto: onnx.TypeProto | None) -> list[int] | None:
+    """Static dims of a tensor type, None when the rank or any dim is unknown."""
+    if type_proto is None or not type_proto.tensor_type.HasField("shape"):
+        return None
+    dims = type_proto.tensor_type.shape.dim
+    return [d.dim_value for d in dims] if all(d.HasField("dim_value") for d in dims) else None
+
+
+def _int_attr(node: NodeProto, name: str, default: object) -> object:
+    found = next((a for a in node.attribute if a.name == name), None)
+    return default if found is None else helper.get_attribute_value(found)
+
+
+def _contrib_output(node: NodeProto, known: dict[str, onnx.TypeProto]) -> tuple[int, list[int]] | None:
+    """(element type, static shape) of a contrib QOperator node's output, None if not inferable."""
+    inputs = [known.get(name) if name else None for name in node.input]
+    shapes = [_dims(t) for t in inputs]
+    first = inputs[0].tensor_type.elem_type if inputs and inputs[0] is not None else 0
+    op = node.op_type
+    if (
+        op in ("QLinearAdd", "QLinearMul")
+        and shapes[0] is not None
+        and len(shapes) > 3
+        and shapes[3] is not None
+    ):
+        return first, list(np.broadcast_shapes(tuple(shapes[0]), tuple(shapes[3])))
+    if op in ("QLinearSigmoid", "QLinearLeakyRelu") and shapes[0] is not None:
+        return first, shapes[0]
+    if op == "QLinearGlobalAveragePool" and shapes[0] is not None:
+        x = shapes[0]
+        if _int_attr(node, "channels_last", 0):
+            return first, [x[0]] + [1] * (len(x) - 2) + [x[-1]]
+        return first, x[:2] + [1] * (len(x) - 2)
+    if (
+        op == "QLinearAveragePool"
+        and shapes[0] is not None
+        and _int_attr(node, "auto_pad", b"NOTSET")
+        in (
+            b"NOTSET",
+            "NOTSET",
+        )
+    ):
+        x = shapes[0]
+        channels_last = bool(_int_attr(node, "channels_last", 0))
+        spatial = x[1:-1] if channels_last else x[2:]
+        kernel = list(_int_attr(node, "kernel_shape", []))  # type: ignore[call-overload]
+        strides = list(_int_attr(node, "strides", [1] * len(kernel)))  # type: ignore[call-overload]
+        pads = list(_int_attr(node, "pads", [0] * 2 * len(kernel)))  # type: ignore[call-overload]
+        ceil_mode = bool(_int_attr(node, "ceil_mode", 0))
+        out = []
+        for i, size in enumerate(spatial):
+            span = size + pads[i] + pads[i + len(kernel)] - kernel[i]
+            out.append((-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1)
+        return first, ([x[0], *out, x[-1]] if channels_last else [x[0], x[1], *out])
+    if op == "QLinearConcat" and len(inputs) > 2 and all(s is not None for s in shapes[2::3]):
+        parts = shapes[2::3]
+        axis = int(_int_attr(node, "axis", 0)) % len(parts[0])  # type: ignore[arg-type, call-overload]
+        shape = list(parts[0])  # type: ignore[arg-type]
+        shape[axis] = sum(p[axis] for p in parts)  # type: ignore[index]
+        elem = inputs[1].tensor_type.elem_type if inputs[1] is not None else 0
+        return elem, shape
+    if op == "QGemm" and shapes[0] is not None and len(shapes) > 3 and shapes[3] is not None:
+        m = shapes[0][1] if _int_attr(node, "transA", 0) else shapes[0][0]
+        n = shapes[3][0] if _int_attr(node, "transB", 0) else shapes[3][1]
+        quantized = len(node.input) > 7 and node.input[7]
+        return (first if quantized else onnx.TensorProto.FLOAT), [m, n]
+    if op == "DynamicQuantizeMatMul" and shapes[0] is not None and len(shapes) > 1 and shapes[1] is not None:
+        a, b = shapes[0], shapes[1]
+        batch = list(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))) if len(b) > 2 else a[:-1]
+        rows = a[-2:-1] if len(b) > 2 else []
+        return onnx.TensorProto.FLOAT, [*batch, *rows, b[-1]]
+    return None
+
+
+def infer_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX's shape inference stops at com.microsoft ops: declare their outputs' types and infer again.
+
+    Each round types the contrib QOperator outputs whose inputs are typed, then reruns
+    `onnx.shape_inference` so that the default-domain ops downstream get typed too.
+    """
+    contrib = [n for n in model.graph.node if n.domain == MS and (MS, n.op_type) in LIFTERS]
+    for _ in range(len(contrib)):
+        known = _known_types(model)
+        added = False
+        for node in contrib:
+            if not node.output or node.output[0] in known:
+                continue
+            found = _contrib_output(node, known)
+            if found is None or not found[0]:
+                continue
+            model.graph.value_info.append(helper.make_tensor_value_info(node.output[0], found[0], found[1]))
+            added = True
+        if not added:
+            break
+        model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+    return model

@@ -28,8 +28,6 @@ from qconvert.ir.float_format import bits_to_float
 
 # The most frequent kinds come first. Kinds that can start with the same character keep their relative
 # order (`->` and `{-#` before punctuation, `#name` before `#-}`, float before integer), so the order
-# The most frequent kinds come first. Kinds that can start with the same character keep their relative
-# order (`->` and `{-#` before punctuation, `#name` before `#-}`, float before integer), so the order
 # changes no token.
 TOKEN = re.compile(
     r"""
@@ -78,7 +76,7 @@ class Token(NamedTuple):
     end: int
 
 
-_new_token = tuple.__new__
+new_token = tuple.__new__
 
 
 class SourceText:
@@ -134,27 +132,27 @@ class Lexer:
                 position += 1
                 char = text[position] if position < limit else ""
             if char in SIMPLE_PUNCTUATION:
-                return _new_token(Token, ("punct", char, position, position + 1))
+                return new_token(Token, ("punct", char, position, position + 1))
             kind_and_pattern = TOKEN_BY_FIRST_CHARACTER.get(char)
             if kind_and_pattern is not None:
                 kind, pattern = kind_and_pattern
                 match = pattern(text, position, limit)
                 if match is not None:
                     end = match.end()
-                    return _new_token(Token, (kind or match.lastgroup, text[position:end], position, end))
+                    return new_token(Token, (kind or match.lastgroup, text[position:end], position, end))
         return self._lex_any(position)
 
     def _lex_any(self, position: int) -> Token:
         match = _lex_match(self.text, position, self.limit)
         if match is None:
-            position = SKIP.match(self.text, position).end()
+            position = skip_end(self.text, position)
             if position >= self.limit:
-                return _new_token(Token, ("eof", "", self.limit, self.limit))
-            return _new_token(Token, ("error", self.text[position], position, position + 1))
+                return new_token(Token, ("eof", "", self.limit, self.limit))
+            return new_token(Token, ("error", self.text[position], position, position + 1))
         kind = match.lastgroup
         text = match[kind]  # type: ignore[index]
         end = match.end()
-        return _new_token(Token, (kind, text, end - len(text), end))
+        return new_token(Token, (kind, text, end - len(text), end))
 
     def advance(self) -> Token:
         token = self.token
@@ -245,6 +243,11 @@ class Lexer:
         if self.token.kind != "string":
             raise self.error("expected string")
         return unescape_string(self.advance().text)
+
+
+def skip_end(text: str, position: int) -> int:
+    """Where the whitespace and comments starting at `position` end."""
+    return SKIP.match(text, position).end()  # pyright: ignore[reportOptionalMemberAccess]  (`*` matches)
 
 
 def split_top_level(text: str) -> list[str]:

@@ -36,7 +36,7 @@ from qconvert.ir.core import (
     gc_paused,
 )
 from qconvert.ir.dialects.builtin import ModuleOp
-from qconvert.ir.lexer import SIMPLE_PUNCTUATION, Token, _new_token, split_top_level, unescape_string
+from qconvert.ir.lexer import SIMPLE_PUNCTUATION, Token, new_token, split_top_level, unescape_string
 from qconvert.ir.type_parser import numpy_dtype
 from qconvert.ir.types import Type
 
@@ -51,9 +51,12 @@ __all__ = [
     "unescape_string",
 ]
 
-# `%name = op.name` (one result, whitespace only in between): the three tokens parse_operation would lex,
-# in one match. Anything else (`%a:2`, `%a, %b`, comments, a generic op) takes the token-by-token path.
-RESULT_AND_OP_NAME = re.compile(r"%[a-zA-Z0-9_$.\-]+\s*=\s*([a-zA-Z_][a-zA-Z0-9_$.]*)")
+# `%name = op.name %operand?` (one result, whitespace only in between): the three or four tokens
+# parse_operation would lex, in one match. Anything else (`%a:2`, `%a, %b`, comments, a generic op) takes
+# the token-by-token path.
+RESULT_AND_OP_NAME = re.compile(
+    r"%[a-zA-Z0-9_$.\-]+\s*=\s*([a-zA-Z_][a-zA-Z0-9_$.]*)(?:\s*(%[a-zA-Z0-9_$.\-]+))?"
+)
 
 
 class OperandReference(NamedTuple):
@@ -77,7 +80,7 @@ class Parser(AttributeParser):
     ) -> None:
         super().__init__(text, filename, line_offset=line_offset)
         self.options = options or ParserOptions()
-        self.value_scopes: list[dict[str, list[Value]] | None] = []  # by SSA name
+        self.value_scopes: list[dict[str, Sequence[Value]] | None] = []  # by SSA name
         self.default_dialects: list[str] = ["builtin"]
         self.resources: dict[str, str] = {}
 
@@ -89,13 +92,13 @@ class Parser(AttributeParser):
         end = token.end
         char = self.text[end : end + 1]
         if char in SIMPLE_PUNCTUATION and end < self.limit:  # `%a,` `%a)`: `_lex`'s first step, inlined
-            self.token = _new_token(Token, ("punct", char, end, end + 1))
-            return _new_token(OperandReference, (token.text, 0, token.start))  # type: ignore[return-value]
+            self.token = new_token(Token, ("punct", char, end, end + 1))
+            return new_token(OperandReference, (token.text, 0, token.start))  # type: ignore[return-value]
         following = self.token = self._lex(end)
         index = 0
         if following.kind == "hash" and following.start == token.end and following.text[1:].isdigit():
             index = int(self.advance().text[1:])
-        return _new_token(OperandReference, (token.text, index, token.start))  # type: ignore[return-value]
+        return new_token(OperandReference, (token.text, index, token.start))  # type: ignore[return-value]
 
     def parse_operand_references(self) -> list[OperandReference]:
         if self.token.kind != "percent":
@@ -162,7 +165,7 @@ class Parser(AttributeParser):
         self.expect(":")
         return self.resolve_operands(references, self.parse_type_list_no_parens())
 
-    def define_values(self, name: str, values: list[Value], position: int) -> None:
+    def define_values(self, name: str, values: Sequence[Value], position: int) -> None:
         scope = self.value_scopes[-1]
         assert scope is not None
         if name in scope:
@@ -306,16 +309,21 @@ class Parser(AttributeParser):
             if fast is not None:
                 cls = OP_REGISTRY.get(fast[1])
                 if cls is not None and cls.has_custom_syntax:
-                    return self._parse_custom_operation_with_result(token, cls, fast.end())
+                    return self._parse_custom_operation_with_result(token, cls, fast)
         return self._parse_operation(token)
 
     def _parse_custom_operation_with_result(
-        self, result: Token, cls: type[Operation], name_end: int
+        self, result: Token, cls: type[Operation], fast: re.Match[str]
     ) -> Operation:
         """`parse_operation` for one result and a registered op name (no default dialect needed)."""
-        self.token = self._lex(name_end)
+        operand = fast[2]
+        if operand is not None:  # the first operand's token, already matched
+            start, end = fast.span(2)
+            self.token = new_token(Token, ("percent", operand, start, end))
+        else:
+            self.token = self._lex(fast.end(1))
         op = cls.parse_custom(self, 1)
-        op._location = name_end - len(cls.name)  # an offset: see `Operation.location`
+        op._location = fast.start(1)  # an offset: see `Operation.location`
         op._source = self.source
         token = self.token
         if token.kind == "bare" and token.text == "loc" and self.text.startswith("(", token.end):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from qconvert.errors import VerifyError
-from qconvert.ir.lexer import SKIP, Lexer, Token
+from qconvert.ir.lexer import Lexer, Token, skip_end
 from qconvert.ir.quant_syntax import parse_quant_type
 from qconvert.ir.types import (
     DYNAMIC,
@@ -214,9 +214,10 @@ class TypeParser(Lexer):
             self._last_close_end = self.token.end
             self.expect(">")
             return UnrankedTensorType(element_type)
-        match = DIMENSIONS.match(self.text, SKIP.match(self.text, position).end())
-        shape = tuple(DYNAMIC if d == "?" else int(d) for d in match.group().split("x")[:-1])
-        self.reset(match.end())
+        dimensions = DIMENSIONS.match(self.text, skip_end(self.text, position))
+        assert dimensions is not None  # `(...)*` always matches
+        shape = tuple(DYNAMIC if d == "?" else int(d) for d in dimensions.group().split("x")[:-1])
+        self.reset(dimensions.end())
         element_type = self.parse_non_function_type()
         encoding = self.parse_attribute() if self.try_consume(",") else None
         self._last_close_end = self.token.end

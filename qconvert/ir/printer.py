@@ -6,8 +6,10 @@ after, with counters carried in from the parent; `%cst_0`-style suffixes come fr
 
 from __future__ import annotations
 
+import io
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TextIO
 
 import numpy as np
 
@@ -22,6 +24,7 @@ from qconvert.ir.attributes import (
     DictionaryAttr,
     FloatAttr,
     IntegerAttr,
+    LazyElements,
     OpaqueAttr,
     StringAttr,
     SymbolRefAttr,
@@ -207,6 +210,8 @@ def print_attribute(attribute: Attribute, aliases: dict[Attribute, str] | None =
             values = ", ".join(map(str, attribute.values))
         return f"array<{print_type(attribute.element_type)}: {values}>"
     if isinstance(attribute, DenseResourceAttr):
+        if attribute.elements is not None and _resource_sinks:
+            _resource_sinks[-1].setdefault(attribute.name, attribute.elements)
         return f"dense_resource<{attribute.name}> : {print_type(attribute.type)}"
     if isinstance(attribute, UnitAttr):
         return "unit"
@@ -263,8 +268,14 @@ def print_dense_elements(attribute: DenseElementsAttr) -> str:
 def print_element(value: object, element_type: Type) -> str:
     if isinstance(element_type, FloatType):
         return format_float(float(value), element_type.name)  # type: ignore[arg-type]
-    if isinstance(element_type, IntegerType) and element_type.width == 1:
-        return "true" if value else "false"
+    if isinstance(element_type, IntegerType):
+        if element_type.width == 1:
+            return "true" if value else "false"
+        integer = int(value)  # type: ignore[call-overload]
+        # Signless integers print signed, as MLIR's APInt does: 200 held in an i8 prints -56.
+        if not element_type.is_unsigned and integer >= 1 << (element_type.width - 1):
+            integer -= 1 << element_type.width
+        return str(integer)
     return str(int(value))  # type: ignore[call-overload]
 
 
@@ -559,27 +570,82 @@ class Printer:
 
 
 def print_module(op: Operation) -> str:
-    """The full text of a top-level op, preceded by its attribute alias definitions."""
-    with gc_paused():
-        aliases = collect_affine_map_aliases([op])
-        printer = Printer(aliases)
-        printer.name_values(op)
-        for attribute, alias in aliases.items():
-            printer.write(f"{alias} = {attribute.text}\n")  # type: ignore[attr-defined]
-        printer.print_operation(op)
-        return printer.text()
+    """The full text of a top-level op, preceded by its attribute alias definitions and followed by the
+    `{-# dialect_resources #-}` section of the `dense_resource` blobs it uses (as MLIR prints it)."""
+    buffer = io.StringIO()
+    write_module(op, buffer)
+    return buffer.getvalue()
 
 
-def print_resources(resources: dict[str, np.ndarray]) -> str:
-    """The `{-# dialect_resources: {builtin: {...}} #-}` section holding `dense_resource` blobs."""
+def write_module(op: Operation, out: TextIO) -> None:
+    """`print_module` into a stream: the resource blobs are hex-encoded chunk by chunk, each loaded
+    (memory-mapped, for ONNX external data) only while it is written, so a large model never exists
+    as one string."""
+    resources: dict[str, LazyElements] = {}
+    _resource_sinks.append(resources)
+    try:
+        with gc_paused():
+            aliases = collect_affine_map_aliases([op])
+            printer = Printer(aliases)
+            printer.name_values(op)
+            for attribute, alias in aliases.items():
+                printer.write(f"{alias} = {attribute.text}\n")  # type: ignore[attr-defined]
+            printer.print_operation(op)
+            text = printer.text()
+    finally:
+        _resource_sinks.pop()
+    out.write(text)
+    write_resources(resources, out)
+
+
+# `print_attribute` records the `dense_resource` blobs it prints into the innermost `write_module` call's
+# dictionary (name -> elements; the first one printed under a name wins, as names are unique per module).
+_resource_sinks: list[dict[str, LazyElements]] = []
+
+RESOURCE_CHUNK = 1 << 20  # bytes hex-encoded per write
+
+
+def resource_alignment(dtype: np.dtype) -> int:
+    """The blob alignment MLIR records for elements of `dtype`: their size in bytes (f32: 4, i8: 1)."""
+    return max(int(dtype.itemsize), 1)
+
+
+def write_resources(resources: Mapping[str, LazyElements | np.ndarray], out: TextIO) -> None:
+    """MLIR's file-metadata section, `name: "0x<alignment, u32 little-endian><bytes>"` per blob:
+
+        {-#
+          dialect_resources: {
+            builtin: {
+              name: "0x0400000000008040"
+            }
+          }
+        #-}
+    """
     if not resources:
-        return ""
-    lines = ["", "{-#", "  dialect_resources: {", "    builtin: {"]
-    entries = []
-    for name, array in resources.items():
-        blob = np.ascontiguousarray(array).tobytes()
-        alignment = max(array.dtype.itemsize, 1).to_bytes(4, "little")
-        entries.append(f'      {name}: "0x{alignment.hex().upper()}{blob.hex().upper()}"')
-    lines.append(",\n".join(entries))
-    lines += ["    }", "  }", "#-}"]
-    return "\n".join(lines) + "\n"
+        return
+    out.write("\n{-#\n  dialect_resources: {\n    builtin: {\n")
+    for index, (name, elements) in enumerate(resources.items()):
+        if isinstance(elements, LazyElements):
+            # A blob not loaded yet is read for this write only (not cached): printing a model keeps
+            # one weight at a time in memory.
+            array = elements._cache[0] if elements._cache else elements.load()
+        else:
+            array = elements
+        key = name if BARE_IDENTIFIER.match(name) else quote_string(name)
+        alignment = resource_alignment(array.dtype).to_bytes(4, "little").hex().upper()
+        if index:
+            out.write(",\n")
+        out.write(f'      {key}: "0x{alignment}')
+        data = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))  # little-endian hosts
+        for start in range(0, len(data), RESOURCE_CHUNK):
+            out.write(data[start : start + RESOURCE_CHUNK].hex().upper())
+        out.write('"')
+        del array, data
+    out.write("\n    }\n  }\n#-}\n")
+
+
+def print_resources(resources: Mapping[str, LazyElements | np.ndarray]) -> str:
+    """The `{-# dialect_resources: {builtin: {...}} #-}` section holding `dense_resource` blobs."""
+    buffer = io.StringIO()
+    write_resources(resources, buffer)
+    return buffer.getvalue()

@@ -48,20 +48,15 @@ from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
 from qconvert.ir.quant_types import (
-    EXPRESSED_DTYPES,
-    FLOAT_STORAGE_DTYPES,
     QuantizedType,
-    UniformQuantizedPerAxisType,
-    UniformQuantizedSubChannelType,
-    UniformQuantizedType,
+    uniform_params,
 )
-from qconvert.ir.types import FloatType, IntegerType, element_type_of
+from qconvert.ir.types import element_type_of
 from qconvert.numerics import (
     Rounding,
     UniformParams,
     broadcast_params,
     dequantize,
-    integer_storage_dtype,
     quantize,
 )
 
@@ -74,49 +69,6 @@ ONNX_DTYPES: dict[str, np.dtype] = {
     "uint4": np.dtype(ml_dtypes.uint4),
     "uint2": np.dtype(ml_dtypes.uint2),
 }
-
-
-def uniform_params(quant_type: QuantizedType) -> UniformParams:
-    """The numerics parameters of a `!quant.uniform` type (per-tensor, per-axis or sub-channel)."""
-    storage = quant_type.storage_type
-    if isinstance(storage, IntegerType):
-        storage_dtype = integer_storage_dtype(storage.width, quant_type.is_signed)
-    else:
-        storage_dtype = FLOAT_STORAGE_DTYPES[storage.name]
-    assert isinstance(quant_type.expressed_type, FloatType)
-    common = {
-        "storage_dtype": storage_dtype,
-        "storage_type_min": quant_type.storage_type_min,
-        "storage_type_max": quant_type.storage_type_max,
-        "expressed_dtype": EXPRESSED_DTYPES[quant_type.expressed_type.name],
-    }
-    width = storage.width
-
-    def unwrap(zero_points: np.ndarray) -> np.ndarray:
-        values = np.asarray(zero_points, dtype=np.int64)
-        if isinstance(storage, IntegerType) and not quant_type.is_signed:
-            values = values & ((1 << width) - 1)
-        return values
-
-    if isinstance(quant_type, UniformQuantizedType):
-        return UniformParams(
-            scale=np.array(quant_type.scale), zero_point=unwrap(np.array(quant_type.zero_point)), **common
-        )
-    if isinstance(quant_type, UniformQuantizedPerAxisType):
-        return UniformParams(
-            scale=np.array(quant_type.scales),
-            zero_point=unwrap(np.array(quant_type.zero_points)),
-            quantized_dimension=quant_type.quantized_dimension,
-            **common,
-        )
-    if isinstance(quant_type, UniformQuantizedSubChannelType):
-        return UniformParams(
-            scale=quant_type.scales.array.astype(np.float64),
-            zero_point=unwrap(quant_type.zero_points.array),
-            block_sizes=quant_type.block_size_info,
-            **common,
-        )
-    raise InputError(f"cannot interpret values of type {quant_type}")
 
 
 def _names(function: FuncOp, key: str, count: int, prefix: str) -> list[str]:

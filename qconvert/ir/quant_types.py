@@ -16,6 +16,7 @@ import numpy as np
 from qconvert.errors import VerifyError
 from qconvert.ir.float_format import format_diagnostic_float
 from qconvert.ir.types import FloatType, IntegerType, Signedness, Type
+from qconvert.numerics import UniformParams, integer_storage_dtype
 
 MAX_STORAGE_BITS = 32
 
@@ -372,3 +373,46 @@ UNIFORM_TYPES = (UniformQuantizedType, UniformQuantizedPerAxisType, UniformQuant
 def is_quantized(type_: Type) -> bool:
     """True for every `!quant.*` type."""
     return isinstance(type_, QuantizedType | CalibratedQuantizedType | QuantileQuantizedType)
+
+
+def uniform_params(quant_type: QuantizedType) -> UniformParams:
+    """The numerics parameters of a `!quant.uniform` type (per-tensor, per-axis or sub-channel)."""
+    storage = quant_type.storage_type
+    if isinstance(storage, IntegerType):
+        storage_dtype = integer_storage_dtype(storage.width, quant_type.is_signed)
+    else:
+        storage_dtype = float_dtype(storage)
+    assert isinstance(quant_type.expressed_type, FloatType)
+    common = {
+        "storage_dtype": storage_dtype,
+        "storage_type_min": quant_type.storage_type_min,
+        "storage_type_max": quant_type.storage_type_max,
+        "expressed_dtype": float_dtype(quant_type.expressed_type),
+    }
+    width = storage.width
+
+    def unwrap(zero_points: np.ndarray) -> np.ndarray:
+        values = np.asarray(zero_points, dtype=np.int64)
+        if isinstance(storage, IntegerType) and not quant_type.is_signed:
+            values = values & ((1 << width) - 1)
+        return values
+
+    if isinstance(quant_type, UniformQuantizedType):
+        return UniformParams(
+            scale=np.array(quant_type.scale), zero_point=unwrap(np.array(quant_type.zero_point)), **common
+        )
+    if isinstance(quant_type, UniformQuantizedPerAxisType):
+        return UniformParams(
+            scale=np.array(quant_type.scales),
+            zero_point=unwrap(np.array(quant_type.zero_points)),
+            quantized_dimension=quant_type.quantized_dimension,
+            **common,
+        )
+    if isinstance(quant_type, UniformQuantizedSubChannelType):
+        return UniformParams(
+            scale=quant_type.scales.array.astype(np.float64),
+            zero_point=unwrap(quant_type.zero_points.array),
+            block_sizes=quant_type.block_size_info,
+            **common,
+        )
+    raise VerifyError(f"no uniform quantization parameters for {quant_type}")

@@ -33,6 +33,7 @@ from qconvert.ir.quant_types import (
     UniformQuantizedPerAxisType,
     UniformQuantizedSubChannelType,
     UniformQuantizedType,
+    uniform_params,
 )
 from qconvert.ir.types import FloatType, IntegerType, NoneType, RankedTensorType, Type, element_type_of
 from qconvert.numerics import (
@@ -40,7 +41,6 @@ from qconvert.numerics import (
     UniformParams,
     broadcast_params,
     dequantize,
-    integer_storage_dtype,
     quantize,
     round_half_to_even,
 )
@@ -485,43 +485,6 @@ def evaluate(function: FuncOp, arguments: list[np.ndarray]) -> list[np.ndarray]:
 
 
 # Numerics -------------------------------------------------------------------------------------------
-def uniform_params(quantized_type: Type) -> UniformParams:
-    """`qconvert.numerics` parameters of a quant type (zero points as the storage reads them)."""
-    assert isinstance(
-        quantized_type, UniformQuantizedType | UniformQuantizedPerAxisType | UniformQuantizedSubChannelType
-    )
-    width, is_signed = quantized_type.storage_type.width, quantized_type.is_signed
-    common = {
-        "storage_dtype": integer_storage_dtype(width, is_signed),
-        "storage_type_min": quantized_type.storage_type_min,
-        "storage_type_max": quantized_type.storage_type_max,
-        "expressed_dtype": numpy_dtype(quantized_type.expressed_type),  # type: ignore[arg-type]
-    }
-    match quantized_type:
-        case UniformQuantizedType():
-            return UniformParams(
-                scale=np.asarray(quantized_type.scale),
-                zero_point=np.asarray(quantized_type.zero_point),
-                **common,
-            )
-        case UniformQuantizedPerAxisType():
-            return UniformParams(
-                scale=np.asarray(quantized_type.scales),
-                zero_point=np.asarray(quantized_type.zero_points),
-                quantized_dimension=quantized_type.quantized_dimension,
-                **common,
-            )
-    zero_points = quantized_type.zero_points.array
-    if not is_signed:  # the type keeps storage-width values read signed; unsigned storage reads them unsigned
-        zero_points = bits(zero_points, width)
-    return UniformParams(
-        scale=quantized_type.scales.array.astype(np.float64),
-        zero_point=zero_points,
-        block_sizes=quantized_type.block_size_info,
-        **common,
-    )
-
-
 def lowered_function(chunk: str, rounding: str) -> tuple[FuncOp, Type]:
     """The lowered (verified) function of a one-cast chunk, and the quantized type of its cast."""
     module = parse_module(chunk)

@@ -4,6 +4,11 @@ Offline and deterministic (seeded, single-threaded). Run from anywhere:
 
     .venv/bin/python models/build_transformer.py [--out DIR]
 
+Size options (defaults: the committed sample) build larger encoders, e.g. benchmarks/import_onnx.py's
+MiniLM-shaped one: `--layers 6 --hidden 384 --heads 12 --vocab 30522 --train-steps 0 --qdq-only
+--stem encoder6x384` (`--ffn` defaults to 4 x hidden; `--train-steps 0` keeps the initial weights;
+`--qdq-only` writes the float and QDQ models only).
+
 The encoder is BERT-shaped (post-LayerNorm): token embedding (Gather) + learned positions, LayerNormalization,
 then per layer self-attention (MatMul/Add projections, QK^T / sqrt(d), Softmax, MatMul), residual Add,
 LayerNormalization, feed-forward MatMul/Add - GELU (exact, exported as Erf) - MatMul/Add, residual Add,
@@ -140,12 +145,34 @@ def export(model: TinyEncoder, float_path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global VOCAB, HIDDEN, HEADS, FFN, LAYERS, TRAIN_STEPS
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=HERE, help="output folder (default: models/)")
-    out: Path = parser.parse_args(argv).out
+    # Size options (benchmarks/import_onnx.py builds a 6-layer, 384-wide, 30522-token encoder with them);
+    # the defaults build the committed sample model.
+    parser.add_argument("--layers", type=int, default=LAYERS, help=f"encoder layers (default {LAYERS})")
+    parser.add_argument("--hidden", type=int, default=HIDDEN, help=f"model width (default {HIDDEN})")
+    parser.add_argument("--heads", type=int, default=HEADS, help=f"attention heads (default {HEADS})")
+    parser.add_argument("--ffn", type=int, default=None, help="feed-forward width (default 4 x hidden)")
+    parser.add_argument("--vocab", type=int, default=VOCAB, help=f"token vocabulary (default {VOCAB})")
+    parser.add_argument(
+        "--train-steps", type=int, default=TRAIN_STEPS, help=f"0 keeps the weights untrained ({TRAIN_STEPS})"
+    )
+    parser.add_argument("--stem", default=STEM, help=f"output file stem (default {STEM})")
+    parser.add_argument(
+        "--qdq-only", action="store_true", help="write the float and QDQ models only (no QOperator, no eval)"
+    )
+    args = parser.parse_args(argv)
+    if args.hidden % args.heads:
+        parser.error(f"--hidden {args.hidden} is not a multiple of --heads {args.heads}")
+    VOCAB, HIDDEN, HEADS, LAYERS = args.vocab, args.hidden, args.heads, args.layers
+    FFN = args.ffn if args.ffn is not None else 4 * args.hidden
+    TRAIN_STEPS = args.train_steps
+    out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    float_path, qdq_path, qop_path = (out / f"{STEM}{s}.onnx" for s in ("", ".qdq", ".qop"))
-    inputs_path = out / f"{STEM}.inputs.npz"
+    stem = args.stem
+    float_path, qdq_path, qop_path = (out / f"{stem}{s}.onnx" for s in ("", ".qdq", ".qop"))
+    inputs_path = out / f"{stem}.inputs.npz"
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     model = train()
@@ -154,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     calib_rng = np.random.default_rng(SEED + 1)
     calib = [{INPUT_NAME: random_ids(calib_rng, BATCH)} for _ in range(CALIB_BATCHES)]
     quantize(float_path, qdq_path, calib, QuantFormat.QDQ)
+    if args.qdq_only:
+        print(describe(float_path))
+        print(describe(qdq_path))
+        return 0
     quantize(float_path, qop_path, calib, QuantFormat.QOperator, op_types_to_quantize=QOP_OP_TYPES)
 
     sample = random_ids(np.random.default_rng(SEED + 2), BATCH)

@@ -82,28 +82,45 @@ def _parse_input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
 def import_command(
     model: str = typer.Argument(..., help="ONNX model file (external data next to it)"),
     output: str = typer.Option("-", "-o", "--output", help="output .mlir file ('-' for stdout)"),
-    elide_weights: bool = typer.Option(False, "--elide-weights", help="print large constants elided"),
+    elide_weights: bool = typer.Option(
+        False, "--elide-weights", help="print weights as dense_resource<__elided__> (no data)"
+    ),
+    resource_threshold: int = typer.Option(
+        64,
+        "--resource-threshold",
+        help="weights of at least this many elements print as dense_resource blobs (0: all inline)",
+    ),
     input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
 ) -> None:
-    """Lift an ONNX model into the quant-dialect IR and write its text (parse it with `qconvert opt
-    --allow-unregistered-dialect`)."""
+    """Lift an ONNX model into the quant-dialect IR and write its text, weights as `dense_resource`
+    blobs (parse it with `qconvert opt --allow-unregistered-dialect`)."""
     import os
     import tempfile
 
+    from qconvert.errors import InputError
     from qconvert.frontends.onnx import import_onnx
     from qconvert.frontends.onnx.summary import elide_weights as elide
-    from qconvert.ir import print_module
+    from qconvert.ir.printer import write_module
 
-    module = import_onnx(model, _parse_input_shapes(input_shape))
+    if resource_threshold < 0:
+        raise InputError(f"--resource-threshold {resource_threshold}: expected 0 or more elements")
+    module = import_onnx(model, _parse_input_shapes(input_shape), resource_threshold=resource_threshold)
     if elide_weights:
         elide(module)
-    text = print_module(module) + "\n"
     if output == "-":
-        sys.stdout.write(text)
+        write_module(module, sys.stdout)
         return
     folder = os.path.dirname(os.path.abspath(output))
     with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False, encoding="utf-8") as f:
-        f.write(text)
+        try:
+            write_module(module, f)  # streamed: each weight is read only while it is written
+        except BaseException:
+            f.close()
+            os.unlink(f.name)
+            raise
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(f.name, 0o666 & ~umask)  # a temporary file is 0600; the output gets the usual mode
     os.replace(f.name, output)  # no partial output file on failure
 
 

@@ -113,7 +113,9 @@ class Interpreter:
         opsets = module.attributes.get("onnx.opset_import")
         self.opsets: dict[str, int] = {}
         if isinstance(opsets, DictionaryAttr):
-            self.opsets = {k: v.value for k, v in opsets.entries if isinstance(v, IntegerAttr)}
+            for domain, version in opsets.entries:  # the default domain is spelled `ai.onnx`
+                if isinstance(version, IntegerAttr):
+                    self.opsets["" if domain == "ai.onnx" else domain] = version.value
         self._evaluators: dict[int, object] = {}
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import ModelProto, NodeProto, TypeProto, helper, numpy_helper
+from onnx import ModelProto, NodeProto, TensorProto, TypeProto, helper, numpy_helper
 
 from qconvert.errors import InputError
 from qconvert.ir.attributes import (
@@ -47,8 +48,10 @@ from qconvert.ir.attributes import (
     Attribute,
     BoolAttr,
     DenseArrayAttr,
+    DenseResourceAttr,
     DictionaryAttr,
     IntegerAttr,
+    LazyElements,
     StringAttr,
 )
 from qconvert.ir.core import Block, GenericOp, Operation, Value
@@ -71,9 +74,10 @@ from qconvert.ir.types import (
 
 from . import attributes as attrs
 from .dtypes import BY_NAME, ELEMENT_TYPES, FLOAT_STORAGE, UNKNOWN_ELEMENT, ElementType
-from .load import load
+from .load import load_model
 from .qoperator import lift_qoperator
 from .quant import NodeRef, check_storage, quant_type_of
+from .weights import RESOURCE_THRESHOLD, ResourceNames, as_resource, initializer_array, lazy_elements
 
 FLOAT_STORAGE_CAST = "qconvert.storage_cast"
 """Generic op name of the storage cast for float storage types (`quant.scast` takes integers only)."""
@@ -82,15 +86,26 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def import_onnx(
-    source: str | os.PathLike[str] | ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
+    source: str | os.PathLike[str] | ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    *,
+    resource_threshold: int = RESOURCE_THRESHOLD,
 ) -> ModuleOp:
     """Lift an ONNX model (path or ModelProto) into a module holding one `func.func @main`.
 
-    `input_shapes` overrides graph input dims before shape inference (`{"x": (1, 128)}`). Raises
+    `input_shapes` overrides graph input dims before shape inference (`{"x": (1, 128)}`). Weights of
+    at least `resource_threshold` elements become lazily read `dense_resource` constants (weights.py;
+    external data is memory-mapped, never loaded whole); 0 keeps every constant inline. Raises
     `InputError` (a one-paragraph message naming the node or file) for any bad or unsupported model.
     """
-    model, inference_error = load(source, input_shapes)
-    return Lifter(model, inference_error).lift()
+
+    def detach(tensor: TensorProto) -> bool:
+        return as_resource(tensor.data_type, tuple(tensor.dims), resource_threshold)
+
+    loaded = load_model(source, input_shapes, detach=detach)
+    return Lifter(
+        loaded.model, loaded.inference_error, loaded.base_dir, resource_threshold, loaded.detached
+    ).lift()
 
 
 def op_name(domain: str, op_type: str) -> str:
@@ -101,8 +116,19 @@ def op_name(domain: str, op_type: str) -> str:
 class Lifter:
     """One model -> one module. State lives here: ONNX value name -> IR value, constant caches."""
 
-    def __init__(self, model: ModelProto, inference_error: InputError | None = None) -> None:
+    def __init__(
+        self,
+        model: ModelProto,
+        inference_error: InputError | None = None,
+        base_dir: Path | None = None,
+        resource_threshold: int = RESOURCE_THRESHOLD,
+        detached: Mapping[str, bytes] | None = None,
+    ) -> None:
         self.model = model
+        self.base_dir = base_dir  # where external data lives (already checked by load.py)
+        self.detached = detached or {}  # raw_data load.py took out of initializers
+        self.resource_threshold = resource_threshold
+        self.resource_names = ResourceNames()
         self.inference_error = inference_error
         self.graph = model.graph
         self.opsets: dict[str, int] = {}
@@ -161,8 +187,24 @@ class Lifter:
         assert self.block is not None
         return self.block.append(op)
 
-    def constant(self, array: np.ndarray, onnx_type: int) -> Value:
-        op = ConstantOp.create(attrs.tensor_attr(array, onnx_type))
+    def constant(self, array: np.ndarray, onnx_type: int, name: str = "") -> Value:
+        if as_resource(onnx_type, tuple(array.shape), self.resource_threshold):
+            array.setflags(write=False)
+            return self.constant_op(
+                None, onnx_type, name, LazyElements(array.shape, array.dtype, lambda: array)
+            )
+        return self.constant_op(attrs.tensor_attr(array, onnx_type), onnx_type, name)
+
+    def constant_op(
+        self, attribute: Attribute | None, onnx_type: int, name: str, elements: LazyElements | None = None
+    ) -> Value:
+        """`arith.constant` of `attribute`, or (None) of `dense_resource<name>` over `elements`."""
+        if attribute is None:
+            assert elements is not None
+            element = ELEMENT_TYPES[onnx_type].ir_type
+            resource_name = self.resource_names(name)
+            attribute = DenseResourceAttr(resource_name, RankedTensorType(elements.shape, element), elements)
+        op = ConstantOp.create(attribute)
         entry = ELEMENT_TYPES.get(onnx_type)
         if entry is not None and entry.is_unsigned_integer:
             op.attributes["onnx.elem_type"] = StringAttr(entry.name)
@@ -175,7 +217,12 @@ class Lifter:
             return found
         if name in self.initializers:
             tensor = self.initializers[name]
-            value = self.constant(numpy_helper.to_array(tensor), tensor.data_type)
+            raw = self.detached.get(name)
+            elements = lazy_elements(tensor, self.base_dir, self.resource_threshold, raw)
+            if elements is not None:
+                value = self.constant_op(None, tensor.data_type, name, elements)
+            else:
+                value = self.constant(initializer_array(tensor, self.base_dir, raw), tensor.data_type, name)
             self.values[name] = value
             return value
         raise InputError(
@@ -185,7 +232,7 @@ class Lifter:
 
     def constant_array(self, node: NodeRef, name: str, what: str) -> np.ndarray:
         if name in self.initializers:
-            return numpy_helper.to_array(self.initializers[name])
+            return initializer_array(self.initializers[name], self.base_dir, self.detached.get(name))
         if name in self.constant_arrays:
             return self.constant_arrays[name]
         raise node.error(
@@ -227,8 +274,12 @@ class Lifter:
         if self.inference_error is not None:
             raise self.inference_error
         module = ModuleOp.create()
+        # The default domain is spelled `ai.onnx`: MLIR refuses an empty attribute name (`"" = 17`).
         module.attributes["onnx.opset_import"] = DictionaryAttr(
-            tuple((domain, IntegerAttr(version, I64)) for domain, version in sorted(self.opsets.items()))
+            tuple(
+                (domain or "ai.onnx", IntegerAttr(version, I64))
+                for domain, version in sorted(self.opsets.items())
+            )
         )
         arguments = [i.name for i in self.graph.input if i.name not in self.initializers]
         argument_types = [self.ir_type(name) for name in arguments]
@@ -268,7 +319,7 @@ class Lifter:
             array = numpy_helper.to_array(tensor)
             self.constant_arrays[node.output[0]] = array
             self.onnx_types[node.output[0]] = tensor.data_type
-            self.values[node.output[0]] = self.constant(array, tensor.data_type)
+            self.values[node.output[0]] = self.constant(array, tensor.data_type, node.output[0])
         elif not lift_qoperator(self, node, domain, self.node_ref(node)):
             self.lift_generic(node, domain)
 

@@ -10,7 +10,8 @@ its external data (small even for models over 2 GB), typing com.microsoft QOpera
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
@@ -81,6 +82,18 @@ def override_input_shapes(model: ModelProto, input_shapes: Mapping[str, Sequence
             tensor_type.shape.dim.add().dim_value = int(size)
 
 
+@dataclass
+class LoadedModel:
+    """A model read for lifting: shapes inferred, external data checked (read later, memory-mapped)."""
+
+    model: ModelProto
+    inference_error: InputError | None
+    base_dir: Path | None  # the model's folder (None for a ModelProto)
+    # initializer name -> its raw_data bytes, taken out of the proto before shape inference (which
+    # would copy the whole serialized model several times over); weights.py views them with frombuffer.
+    detached: dict[str, bytes] = field(default_factory=dict)
+
+
 def load(
     source: str | os.PathLike[str] | ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
 ) -> tuple[ModelProto, InputError | None]:
@@ -90,6 +103,20 @@ def load(
     reports unsupported nodes (the usual cause, e.g. an op of a domain the model does not import), and
     raises the inference error only when there are none.
     """
+    loaded = load_model(source, input_shapes, load_external_data=True)
+    return loaded.model, loaded.inference_error
+
+
+def load_model(
+    source: str | os.PathLike[str] | ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    *,
+    load_external_data: bool = False,
+    detach: Callable[[TensorProto], bool] | None = None,
+) -> LoadedModel:
+    """`load`, for the lifter: external data is checked (inside the model's folder, present) but not
+    read unless `load_external_data`; the raw_data of the initializers `detach` selects is moved out
+    of the proto into `LoadedModel.detached` before shape inference, so no step copies the weights."""
     model, base_dir = read_model(source)
     if input_shapes:
         override_input_shapes(model, input_shapes)
@@ -99,14 +126,22 @@ def load(
             "the model uses external data but was given as a ModelProto; pass its path so the data can "
             "be found (and checked to lie in the model's folder)"
         )
+    if external:
+        assert base_dir is not None
+        check_external_data(model, base_dir)
+    detached: dict[str, bytes] = {}
+    if detach is not None:
+        for tensor in model.graph.initializer:
+            if tensor.HasField("raw_data") and tensor.name not in detached and detach(tensor):
+                detached[tensor.name] = tensor.raw_data
+                tensor.ClearField("raw_data")
     inference_error = None
     try:
         model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
         model = infer_contrib_shapes(model)  # com.microsoft QOperator outputs, then downstream again
     except Exception as error:  # onnx raises InferenceError, ValidationError or RuntimeError
         inference_error = InputError(f"shape inference failed: {error}")
-    if external:
+    if external and load_external_data:
         assert base_dir is not None
-        check_external_data(model, base_dir)
         load_external_data_for_model(model, str(base_dir))
-    return model, inference_error
+    return LoadedModel(model, inference_error, base_dir, detached)

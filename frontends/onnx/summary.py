@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from qconvert.interpret import input_names, output_names
 from qconvert.ir.attributes import DenseElementsAttr, DenseResourceAttr
 from qconvert.ir.dialects.arith import ConstantOp
@@ -67,6 +69,13 @@ def summarize(module: ModuleOp) -> ModuleSummary:
         if isinstance(op, ConstantOp) and isinstance(op.value, DenseElementsAttr):
             summary.constants += 1
             summary.constant_bytes += op.value.array.nbytes
+        elif isinstance(op, ConstantOp) and isinstance(op.value, DenseResourceAttr):
+            elements = op.value.elements  # shape and dtype only: the blob is not read
+            summary.constants += 1
+            if elements is not None:
+                summary.constant_bytes += (
+                    int(np.prod(elements.shape, dtype=np.int64)) * elements.dtype.itemsize
+                )
         quantized = None
         if isinstance(op, QuantizeCastOp):
             quantized = element_type_of(op.result.type)
@@ -79,11 +88,14 @@ def summarize(module: ModuleOp) -> ModuleSummary:
 
 
 def elide_weights(module: ModuleOp, threshold: int = 16) -> int:
-    """Replace constants of more than `threshold` elements by `dense_resource<__elided__>`; the count."""
+    """Replace constants of more than `threshold` elements, and every `dense_resource` blob, by
+    `dense_resource<__elided__>` (no data; MLIR prints elided resources so); the count."""
     elided = 0
     for op in module.walk():
         value = op.attributes.get("value") if isinstance(op, ConstantOp) else None
-        if isinstance(value, DenseElementsAttr) and value.array.size > threshold:
+        if (isinstance(value, DenseElementsAttr) and value.array.size > threshold) or (
+            isinstance(value, DenseResourceAttr) and value.name != ELIDED
+        ):
             op.attributes["value"] = DenseResourceAttr(ELIDED, value.type)
             elided += 1
     return elided

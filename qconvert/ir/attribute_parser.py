@@ -35,6 +35,7 @@ from qconvert.ir.attributes import (
     DictionaryAttr,
     FloatAttr,
     IntegerAttr,
+    LazyElements,
     OpaqueAttr,
     StringAttr,
     SymbolRefAttr,
@@ -328,7 +329,12 @@ class AttributeParser(TypeParser):
         name = self.parse_keyword()
         self.expect(">")
         self.expect(":")
-        return DenseResourceAttr(name, self.parse_type())
+        type_ = self.parse_type()
+        return DenseResourceAttr(name, type_, self.resource_elements(name, type_))
+
+    def resource_elements(self, name: str, type_: Type) -> LazyElements | None:
+        """The lazily decoded blob of `dense_resource<name>`; a bare attribute parser has none."""
+        return None
 
     def parse_attr_dict(self) -> dict[str, Attribute]:
         """attr-dict ::= `{` (name (`=` attribute)?) (`,` ...)* `}`"""

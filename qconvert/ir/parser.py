@@ -20,11 +20,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
+import numpy as np
+
+from qconvert.errors import InputError, QConvertError
 from qconvert.ir import dialects as _dialects  # noqa: F401  (registers every op)
 from qconvert.ir.attribute_parser import AttributeParser
-from qconvert.ir.attributes import Attribute, DictionaryAttr
+from qconvert.ir.attributes import Attribute, DenseResourceAttr, DictionaryAttr, LazyElements
 from qconvert.ir.core import (
     OP_REGISTRY,
     REGISTERED_DIALECTS,
@@ -38,7 +42,7 @@ from qconvert.ir.core import (
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.lexer import SIMPLE_PUNCTUATION, Token, new_token, split_top_level, unescape_string
 from qconvert.ir.type_parser import numpy_dtype
-from qconvert.ir.types import Type
+from qconvert.ir.types import FloatType, IntegerType, RankedTensorType, Type
 
 __all__ = [
     "OperandReference",
@@ -82,7 +86,11 @@ class Parser(AttributeParser):
         self.options = options or ParserOptions()
         self.value_scopes: list[dict[str, Sequence[Value]] | None] = []  # by SSA name
         self.default_dialects: list[str] = ["builtin"]
-        self.resources: dict[str, str] = {}
+        # `dense_resource` blobs of the file-metadata section: name -> (start, end) of the hex digits
+        # after `0x` in `text` (decoded on first use), and the attributes that refer to them.
+        self.resources: dict[str, tuple[int, int]] = {}
+        self.resource_attributes: list[tuple[DenseResourceAttr, int]] = []
+        self._resource_elements: dict[tuple[str, Type], LazyElements] = {}
 
     # Symbols and operands ----------------------------------------------------------------------------
     def parse_operand_reference(self) -> OperandReference:
@@ -456,9 +464,10 @@ class Parser(AttributeParser):
             elif token.kind == "hash" and self._lex(token.end).text == "=":
                 self._parse_alias_definition(self.attribute_aliases, token, is_type=False)
             elif token.kind == "metadata_begin":
-                self._skip_metadata()
+                self._parse_file_metadata()
             else:
                 ops.append(self.parse_operation())
+        self._bind_resources()
         if len(ops) == 1 and isinstance(ops[0], ModuleOp):
             return ops[0]
         for op in ops:
@@ -474,12 +483,136 @@ class Parser(AttributeParser):
         self.expect("=")
         table[name] = self.parse_type() if is_type else self.parse_attribute()
 
-    def _skip_metadata(self) -> None:
+    # File metadata: `{-# dialect_resources: {builtin: {name: "0x..."}} #-}` -----------------------------
+    def _parse_file_metadata(self) -> None:
+        """Record where each `builtin` resource blob lies (no bytes are decoded here); other dialects'
+        resources and `external_resources` are skipped."""
         start = self.token.start
-        end = self.text.find("#-}", start)
+        end = self.text.find("#-}", start, self.limit)
         if end < 0:
             raise self.error("expected '#-}' to end file metadata")
+        text = self.text
+        section = _DIALECT_RESOURCES.search(text, start + 3, end)
+        builtin = _BUILTIN_RESOURCES.search(text, section.end(), end) if section else None
+        if builtin is not None:
+            position = builtin.end()
+            while True:
+                closing = _CLOSE_BRACE.match(text, position, end)
+                if closing:
+                    break
+                entry = _RESOURCE_ENTRY.match(text, position, end)
+                if entry is None:
+                    raise self.error('expected a resource entry `name: "0x..."`', position)
+                name = entry["bare"] or unescape_string(entry["quoted"])
+                if name in self.resources:
+                    raise self.error(f"redefinition of resource '{name}'", entry.start(1))
+                quote = text.find('"', entry.end(), end)
+                if quote < 0:
+                    raise self.error("expected '\"' to end the resource blob", entry.end())
+                self.resources[name] = (entry.end(), quote)
+                position = quote + 1
+                separator = _COMMA.match(text, position, end)
+                if separator:
+                    position = separator.end()
+                elif not _CLOSE_BRACE.match(text, position, end):
+                    raise self.error("expected ',' or '}' after a resource blob", position)
         self.reset(end + 3)
+
+    def resource_elements(self, name: str, type_: Type) -> LazyElements | None:
+        if name == ELIDED_RESOURCE:
+            return None
+        dtype = resource_dtype(type_)
+        if dtype is None:
+            return None
+        key = (name, type_)
+        elements = self._resource_elements.get(key)
+        if elements is None:
+            shape = tuple(type_.shape)  # type: ignore[attr-defined]
+            elements = LazyElements(
+                shape, dtype, partial(_decode_blob, self.text, self.resources, name, dtype, shape)
+            )
+            self._resource_elements[key] = elements
+        return elements
+
+    def _parse_dense_resource(self) -> DenseResourceAttr:
+        start = self.token.start
+        attribute = super()._parse_dense_resource()
+        if attribute.elements is not None:
+            self.resource_attributes.append((attribute, start))
+        return attribute
+
+    def _bind_resources(self) -> None:
+        """Check each blob's size against its type; a name the file has no blob for stays without data
+        (as in MLIR, which parses it and prints it back without a resource section)."""
+        for attribute, start in self.resource_attributes:
+            span = self.resources.get(attribute.name)
+            if span is None:
+                object.__setattr__(attribute, "elements", None)  # still private to this parser
+                continue
+            elements = attribute.elements
+            assert elements is not None
+            expected = int(np.prod(elements.shape, dtype=np.int64)) * elements.dtype.itemsize
+            digits = span[1] - span[0] - 8  # after the 4-byte alignment prefix
+            if digits != 2 * expected:
+                raise self.error(
+                    f"resource '{attribute.name}' holds {max(digits, 0) // 2} bytes, but its type "
+                    f"{attribute.type} needs {expected}",
+                    start,
+                )
+
+
+ELIDED_RESOURCE = "__elided__"
+_DIALECT_RESOURCES = re.compile(r"(?<![\w$.])dialect_resources\s*:\s*\{")
+_BUILTIN_RESOURCES = re.compile(r"(?<![\w$.])builtin\s*:\s*\{")
+_RESOURCE_ENTRY = re.compile(r'\s*(?:(?P<bare>[a-zA-Z_][\w$.]*)|"(?P<quoted>(?:[^"\\]|\\.)*)")\s*:\s*"0x')
+_CLOSE_BRACE = re.compile(r"\s*\}")
+_COMMA = re.compile(r"\s*,")
+
+
+def resource_dtype(type_: Type) -> np.dtype | None:
+    """The numpy dtype of a `dense_resource` blob's elements, or None when the type cannot have one
+    here: a static-shaped tensor of whole-byte integers (i8..i64) or floats (f16, bf16, f32, f64, f8*)."""
+    if not isinstance(type_, RankedTensorType) or any(d < 0 for d in type_.shape):
+        return None
+    element = type_.element_type
+    if isinstance(element, IntegerType):
+        return numpy_dtype(element) if element.width in (8, 16, 32, 64) else None
+    if isinstance(element, FloatType):
+        try:
+            dtype = numpy_dtype(element)
+        except QConvertError:
+            return None
+        return dtype if dtype.itemsize * 8 == _FLOAT_WIDTHS.get(element.name, 0) else None
+    return None
+
+
+_FLOAT_WIDTHS = {
+    "f16": 16,
+    "bf16": 16,
+    "f32": 32,
+    "f64": 64,
+    "f8E5M2": 8,
+    "f8E4M3": 8,
+    "f8E4M3FN": 8,
+    "f8E5M2FNUZ": 8,
+    "f8E4M3FNUZ": 8,
+    "f8E4M3B11FNUZ": 8,
+    "f8E3M4": 8,
+    "f8E8M0FNU": 8,
+}
+
+
+def _decode_blob(
+    text: str, resources: dict[str, tuple[int, int]], name: str, dtype: np.dtype, shape: tuple[int, ...]
+) -> np.ndarray:
+    span = resources.get(name)
+    if span is None:
+        raise InputError(f"dense_resource<{name}>: the file has no resource blob of that name")
+    try:
+        data = bytes.fromhex(text[span[0] + 8 : span[1]])
+    except ValueError:
+        raise InputError(f"resource '{name}': the blob is not hexadecimal") from None
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
 def parse_module(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TextIO
+from typing import IO
 
 import numpy as np
 
@@ -577,7 +577,7 @@ def print_module(op: Operation) -> str:
     return buffer.getvalue()
 
 
-def write_module(op: Operation, out: TextIO) -> None:
+def write_module(op: Operation, out: IO[str]) -> None:
     """`print_module` into a stream: the resource blobs are hex-encoded chunk by chunk, each loaded
     (memory-mapped, for ONNX external data) only while it is written, so a large model never exists
     as one string."""
@@ -610,17 +610,9 @@ def resource_alignment(dtype: np.dtype) -> int:
     return max(int(dtype.itemsize), 1)
 
 
-def write_resources(resources: Mapping[str, LazyElements | np.ndarray], out: TextIO) -> None:
-    """MLIR's file-metadata section, `name: "0x<alignment, u32 little-endian><bytes>"` per blob:
-
-        {-#
-          dialect_resources: {
-            builtin: {
-              name: "0x0400000000008040"
-            }
-          }
-        #-}
-    """
+def write_resources(resources: Mapping[str, LazyElements | np.ndarray], out: IO[str]) -> None:
+    """MLIR's file-metadata section, one `name: "0x<alignment: u32 little-endian><bytes, hex>"` per blob,
+    inside `{-#`, `dialect_resources: {`, `builtin: {` ... `#-}` (each nesting indented by two spaces)."""
     if not resources:
         return
     out.write("\n{-#\n  dialect_resources: {\n    builtin: {\n")
@@ -636,7 +628,7 @@ def write_resources(resources: Mapping[str, LazyElements | np.ndarray], out: Tex
         if index:
             out.write(",\n")
         out.write(f'      {key}: "0x{alignment}')
-        data = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))  # little-endian hosts
+        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data  # little-endian hosts
         for start in range(0, len(data), RESOURCE_CHUNK):
             out.write(data[start : start + RESOURCE_CHUNK].hex().upper())
         out.write('"')

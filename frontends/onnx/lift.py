@@ -230,6 +230,11 @@ class Lifter:
             f"initializer, nor the output of an earlier node (missing initializer?)"
         )
 
+    def has_constant_parameters(self, node: NodeProto) -> bool:
+        """True when the scale and zero point of a Q/DQ node are initializers or Constant outputs."""
+        parameters = [name for name in node.input[1:3] if name]
+        return all(name in self.initializers or name in self.constant_arrays for name in parameters)
+
     def constant_array(self, node: NodeRef, name: str, what: str) -> np.ndarray:
         if name in self.initializers:
             return initializer_array(self.initializers[name], self.base_dir, self.detached.get(name))
@@ -310,7 +315,14 @@ class Lifter:
 
     def lift_node(self, node: NodeProto) -> None:
         domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
-        if domain == "" and node.op_type == "QuantizeLinear":
+        if (
+            domain == ""
+            and node.op_type in ("QuantizeLinear", "DequantizeLinear")
+            and not self.has_constant_parameters(node)
+        ):
+            # A run-time scale has no static quant type: keep the node, losslessly, as a generic op.
+            self.lift_generic(node, domain)
+        elif domain == "" and node.op_type == "QuantizeLinear":
             self.lift_quantize(node)
         elif domain == "" and node.op_type == "DequantizeLinear":
             self.lift_dequantize(node)

@@ -73,7 +73,14 @@ from qconvert.ir.types import (
 )
 
 from . import attributes as attrs
-from .dtypes import BY_NAME, ELEMENT_TYPES, FLOAT_STORAGE, UNKNOWN_ELEMENT, ElementType
+from .dtypes import (
+    BY_NAME,
+    ELEMENT_TYPES,
+    FLOAT_STORAGE,
+    UNKNOWN_ELEMENT,
+    UNREPRESENTABLE_STORAGE,
+    ElementType,
+)
 from .load import load_model
 from .qoperator import lift_qoperator
 from .quant import NodeRef, check_storage, quant_type_of
@@ -230,6 +237,12 @@ class Lifter:
             f"initializer, nor the output of an earlier node (missing initializer?)"
         )
 
+    def has_quant_storage(self, node: NodeProto) -> bool:
+        """False for storage MLIR's quant types cannot hold (FNUZ float8): those nodes stay generic."""
+        storage_value = node.output[0] if node.op_type == "QuantizeLinear" else node.input[0]
+        entry = ELEMENT_TYPES.get(self.onnx_type(storage_value))
+        return entry is None or entry.name not in UNREPRESENTABLE_STORAGE
+
     def has_constant_parameters(self, node: NodeProto) -> bool:
         """True when the scale and zero point of a Q/DQ node are initializers or Constant outputs."""
         parameters = [name for name in node.input[1:3] if name]
@@ -318,9 +331,9 @@ class Lifter:
         if (
             domain == ""
             and node.op_type in ("QuantizeLinear", "DequantizeLinear")
-            and not self.has_constant_parameters(node)
+            and not (self.has_constant_parameters(node) and self.has_quant_storage(node))
         ):
-            # A run-time scale has no static quant type: keep the node, losslessly, as a generic op.
+            # A run-time scale, or FNUZ float8 storage, has no quant type: keep the node as a generic op.
             self.lift_generic(node, domain)
         elif domain == "" and node.op_type == "QuantizeLinear":
             self.lift_quantize(node)

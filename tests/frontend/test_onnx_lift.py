@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 from qconvert.errors import InputError
 from qconvert.frontends.onnx import import_onnx
@@ -425,10 +426,16 @@ def test_int32_dequantize_matches_onnxruntime() -> None:
 
 
 @pytest.mark.parametrize("storage", [TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2FNUZ])
-def test_fnuz_float8_storage_is_refused_listing_what_is_supported(storage: int) -> None:
+def test_fnuz_float8_storage_stays_generic_and_matches_the_onnx_reference(storage: int) -> None:
     zero = helper.make_tensor("zp", storage, [], [0.0])
-    with pytest.raises(InputError, match=r"node 'quant_x' .*fnuz is not supported: .*supported: float4e2m1"):
-        import_onnx(q_model(1.0, zero, [4]))
+    proto = q_model(0.5, zero, [4])
+    module = import_onnx(proto)
+    names = [op.name for op in module.walk()]
+    assert "onnx.QuantizeLinear" in names and "quant.qcast" not in names  # MLIR has no FNUZ quant storage
+    x = np.array([0.3, -7.0, 1e6, float("nan")], np.float32)
+    expected = ReferenceEvaluator(proto).run(None, {"x": x})[0]
+    (actual,) = interpret(module, {"x": x}).values()
+    assert actual.tobytes() == np.asarray(expected).tobytes()
 
 
 def test_onnxruntime_quantize_static_qdq_model_lifts_and_runs(tmp_path: Path) -> None:

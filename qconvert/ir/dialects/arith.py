@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from qconvert.ir.attributes import Attribute, BoolAttr, DenseElementsAttr, FloatAttr, IntegerAttr
 from qconvert.ir.core import Operation, Value, register_op
+from qconvert.ir.dialects.common import ConversionOp
 from qconvert.ir.types import FloatType, IndexType, IntegerType, Type, element_type_of
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class BinaryOp(Operation):
             raise self.error(f"operand #0 must be {kind}, but got '{self.operands[0].type}'")
 
 
-class CastOp(Operation):
+class CastOp(ConversionOp):
     """`arith.sitofp %x : i8 to f32`: one operand, one result of another element type."""
 
     __slots__ = ()
@@ -113,17 +114,6 @@ class CastOp(Operation):
     is_pure = True
     source_kind: ClassVar[type]
     result_kind: ClassVar[type]
-
-    def __init__(self, input: Value, result_type: Type, **kwargs: object) -> None:
-        Operation.__init__(self, [input], [result_type], **kwargs)  # type: ignore[arg-type]
-
-    def print_custom(self, printer: Printer) -> None:
-        printer.print_conversion(self, "to")
-
-    @classmethod
-    def parse_custom(cls, parser: Parser, num_results: int) -> Operation:
-        input, attributes, result_type = parser.parse_conversion("to")
-        return cls(input, result_type, attributes=attributes)
 
     def verify(self) -> None:
         source, result = element_type_of(self.operands[0].type), element_type_of(self.result.type)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from qconvert.ir.core import Operation, Value, register_op
+from qconvert.ir.dialects.common import ConversionOp
 from qconvert.ir.quant_types import (
     CalibratedQuantizedType,
     QuantizedType,
@@ -27,8 +28,7 @@ from qconvert.ir.types import (
 )
 
 if TYPE_CHECKING:
-    from qconvert.ir.parser import Parser
-    from qconvert.ir.printer import Printer
+    pass
 
 
 def is_scalar_or_tensor_of(
@@ -119,7 +119,7 @@ def check_quantization(op: Operation, quantized_type: QuantizedType, container_t
     check_sub_channel_quantization(op, quantized_type, container_type)
 
 
-class QuantCastOp(Operation):
+class QuantCastOp(ConversionOp):
     """Shared syntax of the three casts: `quant.qcast %x : f32 to !quant.uniform<...>`."""
 
     __slots__ = ()
@@ -128,24 +128,9 @@ class QuantCastOp(Operation):
     input_constraint: ClassVar[tuple[str, type | tuple[type, ...] | None, bool]]
     result_constraint: ClassVar[tuple[str, type | tuple[type, ...] | None, bool]]
 
-    def __init__(self, input: Value, result_type: Type, **kwargs: object) -> None:
-        Operation.__init__(self, [input], [result_type], **kwargs)  # type: ignore[arg-type]
-
-    @property
-    def input(self) -> Value:
-        return self.operands[0]
-
     def fold(self) -> Value | None:
         """The value this cast folds to (upstream's `fold`), or None when it does not fold."""
         return None
-
-    def print_custom(self, printer: Printer) -> None:
-        printer.print_conversion(self, "to")
-
-    @classmethod
-    def parse_custom(cls, parser: Parser, num_results: int) -> Operation:
-        input, attributes, result_type = parser.parse_conversion("to")
-        return cls(input, result_type, attributes=attributes)
 
     def verify(self) -> None:
         for label, value, (description, predicate, signless) in (

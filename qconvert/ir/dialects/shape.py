@@ -4,31 +4,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from qconvert.ir.core import Operation, Value, register_op
-from qconvert.ir.types import Type
+from qconvert.ir.core import Operation, register_op
+from qconvert.ir.dialects.common import ConversionOp
 
 if TYPE_CHECKING:
-    from qconvert.ir.parser import Parser
-    from qconvert.ir.printer import Printer
+    pass
 
 
-class UnaryShapeOp(Operation):
+class UnaryShapeOp(ConversionOp):
     """`shape.<op> %x : T -> R`."""
 
     __slots__ = ()
     is_pure = True
-    has_custom_syntax = True
-
-    def __init__(self, input: Value, result_type: Type) -> None:
-        Operation.__init__(self, [input], [result_type])
-
-    def print_custom(self, printer: Printer) -> None:
-        printer.print_conversion(self, "->")
-
-    @classmethod
-    def parse_custom(cls, parser: Parser, num_results: int) -> Operation:
-        input, _, result_type = parser.parse_conversion("->")
-        return cls(input, result_type)
+    separator = "->"
 
 
 @register_op

@@ -11,7 +11,7 @@ Mapping (`import_onnx`):
   uses the quantized value directly (no scast pair in between).
   `saturate` (float storage only; integer storage always saturates) is kept as a `saturate` bool
   attribute on the `quant.qcast`. `precision` (opset 23+) is kept as `onnx.precision` when set; the
-  interpreter computes x / scale as onnxruntime does (f32, see qconvert/numerics.py).
+  interpreter computes x / scale as onnxruntime does (f32, see qconvert/numerics/).
 - QOperator nodes (QLinearConv, QLinearMatMul, MatMulInteger, ConvInteger, DynamicQuantizeLinear and
   com.microsoft QLinearAdd / Mul / Concat / Sigmoid / LeakyRelu / AveragePool / GlobalAveragePool,
   QGemm, DynamicQuantizeMatMul) become quant-typed `qconvert.*` ops, see frontends/onnx/qoperator.py.

@@ -4,7 +4,7 @@ Design: each QOperator node becomes one generic op in the `qconvert` namespace w
 result carry `!quant.uniform` types, so that the scale / zero-point inputs disappear into the types
 (exactly as `quant.qcast` does for QuantizeLinear). The `qconvert.` name (not `onnx.QLinearMatMul`)
 says that the op is *lifted*: its semantics are the integer kernels of onnxruntime's CPU EP, run by
-qconvert/interpret.py on qconvert/numerics.py (`requantize_mlas`, `qlinear_add_mlas`, ...), not the
+qconvert/interpret.py on qconvert/numerics/ (`requantize_mlas`, `qlinear_add_mlas`, ...), not the
 ONNX reference implementation that generic `onnx.*` ops run on. Each data operand is the ONNX storage
 tensor seen through `quant.scast` (`quantized_view`: a Q -> QLinear chain needs no cast pair), each
 quantized result is cast back to its storage tensor with `quant.scast`. ONNX attributes are kept as

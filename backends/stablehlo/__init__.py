@@ -1,0 +1,1 @@
+"""StableHLO backend: lower the IR to StableHLO text (quantized, integer or qdq form), run it via jaxlib."""

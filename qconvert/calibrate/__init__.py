@@ -1,0 +1,1 @@
+"""Calibration: datasets, mergeable observers, `!quant.calibrated` ranges, finalize to `!quant.uniform`."""

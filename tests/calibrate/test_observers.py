@@ -1,0 +1,192 @@
+"""Observers: merging partial observers equals observing the union, bit for bit, whatever the split."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from dataclasses import astuple, fields
+
+import numpy as np
+import pytest
+
+from qconvert.calibrate.observers import (
+    HistogramObserver,
+    MinMaxObserver,
+    MovingAverageMinMaxObserver,
+    batch_extrema,
+)
+
+
+def _batches(seed: int) -> list[np.ndarray]:
+    """Batches of varied shapes and scales, some with NaN / ±Inf, one empty, one all-NaN."""
+    rng = np.random.default_rng(seed)
+    batches = []
+    for index in range(int(rng.integers(5, 12))):
+        shape = tuple(int(d) for d in rng.integers(1, 7, size=int(rng.integers(1, 4))))
+        values = (rng.standard_normal(shape) * rng.uniform(0.1, 10) + rng.uniform(-3, 3)).astype(np.float32)
+        if index % 3 == 1:
+            flat = values.reshape(-1)
+            flat[rng.integers(0, flat.size)] = rng.choice([np.nan, np.inf, -np.inf])
+        batches.append(values)
+    batches.append(np.zeros((0, 3), dtype=np.float32))
+    batches.append(np.full((2, 2), np.nan, dtype=np.float32))
+    return batches
+
+
+def _observe_split(make: Callable[[], object], batches: list[np.ndarray], seed: int) -> object:
+    """Deal the batches to 1..3 workers in a shuffled order, then merge the workers in a shuffled order."""
+    rng = np.random.default_rng(seed + 1000)
+    workers = [make() for _ in range(int(rng.integers(1, 4)))]
+    for batch_index in rng.permutation(len(batches)):
+        workers[int(rng.integers(0, len(workers)))].observe(batches[batch_index])
+    order = rng.permutation(len(workers))
+    merged = workers[order[0]]
+    for worker_index in order[1:]:
+        merged.merge(workers[worker_index])
+    return merged
+
+
+def _state(observer: object) -> tuple:
+    """Every field, arrays as bytes, nested observers flattened, so equality means bit-identical."""
+    values = []
+    for item in fields(observer):  # type: ignore[arg-type]
+        value = getattr(observer, item.name)
+        if isinstance(value, np.ndarray):
+            values.append((value.dtype.str, value.tobytes()))
+        elif isinstance(value, MinMaxObserver):
+            values.append(astuple(value))
+        else:
+            values.append(value)
+    return tuple(values)
+
+
+def _global_range(batches: list[np.ndarray]) -> tuple[float, float]:
+    finite = np.concatenate([b.reshape(-1) for b in batches])
+    finite = finite[np.isfinite(finite)]
+    return float(finite.min()), float(finite.max())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_minmax_merge_equals_union(seed: int) -> None:
+    batches = _batches(seed)
+    sequential = MinMaxObserver()
+    for batch in batches:
+        sequential.observe(batch)
+    assert _state(_observe_split(MinMaxObserver, batches, seed)) == _state(sequential)
+    everything = np.concatenate([b.reshape(-1) for b in batches])
+    assert sequential.count == everything.size
+    assert sequential.nan_count == int(np.isnan(everything).sum())
+    assert sequential.positive_inf_count == int((everything == np.inf).sum())
+    assert sequential.negative_inf_count == int((everything == -np.inf).sum())
+    assert (sequential.minimum, sequential.maximum) == _global_range(batches)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_moving_average_merge_equals_union(seed: int) -> None:
+    batches = _batches(seed)
+    sequential = MovingAverageMinMaxObserver()
+    for batch in batches:
+        sequential.observe(batch)
+    merged = _observe_split(MovingAverageMinMaxObserver, batches, seed)
+    assert _state(merged) == _state(sequential)
+    assert (merged.average_minimum, merged.average_maximum) == (
+        sequential.average_minimum,
+        sequential.average_maximum,
+    )
+    # The mean over batches that have a finite value, as numpy's nanmean of the batch extremes (which
+    # differs from the exact mean by float64 rounding only).
+    minima = [batch_extrema(b).minimum for b in batches]
+    expected = np.mean([m for m in minima if m is not None])
+    assert merged.average_minimum == pytest.approx(expected, rel=1e-14)
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+@pytest.mark.parametrize("seed", range(8))
+def test_histogram_merge_equals_union(seed: int, absolute: bool) -> None:
+    batches = _batches(seed)
+    low, high = _global_range(batches)
+    if absolute:
+        low, high = 0.0, max(abs(low), abs(high))
+
+    def make() -> HistogramObserver:
+        return HistogramObserver(low, high, 257, absolute=absolute)
+
+    sequential = make()
+    for batch in batches:
+        sequential.observe(batch)
+    assert _state(_observe_split(make, batches, seed)) == _state(sequential)
+    everything = np.concatenate([b.reshape(-1) for b in batches])
+    assert sequential.total == int((~np.isnan(everything)).sum())  # ±Inf clip to the end bins
+
+
+def test_histogram_agrees_with_numpy_away_from_edges() -> None:
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal(200_000).astype(np.float32)
+    low, high = float(values.min()), float(values.max())
+    observer = HistogramObserver(low, high, 2048)
+    observer.observe(values)
+    edges = observer.edges
+    width = edges[1] - edges[0]
+    # Values more than 1e-3 bin widths from every edge land where np.histogram puts them.
+    distance = np.abs(
+        (values.astype(np.float64) - low) / width - np.rint((values.astype(np.float64) - low) / width)
+    )
+    clear = values[distance > 1e-3]
+    expected, _ = np.histogram(clear, bins=edges)
+    clear_observer = HistogramObserver(low, high, 2048)
+    clear_observer.observe(clear)
+    np.testing.assert_array_equal(clear_observer.counts, expected)
+    assert observer.total == values.size
+
+
+def test_histogram_edge_rule() -> None:
+    # Exactly representable edges: a value on an interior edge goes to the bin on its right, `high` to the
+    # last bin, out-of-range values and ±Inf to the end bins, NaN nowhere.
+    observer = HistogramObserver(-4.0, 4.0, 8)
+    observer.observe(np.array([-4.0, -1.0, 0.0, 3.0, 4.0, -9.0, 9.0, np.inf, -np.inf, np.nan], np.float32))
+    np.testing.assert_array_equal(observer.counts, [3, 0, 0, 1, 1, 0, 0, 4])
+    absolute = HistogramObserver(0.0, 4.0, 4, absolute=True)
+    absolute.observe(np.array([-3.5, 3.5, -1.0, 0.0, -4.0], np.float16))
+    np.testing.assert_array_equal(absolute.counts, [1, 1, 0, 3])
+
+
+def test_histogram_constant_range_and_chunking() -> None:
+    constant = HistogramObserver(2.5, 2.5, 16)
+    constant.observe(np.full(100_000, 2.5, np.float32))  # several chunks
+    assert constant.counts[0] == 100_000 and constant.total == 100_000
+    big = np.random.default_rng(3).uniform(-1, 1, 100_003).astype(np.float32)
+    whole = HistogramObserver(-1.0, 1.0, 64)
+    whole.observe(big)
+    pieces = HistogramObserver(-1.0, 1.0, 64)
+    for part in np.array_split(big, 7):
+        pieces.observe(part)
+    np.testing.assert_array_equal(whole.counts, pieces.counts)
+
+
+def test_histogram_refuses_mismatched_merge_and_bad_range() -> None:
+    with pytest.raises(ValueError, match="same bins"):
+        HistogramObserver(0.0, 1.0, 8).merge(HistogramObserver(0.0, 2.0, 8))
+    with pytest.raises(ValueError, match="finite"):
+        HistogramObserver(0.0, float("inf"), 8)
+    with pytest.raises(ValueError, match="starts at 0"):
+        HistogramObserver(-1.0, 1.0, 8, absolute=True)
+    with pytest.raises(TypeError, match="float"):
+        MinMaxObserver().observe(np.arange(3))
+
+
+def test_minmax_all_nan_and_empty() -> None:
+    observer = MinMaxObserver()
+    observer.observe(np.full(4, np.nan, np.float32))
+    observer.observe(np.zeros(0, np.float32))
+    assert observer.minimum is None and observer.maximum is None
+    assert (observer.count, observer.nan_count, observer.finite_count) == (4, 4, 0)
+    moving = MovingAverageMinMaxObserver()
+    moving.observe(np.full(4, np.inf, np.float32))
+    assert moving.average_minimum is None and moving.extrema.positive_inf_count == 4
+
+
+def test_observers_pickle() -> None:
+    values = np.linspace(-2, 3, 1000, dtype=np.float32)
+    for observer in (MinMaxObserver(), MovingAverageMinMaxObserver(), HistogramObserver(-2.0, 3.0, 32)):
+        observer.observe(values)
+        assert _state(pickle.loads(pickle.dumps(observer))) == _state(observer)

@@ -1,0 +1,300 @@
+"""Run StableHLO text on the engines jaxlib ships: its MLIR verifier, the StableHLO reference
+interpreter (`stablehlo.eval_module`) and XLA:CPU.
+
+jax is imported lazily, on first use, so this module imports without the `stablehlo` extra; using it
+then raises an `InputError` that says which extra to install.
+
+Facts about jaxlib 0.10.2 this module relies on (see ../shared/engines/README.md):
+- jaxlib's Python context does not register the `quant` dialect; deserializing a portable artifact
+  that uses a quant type loads it. We do that once and keep the context (`_context`).
+- XLA rejects quant types ("can't be translated to XLA HLO"): `run_xla` first applies
+  `stablehlo-legalize-quant-to-math`, which leaves `chlo` ops that XLA accepts.
+- `DenseElementsAttr` converts to numpy only for byte-sized integers and f16/f32/f64; other element
+  types (i4, i2, bf16, f8…) go through their printed form and qconvert's attribute parser.
+- The interpreter reads quant storage `u8` as signed (MLIR parses it as signless i8; see the xfail in
+  tests/unit/test_numerics.py). Plain `ui8` tensors are unsigned everywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from qconvert.errors import InputError, QConvertError, VerifyError
+
+ENTRY = "main"
+QUANT_TO_MATH = "builtin.module(func.func(stablehlo-legalize-quant-to-math))"
+
+# A module that uses a quant type; deserializing its portable artifact loads the quant dialect.
+_BOOTSTRAP = """module {
+  func.func @bootstrap(%x: tensor<1xf32>) -> tensor<1xf32> {
+    %q = stablehlo.uniform_quantize %x : (tensor<1xf32>) -> tensor<1x!quant.uniform<i8:f32, 1.0:0>>
+    %y = stablehlo.uniform_dequantize %q : (tensor<1x!quant.uniform<i8:f32, 1.0:0>>) -> tensor<1xf32>
+    return %y : tensor<1xf32>
+  }
+}"""
+
+_QUANT_TYPE = re.compile(r"!quant\.")
+_SUB_BYTE_DTYPES = {
+    "i4": ml_dtypes.int4,
+    "ui4": ml_dtypes.uint4,
+    "i2": ml_dtypes.int2,
+    "ui2": ml_dtypes.uint2,
+}
+
+
+class EngineError(QConvertError):
+    """The engine failed while running a module that verified (exit code 1: the check failed)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class _Jax:
+    """The jax/jaxlib modules this runner uses, imported once."""
+
+    jax: ModuleType
+    ir: Any
+    passmanager: Any
+    stablehlo: Any
+    backend: Any
+    xla_client: Any
+    make_ir_context: Any
+
+
+@functools.cache
+def _jax() -> _Jax:
+    try:
+        import jax
+        import jax._src.interpreters.mlir as jax_mlir
+        from jax._src.lib import xla_client
+        from jax.extend import backend
+        from jaxlib.mlir import ir, passmanager
+        from jaxlib.mlir.dialects import stablehlo
+    except ImportError as e:
+        raise InputError(
+            f"the StableHLO engines need jax and jaxlib ({e}); "
+            "install them with `pip install 'qconvert[stablehlo]'`"
+        ) from None
+    return _Jax(jax, ir, passmanager, stablehlo, backend, xla_client, jax_mlir.make_ir_context)
+
+
+@functools.cache
+def _context() -> Any:
+    """jaxlib's MLIR context with the quant dialect loaded and the StableHLO passes registered."""
+    jx = _jax()
+    context = jx.make_ir_context()
+    artifact = jx.stablehlo.serialize_portable_artifact_str(_BOOTSTRAP, jx.stablehlo.get_current_version())
+    jx.stablehlo.deserialize_portable_artifact(context, artifact)
+    context.dialects["quant"]  # raises if the bootstrap stopped loading it
+    jx.stablehlo.register_stablehlo_passes()
+    return context
+
+
+def _diagnostic_text(error: Exception) -> str:
+    """jaxlib's diagnostics, one per line, with their notes (MLIRError keeps them structured)."""
+    diagnostics = getattr(error, "error_diagnostics", None)
+    if not diagnostics:
+        return str(error).strip()
+    lines: list[str] = []
+
+    def add(diagnostic: Any, indent: str) -> None:
+        lines.append(f"{indent}{diagnostic.location}: {diagnostic.message}")
+        for note in diagnostic.notes:
+            add(note, indent + "  ")
+
+    for diagnostic in diagnostics:
+        add(diagnostic, "")
+    return "\n".join(lines)
+
+
+def _parse(text: str) -> Any:
+    """Parse and verify `text` in the cached context; jaxlib's diagnostics become a VerifyError."""
+    jx = _jax()
+    context = _context()
+    with context:
+        try:
+            module = jx.ir.Module.parse(text)
+        except jx.ir.MLIRError as e:
+            # Module.parse verifies too, so most invalid modules fail here.
+            raise VerifyError(f"jaxlib rejected the StableHLO module:\n{_diagnostic_text(e)}") from None
+        try:
+            module.operation.verify()
+        except jx.ir.MLIRError as e:
+            raise VerifyError(
+                f"jaxlib's verifier rejected the StableHLO module:\n{_diagnostic_text(e)}"
+            ) from None
+    return module
+
+
+def verify(text: str) -> None:
+    """Parse and verify StableHLO text in jaxlib's MLIR context (quant dialect loaded)."""
+    _parse(text)
+
+
+def uses_quant_types(text: str) -> bool:
+    return _QUANT_TYPE.search(text) is not None
+
+
+def legalize_quant_to_math(text: str) -> str:
+    """Apply `stablehlo-legalize-quant-to-math`: quant-typed ops become integer/float StableHLO and CHLO."""
+    jx = _jax()
+    module = _parse(text)
+    with _context():
+        try:
+            jx.passmanager.PassManager.parse(QUANT_TO_MATH).run(module.operation)
+        except jx.ir.MLIRError as e:
+            raise EngineError(f"stablehlo-legalize-quant-to-math failed:\n{_diagnostic_text(e)}") from None
+        return str(module)
+
+
+# --- numpy <-> MLIR attributes (the interpreter's values) ---------------------------------------------
+
+
+def _entry_input_types(module: Any, entry: str) -> list[Any]:
+    """The entry function's argument types (the interpreter checks arguments against them)."""
+    jx = _jax()
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and jx.ir.StringAttr(op.attributes["sym_name"]).value == entry:
+            function_type = jx.ir.FunctionType(jx.ir.TypeAttr(op.attributes["function_type"]).value)
+            return list(function_type.inputs)
+    raise InputError(f"the StableHLO module has no function @{entry}")
+
+
+def _to_attribute(array: np.ndarray, tensor_type: Any, position: int) -> Any:
+    """A DenseElementsAttr of the function's argument type holding `array`'s values.
+
+    The buffer is reinterpreted, not converted: the argument's element type decides (so `ui8`, `i4`
+    stored one per byte, `bf16` as 16-bit words all work), and a size mismatch is an InputError.
+    """
+    jx = _jax()
+    ranked = jx.ir.RankedTensorType(tensor_type)
+    element_type = ranked.element_type
+    if list(array.shape) != list(ranked.shape):
+        raise InputError(f"input {position}: shape {list(array.shape)} does not match {tensor_type}")
+    array = np.ascontiguousarray(array)
+    if array.dtype == np.bool_:
+        buffer = array
+    else:
+        width = array.dtype.itemsize
+        buffer = array.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[width])
+    try:
+        return jx.ir.DenseElementsAttr.get(buffer, type=element_type, shape=list(array.shape))
+    except ValueError as e:
+        raise InputError(
+            f"input {position}: a {array.dtype} array cannot be passed as {tensor_type}: {e}"
+        ) from None
+
+
+def attribute_to_numpy(attribute: Any) -> np.ndarray:
+    """A jaxlib DenseElementsAttr as a numpy array; element types numpy's buffer protocol lacks (i4, i2,
+    bf16, f8) are read from the printed attribute by qconvert's parser, which maps them to ml_dtypes."""
+    try:
+        return np.array(attribute)
+    except (RuntimeError, TypeError, ValueError):
+        from qconvert.ir.attribute_parser import AttributeParser
+
+        parsed = AttributeParser(str(attribute)).parse_attribute()
+        array = np.array(parsed.array)
+        element = str(_jax().ir.ShapedType(attribute.type).element_type)
+        sub_byte = _SUB_BYTE_DTYPES.get(element)
+        # The parser keeps sub-byte integers in int8/uint8; XLA returns ml_dtypes' int4 & co: agree with XLA.
+        return array.astype(sub_byte) if sub_byte is not None else array
+
+
+# --- engines ------------------------------------------------------------------------------------------
+
+
+def run_interpreter(text: str, inputs: Sequence[np.ndarray], entry: str = ENTRY) -> list[np.ndarray]:
+    """Run `entry` of `text` on the StableHLO reference interpreter (quant types run natively)."""
+    jx = _jax()
+    module = _parse(text)
+    with _context():
+        types = _entry_input_types(module, entry)
+        if len(types) != len(inputs):
+            raise InputError(f"@{entry} takes {len(types)} inputs, {len(inputs)} given")
+        arguments = [_to_attribute(np.asarray(a), t, i) for i, (a, t) in enumerate(zip(inputs, types))]
+        try:
+            results = jx.stablehlo.eval_module(module, arguments)
+        except Exception as e:  # jaxlib raises a bare RuntimeError("interpreter failed") after printing
+            raise EngineError(f"the StableHLO interpreter failed on @{entry}: {e}") from None
+        return [attribute_to_numpy(r) for r in results]
+
+
+class _ExecutableCache:
+    """Compiled XLA executables by module text; compiling dominates small runs."""
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self.entries: OrderedDict[str, Any] = OrderedDict()
+
+    def get(self, text: str) -> Any:
+        key = hashlib.sha256(text.encode()).hexdigest()
+        if key in self.entries:
+            self.entries.move_to_end(key)
+            return self.entries[key]
+        executable = _compile(text)
+        self.entries[key] = executable
+        if len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+        return executable
+
+
+def _compile(text: str) -> Any:
+    jx = _jax()
+    cpu = jx.backend.get_backend("cpu")
+    device = cpu.local_devices()[0]
+    try:
+        return cpu.compile_and_load(text, jx.xla_client.DeviceList((device,)), jx.xla_client.CompileOptions())
+    except Exception as e:  # XlaRuntimeError
+        raise EngineError(f"XLA:CPU could not compile the module: {e}") from None
+
+
+_EXECUTABLES = _ExecutableCache()
+
+
+def xla_text(text: str) -> str:
+    """The text XLA compiles: verified, and with quant types legalized to math when there are any."""
+    if uses_quant_types(text):
+        return legalize_quant_to_math(text)
+    verify(text)
+    return text
+
+
+def run_xla(text: str, inputs: Sequence[np.ndarray], entry: str = ENTRY) -> list[np.ndarray]:
+    """Compile `text` on XLA:CPU (after quant-to-math when it has quant types) and run it.
+
+    XLA compiles the function named `main`; inputs are numpy arrays of the argument types (ml_dtypes for
+    int4/bf16/…); outputs come back as numpy arrays of the result types.
+    """
+    if entry != ENTRY:
+        raise InputError(f"XLA runs the function @{ENTRY}, not @{entry}")
+    jx = _jax()
+    executable = _EXECUTABLES.get(xla_text(text))
+    device = jx.backend.get_backend("cpu").local_devices()[0]
+    try:
+        # Without x64, device_put would narrow i64/f64 inputs to 32 bits.
+        with jx.jax.enable_x64(True):
+            arguments = [jx.jax.device_put(np.asarray(a), device) for a in inputs]
+        outputs = executable.execute(arguments)
+    except Exception as e:
+        raise EngineError(f"XLA:CPU failed to run the module: {e}") from None
+    return [np.asarray(o) for o in outputs]
+
+
+def run(text: str, inputs: Sequence[np.ndarray], engine: str = "xla") -> list[np.ndarray]:
+    """Run on `engine` ("interpreter" or "xla")."""
+    if engine == "interpreter":
+        return run_interpreter(text, inputs)
+    if engine == "xla":
+        return run_xla(text, inputs)
+    raise InputError(f"unknown StableHLO engine {engine!r}: expected 'interpreter' or 'xla'")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from qconvert.check import (
+from qconvert.check_report import (
     EVALUATED_BY_NUMERICS,
     EVALUATED_BY_REFERENCE,
     FAIL,
@@ -41,7 +41,16 @@ SHORT_EVALUATED_BY = {EVALUATED_BY_NUMERICS: "qconvert numerics", EVALUATED_BY_R
 
 
 def _op_label(layer: LayerResult) -> str:
-    return layer.op_type if not layer.domain else f"{layer.domain}.{layer.op_type}"
+    label = layer.op_type if not layer.domain else f"{layer.domain}.{layer.op_type}"
+    return f"{label} (fused quantized op)" if layer.group is not None else label
+
+
+def _backend_label(report: CheckReport) -> str:
+    """`interpreter`, or `stablehlo on xla, quantized form, onnx semantics`."""
+    parts = [f"on {report.engine}" if report.engine else "", f"{report.form} form" if report.form else ""]
+    parts.append(f"{report.semantics} semantics" if report.semantics else "")
+    details = ", ".join(p for p in parts if p)
+    return f"{report.backend} {details}" if details else report.backend
 
 
 def render(report: CheckReport, console: Any = None, summary_only: bool = False) -> None:
@@ -59,12 +68,14 @@ def render(report: CheckReport, console: Any = None, summary_only: bool = False)
     if summary_only:
         console.print(f"{verdict}: {counts}")
         return
-    layers = Table(title=f"per node: {report.model} ({report.backend}, inputs {report.inputs_source})")
+    layers = Table(
+        title=f"per node: {report.model} ({_backend_label(report)}, inputs {report.inputs_source})"
+    )
     for column in ("op", "evaluated by", "passed", "failed", "not run"):
         layers.add_column(column, justify="left" if column in ("op", "evaluated by") else "right")
     groups: dict[tuple[str, str], list[LayerResult]] = {}
     for layer in report.layers.values():
-        by = SHORT_EVALUATED_BY.get(layer.evaluated_by or "", "-")
+        by = SHORT_EVALUATED_BY.get(layer.evaluated_by or "", layer.evaluated_by or "-")
         groups.setdefault((_op_label(layer), by), []).append(layer)
     for (op, by), members in groups.items():
         tallies = [sum(1 for m in members if m.verdict == v) for v in (PASS, FAIL, NOT_RUN)]
@@ -82,6 +93,20 @@ def render(report: CheckReport, console: Any = None, summary_only: bool = False)
                 _op_label(layer),
                 f"{layer.mismatches}/{layer.elements}",
                 _number(layer.max_lsb_diff),
+            )
+        console.print(table)
+    explained = [layer for layer in report.layers.values() if layer.predicted_mismatches is not None]
+    if explained:
+        table = Table(title=f"differences from onnxruntime due to {report.semantics} rounding semantics")
+        for column in ("node", "op", "differing", "predicted", "why"):
+            table.add_column(column, overflow="fold")
+        for layer in explained:
+            table.add_row(
+                layer.node,
+                _op_label(layer),
+                f"{layer.mismatches}/{layer.elements}",
+                str(layer.predicted_mismatches),
+                layer.explanation or "",
             )
         console.print(table)
     not_run: dict[str, list[LayerResult]] = {}

@@ -1,0 +1,152 @@
+"""The backends `qconvert check` runs, behind one small interface.
+
+A backend runs per-node cases (`NodeCase`: a cut-out ONNX model and its feeds) and the whole model. When
+it cannot lower or run something it says why (`NotRun`): the node or output is then "not run" with that
+reason, never passed.
+
+- `interpreter`: the lifted IR on qconvert's own interpreter (`qconvert.interpret`), one case at a time.
+- `stablehlo`: the lifted IR converted to StableHLO (`--form`, `--semantics`) and run on jaxlib's
+  reference interpreter or XLA:CPU (`--engine`); see `check_stablehlo.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from onnx import ModelProto
+
+from qconvert.check_nodes import NodeCase
+from qconvert.check_report import EVALUATED_BY_NUMERICS, EVALUATED_BY_REFERENCE
+from qconvert.errors import InputError
+
+BACKENDS = ("interpreter", "stablehlo")
+ENGINES = ("interpreter", "xla")
+FORMS = ("quantized", "integer")
+SEMANTICS = ("onnx", "stablehlo")
+
+
+class NotRun(Exception):
+    """The backend cannot lower or run a case or the model; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class CaseRun:
+    """What the backend computed for one case (outputs by ONNX name), and what evaluated it."""
+
+    outputs: dict[str, np.ndarray]
+    evaluated_by: str
+
+
+class CheckBackend(Protocol):
+    """What `check` needs from a backend."""
+
+    name: str
+    engine: str | None
+    form: str | None
+    semantics: str | None
+
+    def fused_groups(self) -> bool:
+        """Whether the per-node verdict covers fused `DequantizeLinear* -> op -> QuantizeLinear` groups."""
+        ...
+
+    def run_cases(
+        self, cases: Sequence[NodeCase], advance: Callable[[int], None]
+    ) -> dict[str, CaseRun | NotRun]:
+        """Run every runnable case; a case that cannot run maps to `NotRun` (calls `advance` as it goes)."""
+        ...
+
+    def keep_case(self, case: NodeCase, run: CaseRun | NotRun) -> bool:
+        """Whether `case` belongs in the report (not a fused-group candidate the backend did not fuse)."""
+        ...
+
+    def predicted_mismatches(
+        self, case: NodeCase, values: Mapping[str, np.ndarray]
+    ) -> tuple[int, str] | None:
+        """Where the rounding differs from ONNX's on purpose: the predicted mismatch count and why."""
+        ...
+
+    def run_model(self, model: ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The whole model (lifted with onnxruntime's types) on the engine; `NotRun` if it cannot."""
+        ...
+
+
+def evaluated_by(module: Any) -> str:
+    """Whether the lifted node runs as quant-typed ops, or as a generic `onnx.*` op on onnx's reference."""
+    from qconvert.interpret import _main
+
+    generic = any(op.name.startswith("onnx.") for op in _main(module).body.ops)
+    return EVALUATED_BY_REFERENCE if generic else EVALUATED_BY_NUMERICS
+
+
+@dataclass(slots=True)
+class InterpreterBackend:
+    """The lifted IR on qconvert's numpy interpreter (one case at a time: lifting is cheap)."""
+
+    name: str = "interpreter"
+    engine: str | None = None
+    form: str | None = None
+    semantics: str | None = None
+
+    def fused_groups(self) -> bool:
+        return False  # the interpreter runs the model's nodes as they are: nothing is fused
+
+    def run_cases(
+        self, cases: Sequence[NodeCase], advance: Callable[[int], None]
+    ) -> dict[str, CaseRun | NotRun]:
+        from qconvert.frontends.onnx import import_onnx
+        from qconvert.interpret import interpret
+
+        runs: dict[str, CaseRun | NotRun] = {}
+        for case in cases:
+            assert case.model is not None
+            try:
+                module = import_onnx(case.model)
+                runs[case.name] = CaseRun(interpret(module, case.feeds), evaluated_by(module))
+            except InputError as error:
+                runs[case.name] = NotRun(f"the backend cannot run it: {error.message}")
+            advance(1)
+        return runs
+
+    def keep_case(self, case: NodeCase, run: CaseRun | NotRun) -> bool:
+        return True
+
+    def predicted_mismatches(
+        self, case: NodeCase, values: Mapping[str, np.ndarray]
+    ) -> tuple[int, str] | None:
+        return None
+
+    def run_model(self, model: ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from qconvert.frontends.onnx import import_onnx
+        from qconvert.interpret import interpret
+
+        module = import_onnx(model)
+        try:
+            return interpret(module, feeds)
+        except InputError as error:
+            raise NotRun(f"the backend cannot run the whole model: {error.message}") from None
+
+
+def make_backend(
+    backend: str, engine: str | None = None, form: str | None = None, semantics: str | None = None
+) -> CheckBackend:
+    """The backend named `backend`; InputError for an unknown name or an option it does not take."""
+    if backend not in BACKENDS:
+        raise InputError(f"unknown backend '{backend}'; available: {', '.join(BACKENDS)}")
+    if backend == "interpreter":
+        given = [f"--{n} {v}" for n, v in (("engine", engine), ("form", form), ("semantics", semantics)) if v]
+        if given:
+            raise InputError(f"{', '.join(given)}: only the stablehlo backend takes these options")
+        return InterpreterBackend()
+    for option, value, allowed in (
+        ("engine", engine, ENGINES),
+        ("form", form, FORMS),
+        ("semantics", semantics, SEMANTICS),
+    ):
+        if value is not None and value not in allowed:
+            raise InputError(f"unknown --{option} '{value}'; available: {', '.join(allowed)}")
+    from qconvert.check_stablehlo import StableHLOBackend
+
+    return StableHLOBackend(engine=engine or "xla", form=form or "quantized", semantics=semantics or "onnx")

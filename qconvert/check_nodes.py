@@ -1,0 +1,289 @@
+"""Per-node cases of `qconvert check`: each quantization node (or fused group) cut out of the model and fed
+what onnxruntime gave it, and the bit-exact verdict on what the backend computed for it.
+
+A case is a small ONNX model: the node's (or group's) inputs that onnxruntime computed become graph
+inputs fed with onnxruntime's values; its initializers, Constant values and Q/DQ quantization parameters
+become initializers (the IR carries scale and zero point in the quant type, so they must be constants).
+A *fused group* is `DequantizeLinear* -> op -> QuantizeLinear`, the pattern StableHLO's
+`legalize-qdq-to-quantized-op` turns into one quantized op; only its final output is compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
+
+from qconvert.check_report import FAIL, NOT_RUN, PASS, LayerResult, compare
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+QUANTIZATION_OPS = frozenset(
+    {
+        ("", "QuantizeLinear"),
+        ("", "DequantizeLinear"),
+        ("", "DynamicQuantizeLinear"),
+        ("", "QLinearConv"),
+        ("", "QLinearMatMul"),
+        ("", "MatMulInteger"),
+        ("", "ConvInteger"),
+        ("com.microsoft", "QLinearAdd"),
+        ("com.microsoft", "QLinearMul"),
+        ("com.microsoft", "QLinearConcat"),
+        ("com.microsoft", "QLinearSigmoid"),
+        ("com.microsoft", "QLinearLeakyRelu"),
+        ("com.microsoft", "QLinearAveragePool"),
+        ("com.microsoft", "QLinearGlobalAveragePool"),
+        ("com.microsoft", "QLinearSoftmax"),
+        ("com.microsoft", "QLinearReduceMean"),
+        ("com.microsoft", "QGemm"),
+        ("com.microsoft", "DynamicQuantizeMatMul"),
+        ("com.microsoft", "MatMulIntegerToFloat"),
+        ("com.microsoft", "QuantizeLinear"),
+        ("com.microsoft", "DequantizeLinear"),
+    }
+)
+Q_DQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
+@dataclass(slots=True, kw_only=True)
+class NodeCase:
+    """One per-node check: the cut-out model, its feeds, and the outputs compared with onnxruntime.
+
+    `reason` is set (and `model` None) when the case cannot run at all, e.g. onnxruntime could not return
+    one of its values. `group`: the display names of a fused group's nodes, None for a single node.
+    """
+
+    name: str
+    op_type: str
+    domain: str
+    nodes: list[NodeProto]
+    model: ModelProto | None = None
+    feeds: dict[str, np.ndarray] = field(default_factory=dict)
+    compared: list[str] = field(default_factory=list)
+    group: list[str] | None = None
+    reason: str | None = None
+
+    @property
+    def last(self) -> NodeProto:
+        """The node whose outputs are compared (a fused group's QuantizeLinear)."""
+        return self.nodes[-1]
+
+    def result(self, verdict: str = NOT_RUN) -> LayerResult:
+        return LayerResult(
+            node=self.name,
+            op_type=self.op_type,
+            domain=self.domain,
+            verdict=verdict,
+            reason=self.reason,
+            group=self.group,
+        )
+
+
+def broadcast_scale(scale: np.ndarray, shape: Sequence[int], axis: int, block_size: int) -> np.ndarray:
+    """A Q/DQ scale shaped to broadcast against its tensor (per-tensor, per-axis or blocked)."""
+    scale = np.asarray(scale, dtype=np.float64)
+    if scale.size == 1 or not shape:
+        return scale.reshape(())
+    axis = axis % len(shape)
+    if block_size:
+        return np.repeat(scale, block_size, axis=axis).take(range(shape[axis]), axis=axis)
+    dims = [1] * len(shape)
+    dims[axis] = shape[axis]
+    return scale.reshape(dims)
+
+
+def _attribute(node: NodeProto, name: str, default: int) -> int:
+    found = next((a for a in node.attribute if a.name == name), None)
+    return default if found is None else int(helper.get_attribute_value(found))
+
+
+def dequantize_lsb(
+    node: NodeProto, values: Mapping[str, np.ndarray], shape: Sequence[int]
+) -> np.ndarray | None:
+    """The quantization step of a DequantizeLinear's output (its scale, broadcast) when the scale is known."""
+    if node.op_type != "DequantizeLinear" or len(node.input) < 2 or node.input[1] not in values:
+        return None
+    scale = values[node.input[1]]
+    return broadcast_scale(scale, shape, _attribute(node, "axis", 1), _attribute(node, "block_size", 0))
+
+
+# Per node ------------------------------------------------------------------------------------------
+def is_quantization_node(node: NodeProto) -> bool:
+    domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+    return (domain, node.op_type) in QUANTIZATION_OPS
+
+
+def node_names(model: ModelProto) -> list[str]:
+    """A unique display name per node: its name, `<op output 'y'>` when unnamed, `#2` on repeats."""
+    names, seen = [], set()
+    for node in model.graph.node:
+        base = node.name or f"<{node.op_type} output '{node.output[0] if node.output else ''}'>"
+        name, count = base, 1
+        while name in seen:
+            count += 1
+            name = f"{base} #{count}"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+def _tensor(name: str, array: np.ndarray, elem_type: int | None) -> TensorProto:
+    if elem_type == TensorProto.FLOAT8E4M3FN and array.dtype == np.uint8:
+        array = array.view(ml_dtypes.float8_e4m3fn)
+    return numpy_helper.from_array(array, name)
+
+
+def _elem_type(name: str, array: np.ndarray, types: Mapping[str, int]) -> int:
+    return types.get(name) or helper.np_dtype_to_tensor_dtype(array.dtype)
+
+
+def cut_model(
+    model: ModelProto,
+    nodes: Sequence[NodeProto],
+    compared: Sequence[str],
+    values: Mapping[str, np.ndarray],
+    types: Mapping[str, int],
+    constants: set[str],
+) -> tuple[ModelProto, dict[str, np.ndarray]]:
+    """`nodes` alone, fed what onnxruntime gave them: constants and Q/DQ parameters as initializers,
+    values computed elsewhere in the model as graph inputs; `compared` are the graph outputs."""
+    initializers = {t.name: t for t in model.graph.initializer}
+    produced = {name for node in nodes for name in node.output if name}
+    graph_inputs, feeds, tensors, seen = [], {}, [], set()
+    for node in nodes:
+        for position, name in enumerate(node.input):
+            if not name or name in produced or name in seen:
+                continue
+            seen.add(name)
+            if name in initializers:
+                tensors.append(initializers[name])
+            elif name in constants or (node.op_type in Q_DQ_OPS and position > 0):
+                tensors.append(_tensor(name, values[name], types.get(name)))
+            else:
+                array = values[name]
+                graph_inputs.append(
+                    helper.make_tensor_value_info(name, _elem_type(name, array, types), list(array.shape))
+                )
+                feeds[name] = array
+    outputs = [
+        helper.make_tensor_value_info(name, _elem_type(name, values[name], types), list(values[name].shape))
+        for name in compared
+    ]
+    graph = helper.make_graph(list(nodes), "check_node", graph_inputs, outputs, initializer=tensors)
+    cut = helper.make_model(graph, opset_imports=list(model.opset_import))
+    cut.ir_version = model.ir_version
+    return cut, feeds
+
+
+def _missing_value(
+    nodes: Sequence[NodeProto], values: Mapping[str, np.ndarray], unreturnable: Mapping[str, str]
+) -> str | None:
+    for node in nodes:
+        for value in [*node.input, *node.output]:
+            if value and value not in values:
+                return unreturnable.get(value, f"onnxruntime gave no value for '{value}'")
+    return None
+
+
+def node_cases(
+    model: ModelProto,
+    values: Mapping[str, np.ndarray],
+    types: Mapping[str, int],
+    constants: set[str],
+    unreturnable: Mapping[str, str],
+) -> list[NodeCase]:
+    """One case per quantization node of `model`, in graph order."""
+    cases = []
+    for node, name in zip(model.graph.node, node_names(model)):
+        if not is_quantization_node(node):
+            continue
+        domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+        case = NodeCase(name=name, op_type=node.op_type, domain=domain, nodes=[node])
+        case.reason = _missing_value([node], values, unreturnable)
+        if case.reason is None:
+            case.compared = [o for o in node.output if o]
+            case.model, case.feeds = cut_model(model, [node], case.compared, values, types, constants)
+        cases.append(case)
+    return cases
+
+
+def fused_group_cases(
+    model: ModelProto,
+    values: Mapping[str, np.ndarray],
+    types: Mapping[str, int],
+    constants: set[str],
+    unreturnable: Mapping[str, str],
+) -> list[NodeCase]:
+    """One case per `DequantizeLinear* -> op -> QuantizeLinear` group: every input of the op comes from a
+    DequantizeLinear (a constant or float operand blocks upstream's fusion too), and its one output feeds
+    exactly one QuantizeLinear and nothing else. Whether the backend fuses it is the backend's to say."""
+    graph = list(model.graph.node)
+    names = node_names(model)
+    producers = {o: i for i, n in enumerate(graph) for o in n.output if o}
+    consumers: dict[str, list[int]] = {}
+    for index, node in enumerate(graph):
+        for name in node.input:
+            if name:
+                consumers.setdefault(name, []).append(index)
+    graph_outputs = {o.name for o in model.graph.output}
+    cases = []
+    for index, node in enumerate(graph):
+        inputs = [name for name in node.input if name]
+        outputs = [name for name in node.output if name]
+        if is_quantization_node(node) or not inputs or len(outputs) != 1 or outputs[0] in graph_outputs:
+            continue
+        dequantizes = [producers.get(name) for name in inputs]
+        if any(p is None or graph[p].op_type != "DequantizeLinear" for p in dequantizes):
+            continue
+        users = consumers.get(outputs[0], [])
+        if (
+            len(users) != 1
+            or graph[users[0]].op_type != "QuantizeLinear"
+            or graph[users[0]].input[0] != outputs[0]
+        ):
+            continue
+        members = [*dict.fromkeys(p for p in dequantizes if p is not None), index, users[0]]
+        nodes = [graph[m] for m in members]
+        case = NodeCase(
+            name=f"{names[index]} (fused)",
+            op_type=node.op_type,
+            domain="" if node.domain in DEFAULT_DOMAINS else node.domain,
+            nodes=nodes,
+            group=[names[m] for m in members],
+        )
+        case.reason = _missing_value(nodes, values, unreturnable)
+        if case.reason is None:
+            case.compared = [nodes[-1].output[0]]
+            case.model, case.feeds = cut_model(model, nodes, case.compared, values, types, constants)
+        cases.append(case)
+    return cases
+
+
+def judge(
+    case: NodeCase,
+    ours: Mapping[str, np.ndarray],
+    values: Mapping[str, np.ndarray],
+    evaluated_by: str,
+    predicted: tuple[int, str] | None = None,
+) -> LayerResult:
+    """The verdict on what the backend computed for `case`: bit-exact, or (when the backend's rounding
+    semantics differ on purpose) exactly the predicted number of differing elements."""
+    result = case.result()
+    result.evaluated_by = evaluated_by
+    for output in case.compared:
+        reference = values[output]
+        lsb = dequantize_lsb(case.last, values, reference.shape)
+        comparison = compare(reference, np.asarray(ours[output]), lsb)
+        result.elements += comparison.elements
+        result.mismatches += comparison.mismatches
+        if comparison.max_lsb_diff is not None:
+            result.max_lsb_diff = max(result.max_lsb_diff or 0.0, comparison.max_lsb_diff)
+    expected = 0
+    if predicted is not None:
+        result.predicted_mismatches, result.explanation = predicted
+        expected = predicted[0]
+    result.verdict = PASS if result.mismatches == expected else FAIL
+    return result

@@ -1,0 +1,278 @@
+"""Calibrated ranges: per-tensor (min, max) with their statistics, JSON files, and attaching them to the IR.
+
+NOTE: a range is keyed by ONNX tensor name. `attach_ranges` puts each one on the lifted float IR as
+`quant.qcast %v : tensor<..xf32> to tensor<..x!quant.calibrated<f32<min:max>>>` followed by `quant.dcast`
+back to f32, every user of `%v` rerouted through the dcast: the shape a lifted QDQ pair has, so
+`qconvert import`-style printing shows the range on each observed value and `finalize` only has to
+swap the calibrated type for a `!quant.uniform` one. Ranges hold float32 values (stored as the float64
+of the float32); JSON writes them with `repr`, which round-trips exactly, and non-finite bounds as the
+strings "inf" / "-inf" / "nan".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from qconvert.calibrate.tensor_names import TENSOR_NAME_ATTR, tensor_values
+from qconvert.errors import InputError
+from qconvert.ir.attributes import StringAttr
+from qconvert.ir.core import Builder, Operation, Value
+from qconvert.ir.dialects.builtin import ModuleOp
+from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
+from qconvert.ir.quant_types import CalibratedQuantizedType
+from qconvert.ir.types import FloatType, element_type_of, with_element_type
+
+FORMAT = "qconvert.calibration_ranges"
+VERSION = 1
+
+
+def as_float32(value: float) -> float:
+    """The float64 holding the nearest float32 of `value` (ranges are float32 values, as onnxruntime's)."""
+    return float(np.float32(value))
+
+
+@dataclass(slots=True)
+class TensorRange:
+    """The observed range of one tensor, plus what the observer learned on the way.
+
+    `min`/`max` are float32 values; `method` names the observer (minmax, percentile, ...); `std` is
+    set by the Distribution observer (float8 scales); `samples` counts observed samples; `nan_count` /
+    `inf_count` count excluded non-finite elements; `sentinel` explains a range dominated by a
+    sentinel value (the tensor is then normally kept in float).
+    """
+
+    name: str
+    min: float
+    max: float
+    method: str = "minmax"
+    std: float | None = None
+    samples: int = 0
+    nan_count: int = 0
+    inf_count: int = 0
+    sentinel: str | None = None
+
+    def __post_init__(self) -> None:
+        self.min = as_float32(self.min)
+        self.max = as_float32(self.max)
+        if self.std is not None:
+            self.std = as_float32(self.std)
+
+    def to_json(self) -> dict[str, object]:
+        entry: dict[str, object] = {
+            "min": _float_out(self.min),
+            "max": _float_out(self.max),
+            "method": self.method,
+        }
+        if self.std is not None:
+            entry["std"] = _float_out(self.std)
+        for key in ("samples", "nan_count", "inf_count"):
+            if getattr(self, key):
+                entry[key] = getattr(self, key)
+        if self.sentinel is not None:
+            entry["sentinel"] = self.sentinel
+        return entry
+
+
+@dataclass(slots=True)
+class CalibrationRanges:
+    """Every observed tensor's range, by ONNX tensor name, and where they came from.
+
+    `metadata` is free-form JSON (model path, method, sample count, qconvert version, ...).
+    """
+
+    ranges: dict[str, TensorRange] = field(default_factory=dict)
+    metadata: dict[str, object] = field(default_factory=dict)
+
+    def add(self, tensor_range: TensorRange) -> None:
+        self.ranges[tensor_range.name] = tensor_range
+
+    def __getitem__(self, name: str) -> TensorRange:
+        return self.ranges[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.ranges
+
+    def __len__(self) -> int:
+        return len(self.ranges)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "metadata": self.metadata,
+            "tensors": {name: r.to_json() for name, r in self.ranges.items()},
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write JSON atomically (temp file, then rename): no partial file on failure."""
+        target = Path(path)
+        text = json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n"
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+        try:
+            with os.fdopen(handle, "w") as stream:
+                stream.write(text)
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def from_json(cls, data: object, source: str = "<ranges>") -> CalibrationRanges:
+        """Parse the JSON structure `save` writes; InputError naming `source` and the entry otherwise."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise InputError(f'{source}: not a qconvert ranges file (expected "format": "{FORMAT}")')
+        version = data.get("version")
+        if version != VERSION:
+            raise InputError(
+                f"{source}: ranges file version {version!r} is not supported (expected {VERSION})"
+            )
+        metadata = data.get("metadata", {})
+        tensors = data.get("tensors")
+        if not isinstance(metadata, dict) or not isinstance(tensors, dict):
+            raise InputError(f'{source}: "metadata" and "tensors" must be JSON objects')
+        result = cls(metadata=metadata)
+        for name, entry in tensors.items():
+            result.add(_range_from_json(name, entry, source))
+        return result
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> CalibrationRanges:
+        try:
+            text = Path(path).read_text()
+        except OSError as error:
+            raise InputError(f"{path}: cannot read ranges file: {error.strerror or error}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise InputError(f"{path}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}") from None
+        return cls.from_json(data, str(path))
+
+
+def _float_out(value: float) -> float | str:
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def _float_in(value: object, where: str) -> float:
+    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f'{where} must be a number (or "inf", "-inf", "nan"), got {value!r}')
+    return float(value)
+
+
+def _range_from_json(name: str, entry: object, source: str) -> TensorRange:
+    where = f"{source}: tensor '{name}'"
+    if not isinstance(entry, dict):
+        raise InputError(f'{where}: expected an object with "min" and "max"')
+    for key in ("min", "max"):
+        if key not in entry:
+            raise InputError(f'{where}: missing "{key}"')
+    low = _float_in(entry["min"], f'{where}: "min"')
+    high = _float_in(entry["max"], f'{where}: "max"')
+    if math.isnan(low) or math.isnan(high) or low > high:
+        raise InputError(f"{where}: min {entry['min']!r} must not exceed max {entry['max']!r}")
+    counts = {}
+    for key in ("samples", "nan_count", "inf_count"):
+        value = entry.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(f'{where}: "{key}" must be a non-negative integer, got {value!r}')
+        counts[key] = value
+    std = entry.get("std")
+    sentinel = entry.get("sentinel")
+    if sentinel is not None and not isinstance(sentinel, str):
+        raise InputError(f'{where}: "sentinel" must be a string')
+    method = entry.get("method", "minmax")
+    if not isinstance(method, str):
+        raise InputError(f'{where}: "method" must be a string')
+    return TensorRange(
+        name,
+        low,
+        high,
+        method=method,
+        std=None if std is None else _float_in(std, f'{where}: "std"'),
+        sentinel=sentinel,
+        **counts,
+    )
+
+
+# Attaching to the IR ----------------------------------------------------------------------------
+
+
+def calibrated_type(expressed: FloatType, tensor_range: TensorRange) -> CalibratedQuantizedType:
+    """`!quant.calibrated<f32<min:max>>`; a degenerate range (min == max) is widened to include zero,
+    as every scale rule does anyway, so the type (which needs max > min) can hold it."""
+    low, high = tensor_range.min, tensor_range.max
+    if not high > low:
+        low, high = min(low, 0.0), max(high, 0.0)
+        if not high > low:  # all zeros: the smallest float32 above zero gives onnxruntime's (1.0, 0) params
+            high = float(np.nextafter(np.float32(0), np.float32(1)))
+    return CalibratedQuantizedType(expressed, low, high)
+
+
+def attach_ranges(
+    module: ModuleOp,
+    ranges: CalibrationRanges | Mapping[str, TensorRange],
+    model: object | None = None,
+) -> list[str]:
+    """Insert a calibrated qcast/dcast pair on each observed float value of `module` (in place).
+
+    `model` (ModelProto or path; default: `ranges.metadata["model"]`) names the intermediate values;
+    graph inputs and outputs are named by the module itself. Also records ONNX names on the IR
+    (`onnx.name` on constants, `onnx.tensor_name` on the qcast) for finalize and the ONNX writer.
+    Returns the names of ranges that matched no float value (e.g. integer tensors), sorted.
+    """
+    entries = ranges.ranges if isinstance(ranges, CalibrationRanges) else dict(ranges)
+    if model is None and isinstance(ranges, CalibrationRanges):
+        model = ranges.metadata.get("model")
+    values = tensor_values(module, model)
+    unmatched = []
+    for name, tensor_range in entries.items():
+        value = values.get(name)
+        expressed = element_type_of(value.type) if value is not None else None
+        if value is None or not isinstance(expressed, FloatType):
+            unmatched.append(name)
+            continue
+        insert_calibrated_pair(value, calibrated_type(expressed, tensor_range), name)
+    return sorted(unmatched)
+
+
+def insert_calibrated_pair(value: Value, quant_type: CalibratedQuantizedType, name: str) -> Operation:
+    """qcast `value` to `quant_type` and dcast it back right after its definition; reroute its users."""
+    users = list(value.uses)
+    producer = value.owner_op()
+    if producer is not None:
+        builder = Builder.after(producer)
+    else:
+        builder = Builder.at_start(value.owner)  # type: ignore[attr-defined]  # a block argument
+    quantize = builder.insert(
+        QuantizeCastOp(
+            value,
+            with_element_type(value.type, quant_type),
+            attributes={
+                "onnx.node_name": StringAttr(f"{name}_QuantizeLinear"),
+                TENSOR_NAME_ATTR: StringAttr(name),
+            },
+        )
+    )
+    dequantize = builder.insert(
+        DequantizeCastOp(
+            quantize.result,
+            value.type,
+            attributes={"onnx.node_name": StringAttr(f"{name}_DequantizeLinear")},
+        )
+    )
+    for owner, index in users:
+        owner.set_operand(index, dequantize.result)
+    return quantize

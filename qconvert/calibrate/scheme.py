@@ -1,0 +1,134 @@
+"""The quantization scheme `finalize` applies: storage types, symmetry, granularity, what to quantize.
+
+NOTE: field names follow onnxruntime's `quantize_static` arguments and `extra_options` (reference §2.4),
+and defaults are onnxruntime's, so a default `Scheme()` with MinMax ranges gives `quantize_static`'s
+default QDQ model. Storage kinds are onnxruntime's QuantType names in lower case (QInt8 -> "int8",
+QFLOAT8E4M3FN -> "float8e4m3fn"). `Scheme.check()` refuses what onnxruntime refuses (§2.1) with a
+message naming the option.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from qconvert.errors import InputError
+from qconvert.numerics.calibration import FLOAT8, QUANT_TYPES, is_signed
+
+# onnxruntime QuantType enum names -> our storage kind names (1:1).
+ORT_QUANT_TYPE_NAMES = {
+    "QInt8": "int8",
+    "QUInt8": "uint8",
+    "QInt16": "int16",
+    "QUInt16": "uint16",
+    "QInt4": "int4",
+    "QUInt4": "uint4",
+    "QFLOAT8E4M3FN": "float8e4m3fn",
+}
+
+# Storage kinds the ONNX Q/DQ ops accept only from opset 21 (below, onnxruntime switches to
+# com.microsoft Q/DQ; we raise the opset instead, see finalize).
+OPSET21_TYPES = frozenset({"int16", "uint16", "int4", "uint4"})
+
+
+@dataclass(slots=True)
+class Scheme:
+    """How to quantize a calibrated model; every default is onnxruntime's `quantize_static` default.
+
+    - `activation_type` / `weight_type`: storage of activations / of weights (constant inputs).
+    - `activation_symmetric`: symmetric activation ranges (onnxruntime `ActivationSymmetric`).
+    - `weight_symmetric`: None = onnxruntime's rule (True for int8/int16/int4/float8, False for unsigned).
+    - `per_channel`: per-channel weights (Conv 0, ConvTranspose 1, Gemm transB ? 0 : 1, MatMul 1);
+      `per_channel_axis` overrides the axis per op type (onnxruntime `QDQOpTypePerChannelSupportToAxis`,
+      which onnxruntime applies to MatMul and normalization ops only).
+    - `block_size`: > 0 quantizes rank-2 weights in blocks of that size along the channel axis (opset 21).
+    - `reduce_range`: 7-bit weights (onnxruntime applies it to weights only).
+    - `op_types_to_quantize`: None = onnxruntime's default list; `op_types_to_exclude` removes types.
+    - `nodes_to_quantize` (None = all) / `nodes_to_exclude`: ONNX node names.
+    - `keep_float`: tensor name -> reason; these tensors get no Q/DQ (sentinel guard or user choice).
+    - `min_real_range`: onnxruntime `MinimumRealRange`; `quantize_bias`: int32 biases (`QuantizeBias`).
+    - `keep_removable_activations`: keep Relu/Clip instead of folding them (`QDQKeepRemovableActivations`).
+    - `adjust_weight_scale_for_int32_bias`: onnxruntime's default weight-scale increase (True).
+    - `op_types_to_exclude_output_quantization`: onnxruntime `OpTypesToExcludeOutputQuantization`.
+    - `force_quantize_no_input_check`: Direct8Bit ops quantized even when their input is not
+      (onnxruntime's `quantize_static` turns this off by default; `quantize(...)` config turns it on).
+    """
+
+    activation_type: str = "int8"
+    weight_type: str = "int8"
+    activation_symmetric: bool = False
+    weight_symmetric: bool | None = None
+    per_channel: bool = False
+    per_channel_axis: dict[str, int] = field(default_factory=dict)
+    block_size: int = 0
+    reduce_range: bool = False
+    op_types_to_quantize: frozenset[str] | None = None
+    op_types_to_exclude: frozenset[str] = frozenset()
+    nodes_to_quantize: frozenset[str] | None = None
+    nodes_to_exclude: frozenset[str] = frozenset()
+    keep_float: dict[str, str] = field(default_factory=dict)
+    min_real_range: float | None = None
+    quantize_bias: bool = True
+    keep_removable_activations: bool = False
+    adjust_weight_scale_for_int32_bias: bool = True
+    op_types_to_exclude_output_quantization: frozenset[str] = frozenset()
+    force_quantize_no_input_check: bool = False
+
+    def __post_init__(self) -> None:
+        self.activation_type = ORT_QUANT_TYPE_NAMES.get(self.activation_type, self.activation_type)
+        self.weight_type = ORT_QUANT_TYPE_NAMES.get(self.weight_type, self.weight_type)
+        for name in ("op_types_to_quantize", "nodes_to_quantize"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, frozenset(value))
+        for name in ("op_types_to_exclude", "nodes_to_exclude", "op_types_to_exclude_output_quantization"):
+            setattr(self, name, frozenset(getattr(self, name)))
+        self.keep_float = dict(self.keep_float)
+        self.check()
+
+    @property
+    def weight_is_symmetric(self) -> bool:
+        """onnxruntime's `is_weight_symmetric`: the explicit setting, else True for signed/float8 types."""
+        if self.weight_symmetric is not None:
+            return self.weight_symmetric
+        return is_signed(self.weight_type)
+
+    @property
+    def needs_opset21(self) -> bool:
+        """16-bit and 4-bit storage, and blocked weights, exist in ONNX Q/DQ from opset 21 on."""
+        return self.block_size > 0 or bool({self.activation_type, self.weight_type} & OPSET21_TYPES)
+
+    def check(self) -> None:
+        """Refuse unknown types and the combinations onnxruntime refuses, naming the option."""
+        for name in ("activation_type", "weight_type"):
+            value = getattr(self, name)
+            if value not in QUANT_TYPES:
+                raise InputError(
+                    f"scheme: {name} '{value}' is not one of {', '.join(QUANT_TYPES)} "
+                    f"(or onnxruntime's {', '.join(ORT_QUANT_TYPE_NAMES)})"
+                )
+        if self.activation_type == "int8" and self.weight_type == "uint8":
+            raise InputError(
+                "scheme: int8 activations with uint8 weights are not supported (onnxruntime refuses "
+                "QInt8 activations with QUInt8 weights); use uint8 or int8 for both, or int8 weights"
+            )
+        if (self.activation_type == FLOAT8) != (self.weight_type == FLOAT8):
+            raise InputError(
+                f"scheme: float8e4m3fn must be used for both activations and weights "
+                f"(got activation_type={self.activation_type}, weight_type={self.weight_type})"
+            )
+        if self.block_size < 0:
+            raise InputError(f"scheme: block_size must be 0 (off) or positive, got {self.block_size}")
+        if self.block_size > 0 and self.weight_type == FLOAT8:
+            raise InputError("scheme: blocked weights need an integer weight_type, not float8e4m3fn")
+        if self.reduce_range and FLOAT8 in (self.activation_type, self.weight_type):
+            raise InputError("scheme: reduce_range is not supported with float8e4m3fn")
+        if self.min_real_range is not None and not self.min_real_range >= 0:
+            raise InputError(f"scheme: min_real_range must be >= 0, got {self.min_real_range}")
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready description (sets as sorted lists), e.g. for a report."""
+        result: dict[str, object] = {}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            result[item.name] = sorted(value) if isinstance(value, frozenset) else value
+        return result

@@ -1,0 +1,121 @@
+"""ONNX tensor names of the values of a lifted module (calibration ranges are keyed by them).
+
+NOTE: the ONNX frontend keeps node names (`onnx.node_name`) and graph input/output names, not the names
+of intermediate tensors. Each generic `onnx.*` op is one ONNX node, emitted in graph order, with its
+present inputs as operands and present outputs as results; so pairing those ops with the model's nodes
+in order names every operand and result, initializers and Constant outputs included. Nodes the
+frontend lifts to something else (Constant, QuantizeLinear, DequantizeLinear, QOperator ops) name no
+op here; their outputs are named where a generic op consumes them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+from onnx import ModelProto
+
+from qconvert.errors import InputError
+from qconvert.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr
+from qconvert.ir.core import Operation, Value
+from qconvert.ir.dialects.arith import ConstantOp
+from qconvert.ir.dialects.builtin import ModuleOp
+from qconvert.ir.dialects.func import FuncOp, ReturnOp
+
+TENSOR_NAME_ATTR = "onnx.tensor_name"
+"""On a calibrated/quantized `quant.qcast`: the ONNX name of the tensor it quantizes."""
+
+CONSTANT_NAME_ATTR = "onnx.name"
+"""On an `arith.constant`: the ONNX initializer (or Constant output) it came from."""
+
+_NOT_GENERIC = {"Constant", "QuantizeLinear", "DequantizeLinear"}
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def main_function(module: ModuleOp) -> FuncOp:
+    for op in module.body.ops:
+        if isinstance(op, FuncOp) and op.sym_name == "main":
+            return op
+    raise InputError("the module has no func.func @main (was it lifted from ONNX?)")
+
+
+def _names(function: FuncOp, key: str) -> list[str]:
+    attribute = function.attributes.get(key)
+    if not isinstance(attribute, ArrayAttr):
+        return []
+    names = []
+    for entry in attribute.elements:
+        name = dict(entry.entries).get("onnx.name") if isinstance(entry, DictionaryAttr) else None
+        names.append(name.value if isinstance(name, StringAttr) else "")
+    return names
+
+
+def _load(model: ModelProto | str | os.PathLike[str]) -> ModelProto:
+    if isinstance(model, ModelProto):
+        return model
+    try:
+        return onnx.load(os.fspath(model), load_external_data=False)
+    except Exception as error:  # protobuf/OS errors: report, never a traceback
+        raise InputError(f"{model}: cannot read the ONNX model to name tensors: {error}") from None
+
+
+def tensor_values(
+    module: ModuleOp, model: ModelProto | str | os.PathLike[str] | None = None
+) -> dict[str, Value]:
+    """ONNX tensor name -> IR value of `module`'s @main; intermediate values need the source `model`.
+
+    Also stamps `onnx.name` on each `arith.constant` the model names (if not already there).
+    """
+    function = main_function(module)
+    block = function.regions[0].entry
+    values: dict[str, Value] = {}
+    for name, argument in zip(_names(function, "arg_attrs"), block.arguments):
+        if name:
+            values[name] = argument
+    terminator = block.ops[-1] if block.ops else None
+    if isinstance(terminator, ReturnOp):
+        for name, operand in zip(_names(function, "res_attrs"), terminator.operands):
+            if name:
+                values.setdefault(name, operand)
+    if model is None:
+        return values
+    graph = _load(model).graph
+    nodes = [n for n in graph.node if not (n.domain in _DEFAULT_DOMAINS and n.op_type in _NOT_GENERIC)]
+    ops = [op for op in block.ops if op.name.startswith("onnx.") and "onnx.node_name" in op.attributes]
+    if len(ops) != len(nodes):
+        raise InputError(
+            f"the module does not come from this model: {len(ops)} generic ops, {len(nodes)} matching nodes"
+        )
+    for node, op in zip(nodes, ops):
+        _check_same(node, op)
+        inputs = [name for name in node.input if name]
+        outputs = [name for name in node.output if name]
+        for name, operand in zip(inputs, op.operands):
+            values.setdefault(name, operand)
+            _stamp_constant(operand, name)
+        for name, result in zip(outputs, op.results):
+            values.setdefault(name, result)
+    return values
+
+
+def _check_same(node: onnx.NodeProto, op: Operation) -> None:
+    expected = (
+        f"onnx.{node.op_type}" if node.domain in _DEFAULT_DOMAINS else f"onnx.{node.domain}.{node.op_type}"
+    )
+    node_name = op.attributes["onnx.node_name"]
+    if op.name != expected or (isinstance(node_name, StringAttr) and node_name.value != node.name):
+        raise InputError(
+            f"the module does not come from this model: node '{node.name}' ({node.op_type}) lines up with "
+            f"op {op.name}"
+        )
+
+
+def _stamp_constant(value: Value, name: str) -> None:
+    producer = value.owner_op()
+    if isinstance(producer, ConstantOp) and CONSTANT_NAME_ATTR not in producer.attributes:
+        producer.attributes[CONSTANT_NAME_ATTR] = StringAttr(name)
+
+
+def constant_name(op: Operation) -> str | None:
+    attribute = op.attributes.get(CONSTANT_NAME_ATTR)
+    return attribute.value if isinstance(attribute, StringAttr) else None

@@ -1,0 +1,356 @@
+"""onnxruntime's static-quantization parameter rules (quantize_static, QDQ), one function each.
+
+NOTE: numpy (+ ml_dtypes) in, numpy out, like the rest of qconvert.numerics. These reproduce
+`onnxruntime.quantization` 1.32 (quant_utils.py, base_quantizer.py, qdq_quantizer.py) bit for bit, so a
+MinMax calibration gives the scales and zero points `quantize_static` gives; tests/unit/
+test_numerics_calibration.py pins each one against onnxruntime's own function. Storage kinds are named
+as onnxruntime's QuantType: int8, uint8, int16, uint16, int4, uint4, float8e4m3fn.
+
+The rules, from reference §2.5:
+- `qmin_qmax`: reduce_range first, then the symmetric row (int8/int16 only), else the full range;
+- `compute_scale_zp`: zero always in range, scale in float64 stored in the range's float type, a scale
+  below the type's smallest normal (f16: smallest subnormal) becomes (1.0, 0), zero point
+  `rne(qmin - rmin / scale64)` from the float64 scale (symmetric: `rne((qmin + qmax) / 2)`);
+- weights: `clip(rne(f32(w) / scale) + zp)` with the full storage range; per-channel = per-tensor on each
+  slice; blocked = per block of a rank-2 weight, padded with zeros;
+- bias: `s_in * s_w * beta` (float32), `clip(rne(f64(b) / f64(scale)))` to int32;
+- float8 e4m3fn: `scale = std / std(every finite e4m3fn value)`, zero point 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from . import round_half_to_even
+
+QUANT_TYPES = ("int8", "uint8", "int16", "uint16", "int4", "uint4", "float8e4m3fn")
+INTEGER_QUANT_TYPES = QUANT_TYPES[:-1]
+FLOAT8 = "float8e4m3fn"
+
+STORAGE_DTYPES: dict[str, np.dtype] = {
+    "int8": np.dtype(np.int8),
+    "uint8": np.dtype(np.uint8),
+    "int16": np.dtype(np.int16),
+    "uint16": np.dtype(np.uint16),
+    "int4": np.dtype(ml_dtypes.int4),
+    "uint4": np.dtype(ml_dtypes.uint4),
+    "float8e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+}
+
+# get_qmin_qmax_for_qType's three tables (reference §2.5); int4/unsigned types have no symmetric row.
+_FULL_RANGE = {
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+    "int16": (-32768, 32767),
+    "uint16": (0, 65535),
+    "int4": (-8, 7),
+    "uint4": (0, 15),
+}
+_SYMMETRIC_RANGE = {"int8": (-127, 127), "int16": (-32767, 32767)}
+_REDUCED_RANGE = {
+    "int8": (-64, 64),
+    "uint8": (0, 127),
+    "int16": (-16384, 16384),
+    "uint16": (0, 32767),
+    "int4": (-4, 3),
+    "uint4": (0, 7),
+}
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# Weight-scale increase for int32 bias: onnxruntime's margin and the int32 range it divides by.
+_BIAS_SCALE_EPSILON = 1.0001
+_INT32_QRANGE = np.float64(INT32_MAX) - np.float64(INT32_MIN + 1)
+
+
+def check_quant_type(quant_type: str) -> None:
+    if quant_type not in QUANT_TYPES:
+        raise ValueError(
+            f"unknown quantization type '{quant_type}' (expected one of {', '.join(QUANT_TYPES)})"
+        )
+
+
+def is_signed(quant_type: str) -> bool:
+    """True for int8/int16/int4/float8e4m3fn (onnxruntime makes these weights symmetric by default)."""
+    check_quant_type(quant_type)
+    return quant_type in ("int8", "int16", "int4", FLOAT8)
+
+
+def qmin_qmax(quant_type: str, reduce_range: bool = False, symmetric: bool = False) -> tuple[int, int]:
+    """onnxruntime's `get_qmin_qmax_for_qType`: reduce_range wins, then the symmetric row, else full."""
+    check_quant_type(quant_type)
+    if quant_type == FLOAT8:
+        raise ValueError("float8e4m3fn has no integer range: its scale comes from the standard deviation")
+    if reduce_range:
+        return _REDUCED_RANGE[quant_type]
+    if symmetric and quant_type in _SYMMETRIC_RANGE:
+        return _SYMMETRIC_RANGE[quant_type]
+    return _FULL_RANGE[quant_type]
+
+
+def full_range(quant_type: str) -> tuple[int, int]:
+    """The whole storage range (what weight quantization clips to, whatever range the scale used)."""
+    return qmin_qmax(quant_type)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleZeroPoint:
+    """One (scale, zero point) pair; `scale` keeps the float type of the range it came from."""
+
+    scale: np.floating
+    zero_point: int
+
+
+def _smallest_scale(dtype: np.dtype) -> float:
+    # fp16 subnormal scales still work (integer quantization divides f32 data by them), so the cut is lower.
+    info = np.finfo(dtype)
+    return float(info.smallest_subnormal if dtype == np.float16 else info.tiny)
+
+
+def compute_scale_zp(
+    rmin: float | np.floating,
+    rmax: float | np.floating,
+    qmin: int,
+    qmax: int,
+    symmetric: bool = False,
+    min_real_range: float | None = None,
+    dtype: np.dtype | type = np.float32,
+) -> ScaleZeroPoint:
+    """onnxruntime's `compute_scale_zp` (reference §2.5) for a range held in `dtype` (float32 or float16).
+
+    Arithmetic on the range (including zero, min_real_range, symmetrizing) happens in `dtype`, the
+    scale in float64, then rounded to `dtype`; the zero point uses the float64 scale.
+    """
+    if qmin > 0 or qmax < 0:
+        raise ValueError(f"qmin and qmax must satisfy qmin <= 0 <= qmax, got [{qmin}, {qmax}]")
+    dtype = np.dtype(dtype)
+    low = np.minimum(dtype.type(rmin), dtype.type(0))
+    high = np.maximum(dtype.type(rmax), dtype.type(0))
+    if not (math.isfinite(float(low)) and math.isfinite(float(high))):
+        raise ValueError(f"range [{float(rmin)}, {float(rmax)}] is not finite")
+    if min_real_range is not None:
+        high = max(high, low + dtype.type(min_real_range))
+    if symmetric:
+        absmax = np.maximum(np.abs(low), np.abs(high))
+        low, high = -absmax, absmax
+    scale64 = (np.float64(high) - np.float64(low)) / (np.float64(qmax) - np.float64(qmin))
+    stored = dtype.type(scale64)
+    if (float(stored) if dtype == np.float16 else float(scale64)) < _smallest_scale(dtype):
+        return ScaleZeroPoint(dtype.type(1.0), 0)
+    if symmetric:
+        zero_point = round_half_to_even(np.float64(qmin + qmax) / 2.0)
+    else:
+        zero_point = round_half_to_even(np.float64(qmin) - np.float64(low) / scale64)
+    # In range by construction (zero is inside [low, high]); the clip only guards float64 ties.
+    return ScaleZeroPoint(stored, int(np.clip(zero_point, qmin, qmax)))
+
+
+def activation_params(
+    rmin: float,
+    rmax: float,
+    quant_type: str,
+    symmetric: bool = False,
+    reduce_range: bool = False,
+    min_real_range: float | None = None,
+    std: float | None = None,
+    dtype: np.dtype | type = np.float32,
+) -> ScaleZeroPoint:
+    """onnxruntime's `calc_quant_params` for one calibrated activation (float8 needs the range's `std`)."""
+    if quant_type == FLOAT8:
+        if std is None:
+            raise ValueError("float8e4m3fn activations need a standard deviation (Distribution observer)")
+        return float8_params(np.dtype(dtype).type(std))
+    qmin, qmax = qmin_qmax(quant_type, reduce_range=reduce_range, symmetric=symmetric)
+    return compute_scale_zp(rmin, rmax, qmin, qmax, symmetric, min_real_range, dtype)
+
+
+_FLOAT8_STD: dict[str, np.floating] = {}
+
+
+def float8_params(std: np.floating) -> ScaleZeroPoint:
+    """onnxruntime's `compute_scale_zp_float8` (E4M3FN): `std / std(all finite e4m3fn values)`, zp 0.
+
+    The result keeps the dtype of `std` (numpy's promotion of `std / float32`).
+    """
+    if FLOAT8 not in _FLOAT8_STD:
+        every = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+        _FLOAT8_STD[FLOAT8] = np.std(every[np.isfinite(every)])
+    scale = np.asarray(std / _FLOAT8_STD[FLOAT8], dtype=np.asarray(std).dtype)
+    return ScaleZeroPoint(scale[()], 0)
+
+
+# Weights ------------------------------------------------------------------------------------------
+
+
+def weight_params(
+    data: np.ndarray,
+    quant_type: str,
+    symmetric: bool,
+    reduce_range: bool = False,
+    min_real_range: float | None = None,
+) -> ScaleZeroPoint:
+    """onnxruntime's `compute_data_quant_params` on a whole weight (or one channel of it)."""
+    data = np.asarray(data)
+    if quant_type == FLOAT8:
+        if reduce_range:
+            raise ValueError("reduce_range is not supported for float8e4m3fn")
+        return float8_params(np.std(data))
+    if data.size == 0:
+        return ScaleZeroPoint(data.dtype.type(1.0), 0)
+    qmin, qmax = qmin_qmax(quant_type, reduce_range=reduce_range, symmetric=symmetric)
+    return compute_scale_zp(data.min(), data.max(), qmin, qmax, symmetric, min_real_range, data.dtype)
+
+
+def quantize_values(
+    data: np.ndarray, scale: np.ndarray | np.floating, zero_point: np.ndarray | int, quant_type: str
+) -> np.ndarray:
+    """onnxruntime's `quantize_nparray`: `clip(rne(f32(x) / scale) + zp, full range)` in float32.
+
+    `scale` and `zero_point` broadcast against `data`; float8 storage casts `x / scale` with saturation
+    (ONNX QuantizeLinear's default).
+    """
+    check_quant_type(quant_type)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero float8 scale saturates, as in onnxruntime
+        values = np.asarray(data).astype(np.float32) / np.asarray(scale)
+    if quant_type == FLOAT8:
+        limit = np.float32(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max)
+        return np.clip(values.astype(np.float32), -limit, limit).astype(STORAGE_DTYPES[FLOAT8])
+    qmin, qmax = full_range(quant_type)
+    zero = np.asarray(zero_point).astype(np.float32)
+    rounded = round_half_to_even(values.astype(np.float32)) + zero
+    return np.clip(rounded, qmin, qmax).astype(STORAGE_DTYPES[quant_type])
+
+
+def weight_params_per_channel(
+    data: np.ndarray,
+    axis: int,
+    quant_type: str,
+    symmetric: bool,
+    reduce_range: bool = False,
+    min_real_range: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel `(scales, zero_points)` along `axis`: each slice `data.take(i, axis)` on its own."""
+    pairs = [
+        weight_params(data.take(i, axis).ravel(), quant_type, symmetric, reduce_range, min_real_range)
+        for i in range(data.shape[axis])
+    ]
+    scales = np.array(
+        [p.scale for p in pairs], dtype=np.asarray(pairs[0].scale).dtype if pairs else data.dtype
+    )
+    return scales, np.array([p.zero_point for p in pairs], dtype=np.int64)
+
+
+def quantize_per_channel(
+    data: np.ndarray, axis: int, scales: np.ndarray, zero_points: np.ndarray, quant_type: str
+) -> np.ndarray:
+    """Quantize each slice along `axis` with its own (scale, zero point)."""
+    shape = [1] * data.ndim
+    shape[axis] = data.shape[axis]
+    return quantize_values(data, np.reshape(scales, shape), np.reshape(zero_points, shape), quant_type)
+
+
+def weight_params_blocked(
+    data: np.ndarray, axis: int, block_size: int, quant_type: str, symmetric: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """onnxruntime's `compute_scale_zp_blocked`: `(scales, zero_points)` shaped like `data` with
+    `ceil(D_axis / block_size)` along `axis`. Rank-2 weights only; the axis is padded with zeros."""
+    if data.ndim != 2:
+        raise ValueError(f"blocked quantization needs a rank-2 weight, got shape {data.shape}")
+    if block_size <= 0:
+        raise ValueError(f"block size must be positive, got {block_size}")
+    check_quant_type(quant_type)
+    if quant_type == FLOAT8:
+        raise ValueError("blocked quantization supports integer types only")
+    length = data.shape[axis]
+    blocks = -(-length // block_size)
+    moved = np.moveaxis(data, axis, 0)
+    padded = np.zeros((blocks * block_size, moved.shape[1]), dtype=data.dtype)
+    padded[:length] = moved
+    grouped = padded.reshape(blocks, block_size, moved.shape[1])
+    low = np.minimum(grouped.min(axis=1), 0)
+    high = np.maximum(grouped.max(axis=1), 0)
+    if symmetric:
+        absmax = np.maximum(np.abs(low), np.abs(high))
+        low, high = -absmax, absmax
+    qmin, qmax = qmin_qmax(quant_type, symmetric=symmetric)
+    scale = ((high - low).astype(np.float64) / (np.float64(qmax) - np.float64(qmin))).astype(data.dtype)
+    degenerate = scale < _smallest_scale(data.dtype)
+    scale = np.where(degenerate, data.dtype.type(1.0), scale)
+    if symmetric:
+        zero_point = np.full(scale.shape, int(round_half_to_even((qmin + qmax) / 2.0)), dtype=np.int64)
+    else:
+        raw = round_half_to_even(np.float64(qmin) - low.astype(np.float64) / scale.astype(np.float64))
+        zero_point = np.clip(raw, qmin, qmax).astype(np.int64)
+        zero_point[degenerate] = 0
+    return np.moveaxis(scale, 0, axis), np.moveaxis(zero_point, 0, axis)
+
+
+def quantize_blocked(
+    data: np.ndarray, axis: int, block_size: int, scales: np.ndarray, zero_points: np.ndarray, quant_type: str
+) -> np.ndarray:
+    """Quantize a rank-2 weight block by block (each scale repeated `block_size` times along `axis`)."""
+    length = data.shape[axis]
+    scale = np.repeat(scales, block_size, axis=axis).take(range(length), axis=axis)
+    zero = np.repeat(zero_points, block_size, axis=axis).take(range(length), axis=axis)
+    return quantize_values(data, scale, zero, quant_type)
+
+
+# Bias ---------------------------------------------------------------------------------------------
+
+
+def bias_scale(input_scale: np.floating, weight_scale: np.ndarray, beta: float = 1.0) -> np.ndarray:
+    """`s_in * s_w * beta` in the scales' float type (per-channel when the weight is)."""
+    return np.asarray(np.asarray(input_scale) * np.asarray(weight_scale) * beta)
+
+
+def quantize_bias(bias: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """`clip(rne(f64(b) / f64(scale)), int32)` as onnxruntime's `quantize_bias_static_impl` computes it."""
+    quotient = np.asarray(bias, dtype=np.float64) / np.asarray(scale, dtype=np.float64)
+    return np.clip(round_half_to_even(quotient), float(INT32_MIN), float(INT32_MAX)).astype(np.int32)
+
+
+def adjust_weight_scale_for_int32_bias(
+    input_scale: np.floating, weight_scale: np.ndarray, bias: np.ndarray, per_channel: bool
+) -> np.ndarray | None:
+    """onnxruntime's `_adjust_weight_scale_for_int32_bias`: the increased weight scale, or None if unchanged.
+
+    When `s_in * s_w` (float64) is positive but below `1.0001 * 2 * max|b| / (2^31 - 1 - (-2^31 + 1))`,
+    the weight scale grows by that ratio so the bias fits int32 (per channel with the channel's |b|).
+    """
+    weight_scale = np.array(weight_scale)
+    dtype = weight_scale.dtype
+    if weight_scale.size == 0:
+        return None
+    bias = np.asarray(bias)
+    input64 = np.float64(np.asarray(input_scale).item())
+
+    def adjusted(scale: np.floating, absmax: np.floating) -> np.floating | None:
+        # In absmax's own type until the division (float32 per channel, float64 per tensor), as onnxruntime.
+        smallest = _BIAS_SCALE_EPSILON * (2.0 * absmax) / _INT32_QRANGE
+        candidate = input64 * np.float64(scale)
+        if not (0.0 < candidate < smallest):
+            return None
+        new = np.float64(scale) * (smallest / candidate)
+        rounded = dtype.type(new)
+        if dtype == np.float16 and rounded < new:  # f16 rounding must not undo the minimum
+            rounded = np.nextafter(rounded, dtype.type(np.inf))
+        return rounded
+
+    changed = False
+    if not per_channel:
+        low = np.minimum(bias.min(), np.float64(0))
+        high = np.maximum(bias.max(), np.float64(0))
+        new = adjusted(weight_scale.item(), np.maximum(np.abs(low), np.abs(high)))
+        if new is not None:
+            weight_scale = np.asarray(new, dtype=dtype).reshape(weight_scale.shape)
+            changed = True
+    elif weight_scale.ndim == 1:
+        for i in range(weight_scale.shape[0]):
+            new = adjusted(weight_scale[i], np.abs(bias[i]))
+            if new is not None:
+                weight_scale[i] = new
+                changed = True
+    return weight_scale if changed else None

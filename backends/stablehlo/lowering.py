@@ -1,0 +1,436 @@
+"""The IR -> StableHLO conversion framework: the lowering table, the context lowerings get, the driver.
+
+Contract for lowering authors
+=============================
+
+A lowering converts ONE op of the lifted IR (`"onnx.Conv"(...)`, `quant.qcast`, ...) into `stablehlo.*`
+ops of a new module, and returns the new values that replace the op's results, in order:
+
+    LoweringFn = Callable[[LoweringContext, Operation], Sequence[Value]]
+
+- Register it with `@lowers("onnx.Add", "onnx.Sub", ...)` in a module `backends/stablehlo/onnx_<group>.py`;
+  `convert.py` imports every `onnx_*.py` of this package, so nothing else needs editing. A name
+  registered twice is a bug (AssertionError at import).
+- Read inputs with `ctx.operands(op)` (the already-lowered values of the present inputs) or
+  `ctx.input(op, position)` (by ONNX input position; None for an absent optional input). Read a
+  compile-time input (Reshape's shape, Slice's starts, Gather's indices...) with
+  `ctx.constant_array(op, position)`: the numpy array when the input is a constant, else None. A
+  constant is emitted only when some lowering asks for it as a value, so shape tensors vanish.
+- ONNX attributes: `ctx.attribute(op, "axis", 0)` gives Python values (int, float, str, list of ints
+  or floats, numpy array for a tensor attribute), the default when absent.
+- Build ops with the constructors of `backends/stablehlo/ops.py` at `ctx.builder` (imported as
+  `from qconvert.backends.stablehlo import ops as hlo`). Helpers: `ctx.constant(array, element_type)`,
+  `ctx.scalar(value, element_type)` (a `tensor<T>`), `ctx.splat(value, element_type, shape)`,
+  `ctx.broadcast_to(value, shape)` (numpy rules: right-aligned, size-1 dims stretch),
+  `ctx.broadcast_operands(values)`, `ctx.convert(value, element_type)` (no-op when equal),
+  `ctx.result_type(op, index)` (the op's result type as it must be in StableHLO).
+- Return exactly one value per result, of type `ctx.result_type(op, i)` (the driver checks it when the
+  source type is static). The values between a `quant.dcast` and a `quant.qcast` are plain float
+  tensors in every form: lowerings of onnx ops never see quant types, the quant lowerings
+  (`quant.py`) and the fusion (`--form quantized`) take care of them.
+- When an op cannot be lowered (an attribute value StableHLO cannot express, a dynamic shape, ...),
+  call `ctx.unsupported("auto_pad=SAME_LOWER with dilations")`: it raises, the driver records the op
+  (name, `onnx.node_name`, reason), keeps going with placeholder values, and reports every such op
+  at once in one InputError. Never emit something approximately right.
+- Rounding rules are never written inline: quantization arithmetic goes through `quant.py`, which
+  calls `qconvert.numerics` for anything evaluated at conversion time.
+
+A complete example (onnx.Add with numpy-style broadcasting; `tests/backends/stablehlo/test_forms.py`
+registers it under a test name and runs it on jaxlib):
+
+    from qconvert.backends.stablehlo import ops as hlo
+    from qconvert.backends.stablehlo.lowering import LoweringContext, lowers
+
+    @lowers("onnx.Add")
+    def lower_add(ctx: LoweringContext, op: Operation) -> list[Value]:
+        lhs, rhs = ctx.broadcast_operands(ctx.operands(op), ctx.result_type(op).shape)
+        return [hlo.add(ctx.builder, lhs, rhs)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NoReturn
+
+import numpy as np
+
+from qconvert.errors import InputError
+from qconvert.ir.attributes import (
+    ArrayAttr,
+    Attribute,
+    BoolAttr,
+    DenseArrayAttr,
+    DenseElementsAttr,
+    DenseResourceAttr,
+    FloatAttr,
+    IntegerAttr,
+    OpaqueAttr,
+    StringAttr,
+)
+from qconvert.ir.core import Block, Builder, Operation, Value
+from qconvert.ir.dialects.builtin import ModuleOp
+from qconvert.ir.dialects.func import FuncOp, ReturnOp
+from qconvert.ir.quant_types import QuantizedType
+from qconvert.ir.types import (
+    FloatType,
+    FunctionType,
+    IntegerType,
+    RankedTensorType,
+    Signedness,
+    Type,
+    element_type_of,
+    with_element_type,
+)
+
+from . import ops as hlo
+
+LoweringFn = Callable[["LoweringContext", Operation], Sequence[Value]]
+LOWERINGS: dict[str, LoweringFn] = {}
+"""Op name (`"onnx.Conv"`, `"quant.qcast"`) -> its lowering."""
+
+
+def lowers(*names: str) -> Callable[[LoweringFn], LoweringFn]:
+    """Decorator: register the function as the lowering of each op name; a duplicate name is a bug."""
+
+    def register(function: LoweringFn) -> LoweringFn:
+        for name in names:
+            assert name not in LOWERINGS, f"lowering for {name} registered twice"
+            LOWERINGS[name] = function
+        return function
+
+    return register
+
+
+class Form(StrEnum):
+    """Which StableHLO the backend emits (`--form`)."""
+
+    QUANTIZED = "quantized"  # uniform_quantize/dequantize + fused quantized ops where exact
+    INTEGER = "integer"  # no quant types: quantization written out in integer/float ops
+    QDQ = "qdq"  # float ops between uniform_quantize and uniform_dequantize, as the model was
+
+
+class Semantics(StrEnum):
+    """Whose quantize rounding the emitted module computes (`--semantics`)."""
+
+    ONNX = "onnx"  # clamp(rne(x / s) + zp): every quantize that could differ is written out exactly
+    STABLEHLO = "stablehlo"  # uniform_quantize everywhere: rne(clamp(x / s + zp))
+
+
+class CannotLower(Exception):
+    """Raised by `LoweringContext.unsupported` when one op cannot be lowered; the driver collects it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class UnsupportedOp:
+    """One op the driver could not lower: its name, ONNX node name and why."""
+
+    op_name: str
+    node_name: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        node = f" (node '{self.node_name}')" if self.node_name else ""
+        return f"{self.op_name}{node}: {self.reason}"
+
+
+def node_name(op: Operation) -> str | None:
+    attribute = op.attributes.get("onnx.node_name")
+    return attribute.value if isinstance(attribute, StringAttr) else None
+
+
+def storage_element_type(quant_type: QuantizedType) -> Type:
+    """The StableHLO integer type holding `quant_type`'s stored values: `i8`, or `ui8` for `u8` storage."""
+    storage = quant_type.storage_type
+    if isinstance(storage, IntegerType) and not quant_type.is_signed:
+        return IntegerType(storage.width, Signedness.UNSIGNED)
+    return storage
+
+
+def python_value(attribute: Attribute) -> object:
+    """An ONNX attribute as the frontend stored it -> a plain Python / numpy value."""
+    if isinstance(attribute, IntegerAttr | FloatAttr | StringAttr | BoolAttr):
+        return attribute.value
+    if isinstance(attribute, DenseArrayAttr):
+        return list(attribute.values)
+    if isinstance(attribute, DenseElementsAttr):
+        return attribute.array
+    if isinstance(attribute, ArrayAttr):
+        return [python_value(e) for e in attribute.elements]
+    return attribute
+
+
+@dataclass(slots=True)
+class LoweringContext:
+    """What a lowering gets: the insertion point, the value mapping, the form, and small builders."""
+
+    builder: Builder
+    form: Form
+    semantics: Semantics
+    inline_weights: bool = False
+    value_map: dict[Value, Value] = field(default_factory=dict)
+    # Source constants not emitted yet (emitted on first use as a value, see `_materialize`).
+    pending_constants: dict[Value, Operation] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    # Types ------------------------------------------------------------------------------------
+    def convert_type(self, type_: Type) -> Type:
+        """A source type as StableHLO holds it in this form: quant elements become storage in `integer`."""
+        element = element_type_of(type_)
+        if isinstance(element, QuantizedType) and self.form is Form.INTEGER:
+            return with_element_type(type_, storage_element_type(element))
+        return type_
+
+    def result_type(self, op: Operation, index: int = 0) -> RankedTensorType:
+        """The StableHLO type of `op`'s result `index` (ranked; `ctx.unsupported` when it is not)."""
+        type_ = self.convert_type(op.results[index].type)
+        if not isinstance(type_, RankedTensorType):
+            self.unsupported(f"result #{index} has type {type_}, StableHLO needs ranked tensors")
+        if not type_.has_static_shape():
+            self.unsupported(f"result #{index} has a dynamic shape {type_} (fix it with --input-shape)")
+        return type_
+
+    # Operands ---------------------------------------------------------------------------------
+    def value(self, source: Value) -> Value:
+        """The lowered value of a source value (emitting a pending constant on first use)."""
+        found = self.value_map.get(source)
+        if found is not None:
+            return found
+        constant_op = self.pending_constants.get(source)
+        assert constant_op is not None, "operand not lowered yet: ops must be lowered in order"
+        lowered = self._materialize(constant_op)
+        self.value_map[source] = lowered
+        return lowered
+
+    def operands(self, op: Operation) -> list[Value]:
+        """The lowered values of `op`'s present operands, in order."""
+        return [self.value(v) for v in op.operands]
+
+    def source_input(self, op: Operation, position: int) -> Value | None:
+        """The source value at ONNX input `position`, or None when that optional input is absent."""
+        absent = op.attributes.get("onnx.absent_inputs")
+        skipped = list(absent.values) if isinstance(absent, DenseArrayAttr) else []
+        if position in skipped:
+            return None
+        index = position - sum(1 for p in skipped if p < position)
+        return op.operands[index] if index < len(op.operands) else None
+
+    def input(self, op: Operation, position: int) -> Value | None:
+        """The lowered value at ONNX input `position`, or None when that optional input is absent."""
+        source = self.source_input(op, position)
+        return None if source is None else self.value(source)
+
+    def constant_array(self, op: Operation, position: int) -> np.ndarray | None:
+        """The numpy value of ONNX input `position` when it is a constant (read lazily), else None."""
+        source = self.source_input(op, position)
+        if source is None:
+            return None
+        producer = source.owner_op()
+        if producer is None or producer.name != "arith.constant":
+            return None
+        return constant_attribute_array(producer.attributes["value"])
+
+    def attribute(self, op: Operation, name: str, default: object = None) -> object:
+        """ONNX attribute `name` of `op` as a Python value (see `python_value`), or `default`."""
+        attribute = op.attributes.get(name)
+        return default if attribute is None else python_value(attribute)
+
+    # Builders ---------------------------------------------------------------------------------
+    def constant(self, array: np.ndarray | float | int, element_type: Type) -> Value:
+        """A `stablehlo.constant` holding `array` (converted to `element_type`'s numpy dtype)."""
+        values = np.asarray(array, dtype=numpy_dtype(element_type))
+        attribute = DenseElementsAttr(values, RankedTensorType(tuple(values.shape), element_type))
+        return hlo.constant(self.builder, attribute)
+
+    def scalar(self, value: float | int, element_type: Type) -> Value:
+        """A rank-0 constant `tensor<T>`."""
+        return self.constant(np.asarray(value), element_type)
+
+    def splat(self, value: float | int, element_type: Type, shape: Sequence[int]) -> Value:
+        """A constant of `shape` whose elements are all `value` (printed `dense<v>`)."""
+        return self.constant(np.full(tuple(shape), value, dtype=numpy_dtype(element_type)), element_type)
+
+    def broadcast_to(self, value: Value, shape: Sequence[int]) -> Value:
+        """`value` broadcast to `shape` by numpy's rules (right-aligned; size-1 dims stretch)."""
+        source = hlo.tensor_type(value).shape
+        shape = tuple(shape)
+        if source == shape:
+            return value
+        offset = len(shape) - len(source)
+        if offset < 0 or any(d not in (1, shape[offset + i]) for i, d in enumerate(source)):
+            self.unsupported(f"cannot broadcast {list(source)} to {list(shape)}")
+        # broadcast_in_dim stretches operand dims of size 1 itself (spec C5), so no reshape is needed.
+        return hlo.broadcast_in_dim(self.builder, value, shape, [offset + i for i in range(len(source))])
+
+    def broadcast_operands(self, values: Sequence[Value], shape: Sequence[int] | None = None) -> list[Value]:
+        """Every value broadcast to `shape` (default: numpy's broadcast of their shapes)."""
+        if shape is None:
+            try:
+                shape = np.broadcast_shapes(*(hlo.tensor_type(v).shape for v in values))
+            except ValueError as error:
+                self.unsupported(str(error))
+        return [self.broadcast_to(v, shape) for v in values]
+
+    def convert(self, value: Value, element_type: Type) -> Value:
+        """`stablehlo.convert` to `element_type`, or `value` itself when it already has it."""
+        if element_type_of(value.type) == element_type:
+            return value
+        return hlo.convert(self.builder, value, element_type)
+
+    def note(self, value: Value, text: str) -> None:
+        """Attach `qconvert.note = "..."` to the op that produced `value` (why it was emitted that way)."""
+        producer = value.owner_op()
+        if producer is not None:
+            producer.attributes["qconvert.note"] = StringAttr(text)
+
+    def unsupported(self, reason: str) -> NoReturn:
+        """Give up on the current op: the driver records `reason` with the op and keeps going."""
+        raise CannotLower(reason)
+
+    def _materialize(self, constant_op: Operation) -> Value:
+        attribute = constant_op.attributes["value"]
+        result_type = self.convert_type(constant_op.result.type)
+        if isinstance(attribute, DenseElementsAttr | DenseResourceAttr):
+            element = element_type_of(result_type)
+            unsigned = constant_op.attributes.get("onnx.elem_type")
+            is_unsigned = isinstance(unsigned, StringAttr) and unsigned.value.startswith("uint")
+            if isinstance(element, IntegerType) and is_unsigned:
+                element = IntegerType(element.width, Signedness.UNSIGNED)
+            attribute = retyped_constant(attribute, with_element_type(attribute.type, element))
+            if self.inline_weights and isinstance(attribute, DenseResourceAttr):
+                attribute = inline_resource(attribute)
+        return hlo.constant(self.builder, attribute)  # type: ignore[arg-type]
+
+
+# Constants ------------------------------------------------------------------------------------
+def numpy_dtype(element_type: Type) -> np.dtype:
+    """The numpy dtype of a StableHLO element type (i1 -> bool, ui8 -> uint8, bf16 -> ml_dtypes)."""
+    import ml_dtypes
+
+    if isinstance(element_type, IntegerType):
+        if element_type.width == 1:
+            return np.dtype(np.bool_)
+        kind = "u" if element_type.is_unsigned else "i"
+        return np.dtype(f"{kind}{element_type.width // 8}")
+    if isinstance(element_type, FloatType):
+        names = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "bf16": ml_dtypes.bfloat16}
+        if element_type.name in names:
+            return np.dtype(names[element_type.name])
+    raise AssertionError(f"no numpy dtype for {element_type}")
+
+
+def constant_attribute_array(attribute: Attribute) -> np.ndarray | None:
+    """The numpy array of a dense or (loaded) dense_resource attribute; None when elided or opaque."""
+    if isinstance(attribute, DenseElementsAttr):
+        return attribute.array
+    if isinstance(attribute, DenseResourceAttr) and attribute.elements is not None:
+        return attribute.elements.get()
+    return None
+
+
+def retyped_constant(
+    attribute: DenseElementsAttr | DenseResourceAttr, type_: Type
+) -> DenseElementsAttr | DenseResourceAttr:
+    """The same elements under another (same-width) type; the array is shared, never copied."""
+    if attribute.type == type_:
+        return attribute
+    if isinstance(attribute, DenseElementsAttr):
+        return DenseElementsAttr(attribute.array, type_)
+    return DenseResourceAttr(attribute.name, type_, attribute.elements)
+
+
+def inline_resource(attribute: DenseResourceAttr) -> Attribute:
+    """A dense_resource constant as `dense<"0x...">` text: jaxlib's XLA path refuses `dense_resource` and
+    its interpreter misreads blobs parsed from text, so modules meant to run carry their weights inline."""
+    assert attribute.elements is not None, f"weights of {attribute.name} are elided"
+    array = np.ascontiguousarray(attribute.elements.get())
+    element = element_type_of(attribute.type)
+    if isinstance(element, IntegerType) and element.width == 1:
+        return DenseElementsAttr(array.astype(np.bool_), attribute.type)
+    return OpaqueAttr(
+        f'dense<"0x{array.reshape(-1).view(np.uint8).tobytes().hex().upper()}"> : {attribute.type}'
+    )
+
+
+# The driver -------------------------------------------------------------------------------------
+def find_main(module: ModuleOp) -> FuncOp:
+    for op in module.body.ops:
+        if isinstance(op, FuncOp) and op.sym_name == "main" and not op.is_declaration:
+            return op
+    raise InputError("module has no func.func @main to convert")
+
+
+def _result_matches(expected: Type, actual: Type) -> bool:
+    if not isinstance(expected, RankedTensorType) or not expected.has_static_shape():
+        return True  # the source did not know the type: nothing to check
+    return expected == actual
+
+
+def lower_module(
+    module: ModuleOp,
+    form: Form = Form.QUANTIZED,
+    semantics: Semantics = Semantics.ONNX,
+    *,
+    inline_weights: bool = False,
+) -> tuple[ModuleOp, LoweringContext]:
+    """Convert `func.func @main` of a lifted module into a new module of `stablehlo.*` ops.
+
+    Every op is dispatched by name to `LOWERINGS`; every op without a lowering or whose lowering calls
+    `ctx.unsupported` is collected, and one InputError lists them all. Argument and result attributes
+    (`onnx.name`) are kept. The source module is not modified; weights are shared, not copied.
+    """
+    source = find_main(module)
+    context = LoweringContext(Builder(Block()), Form(form), Semantics(semantics), inline_weights)
+    source_type = source.function_type
+    inputs = tuple(context.convert_type(t) for t in source_type.inputs)
+    results = tuple(context.convert_type(t) for t in source_type.results)
+    function = FuncOp.create("main", FunctionType(inputs, results))
+    for key in ("arg_attrs", "res_attrs"):
+        if key in source.attributes:
+            function.attributes[key] = source.attributes[key]
+    block = function.regions[0].append(Block(inputs))
+    context.builder = Builder(block)
+    for old, new in zip(source.body.arguments, block.arguments, strict=True):
+        context.value_map[old] = new
+
+    failures: list[UnsupportedOp] = []
+    for op in source.body.ops:
+        if op.name == "arith.constant":
+            context.pending_constants[op.result] = op
+            continue
+        if isinstance(op, ReturnOp):
+            context.builder.insert(ReturnOp(context.operands(op)))
+            continue
+        lowering = LOWERINGS.get(op.name)
+        try:
+            if lowering is None:
+                raise CannotLower("no StableHLO lowering for this op")
+            lowered = list(lowering(context, op))
+            if len(lowered) != len(op.results):
+                raise AssertionError(
+                    f"lowering of {op.name} returned {len(lowered)} values for {len(op.results)}"
+                )
+            for index, (old, new) in enumerate(zip(op.results, lowered, strict=True)):
+                expected = context.convert_type(old.type)
+                assert _result_matches(expected, new.type), (
+                    f"lowering of {op.name} (node '{node_name(op)}') gave result #{index} type {new.type}, "
+                    f"expected {expected}"
+                )
+        except CannotLower as error:
+            failures.append(UnsupportedOp(op.name, node_name(op), error.reason))
+            # Placeholders of the right type let the walk go on, so every unsupported op is reported.
+            lowered = [Value(context.convert_type(r.type)) for r in op.results]
+        for old, new in zip(op.results, lowered, strict=True):
+            context.value_map[old] = new
+    if failures:
+        listing = "\n".join(f"  {f}" for f in failures)
+        raise InputError(f"cannot convert to StableHLO: {len(failures)} unsupported op(s):\n{listing}")
+
+    converted = ModuleOp.create(module.sym_name)
+    converted.body.append(function)
+    return converted, context

@@ -1,0 +1,602 @@
+"""Calibration datasets: `--data` as a folder of .npz/.npy files, one .npz, or `module:function`, in batches.
+
+NOTE: a dataset streams. Folders are read file by file, arrays inside a file a few megabytes at a time
+(`.npy` memory-mapped, `.npz` members read from the zip stream), and nothing holds more than one batch plus
+one chunk, so memory does not grow with the dataset. Iterating twice reads the source twice (two-pass
+methods): a `module:function` source is called again and must yield the same data.
+
+Rank rule, for a model input of rank R (its first axis is the batch axis):
+- an array of rank R-1 is one sample (the batch axis is added);
+- rank R is samples stacked on the batch axis (digits_cnn.inputs.npz's image f32[8,1,8,8]: 8 samples);
+- rank R+1 is batches stacked on a new leading axis (axes 0 and 1 together count the samples).
+Every input of one file (or one item of a function) must hold the same number of samples.
+
+Batches: a model input with a fixed batch dim (digits_cnn's image f32[8,1,8,8]) is fed batches of exactly
+that size, and a ragged tail that cannot fill one is not used (counted in `DatasetStats.dropped_tail`, as
+padding it would count repeated samples twice in histograms). A dynamic batch dim takes `batch_size`
+samples per batch (default 8) and a smaller last batch; a change of a dynamic non-batch dim (another
+sequence length) closes the batch early, so samples of different shapes are never stacked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+from onnx import ModelProto, helper
+
+from qconvert.errors import InputError
+
+DEFAULT_BATCH_SIZE = 8
+CHUNK_BYTES = 16 << 20  # an .npz member is read this much at a time
+
+# What `--data` may be in Python: a path, a function returning an iterable of {input: array}, or a sequence
+# of such mappings (a list: it can be read twice; a bare generator cannot).
+DataSource = str | os.PathLike[str] | Callable[[], Iterable[Mapping[str, Any]]] | Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    """One graph input as calibration feeds it: name, numpy dtype, dims (None where dynamic)."""
+
+    name: str
+    dtype: np.dtype
+    dims: tuple[int | None, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def fixed_batch(self) -> int | None:
+        return self.dims[0]
+
+    def shown(self) -> str:
+        """`float32[8,1,8,8]`, `?` for a dynamic dim."""
+        return f"{self.dtype}[{','.join('?' if d is None else str(d) for d in self.dims)}]"
+
+
+def model_inputs(model: ModelProto) -> tuple[InputSpec, ...]:
+    """The graph inputs that are not initializers, as `InputSpec`s; InputError for ones we cannot feed."""
+    initializers = {t.name for t in model.graph.initializer}
+    specs = []
+    for info in model.graph.input:
+        if info.name in initializers:
+            continue
+        if not info.type.HasField("tensor_type"):
+            raise InputError(f"graph input '{info.name}' is not a tensor; calibration feeds tensors only")
+        elem_type = info.type.tensor_type.elem_type
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+        except (KeyError, TypeError, ValueError):
+            raise InputError(
+                f"graph input '{info.name}': element type {elem_type} is not supported"
+            ) from None
+        if not info.type.tensor_type.HasField("shape"):
+            raise InputError(f"graph input '{info.name}' has no shape; calibration needs at least its rank")
+        dims = tuple(
+            d.dim_value if d.HasField("dim_value") else None for d in info.type.tensor_type.shape.dim
+        )
+        if not dims:
+            raise InputError(
+                f"graph input '{info.name}' is a scalar: it has no batch axis to stack samples on"
+            )
+        specs.append(InputSpec(info.name, dtype, dims))
+    if not specs:
+        raise InputError("the model has no graph inputs to feed")
+    return tuple(specs)
+
+
+def choose_batch_size(inputs: Sequence[InputSpec], requested: int | None) -> tuple[int, bool]:
+    """(samples per batch, whether the model fixes it); InputError if the model and the request clash."""
+    fixed = {spec.name: spec.fixed_batch for spec in inputs if spec.fixed_batch is not None}
+    if requested is not None and requested < 1:
+        raise InputError(f"--batch-size {requested}: expected 1 or more samples")
+    if not fixed:
+        return (requested or DEFAULT_BATCH_SIZE), False
+    sizes = sorted(set(fixed.values()))
+    if len(sizes) > 1:
+        raise InputError(f"the model's inputs fix different batch sizes {fixed}; cannot batch them together")
+    size = sizes[0]
+    if size < 1:
+        raise InputError(f"the model's inputs fix a batch dim of {size}: there is nothing to feed")
+    if requested is not None and requested != size:
+        name = next(iter(fixed))
+        raise InputError(
+            f"--batch-size {requested}: input '{name}' has a fixed batch dim of {size}; "
+            f"batches must be exactly {size} (leave --batch-size out)"
+        )
+    return size, True
+
+
+# Arrays of a source, read lazily ----------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Array:
+    """One stored array: where it comes from, its stored shape and dtype, a reader of its C-order data."""
+
+    where: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    # Yields consecutive pieces of the array flattened to (elements,) in C order, `max_bytes` at a time.
+    pieces: Callable[[int], Iterator[np.ndarray]]
+
+
+def _in_memory(where: str, array: np.ndarray) -> _Array:
+    def pieces(max_bytes: int) -> Iterator[np.ndarray]:
+        flat = np.ascontiguousarray(array).reshape(-1)
+        step = max(1, max_bytes // max(1, array.dtype.itemsize))
+        for start in range(0, flat.size, step):
+            yield flat[start : start + step]
+
+    return _Array(where, tuple(array.shape), array.dtype, pieces)
+
+
+def _npy_file(path: Path) -> _Array:
+    try:
+        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise InputError(f"{path}: not a readable .npy array ({error})") from None
+    return _in_memory(str(path), mapped)
+
+
+def _read_header(stream: BinaryIO, where: str) -> tuple[tuple[int, ...], np.dtype, bool]:
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(stream)
+    elif version == (2, 0):
+        shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(stream)
+    else:
+        raise InputError(
+            f"{where}: .npy format version {version} is not supported (save with numpy's default)"
+        )
+    if dtype.hasobject:
+        raise InputError(
+            f"{where}: holds Python objects (dtype {dtype}); calibration reads numeric arrays only"
+        )
+    return tuple(shape), dtype, fortran_order
+
+
+def _npz_member(path: Path, member: str) -> _Array:
+    """An .npz member: header read now, data streamed from the zip member when its pieces are iterated."""
+    where = f"{path}['{member.removesuffix('.npy')}']"
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open(member) as stream:
+            shape, dtype, fortran_order = _read_header(stream, where)  # type: ignore[arg-type]
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        raise InputError(f"{where}: not a readable array ({error})") from None
+
+    def pieces(max_bytes: int) -> Iterator[np.ndarray]:
+        with zipfile.ZipFile(path) as archive, archive.open(member) as stream:
+            _read_header(stream, where)  # type: ignore[arg-type]
+            if fortran_order:  # rare: numpy writes C order unless asked; read it whole
+                whole = np.lib.format.read_array(stream, allow_pickle=False)  # type: ignore[arg-type]
+                yield np.ascontiguousarray(whole).reshape(-1)
+                return
+            total = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            step = max(dtype.itemsize, max_bytes // dtype.itemsize * dtype.itemsize)
+            done = 0
+            while done < total:
+                data = stream.read(min(step, total - done))
+                if not data:
+                    raise InputError(f"{where}: truncated ({done} of {total} bytes)")
+                done += len(data)
+                yield np.frombuffer(data, dtype=dtype)
+
+    return _Array(where, shape, dtype, pieces)
+
+
+def _npz_file(path: Path) -> dict[str, _Array]:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = [m for m in archive.namelist() if m.endswith(".npy")]
+    except (OSError, zipfile.BadZipFile) as error:
+        raise InputError(f"{path}: not a readable .npz archive ({error})") from None
+    return {member.removesuffix(".npy"): _npz_member(path, member) for member in members}
+
+
+# A "part" is what one file or one function item holds: arrays by input name.
+@dataclass(slots=True)
+class _Part:
+    where: str
+    arrays: dict[str, _Array]
+
+
+def _file_part(path: Path, inputs: Sequence[InputSpec]) -> _Part:
+    if path.suffix == ".npz":
+        return _Part(str(path), _npz_file(path))
+    if len(inputs) != 1:
+        names = [spec.name for spec in inputs]
+        raise InputError(
+            f"{path}: an .npy file holds one unnamed array, but the model has {len(inputs)} inputs {names}; "
+            "give .npz files with one array per input name"
+        )
+    return _Part(str(path), {inputs[0].name: _npy_file(path)})
+
+
+def _item_part(where: str, item: object, inputs: Sequence[InputSpec]) -> _Part:
+    if not isinstance(item, Mapping):
+        raise InputError(f"{where}: expected a mapping {{input name: array}}, got {type(item).__name__}")
+    arrays = {}
+    for name, value in item.items():
+        array = np.asarray(value)
+        if array.dtype.hasobject:
+            raise InputError(f"{where}: input '{name}' is not a numeric array (dtype {array.dtype})")
+        arrays[str(name)] = _in_memory(f"{where}['{name}']", array)
+    return _Part(where, arrays)
+
+
+# Sources -------------------------------------------------------------------------------------------------
+def _load_function(spec: str) -> Callable[[], Iterable[Mapping[str, Any]]]:
+    """`package.module:function` or `path/to/file.py:function` -> the function."""
+    module_name, _, function_name = spec.rpartition(":")
+    if not module_name or not function_name:
+        raise InputError(f"--data {spec}: expected a folder, an .npz file, or MODULE:FUNCTION")
+    try:
+        if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
+            path = Path(module_name)
+            if not path.is_file():
+                raise InputError(f"--data {spec}: no such Python file {path}")
+            unique = f"_qconvert_calibration_data_{abs(hash(str(path.resolve())))}"
+            module_spec = importlib.util.spec_from_file_location(unique, path)
+            if module_spec is None or module_spec.loader is None:
+                raise InputError(f"--data {spec}: cannot import {path}")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[unique] = module
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except InputError:
+        raise
+    except Exception as error:  # the user's module failed to import: say which and why
+        raise InputError(
+            f"--data {spec}: importing {module_name} failed: {type(error).__name__}: {error}"
+        ) from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise InputError(f"--data {spec}: {module_name} has no function '{function_name}'")
+    return function
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in (".npz", ".npy"))
+    if not files:
+        raise InputError(f"{folder}: dataset is empty (no .npz or .npy files in the folder)")
+    return files
+
+
+@dataclass(frozen=True)
+class _Source:
+    """A resolved `--data`: picklable, so worker processes re-open it themselves."""
+
+    label: str
+    kind: str  # "folder" | "npz" | "npy" | "function" | "sequence"
+    path: str | None = None
+    function_spec: str | None = None
+    function: Callable[[], Iterable[Mapping[str, Any]]] | None = None
+    items: Sequence[Mapping[str, Any]] | None = None
+
+    def parts(self, inputs: Sequence[InputSpec]) -> Iterator[_Part]:
+        if self.kind == "folder":
+            assert self.path is not None
+            for path in _folder_files(Path(self.path)):
+                yield _file_part(path, inputs)
+        elif self.kind in ("npz", "npy"):
+            assert self.path is not None
+            yield _file_part(Path(self.path), inputs)
+        elif self.kind == "sequence":
+            assert self.items is not None
+            for index, item in enumerate(self.items):
+                yield _item_part(f"{self.label} item {index}", item, inputs)
+        else:
+            function = self.function or _load_function(self.function_spec or "")
+            try:
+                iterable = function()
+                iterator = iter(iterable)
+            except Exception as error:
+                raise InputError(
+                    f"{self.label}: calling it failed: {type(error).__name__}: {error}"
+                ) from None
+            index = 0
+            while True:
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    return
+                except Exception as error:
+                    raise InputError(
+                        f"{self.label}: item {index} failed: {type(error).__name__}: {error}"
+                    ) from None
+                yield _item_part(f"{self.label} item {index}", item, inputs)
+                index += 1
+
+
+def resolve_source(data: DataSource) -> _Source:
+    """`--data` (or its Python equivalent) -> a re-openable source; InputError when it names nothing."""
+    if callable(data):
+        name = getattr(data, "__qualname__", repr(data))
+        return _Source(label=f"{getattr(data, '__module__', '?')}:{name}", kind="function", function=data)
+    if isinstance(data, Sequence) and not isinstance(data, str | bytes):
+        return _Source(label="data", kind="sequence", items=data)
+    if isinstance(data, Iterable) and not isinstance(data, str | bytes | os.PathLike):
+        raise InputError(
+            "data: an iterator can be read only once; pass a list, or a function returning the iterable"
+        )
+    text = os.fspath(data)  # type: ignore[arg-type]
+    path = Path(text)
+    if path.is_dir():
+        return _Source(label=text, kind="folder", path=text)
+    if path.is_file():
+        if path.suffix not in (".npz", ".npy"):
+            raise InputError(f"--data {text}: expected a folder, an .npz or .npy file, or MODULE:FUNCTION")
+        return _Source(label=text, kind=path.suffix[1:], path=text)
+    if ":" in text:
+        _load_function(text)  # fail now, with the reason, rather than in a worker
+        return _Source(label=text, kind="function", function_spec=text)
+    raise InputError(f"--data {text}: no such file or folder")
+
+
+# Checking a part against the model ------------------------------------------------------------------------
+def _samples_in(array: _Array, spec: InputSpec) -> tuple[int, tuple[int, ...]]:
+    """(number of samples, shape of one sample) by the rank rule; InputError naming input, file and shapes."""
+    shape = array.shape
+    sample_dims = spec.dims[1:]
+    if len(shape) == spec.rank - 1:
+        count, sample_shape = 1, shape
+    elif len(shape) == spec.rank:
+        count, sample_shape = shape[0], shape[1:]
+    elif len(shape) == spec.rank + 1:
+        count, sample_shape = shape[0] * shape[1], shape[2:]
+    else:
+        raise InputError(
+            f"{array.where}: input '{spec.name}' has rank {len(shape)} (shape {list(shape)}); the model "
+            f"takes {spec.shown()}: give rank {spec.rank - 1} (one sample), {spec.rank} (samples on the "
+            f"batch axis) or {spec.rank + 1} (a stack of batches)"
+        )
+    mismatch = [
+        axis + 1
+        for axis, (want, got) in enumerate(zip(sample_dims, sample_shape))
+        if want is not None and want != got
+    ]
+    if mismatch:
+        raise InputError(
+            f"{array.where}: input '{spec.name}' has shape {list(shape)}, whose samples are "
+            f"{list(sample_shape)}; the model takes {spec.shown()} (dim {mismatch[0]} differs)"
+        )
+    return count, tuple(sample_shape)
+
+
+def _check_part(part: _Part, inputs: Sequence[InputSpec]) -> tuple[int, dict[str, tuple[int, ...]]]:
+    names = [spec.name for spec in inputs]
+    missing = [n for n in names if n not in part.arrays]
+    extra = sorted(set(part.arrays) - set(names))
+    if missing or extra:
+        problems = [
+            f"missing input(s) {missing}" if missing else "",
+            f"unknown array(s) {extra}" if extra else "",
+        ]
+        raise InputError(f"{part.where}: {'; '.join(p for p in problems if p)}; the model takes {names}")
+    counts: dict[str, int] = {}
+    sample_shapes: dict[str, tuple[int, ...]] = {}
+    for spec in inputs:
+        array = part.arrays[spec.name]
+        if array.dtype != spec.dtype:
+            raise InputError(
+                f"{array.where}: input '{spec.name}' has dtype {array.dtype}; the model takes {spec.shown()}"
+            )
+        counts[spec.name], sample_shapes[spec.name] = _samples_in(array, spec)
+    if len(set(counts.values())) > 1:
+        raise InputError(f"{part.where}: inputs hold different numbers of samples {counts}; they must agree")
+    return next(iter(counts.values())), sample_shapes
+
+
+def _sample_blocks(part: _Part, inputs: Sequence[InputSpec]) -> Iterator[dict[str, np.ndarray]]:
+    """The part's samples as blocks {input: array[n, *sample_shape]}, a few megabytes at a time."""
+    count, sample_shapes = _check_part(part, inputs)
+    if count == 0:
+        return
+    readers = {}
+    sample_sizes = {}
+    for spec in inputs:
+        sample_sizes[spec.name] = int(np.prod(sample_shapes[spec.name], dtype=np.int64))
+        readers[spec.name] = part.arrays[spec.name].pieces(CHUNK_BYTES)
+    # Every input advances by the same number of samples; leftovers wait for the next piece.
+    buffers: dict[str, list[np.ndarray]] = {name: [] for name in readers}
+    buffered = dict.fromkeys(readers, 0)  # elements
+    done = 0
+    while done < count:
+        for name, reader in readers.items():
+            while buffered[name] < sample_sizes[name]:  # at least one whole sample of every input
+                piece = next(reader, None)
+                if piece is None:
+                    break
+                buffers[name].append(piece)
+                buffered[name] += piece.size
+        available = min(
+            buffered[name] // sample_sizes[name] if sample_sizes[name] else count - done for name in readers
+        )
+        available = min(available, count - done)
+        if available == 0:
+            raise InputError(f"{part.where}: ended after {done} of {count} samples")
+        block = {}
+        for name in readers:
+            size = sample_sizes[name]
+            pieces = buffers[name]
+            joined = np.concatenate(pieces) if len(pieces) != 1 else pieces[0]
+            block[name] = joined[: available * size].reshape((available, *sample_shapes[name]))
+            rest = joined[available * size :]
+            buffers[name] = [rest] if rest.size else []
+            buffered[name] = rest.size
+        done += available
+        yield block
+
+
+# Batching --------------------------------------------------------------------------------------------------
+@dataclass
+class DatasetStats:
+    """What a pass over the dataset read, used and left out."""
+
+    samples_read: int = 0
+    samples_used: int = 0
+    nonfinite: dict[str, int] = field(default_factory=dict)  # input -> samples with NaN/Inf in it
+    excluded: int = 0  # samples left out for NaN/Inf (in any input)
+    dropped_tail: int = 0  # samples of a last partial batch a fixed batch dim could not take
+    batches: int = 0
+
+    def reset(self, inputs: Iterable[str]) -> None:
+        self.samples_read = self.samples_used = self.excluded = self.dropped_tail = self.batches = 0
+        self.nonfinite = dict.fromkeys(inputs, 0)
+
+    def warnings(self, batch_size: int) -> list[str]:
+        notes = []
+        if self.excluded:
+            per_input = ", ".join(f"'{name}': {count}" for name, count in self.nonfinite.items() if count)
+            notes.append(
+                f"{self.excluded} of {self.samples_read} samples contain NaN/Inf and were excluded "
+                f"({per_input})"
+            )
+        if self.dropped_tail:
+            notes.append(
+                f"the last {self.dropped_tail} samples do not fill a batch of {batch_size} (the model's "
+                "fixed batch dim) and were not used"
+            )
+        return notes
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One model feed: arrays by input name, `size` samples on the batch axis; `index` counts from 0."""
+
+    index: int
+    arrays: dict[str, np.ndarray]
+    size: int
+    read: int  # samples read from the source since the previous batch (excluded ones included)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A calibration dataset bound to a model's inputs and a batch size; iterate `batches()` (re-iterable)."""
+
+    source: _Source
+    inputs: tuple[InputSpec, ...]
+    batch_size: int
+    fixed_batch: bool
+
+    @property
+    def label(self) -> str:
+        return self.source.label
+
+    def count_samples(self) -> int | None:
+        """Samples in the source, from headers only (no data read); None when only iterating can tell."""
+        if self.source.kind == "function":
+            return None
+        return sum(_check_part(part, self.inputs)[0] for part in self.source.parts(self.inputs))
+
+    def batches(self, stats: DatasetStats | None = None) -> Iterator[Batch]:
+        """Batches in a fixed order; NaN/Inf samples left out and counted in `stats`. InputError when the
+        source has no samples, or none left to use."""
+        stats = stats if stats is not None else DatasetStats()
+        stats.reset([spec.name for spec in self.inputs])
+        float_inputs = [spec.name for spec in self.inputs if spec.dtype.kind == "f"]
+        pending: list[dict[str, np.ndarray]] = []
+        pending_count = 0
+        pending_shapes: dict[str, tuple[int, ...]] | None = None
+        read_since = 0
+        index = 0
+
+        def flush(count: int) -> Batch:
+            nonlocal pending, pending_count, read_since, index
+            arrays = {
+                name: np.concatenate([block[name] for block in pending])
+                if len(pending) > 1
+                else pending[0][name]
+                for name in pending[0]
+            }
+            batch_arrays = {name: np.ascontiguousarray(array[:count]) for name, array in arrays.items()}
+            rest = {name: array[count:] for name, array in arrays.items()}
+            pending_count -= count
+            pending = [rest] if pending_count else []
+            batch = Batch(index, batch_arrays, count, read_since)
+            read_since = 0
+            index += 1
+            stats.samples_used += count
+            stats.batches += 1
+            return batch
+
+        for part in self.source.parts(self.inputs):
+            for block in _sample_blocks(part, self.inputs):
+                block_size = next(iter(block.values())).shape[0]
+                stats.samples_read += block_size
+                read_since += block_size
+                keep = np.ones(block_size, dtype=bool)
+                for name in float_inputs:
+                    finite = np.isfinite(block[name].reshape(block_size, -1)).all(axis=1)
+                    stats.nonfinite[name] += int(block_size - finite.sum())
+                    keep &= finite
+                if not keep.all():
+                    stats.excluded += int(block_size - keep.sum())
+                    block = {name: array[keep] for name, array in block.items()}
+                    block_size = int(keep.sum())
+                    if block_size == 0:
+                        continue
+                shapes = {name: array.shape[1:] for name, array in block.items()}
+                if pending_shapes is not None and shapes != pending_shapes and pending_count:
+                    if self.fixed_batch:
+                        name = next(n for n in shapes if shapes[n] != pending_shapes[n])
+                        raise InputError(
+                            f"{part.where}: input '{name}' has samples of shape {list(shapes[name])}, but "
+                            f"the batch being filled has {list(pending_shapes[name])}; a fixed batch of "
+                            f"{self.batch_size} needs samples of one shape"
+                        )
+                    yield flush(pending_count)  # a dynamic batch dim: close the batch at the shape change
+                pending_shapes = shapes
+                pending.append(block)
+                pending_count += block_size
+                while pending_count >= self.batch_size:
+                    yield flush(self.batch_size)
+        if pending_count:
+            if self.fixed_batch:
+                stats.dropped_tail = pending_count
+                pending = []
+            else:
+                yield flush(pending_count)
+        if stats.samples_read == 0:
+            raise InputError(f"{self.label}: dataset is empty (no samples)")
+        if stats.samples_used == 0:
+            if stats.excluded == stats.samples_read:
+                per_input = ", ".join(f"'{n}': {c}" for n, c in stats.nonfinite.items() if c)
+                raise InputError(
+                    f"{self.label}: all {stats.samples_read} samples contain NaN/Inf ({per_input}); "
+                    "nothing to calibrate on"
+                )
+            raise InputError(
+                f"{self.label}: {stats.samples_read - stats.excluded} usable samples do not fill one batch "
+                f"of {self.batch_size} (the model's fixed batch dim)"
+            )
+
+
+def open_dataset(data: DataSource, model: ModelProto, batch_size: int | None = None) -> Dataset:
+    """Bind `data` to the model's inputs; InputError when the source or the batch size is unusable."""
+    inputs = model_inputs(model)
+    size, fixed = choose_batch_size(inputs, batch_size)
+    return Dataset(resolve_source(data), inputs, size, fixed)
+
+
+__all__ = [
+    "Batch",
+    "DataSource",
+    "Dataset",
+    "DatasetStats",
+    "InputSpec",
+    "choose_batch_size",
+    "model_inputs",
+    "open_dataset",
+    "resolve_source",
+]

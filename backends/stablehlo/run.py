@@ -160,13 +160,12 @@ def legalize_quant_to_math(text: str) -> str:
 # --- numpy <-> MLIR attributes (the interpreter's values) ---------------------------------------------
 
 
-def _entry_input_types(module: Any, entry: str) -> list[Any]:
-    """The entry function's argument types (the interpreter checks arguments against them)."""
+def _entry_type(module: Any, entry: str) -> Any:
+    """The entry function's FunctionType."""
     jx = _jax()
     for op in module.body.operations:
         if op.operation.name == "func.func" and jx.ir.StringAttr(op.attributes["sym_name"]).value == entry:
-            function_type = jx.ir.FunctionType(jx.ir.TypeAttr(op.attributes["function_type"]).value)
-            return list(function_type.inputs)
+            return jx.ir.FunctionType(jx.ir.TypeAttr(op.attributes["function_type"]).value)
     raise InputError(f"the StableHLO module has no function @{entry}")
 
 
@@ -198,17 +197,22 @@ def _to_attribute(array: np.ndarray, tensor_type: Any, position: int) -> Any:
 def attribute_to_numpy(attribute: Any) -> np.ndarray:
     """A jaxlib DenseElementsAttr as a numpy array; element types numpy's buffer protocol lacks (i4, i2,
     bf16, f8) are read from the printed attribute by qconvert's parser, which maps them to ml_dtypes."""
-    try:
-        return np.array(attribute)
-    except (RuntimeError, TypeError, ValueError):
-        from qconvert.ir.attribute_parser import AttributeParser
+    shaped = _jax().ir.ShapedType(attribute.type)
+    element = str(shaped.element_type)
+    sub_byte = _SUB_BYTE_DTYPES.get(element)
+    if sub_byte is None:
+        try:
+            return np.array(attribute).reshape(shaped.shape)
+        except (RuntimeError, TypeError, ValueError):
+            pass
+    if sub_byte is not None and 0 in shaped.shape:
+        return np.zeros(shaped.shape, sub_byte)  # qconvert's parser fails on an empty sub-byte `dense<>`
+    from qconvert.ir.attribute_parser import AttributeParser
 
-        parsed = AttributeParser(str(attribute)).parse_attribute()
-        array = np.array(parsed.array)
-        element = str(_jax().ir.ShapedType(attribute.type).element_type)
-        sub_byte = _SUB_BYTE_DTYPES.get(element)
-        # The parser keeps sub-byte integers in int8/uint8; XLA returns ml_dtypes' int4 & co: agree with XLA.
-        return array.astype(sub_byte) if sub_byte is not None else array
+    parsed = AttributeParser(str(attribute)).parse_attribute()
+    array = np.array(parsed.array).reshape(shaped.shape)  # `dense<>` parses flat
+    # The parser keeps sub-byte integers in int8/uint8; XLA returns ml_dtypes' int4 & co: agree with XLA.
+    return array.astype(sub_byte) if sub_byte is not None else array
 
 
 # --- engines ------------------------------------------------------------------------------------------
@@ -219,9 +223,18 @@ def run_interpreter(text: str, inputs: Sequence[np.ndarray], entry: str = ENTRY)
     jx = _jax()
     module = _parse(text)
     with _context():
-        types = _entry_input_types(module, entry)
+        function_type = _entry_type(module, entry)
+        types = list(function_type.inputs)
         if len(types) != len(inputs):
             raise InputError(f"@{entry} takes {len(types)} inputs, {len(inputs)} given")
+        for result_type in function_type.results:
+            # eval_module computes complex results, then aborts the whole process (an uncaught C++
+            # exception) converting them back to Python: refuse before running.
+            if "complex<" in str(result_type):
+                raise EngineError(
+                    f"@{entry} returns {result_type}: jaxlib's eval_module aborts the process on complex "
+                    "results; return stablehlo.real and stablehlo.imag of it instead"
+                )
         arguments = [_to_attribute(np.asarray(a), t, i) for i, (a, t) in enumerate(zip(inputs, types))]
         try:
             results = jx.stablehlo.eval_module(module, arguments)

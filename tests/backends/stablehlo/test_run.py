@@ -139,3 +139,13 @@ except InputError as e:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "InputError:" in proc.stdout and "qconvert[stablehlo]" in proc.stdout
+
+
+def test_complex_results_are_refused_before_the_interpreter_aborts(run: ModuleType) -> None:
+    text = """func.func @main(%x: tensor<2xf32>) -> tensor<2xcomplex<f32>> {
+      %c = stablehlo.complex %x, %x : tensor<2xcomplex<f32>>
+      return %c : tensor<2xcomplex<f32>> }"""
+    with pytest.raises(run.EngineError, match="aborts the process on complex"):
+        run.run_interpreter(text, [np.ones(2, np.float32)])
+    (out,) = run.run_xla(text, [np.array([1.0, 2.0], np.float32)])
+    np.testing.assert_array_equal(out, [1 + 1j, 2 + 2j])

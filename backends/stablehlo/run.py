@@ -43,7 +43,9 @@ _BOOTSTRAP = """module {
   }
 }"""
 
+CHLO_TO_STABLEHLO = "builtin.module(func.func(chlo-legalize-to-stablehlo))"
 _QUANT_TYPE = re.compile(r"!quant\.")
+_CHLO_OP = re.compile(r"\bchlo\.")
 _SUB_BYTE_DTYPES = {
     "i4": ml_dtypes.int4,
     "ui4": ml_dtypes.uint4,
@@ -223,6 +225,13 @@ def run_interpreter(text: str, inputs: Sequence[np.ndarray], entry: str = ENTRY)
     jx = _jax()
     module = _parse(text)
     with _context():
+        if _CHLO_OP.search(text):
+            # The interpreter aborts the process ("LLVM ERROR: Unsupported op") on chlo ops such as
+            # chlo.erf; StableHLO's interpreter pipeline legalizes them first.
+            try:
+                jx.passmanager.PassManager.parse(CHLO_TO_STABLEHLO).run(module.operation)
+            except jx.ir.MLIRError as e:
+                raise EngineError(f"chlo-legalize-to-stablehlo failed:\n{_diagnostic_text(e)}") from None
         function_type = _entry_type(module, entry)
         types = list(function_type.inputs)
         if len(types) != len(inputs):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from types import ModuleType
@@ -149,3 +150,14 @@ def test_complex_results_are_refused_before_the_interpreter_aborts(run: ModuleTy
         run.run_interpreter(text, [np.ones(2, np.float32)])
     (out,) = run.run_xla(text, [np.array([1.0, 2.0], np.float32)])
     np.testing.assert_array_equal(out, [1 + 1j, 2 + 2j])
+
+
+def test_chlo_ops_run_on_the_interpreter_after_legalization(run: ModuleType) -> None:
+    text = """func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+      %0 = chlo.erf %x : tensor<4xf32> -> tensor<4xf32>
+      return %0 : tensor<4xf32> }"""
+    x = np.array([0.1, -0.5, 1.3, 3.0], np.float32)
+    expected = np.array([math.erf(v) for v in x.astype(np.float64)])
+    for engine in ("interpreter", "xla"):
+        (out,) = run.run(text, [x], engine=engine)
+        np.testing.assert_allclose(out, expected, rtol=1e-6, atol=0, err_msg=engine)

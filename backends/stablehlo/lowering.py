@@ -64,6 +64,7 @@ from qconvert.ir.attributes import (
     DenseArrayAttr,
     DenseElementsAttr,
     DenseResourceAttr,
+    DictionaryAttr,
     FloatAttr,
     IntegerAttr,
     OpaqueAttr,
@@ -176,7 +177,8 @@ class LoweringContext:
     value_map: dict[Value, Value] = field(default_factory=dict)
     # Source constants not emitted yet (emitted on first use as a value, see `_materialize`).
     pending_constants: dict[Value, Operation] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    # A quantized value emitted as ONNX-exact arithmetic -> the float value it quantizes (for the fusion).
+    quantize_sources: dict[Value, Value] = field(default_factory=dict)
 
     # Types ------------------------------------------------------------------------------------
     def convert_type(self, type_: Type) -> Type:
@@ -365,10 +367,32 @@ def find_main(module: ModuleOp) -> FuncOp:
     raise InputError("module has no func.func @main to convert")
 
 
+def _signless(type_: Type) -> Type:
+    element = element_type_of(type_)
+    if isinstance(element, IntegerType) and element.is_unsigned:
+        return with_element_type(type_, IntegerType(element.width))
+    return type_
+
+
 def _result_matches(expected: Type, actual: Type) -> bool:
     if not isinstance(expected, RankedTensorType) or not expected.has_static_shape():
         return True  # the source did not know the type: nothing to check
-    return expected == actual
+    # The IR's integers are signless; StableHLO spells unsigned storage `ui8`.
+    return _signless(expected) == _signless(actual)
+
+
+def _signature_type(type_: Type, attributes: Attribute | None) -> Type:
+    """A function argument / result type, unsigned when the frontend marked it (`onnx.elem_type`)."""
+    element = element_type_of(type_)
+    if isinstance(attributes, DictionaryAttr) and isinstance(element, IntegerType):
+        elem_type = dict(attributes.entries).get("onnx.elem_type")
+        if isinstance(elem_type, StringAttr) and elem_type.value.startswith("uint"):
+            return with_element_type(type_, IntegerType(element.width, Signedness.UNSIGNED))
+    return type_
+
+
+def _entry(attributes: Attribute | None, index: int) -> Attribute | None:
+    return attributes.elements[index] if isinstance(attributes, ArrayAttr) else None
 
 
 def lower_module(
@@ -387,8 +411,15 @@ def lower_module(
     source = find_main(module)
     context = LoweringContext(Builder(Block()), Form(form), Semantics(semantics), inline_weights)
     source_type = source.function_type
-    inputs = tuple(context.convert_type(t) for t in source_type.inputs)
-    results = tuple(context.convert_type(t) for t in source_type.results)
+    arg_attrs, res_attrs = source.attributes.get("arg_attrs"), source.attributes.get("res_attrs")
+    inputs = tuple(
+        _signature_type(context.convert_type(t), _entry(arg_attrs, i))
+        for i, t in enumerate(source_type.inputs)
+    )
+    results = tuple(
+        _signature_type(context.convert_type(t), _entry(res_attrs, i))
+        for i, t in enumerate(source_type.results)
+    )
     function = FuncOp.create("main", FunctionType(inputs, results))
     for key in ("arg_attrs", "res_attrs"):
         if key in source.attributes:

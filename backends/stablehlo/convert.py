@@ -1,0 +1,107 @@
+"""The StableHLO backend's entry points: a lifted IR module -> a StableHLO module (or its text).
+
+    from qconvert.backends.stablehlo.convert import convert_to_stablehlo
+    stablehlo_module = convert_to_stablehlo(module, form="quantized", semantics="onnx")
+
+`convert_to_stablehlo` lowers `func.func @main` op by op (lowering.py's table: quant casts in quant.py,
+ONNX ops in every `onnx_*.py` of this package), then, in the `quantized` form, fuses
+`uniform_dequantize -> op -> quantize` where that is exact (quant.py), and erases dead ops. The result
+is our IR, printed by our printer (`print_module` / `write_module`); jaxlib parses that text.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import tempfile
+from dataclasses import dataclass
+from typing import IO
+
+from qconvert.ir.dialects.builtin import ModuleOp
+from qconvert.ir.printer import print_module, write_module
+
+from . import quant
+from .lowering import Form, Semantics, find_main, lower_module
+
+
+def load_lowerings() -> None:
+    """Import every `onnx_*.py` module of this package, so that their `@lowers` registrations exist."""
+    package = __name__.rpartition(".")[0]
+    folder = os.path.dirname(__file__)
+    for info in pkgutil.iter_modules([folder]):
+        if info.name.startswith("onnx_"):
+            importlib.import_module(f"{package}.{info.name}")
+
+
+@dataclass(frozen=True, slots=True)
+class ConversionStats:
+    """What the conversion did, for reports: ops fused in the quantized form, ops erased as dead."""
+
+    fused_ops: int
+    erased_ops: int
+
+
+def convert_to_stablehlo(
+    module: ModuleOp,
+    form: Form | str = Form.QUANTIZED,
+    semantics: Semantics | str = Semantics.ONNX,
+    *,
+    inline_weights: bool = False,
+) -> ModuleOp:
+    """A new module holding `@main` as `stablehlo.*` ops in `form` (quantized, integer, qdq).
+
+    `semantics="onnx"` (default) keeps every quantize ONNX-exact; `"stablehlo"` uses uniform_quantize
+    everywhere. `inline_weights=True` writes `dense_resource` weights inline as `dense<"0x...">`, which
+    the engines need (XLA refuses dense_resource; the interpreter misreads blobs parsed from text).
+    Raises InputError listing every op that cannot be lowered.
+    """
+    converted, _ = convert_with_stats(module, form, semantics, inline_weights=inline_weights)
+    return converted
+
+
+def convert_with_stats(
+    module: ModuleOp,
+    form: Form | str = Form.QUANTIZED,
+    semantics: Semantics | str = Semantics.ONNX,
+    *,
+    inline_weights: bool = False,
+) -> tuple[ModuleOp, ConversionStats]:
+    """`convert_to_stablehlo` and what it did."""
+    load_lowerings()
+    form, semantics = Form(form), Semantics(semantics)
+    converted, context = lower_module(module, form, semantics, inline_weights=inline_weights)
+    ops = find_main(converted).body.ops
+    fused = quant.fuse_quantized_ops(ops, context) if form is Form.QUANTIZED else 0
+    erased = quant.erase_dead_ops(ops)
+    return converted, ConversionStats(fused, erased)
+
+
+def stablehlo_text(
+    module: ModuleOp,
+    form: Form | str = Form.QUANTIZED,
+    semantics: Semantics | str = Semantics.ONNX,
+    *,
+    inline_weights: bool = False,
+) -> str:
+    """The MLIR text of `convert_to_stablehlo(...)` (weights as a `dense_resource` section unless inlined)."""
+    return print_module(convert_to_stablehlo(module, form, semantics, inline_weights=inline_weights))
+
+
+def write_stablehlo(converted: ModuleOp, output: str | IO[str]) -> None:
+    """Write a converted module to a stream, or to a path atomically (temporary file, then rename)."""
+    if not isinstance(output, str):
+        write_module(converted, output)
+        return
+    folder = os.path.dirname(os.path.abspath(output))
+    with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False, encoding="utf-8") as f:
+        try:
+            write_module(converted, f)
+        except BaseException:
+            f.close()
+            os.unlink(f.name)
+            raise
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(f.name, 0o666 & ~umask)  # a temporary file is 0600; the output gets the usual mode
+    os.replace(f.name, output)

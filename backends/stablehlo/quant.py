@@ -1,0 +1,381 @@
+"""Lowering of the quant casts (`quant.qcast`, `quant.dcast`, `quant.scast`) in the three forms.
+
+- `qdq` / `quantized`: `quant.dcast` -> `stablehlo.uniform_dequantize` (its arithmetic,
+  `f32(i32(q) - zp) * s`, is onnxruntime's DequantizeLinear bit for bit); `quant.scast` ->
+  `stablehlo.bitcast_convert` between the storage integers and the `!quant.uniform` type; `quant.qcast`
+  -> `stablehlo.uniform_quantize` when it computes ONNX's numbers, else (under `--semantics onnx`)
+  ONNX-exact arithmetic then a bitcast to the quantized type, the op marked `qconvert.note = "..."`.
+- `integer`: no quant types: qcast / dcast are the arithmetic, scast disappears (values are storage).
+
+When uniform_quantize equals ONNX's QuantizeLinear: StableHLO computes `rne(clamp(x / s + zp))`, ONNX
+`clamp(rne(x / s) + zp)`. With every zero point 0 the two agree for every non-NaN input (the bounds are
+integers, so clamp and rounding commute); with any non-zero zero point `x / s + zp` can round to a
+different integer (a tie when zp is odd, or a fraction lost in the f32 addition, e.g. zp = 2 and
+x / s = 1.5 - 2**-23), so those quantizes are written out. The divide is f32 in both, as onnxruntime
+divides (numerics `_quantize_onnx_integer`); quant-to-math lowers uniform_quantize only from f32, so
+f16 / bf16 expressed types are written out as well. NaN (ONNX: qmin, StableHLO engines: 0) is the one
+difference left in the zero-zp case; `predicted_mismatches` counts it with the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from qconvert.ir.core import Operation, Value
+from qconvert.ir.quant_types import (
+    QuantizedType,
+    UniformQuantizedPerAxisType,
+    UniformQuantizedType,
+    uniform_params,
+)
+from qconvert.ir.types import F32, F64, FloatType, IntegerType, RankedTensorType, Type, element_type_of
+from qconvert.numerics import Rounding, UniformParams, quantize
+
+from . import ops as hlo
+from .lowering import Form, LoweringContext, Semantics, lowers, storage_element_type
+
+NOTE_ONNX_ROUNDING = (
+    "ONNX QuantizeLinear written out: clamp(round_nearest_even(x / s) + zp); uniform_quantize adds the "
+    "zero point before rounding"
+)
+NOTE_EXPRESSED = "written out: stablehlo-legalize-quant-to-math accepts f32 expressed types only"
+NOTE_UNSIGNED = (
+    "written out: stablehlo-legalize-quant-to-math reads u8 storage as signed (measured, jaxlib 0.10.2)"
+)
+NOTE_AXIS = (
+    "written out: stablehlo-legalize-quant-to-math fails on a per-axis type whose axis is not the last "
+    "(chlo broadcast_dimensions not prefix-padded, measured, jaxlib 0.10.2)"
+)
+
+
+# Parameters ----------------------------------------------------------------------------------------
+def uniform_type(ctx: LoweringContext, type_: Type) -> UniformQuantizedType | UniformQuantizedPerAxisType:
+    """The per-tensor or per-axis `!quant.uniform` element type of `type_`, or `ctx.unsupported`."""
+    element = element_type_of(type_)
+    if not isinstance(element, UniformQuantizedType | UniformQuantizedPerAxisType):
+        ctx.unsupported(
+            f"StableHLO cannot express the quantized type {element} (per-tensor and per-axis only)"
+        )
+    if not isinstance(element.storage_type, IntegerType):
+        ctx.unsupported(f"StableHLO quantized storage must be an integer, got {element.storage_type}")
+    if not isinstance(type_, RankedTensorType) or not type_.has_static_shape():
+        ctx.unsupported(f"StableHLO needs a static shape, got {type_}")
+    return element
+
+
+def engine_limitation(quant_type: QuantizedType, type_: Type) -> str | None:
+    """Why the engines cannot run uniform_quantize / uniform_dequantize of this type as the spec says,
+    or None: then the quantization is written out as arithmetic whatever the form."""
+    if quant_type.expressed_type != F32:
+        return NOTE_EXPRESSED
+    if not quant_type.is_signed:
+        return NOTE_UNSIGNED
+    is_per_axis = isinstance(quant_type, UniformQuantizedPerAxisType) and isinstance(type_, RankedTensorType)
+    if is_per_axis and quant_type.quantized_dimension != type_.rank - 1:  # type: ignore[union-attr]
+        return NOTE_AXIS
+    return None
+
+
+def rounding_can_differ(quant_type: QuantizedType) -> bool:
+    """True when `stablehlo.uniform_quantize` can give other numbers than ONNX's QuantizeLinear (non-NaN
+    inputs): any non-zero zero point (see the module docstring)."""
+    return bool(np.any(uniform_params(quant_type).zero_point != 0))
+
+
+def predicted_mismatches(quant_type: QuantizedType, x: np.ndarray) -> int:
+    """How many elements of `quantize(x)` differ between ONNX's rounding and `stablehlo.uniform_quantize`
+    (numerics' two rules), for `x` the float input of one quantize node."""
+    params = uniform_params(quant_type)
+    onnx = quantize(x, params, Rounding.ONNX)
+    stablehlo = quantize(x, params, Rounding.STABLEHLO)
+    return int(np.count_nonzero(onnx != stablehlo))
+
+
+def _parameter(
+    ctx: LoweringContext, values: np.ndarray, element_type: Type, shape: Sequence[int], axis: int | None
+) -> Value:
+    """A per-tensor (scalar) or per-axis (1-D) parameter broadcast to `shape` along `axis`."""
+    constant = ctx.constant(values, element_type)
+    return hlo.broadcast_in_dim(ctx.builder, constant, shape, [] if axis is None else [axis])
+
+
+def _axis(params: UniformParams) -> int | None:
+    return params.quantized_dimension
+
+
+def _compute_type(quant_type: QuantizedType) -> FloatType:
+    """onnxruntime divides and multiplies in f32 (f16 / bf16 upcast); f64 stays f64 (numerics)."""
+    return F64 if quant_type.expressed_type == F64 else F32
+
+
+def _scale(ctx: LoweringContext, params: UniformParams, compute: FloatType, shape: Sequence[int]) -> Value:
+    # The scale as the expressed type holds it, then widened exactly (numerics `_scale_in`).
+    scale = params.scale.astype(params.expressed_dtype).astype(np.float64)
+    return _parameter(ctx, scale, compute, shape, _axis(params))
+
+
+# Arithmetic -------------------------------------------------------------------------------------------
+def quantize_arithmetic(
+    ctx: LoweringContext, x: Value, quant_type: QuantizedType, semantics: Semantics
+) -> Value:
+    """`x` (float) -> storage integers, as ONNX (`clamp(rne(x / s) + zp)`, NaN -> qmin) or as
+    uniform_quantize (`rne(clamp(x / s + zp))`) computes it, in plain StableHLO ops."""
+    b = ctx.builder
+    params = uniform_params(quant_type)
+    shape = hlo.tensor_type(x).shape
+    axis = _axis(params)
+    storage = storage_element_type(quant_type)
+    compute = _compute_type(quant_type)
+    zero_point = params.zero_point
+    has_zero_point = bool(np.any(zero_point != 0))
+    quotient = hlo.divide(b, ctx.convert(x, compute), _scale(ctx, params, compute, shape))
+    low, high = params.storage_type_min, params.storage_type_max
+    if semantics is Semantics.STABLEHLO:
+        shifted = quotient
+        if has_zero_point:
+            shifted = hlo.add(
+                b, quotient, _parameter(ctx, zero_point.astype(np.float64), compute, shape, axis)
+            )
+        clamped = hlo.clamp(b, ctx.scalar(low, compute), shifted, ctx.scalar(high, compute))
+        return hlo.convert(b, hlo.round_nearest_even(b, clamped), storage)
+    rounded = hlo.round_nearest_even(b, quotient)
+    if storage.width > 16 or compute == F64:  # type: ignore[union-attr]
+        # Sum and clamp in f64, exact for 32-bit storage (numerics adds zp in float64 too).
+        wide = ctx.convert(rounded, F64)
+        if has_zero_point:
+            wide = hlo.add(b, wide, _parameter(ctx, zero_point.astype(np.float64), F64, shape, axis))
+        is_nan = hlo.compare(b, "NE", wide, wide)
+        wide = hlo.select(b, is_nan, ctx.splat(low, F64, shape), wide)
+        clamped = hlo.clamp(b, ctx.scalar(low, F64), wide, ctx.scalar(high, F64))
+        return hlo.convert(b, clamped, storage)
+    # 8/16-bit storage: clamp the rounded quotient to [qmin - zp, qmax - zp] (exact f32 integers), add
+    # zp in i32. NaN takes qmin - zp, so it stores qmin, as onnxruntime does.
+    is_nan = hlo.compare(b, "NE", rounded, rounded)
+    if axis is None:
+        low_shifted = ctx.scalar(low - int(zero_point), compute)
+        high_shifted = ctx.scalar(high - int(zero_point), compute)
+        nan_value = hlo.broadcast_in_dim(b, low_shifted, shape, [])
+    else:
+        low_shifted = _parameter(ctx, (low - zero_point).astype(np.float64), compute, shape, axis)
+        high_shifted = _parameter(ctx, (high - zero_point).astype(np.float64), compute, shape, axis)
+        nan_value = low_shifted
+    cleaned = hlo.select(b, is_nan, nan_value, rounded)
+    clamped = hlo.clamp(b, low_shifted, cleaned, high_shifted)
+    integers = hlo.convert(b, clamped, IntegerType(32))
+    if has_zero_point:
+        integers = hlo.add(b, integers, _parameter(ctx, zero_point, IntegerType(32), shape, axis))
+    return hlo.convert(b, integers, storage)
+
+
+def dequantize_arithmetic(
+    ctx: LoweringContext, q: Value, quant_type: QuantizedType, result_type: Type
+) -> Value:
+    """Storage integers -> float: `compute(i32(q) - zp) * s`, then the expressed type (onnxruntime's
+    DequantizeLinear and quant-to-math's uniform_dequantize alike)."""
+    b = ctx.builder
+    params = uniform_params(quant_type)
+    shape = hlo.tensor_type(q).shape
+    compute = _compute_type(quant_type)
+    integers = ctx.convert(q, IntegerType(32))
+    if np.any(params.zero_point != 0):
+        zero_point = _parameter(ctx, params.zero_point, IntegerType(32), shape, _axis(params))
+        integers = hlo.subtract(b, integers, zero_point)
+    product = hlo.multiply(b, ctx.convert(integers, compute), _scale(ctx, params, compute, shape))
+    return ctx.convert(product, element_type_of(result_type))
+
+
+# Lowerings ---------------------------------------------------------------------------------------------
+@lowers("quant.qcast")
+def lower_qcast(ctx: LoweringContext, op: Operation) -> list[Value]:
+    (x,) = ctx.operands(op)
+    result_type = op.result.type
+    quant_type = uniform_type(ctx, result_type)
+    if ctx.form is Form.INTEGER:
+        return [quantize_arithmetic(ctx, x, quant_type, ctx.semantics)]
+    note = engine_limitation(quant_type, result_type)
+    if note is None and ctx.semantics is Semantics.ONNX and rounding_can_differ(quant_type):
+        note = NOTE_ONNX_ROUNDING
+    if note is None:
+        return [hlo.uniform_quantize(ctx.builder, x, result_type)]
+    storage = quantize_arithmetic(ctx, x, quant_type, ctx.semantics)
+    quantized = hlo.bitcast_convert(ctx.builder, storage, result_type)
+    ctx.note(quantized, note)
+    ctx.quantize_sources[quantized] = x
+    return [quantized]
+
+
+@lowers("quant.dcast")
+def lower_dcast(ctx: LoweringContext, op: Operation) -> list[Value]:
+    (q,) = ctx.operands(op)
+    quant_type = uniform_type(ctx, op.operands[0].type)
+    if ctx.form is Form.INTEGER:
+        return [dequantize_arithmetic(ctx, q, quant_type, op.result.type)]
+    note = engine_limitation(quant_type, op.operands[0].type)
+    if note is None:
+        return [hlo.uniform_dequantize(ctx.builder, q, op.result.type)]
+    storage_type = hlo.tensor_type(q).with_element_type(storage_element_type(quant_type))
+    storage = hlo.bitcast_convert(ctx.builder, q, storage_type)
+    result = dequantize_arithmetic(ctx, storage, quant_type, op.result.type)
+    ctx.note(result, note)
+    return [result]
+
+
+@lowers("quant.scast")
+def lower_scast(ctx: LoweringContext, op: Operation) -> list[Value]:
+    (value,) = ctx.operands(op)
+    source_type, result_type = op.operands[0].type, op.result.type
+    quantized = source_type if isinstance(element_type_of(source_type), QuantizedType) else result_type
+    uniform_type(ctx, quantized)
+    target = ctx.convert_type(result_type)
+    if isinstance(element_type_of(target), IntegerType):
+        # quant -> storage: the storage type StableHLO spells (`ui8` for unsigned storage).
+        target = target.with_element_type(storage_element_type(element_type_of(quantized)))  # type: ignore[attr-defined,arg-type]
+    if value.type == target:
+        return [value]
+    # i8 <-> ui8 in the integer form, storage <-> !quant.uniform otherwise: a reinterpretation of the bits.
+    return [hlo.bitcast_convert(ctx.builder, value, target)]
+
+
+@lowers("qconvert.storage_cast")
+def lower_float_storage_cast(ctx: LoweringContext, op: Operation) -> list[Value]:
+    ctx.unsupported("float storage (float8 / float4) has no StableHLO quantized type")
+
+
+# Fusion (`--form quantized`) -------------------------------------------------------------------------------
+DATA_MOVEMENT_OPS = (
+    "stablehlo.reshape",
+    "stablehlo.transpose",
+    "stablehlo.broadcast_in_dim",
+    "stablehlo.slice",
+    "stablehlo.concatenate",
+)
+"""Ops fused into their quantized form when every operand is dequantized from, and the result quantized
+to, one and the same per-tensor type: exact in both semantics, since `quantize(dequantize(q)) == q` for
+equal parameters and these ops only move elements (the engines run them on the storage integers)."""
+
+# Not fused by default, each for a reason measured or read in quant-to-math (reference §3.4):
+# - add: quant-to-math requantizes each operand to the result scale with its own rounding before adding
+#   in i32 (two roundings), onnxruntime adds the dequantized floats then quantizes once;
+# - dot_general / convolution: quant-to-math requantizes the i32 accumulator by a float multiply and a
+#   truncating convert (and assumes |s_l s_r / s_out - 1| <= 1e-3 per axis); onnxruntime quantizes the
+#   float result with round-half-even; besides, ONNX Conv/Gemm carry a bias add between op and quantize;
+# - max pooling (reduce_window with a maximum body, -inf init): fused, see `_fuse_max_pool`.
+
+
+def _dequantized_source(value: Value) -> Value | None:
+    """The quantized value `value` was dequantized from by a `uniform_dequantize`, else None."""
+    producer = value.owner_op()
+    if producer is None or producer.name != "stablehlo.uniform_dequantize":
+        return None
+    return producer.operands[0]
+
+
+def _quantizations(value: Value, ctx: LoweringContext) -> list[Value]:
+    """The quantized values computed from float `value` (uniform_quantize, or ONNX-exact arithmetic)."""
+    found = [
+        owner.result
+        for owner, _ in value.uses
+        if owner.name == "stablehlo.uniform_quantize"
+        and not isinstance(element_type_of(value.type), QuantizedType)
+    ]
+    found.extend(q for q, source in ctx.quantize_sources.items() if source is value)
+    return found
+
+
+def fuse_quantized_ops(block_ops: list[Operation], ctx: LoweringContext) -> int:
+    """Rewrite `uniform_dequantize -> data-movement op -> quantize` into the op on quantized values,
+    as `stablehlo-legalize-qdq-to-quantized-op` matches it (every operand from a dequantize), restricted
+    to what is exact (see DATA_MOVEMENT_OPS). Returns how many ops were fused; dead ops stay for DCE."""
+    from qconvert.ir.core import Builder, GenericOp
+
+    fused = 0
+    for op in list(block_ops):
+        is_max_pool = op.name == "stablehlo.reduce_window" and _is_max_pool(op)
+        if op.name not in DATA_MOVEMENT_OPS and not is_max_pool:
+            continue
+        data_operands = op.operands[:1] if is_max_pool else op.operands
+        sources = [_dequantized_source(v) for v in data_operands]
+        if not sources or any(s is None for s in sources):
+            continue
+        quant_types = {element_type_of(s.type) for s in sources}  # type: ignore[union-attr]
+        if len(quant_types) != 1:
+            continue
+        (quant_type,) = quant_types
+        if not isinstance(quant_type, UniformQuantizedType):
+            continue  # per-axis data movement needs axis bookkeeping; not needed by ONNX activations
+        for quantized in _quantizations(op.result, ctx):
+            if element_type_of(quantized.type) != quant_type:
+                continue
+            builder = Builder.before(op)
+            result_type = hlo.tensor_type(op.result).with_element_type(quant_type)
+            if is_max_pool:
+                replacement = _fuse_max_pool(ctx, builder, op, sources[0], quant_type)  # type: ignore[arg-type]
+            else:
+                new_op = builder.insert(
+                    GenericOp(op.name, list(sources), [result_type], dict(op.attributes))  # type: ignore[arg-type]
+                )
+                replacement = new_op.result
+            quantized.replace_all_uses_with(replacement)
+            fused += 1
+    return fused
+
+
+def _is_max_pool(op: Operation) -> bool:
+    """A reduce_window of one operand whose body is `maximum` and whose init is the constant -inf."""
+    if len(op.operands) != 2 or len(op.regions) != 1:
+        return False
+    body = op.regions[0].entry.ops
+    if len(body) != 2 or body[0].name != "stablehlo.maximum":
+        return False
+    init = op.operands[1].owner_op()
+    if init is None or init.name != "stablehlo.constant":
+        return False
+    value = init.attributes.get("value")
+    array = getattr(value, "array", None)
+    return array is not None and array.size == 1 and bool(np.isneginf(array.reshape(-1)[0]))
+
+
+def _fuse_max_pool(
+    ctx: LoweringContext, builder: object, op: Operation, source: Value, quant_type: UniformQuantizedType
+) -> Value:
+    """The max pooling on quantized values: max commutes with dequantize (scale > 0), and the padding
+    value becomes qmin (every window holds at least one real element, so it never wins)."""
+    from qconvert.ir.core import Builder
+
+    assert isinstance(builder, Builder)
+    storage = storage_element_type(quant_type)
+    saved = ctx.builder
+    ctx.builder = builder
+    try:
+        init_storage = ctx.scalar(quant_type.storage_type_min, storage)
+        init = hlo.bitcast_convert(builder, init_storage, RankedTensorType((), quant_type))
+        attributes = op.attributes
+        window = attributes["window_dimensions"].values  # type: ignore[attr-defined]
+        strides = attributes["window_strides"].values  # type: ignore[attr-defined]
+        dilations = attributes["window_dilations"].values  # type: ignore[attr-defined]
+        padding = [tuple(p) for p in attributes["padding"].array.tolist()]  # type: ignore[attr-defined]
+        return hlo.reduce_window(
+            builder,
+            source,
+            init,
+            window_dimensions=window,
+            window_strides=strides,
+            padding=padding,  # type: ignore[arg-type]
+            window_dilations=dilations,
+            body=hlo.maximum,
+        )
+    finally:
+        ctx.builder = saved
+
+
+def erase_dead_ops(block_ops: list[Operation]) -> int:
+    """Erase ops whose results are unused (every stablehlo op is pure), last to first; returns the count."""
+    erased = 0
+    for op in reversed(list(block_ops)):
+        if op.is_terminator or not op.results or any(r.uses for r in op.results):
+            continue
+        op.erase()
+        erased += 1
+    return erased

@@ -1,0 +1,313 @@
+"""Sentinel guard: find tensors whose calibrated range a sentinel would dominate, and decide what to do.
+
+A sentinel is a value that stands for "ignore this position" rather than a magnitude: an additive attention
+mask of float-min (-3.4e38, Hugging Face BERT exports), -10000 (older exports), ±Inf, NaN. A range that
+includes one leaves no quantization levels for the real values (scores + float-min quantized to int8: every
+real score lands on the zero point, attention turns uniform, and the model collapses).
+
+Pass 1 runs a `MagnitudeObserver` on every tensor: counts per float32 (sign, binary exponent), i.e. per
+octave, plus NaN counts and the exact min/max of the ordinary values. It is exact and mergeable by
+addition, and costs one `bincount` per batch. `find_sentinels` reads those counts; `apply_sentinel_policy`
+turns findings plus the user's policy and per-tensor overrides into `keep_float` names (finalize leaves them
+in float) and clipped ranges, with one warning per tensor saying why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Self
+
+import numpy as np
+
+from qconvert.errors import InputError
+
+# index = float32 bits >> 23: sign bit * 256 + biased exponent field (0: zero or subnormal, 255: Inf/NaN)
+MAGNITUDE_BINS = 512
+_SIGN = 256
+_INF_FIELD = 255
+# |x| >= 2**100 (1.27e30): the float-min / float-max class. No trained activation gets there; masks
+# built from torch.finfo(float32).min (3.4e38) and "large negative" constants (-1e30, -1e38) do.
+HUGE_EXPONENT = 100
+_HUGE_FIELD = HUGE_EXPONENT + 127
+HUGE_MAGNITUDE = 2.0**HUGE_EXPONENT
+
+# Isolated-cluster rule (a -10000 padding mask added to scores of magnitude ~10): a group of values at most
+# MAX_CLUSTER_OCTAVES octaves wide, separated from everything smaller by at least MIN_GAP_OCTAVES empty
+# octaves (64x), above a bulk holding at least MIN_BULK_FRACTION of the nonzero values. With int8 and such
+# a range the bulk would get at most 4 of the 256 levels. A genuine heavy tail (Laplace, Student-t, large
+# dense activations) fills its octaves contiguously, so it has no such gap.
+MIN_GAP_OCTAVES = 6
+MAX_CLUSTER_OCTAVES = 3
+MIN_BULK_FRACTION = 1e-3
+
+
+class MagnitudeObserver:
+    """Exact per-octave counts of one tensor (float32 view), NaN counts, and min/max of ordinary values.
+
+    Ordinary = finite with |x| < 2**100. Everything is a sum, a min or a max, so merge == observing the union.
+    Values of other float dtypes are cast to float32 first (float64 beyond float32's range becomes ±Inf).
+    """
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(MAGNITUDE_BINS, dtype=np.int64)  # NaN excluded
+        self.nan_count = 0
+        self.ordinary_min = math.inf
+        self.ordinary_max = -math.inf
+        self.minimum = math.inf  # of all non-NaN values, sentinels included (for messages)
+        self.maximum = -math.inf
+
+    def observe(self, values: np.ndarray) -> None:
+        x = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        if x.size == 0:
+            return
+        counts = np.bincount(x.view(np.uint32) >> 23, minlength=MAGNITUDE_BINS)
+        lo, hi = float(x.min()), float(x.max())
+        special = counts[_INF_FIELD] + counts[_SIGN + _INF_FIELD]
+        huge = counts[_HUGE_FIELD:_INF_FIELD].sum() + counts[_SIGN + _HUGE_FIELD : _SIGN + _INF_FIELD].sum()
+        if special:
+            nan = np.isnan(x)
+            negative_nan = int(np.count_nonzero(nan & np.signbit(x)))
+            nan_total = int(np.count_nonzero(nan))
+            counts[_SIGN + _INF_FIELD] -= negative_nan
+            counts[_INF_FIELD] -= nan_total - negative_nan
+            self.nan_count += nan_total
+            if nan_total:
+                lo = float(np.min(x, where=~nan, initial=np.inf))
+                hi = float(np.max(x, where=~nan, initial=-np.inf))
+        self.minimum = min(self.minimum, lo)
+        self.maximum = max(self.maximum, hi)
+        if special or huge:
+            # only batches that hold a sentinel pay for the masked reductions
+            ordinary = np.abs(x) < HUGE_MAGNITUDE  # False for NaN and ±Inf
+            if not ordinary.any():
+                self.counts += counts
+                return
+            lo = float(np.min(x, where=ordinary, initial=np.inf))
+            hi = float(np.max(x, where=ordinary, initial=-np.inf))
+        self.counts += counts
+        self.ordinary_min = min(self.ordinary_min, lo)
+        self.ordinary_max = max(self.ordinary_max, hi)
+
+    def merge(self, other: Self) -> None:
+        self.counts += other.counts
+        self.nan_count += other.nan_count
+        self.ordinary_min = min(self.ordinary_min, other.ordinary_min)
+        self.ordinary_max = max(self.ordinary_max, other.ordinary_max)
+        self.minimum = min(self.minimum, other.minimum)
+        self.maximum = max(self.maximum, other.maximum)
+
+    # Views on the counts -----------------------------------------------------------------------------
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum()) + self.nan_count
+
+    @property
+    def positive_inf(self) -> int:
+        return int(self.counts[_INF_FIELD])
+
+    @property
+    def negative_inf(self) -> int:
+        return int(self.counts[_SIGN + _INF_FIELD])
+
+    @property
+    def huge_count(self) -> int:
+        """Finite values with |x| >= 2**100."""
+        c = self.counts
+        return int(c[_HUGE_FIELD:_INF_FIELD].sum() + c[_SIGN + _HUGE_FIELD : _SIGN + _INF_FIELD].sum())
+
+    def octave_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Counts of ordinary nonzero values per octave [2**(e-127), 2**(e-126)), e = 1.._HUGE_FIELD-1:
+        (positive, negative), each indexed by the biased exponent e."""
+        positive = self.counts[:_HUGE_FIELD].copy()
+        negative = self.counts[_SIGN : _SIGN + _HUGE_FIELD].copy()
+        positive[0] = negative[0] = 0  # zeros and subnormals carry no magnitude
+        return positive, negative
+
+
+@dataclass(frozen=True)
+class SentinelFinding:
+    tensor: str
+    reason: str
+    # the range of the bulk (values other than the sentinels); None when nothing but sentinels was seen
+    robust_range: tuple[float, float] | None
+    sentinel_fraction: float  # of all observed values
+
+
+def _octave_edge(field: int) -> float:
+    """Upper edge of the octave whose biased exponent field is `field`."""
+    return math.ldexp(1.0, field - 126)
+
+
+def _isolated_cluster(observer: MagnitudeObserver) -> tuple[int, int] | None:
+    """(first biased exponent of the far cluster, its count), or None: see the MIN_GAP_OCTAVES rule."""
+    positive, negative = observer.octave_counts()
+    magnitude = positive + negative
+    occupied = np.flatnonzero(magnitude)
+    if occupied.size < 2:
+        return None
+    nonzero_total = int(magnitude.sum())
+    below = np.cumsum(magnitude[occupied])
+    for i in range(occupied.size - 1):
+        gap = int(occupied[i + 1] - occupied[i] - 1)
+        if gap < MIN_GAP_OCTAVES:
+            continue
+        span = int(occupied[-1] - occupied[i + 1] + 1)
+        if span <= MAX_CLUSTER_OCTAVES and below[i] >= MIN_BULK_FRACTION * nonzero_total:
+            return int(occupied[i + 1]), nonzero_total - int(below[i])
+    return None
+
+
+def _bulk_range(observer: MagnitudeObserver, cluster_start: int | None) -> tuple[float, float] | None:
+    """Range of the ordinary values below the isolated cluster: exact on a side the cluster does not reach,
+    the upper edge of the bulk's largest octave on a side it does (at most 2x wide), 0 if the bulk has no
+    value of that sign (quantization includes zero anyway)."""
+    if observer.ordinary_min > observer.ordinary_max:
+        return None
+    lo, hi = observer.ordinary_min, observer.ordinary_max
+    if cluster_start is None:
+        return lo, hi
+    positive, negative = observer.octave_counts()
+    far = math.ldexp(1.0, cluster_start - 127)
+    if -lo >= far:
+        bulk = np.flatnonzero(negative[:cluster_start])
+        lo = -_octave_edge(int(bulk[-1])) if bulk.size else 0.0
+    if hi >= far:
+        bulk = np.flatnonzero(positive[:cluster_start])
+        hi = _octave_edge(int(bulk[-1])) if bulk.size else 0.0
+    return min(lo, hi), max(lo, hi)
+
+
+def find_sentinels(observers: Mapping[str, MagnitudeObserver]) -> list[SentinelFinding]:
+    """Tensors whose range is dominated by NaN, ±Inf, |x| >= 2**100, or an isolated far cluster."""
+    findings = []
+    for name, observer in observers.items():
+        total = observer.total
+        if total == 0:
+            continue
+        reasons = []
+        if observer.nan_count:
+            reasons.append(f"{observer.nan_count} NaN")
+        if observer.positive_inf:
+            reasons.append(f"{observer.positive_inf} +Inf")
+        if observer.negative_inf:
+            reasons.append(f"{observer.negative_inf} -Inf")
+        huge = observer.huge_count
+        if huge:
+            extreme = observer.minimum if -observer.minimum >= HUGE_MAGNITUDE else observer.maximum
+            reasons.append(f"{huge} values with |x| >= 1.3e30 (as far as {extreme:.4g}: a float-min mask?)")
+        sentinels = observer.nan_count + observer.positive_inf + observer.negative_inf + huge
+        cluster = _isolated_cluster(observer)
+        cluster_start = None
+        if cluster is not None:
+            cluster_start, cluster_count = cluster
+            sentinels += cluster_count
+            low = math.ldexp(1.0, cluster_start - 127)
+            reasons.append(
+                f"{cluster_count} values with |x| >= {low:.4g} isolated from the rest by "
+                f"{MIN_GAP_OCTAVES}+ empty octaves (a -10000 style padding mask?)"
+            )
+        if not reasons:
+            continue
+        findings.append(
+            SentinelFinding(
+                tensor=name,
+                reason=", ".join(reasons) + f" in {total} values",
+                robust_range=_bulk_range(observer, cluster_start),
+                sentinel_fraction=sentinels / total,
+            )
+        )
+    return findings
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Policy: what to do with the findings
+
+
+class SentinelPolicy(StrEnum):
+    KEEP = "keep"  # leave flagged tensors in float (default)
+    CLIP = "clip"  # quantize flagged tensors with the bulk's range; sentinels saturate
+    OFF = "off"  # no detection: quantize every tensor with its observed range
+
+
+class SentinelAction(StrEnum):
+    KEEP = "keep"
+    CLIP = "clip"
+    QUANTIZE = "quantize"  # ignore a finding for this tensor
+
+
+@dataclass
+class SentinelDecision:
+    keep_float: set[str] = field(default_factory=set)
+    clipped_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, SentinelAction]:
+    """`NAME=keep|clip|quantize` strings (the `--sentinel-override` option) into a dict."""
+    overrides: dict[str, SentinelAction] = {}
+    for item in items:
+        name, sep, action = item.rpartition("=")
+        if not sep or not name:
+            raise InputError(f"--sentinel-override {item!r}: expected NAME=keep|clip|quantize")
+        try:
+            overrides[name] = SentinelAction(action.strip().lower())
+        except ValueError:
+            raise InputError(
+                f"--sentinel-override {item!r}: unknown action {action!r} (expected keep, clip or quantize)"
+            ) from None
+    return overrides
+
+
+def apply_sentinel_policy(
+    findings: Sequence[SentinelFinding],
+    policy: SentinelPolicy | str = SentinelPolicy.KEEP,
+    overrides: Mapping[str, SentinelAction | str] | None = None,
+    observed: Iterable[str] | None = None,
+) -> SentinelDecision:
+    """Turn findings, the policy and per-tensor overrides into float-kept names and clipped ranges.
+
+    `observed`, when given, is the set of calibrated tensor names: an override naming another tensor is an
+    InputError. An override wins over the policy, also for tensors that were not flagged (`keep` keeps any
+    tensor in float; `clip` on an unflagged tensor changes nothing and says so).
+    """
+    policy = SentinelPolicy(policy)
+    actions = {name: SentinelAction(a) for name, a in (overrides or {}).items()}
+    if observed is not None:
+        known = set(observed)
+        unknown = sorted(set(actions) - known)
+        if unknown:
+            raise InputError(
+                f"--sentinel-override names tensors that were not calibrated: {', '.join(unknown)}"
+            )
+    decision = SentinelDecision()
+    by_name = {} if policy is SentinelPolicy.OFF else {f.tensor: f for f in findings}
+    default = {
+        SentinelPolicy.KEEP: SentinelAction.KEEP,
+        SentinelPolicy.CLIP: SentinelAction.CLIP,
+        SentinelPolicy.OFF: SentinelAction.QUANTIZE,
+    }[policy]
+    for name in list(by_name) + [n for n in actions if n not in by_name]:
+        finding = by_name.get(name)
+        action = actions.get(name, default)
+        why = finding.reason if finding else "not flagged"
+        source = "override" if name in actions else f"--sentinel {policy.value}"
+        if action is SentinelAction.KEEP:
+            decision.keep_float.add(name)
+            decision.warnings.append(f"{name}: left in float ({source}): {why}")
+        elif action is SentinelAction.CLIP and finding is not None and finding.robust_range is not None:
+            decision.clipped_ranges[name] = finding.robust_range
+            lo, hi = finding.robust_range
+            decision.warnings.append(f"{name}: range clipped to [{lo:.6g}, {hi:.6g}] ({source}): {why}")
+        elif action is SentinelAction.CLIP and finding is not None:
+            decision.keep_float.add(name)
+            decision.warnings.append(
+                f"{name}: left in float, nothing but sentinels to clip to ({source}): {why}"
+            )
+        elif action is SentinelAction.CLIP:
+            decision.warnings.append(f"{name}: clip override ignored, the tensor has no sentinel")
+        elif finding is not None:
+            decision.warnings.append(f"{name}: quantized with its full observed range ({source}): {why}")
+    return decision

@@ -124,6 +124,34 @@ def import_command(
     os.replace(f.name, output)  # no partial output file on failure
 
 
+@app.command("convert")
+def convert_command(
+    model: str = typer.Argument(..., help="ONNX model file (external data next to it)"),
+    to: str = typer.Option("stablehlo", "--to", help="target: stablehlo"),
+    form: str = typer.Option("quantized", "--form", help="stablehlo: quantized, integer or qdq"),
+    semantics: str = typer.Option("onnx", "--semantics", help="quantize rounding: onnx (exact) or stablehlo"),
+    output: str = typer.Option("-", "-o", "--output", help="output .mlir file ('-' for stdout)"),
+    input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
+    elide_weights: bool = typer.Option(False, "--elide-weights", help="weights as dense_resource<...>"),
+    inline_weights: bool = typer.Option(
+        False, "--inline-weights", help='weights inline as dense<"0x..."> (XLA refuses dense_resource)'
+    ),
+) -> None:
+    """Convert an ONNX model to StableHLO MLIR text; every op that cannot be lowered is listed (exit 2)."""
+    from qconvert.convert import convert, write
+
+    module = convert(
+        model,
+        to=to,
+        form=form,
+        semantics=semantics,
+        input_shapes=_parse_input_shapes(input_shape),
+        elide_weights=elide_weights,
+        inline_weights=inline_weights,
+    )
+    write(module, sys.stdout if output == "-" else output)
+
+
 @app.command("inspect")
 def inspect_command(
     model: str = typer.Argument(..., help="ONNX model file"),

@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import IO
 
+from qconvert.ir.attributes import DenseElementsAttr, DenseResourceAttr, OpaqueAttr
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.printer import print_module, write_module
 
@@ -86,6 +87,24 @@ def stablehlo_text(
 ) -> str:
     """The MLIR text of `convert_to_stablehlo(...)` (weights as a `dense_resource` section unless inlined)."""
     return print_module(convert_to_stablehlo(module, form, semantics, inline_weights=inline_weights))
+
+
+ELIDED = "__elided__"
+
+
+def elide_weights(module: ModuleOp, threshold: int = 16) -> int:
+    """Replace `stablehlo.constant`s of more than `threshold` elements (and every `dense_resource`) by
+    `dense_resource<__elided__>`, as MLIR prints elided resources; returns how many."""
+    elided = 0
+    for op in module.walk():
+        if op.name != "stablehlo.constant":
+            continue
+        value = op.attributes["value"]
+        is_large = isinstance(value, DenseElementsAttr) and value.array.size > threshold
+        if is_large or isinstance(value, DenseResourceAttr | OpaqueAttr):
+            op.attributes["value"] = DenseResourceAttr(ELIDED, op.result.type)
+            elided += 1
+    return elided
 
 
 def write_stablehlo(converted: ModuleOp, output: str | IO[str]) -> None:

@@ -1,0 +1,151 @@
+"""Collecting statistics: onnxruntime's calibrator's tensors and values, external data, two passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from onnxruntime.quantization.calibrate import CalibrationDataReader, MinMaxCalibrater
+
+from qconvert.calibrate.collect import (
+    augment_model,
+    calibration_tensors,
+    collect,
+    collect_passes,
+    load_float_model,
+)
+from qconvert.calibrate.dataset import open_dataset
+from qconvert.calibrate.observers import HistogramObserver, MinMaxObserver
+from qconvert.errors import InputError
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+
+
+class ListReader(CalibrationDataReader):
+    """onnxruntime's reader over prepared batches."""
+
+    def __init__(self, batches: list[dict[str, np.ndarray]]) -> None:
+        self.batches = iter(batches)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self.batches, None)
+
+
+def digits_data(tmp_path: Path, count: int = 32) -> Path:
+    path = tmp_path / "digits.npz"
+    np.savez(path, image=np.random.default_rng(3).random((count, 1, 8, 8), dtype=np.float32))
+    return path
+
+
+def encoder_data(tmp_path: Path, count: int = 8) -> Path:
+    path = tmp_path / "encoder.npz"
+    np.savez(path, input_ids=np.random.default_rng(4).integers(0, 32, (count, 16), dtype=np.int64))
+    return path
+
+
+def onnxruntime_minmax(model_path: Path, batches: list[dict[str, np.ndarray]], tmp_path: Path) -> dict:
+    calibrator = MinMaxCalibrater(str(model_path), augmented_model_path=str(tmp_path / "augmented.onnx"))
+    selected, _ = calibrator.select_tensors_to_calibrate(calibrator.model)
+    calibrator.augment_graph()
+    calibrator.create_inference_session()
+    calibrator.collect_data(ListReader(batches))
+    ranges = calibrator.compute_data()
+    return {"selected": selected, "ranges": {name: ranges[name].range_value for name in selected}}
+
+
+@pytest.mark.parametrize(
+    ("model_name", "make_data"), [("digits_cnn", digits_data), ("tiny_encoder", encoder_data)]
+)
+def test_same_tensors_and_bit_identical_minmax_as_onnxruntime_calibrator(
+    model_name: str, make_data, tmp_path: Path
+) -> None:
+    model_path = MODELS / f"{model_name}.onnx"
+    model, folder = load_float_model(model_path)
+    dataset = open_dataset(make_data(tmp_path), model)
+    batches = [batch.arrays for batch in dataset.batches()]
+    reference = onnxruntime_minmax(model_path, batches, tmp_path)
+
+    augmented = augment_model(model, folder)
+    assert set(augmented.tensors) == reference["selected"]
+    result = collect(augmented, dataset, {name: [MinMaxObserver()] for name in augmented.tensors})
+    for name in augmented.tensors:
+        observer = result.observers[name][0]
+        low, high = reference["ranges"][name]
+        assert (np.float32(observer.minimum), np.float32(observer.maximum)) == (
+            np.float32(low),
+            np.float32(high),
+        ), name
+    assert result.batches == len(batches)
+
+
+def test_tensors_are_float_node_inputs_and_outputs_never_initializers() -> None:
+    model, _ = load_float_model(MODELS / "digits_cnn.onnx")
+    tensors = calibration_tensors(model)
+    initializers = {t.name for t in model.graph.initializer}
+    assert not set(tensors) & initializers
+    assert next(iter(tensors)) == "image" and list(tensors)[-1] == "logits"
+    assert set(tensors.values()) == {"f32"}
+
+
+def test_a_model_with_external_data_is_read_in_place_with_identical_values(tmp_path: Path) -> None:
+    folder = tmp_path / "external"
+    folder.mkdir()
+    onnx.save(
+        onnx.load(str(MODELS / "digits_cnn.onnx")),
+        str(folder / "model.onnx"),
+        save_as_external_data=True,
+        location="model.data",
+        size_threshold=0,
+    )
+    data = digits_data(tmp_path, 16)
+    results = []
+    for path in (MODELS / "digits_cnn.onnx", folder / "model.onnx"):
+        model, base = load_float_model(path)
+        augmented = augment_model(model, base)
+        results.append(
+            collect(augmented, open_dataset(data, model), {n: [MinMaxObserver()] for n in augmented.tensors})
+        )
+        if path.parent == folder:
+            assert augmented.external_data_folder == str(folder)
+            assert len(augmented.model_bytes) < (folder / "model.data").stat().st_size  # weights not copied
+    for name, (embedded,) in results[0].observers.items():
+        (external,) = results[1].observers[name]
+        assert (embedded.minimum, embedded.maximum) == (external.minimum, external.maximum)
+
+
+def test_a_model_without_float_activations_is_refused() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["c"])],
+        "integers",
+        [helper.make_tensor_value_info(n, TensorProto.INT32, [2]) for n in ("a", "b")],
+        [helper.make_tensor_value_info("c", TensorProto.INT32, [2])],
+    )
+    model, _ = load_float_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(InputError, match=r"no float \(f32/f16\) activations to calibrate"):
+        augment_model(model, None)
+
+
+def test_two_passes_seed_histograms_from_exact_minmax_and_progress_spans_both(tmp_path: Path) -> None:
+    model, folder = load_float_model(MODELS / "digits_cnn.onnx")
+    augmented = augment_model(model, folder, ["/conv1/Conv_output_0"])
+    dataset = open_dataset(digits_data(tmp_path, 24), model)
+    seen: list[tuple[int, int | None]] = []
+
+    def second(previous):
+        (extrema,) = previous["/conv1/Conv_output_0"]
+        return {"/conv1/Conv_output_0": [HistogramObserver(extrema.minimum, extrema.maximum, 64)]}
+
+    first, histogram = collect_passes(
+        augmented,
+        dataset,
+        [lambda _: {"/conv1/Conv_output_0": [MinMaxObserver()]}, second],
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    (extrema,) = first.observers["/conv1/Conv_output_0"]
+    (counts,) = histogram.observers["/conv1/Conv_output_0"]
+    assert counts.total == extrema.count == 24 * 16 * 8 * 8
+    assert seen[-1] == (48, 48) and all(total == 48 for _, total in seen)
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)

@@ -1,0 +1,82 @@
+"""Calibration split across processes or Ray tasks gives the statistics of one process, bit for bit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import require_module
+
+from qconvert.calibrate.collect import AugmentedModel, augment_model, collect_passes, load_float_model
+from qconvert.calibrate.dataset import Dataset, open_dataset
+from qconvert.calibrate.observers import HistogramObserver, MinMaxObserver
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+
+
+def encoder_setup(tmp_path: Path, samples: int = 14) -> tuple[AugmentedModel, Dataset]:
+    """tiny_encoder (MatMul, Softmax, LayerNormalization, Erf) on 7 batches: odd, so the shares differ."""
+    model, folder = load_float_model(MODELS / "tiny_encoder.onnx")
+    path = tmp_path / "ids.npz"
+    np.savez(path, input_ids=np.random.default_rng(9).integers(0, 32, (samples, 16), dtype=np.int64))
+    return augment_model(model, folder), open_dataset(path, model)
+
+
+def minmax_then_histogram(augmented: AugmentedModel, dataset: Dataset, workers: int, engine: str = "local"):
+    """Pass 1 exact min/max, pass 2 a 2048-bin histogram over that range and a |x| histogram."""
+
+    def histograms(previous):
+        table = {}
+        for name, (extrema,) in previous.items():
+            low, high = extrema.minimum, extrema.maximum
+            table[name] = [
+                HistogramObserver(low, high, 2048),
+                HistogramObserver(0.0, max(abs(low), abs(high)), 128, absolute=True),
+            ]
+        return table
+
+    first, second = collect_passes(
+        augmented,
+        dataset,
+        [lambda _: {name: [MinMaxObserver()] for name in augmented.tensors}, histograms],
+        workers=workers,
+        engine=engine,
+    )
+    return first, second
+
+
+def assert_identical(one, other) -> None:
+    for name, (extrema,) in one[0].observers.items():
+        (theirs,) = other[0].observers[name]
+        assert (extrema.minimum, extrema.maximum, extrema.count) == (
+            theirs.minimum,
+            theirs.maximum,
+            theirs.count,
+        )
+        for mine, their in zip(one[1].observers[name], other[1].observers[name]):
+            assert (mine.low, mine.high) == (their.low, their.high)
+            np.testing.assert_array_equal(mine.counts, their.counts, err_msg=name)
+
+
+def test_two_processes_give_bit_identical_minmax_and_histograms(tmp_path: Path) -> None:
+    augmented, dataset = encoder_setup(tmp_path)
+    single = minmax_then_histogram(augmented, dataset, workers=1)
+    split = minmax_then_histogram(augmented, dataset, workers=2)
+    assert_identical(single, split)
+    assert single[0].batches == split[0].batches == 7
+    assert len(split[0].shares) == 2  # two processes did the work
+    # Not vacuous: histograms hold every element of every batch.
+    (extrema,) = single[0].observers["last_hidden_state"]
+    assert single[1].observers["last_hidden_state"][0].total == extrema.count == 14 * 16 * 64
+
+
+@pytest.mark.engine
+def test_ray_tasks_give_bit_identical_minmax_and_histograms(tmp_path: Path) -> None:
+    ray = require_module("ray")
+    augmented, dataset = encoder_setup(tmp_path, samples=6)
+    single = minmax_then_histogram(augmented, dataset, workers=1)
+    on_ray = minmax_then_histogram(augmented, dataset, workers=2, engine="ray")
+    assert_identical(single, on_ray)
+    assert len(on_ray[0].shares) == 2
+    assert not ray.is_initialized()  # the local instance was shut down

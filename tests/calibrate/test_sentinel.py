@@ -1,0 +1,268 @@
+"""Sentinel guard: exact octave counts, merge == union, detection and non-detection, policy, BERT mask model.
+
+The model test runs models/bert_mask.onnx (built by models/build_bert_mask.py: Hugging Face BERT's additive
+float-min attention mask) through onnxruntime with every float intermediate exposed, and checks that the
+flagged tensors are exactly the ones the graph says carry the mask: the float-min Constant (a node output,
+calibrated like any activation), the Mul by it and each layer's scores + mask Add. The expectation is
+derived from the graph, not from the detector.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from qconvert.calibrate.sentinel import (
+    HUGE_MAGNITUDE,
+    MagnitudeObserver,
+    SentinelAction,
+    SentinelFinding,
+    apply_sentinel_policy,
+    find_sentinels,
+    parse_overrides,
+)
+from qconvert.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "models"
+FLOAT_MIN = np.finfo(np.float32).min
+
+
+def observed(*arrays: np.ndarray) -> MagnitudeObserver:
+    observer = MagnitudeObserver()
+    for array in arrays:
+        observer.observe(array)
+    return observer
+
+
+def flagged(**arrays: np.ndarray) -> dict[str, SentinelFinding]:
+    return {f.tensor: f for f in find_sentinels({name: observed(a) for name, a in arrays.items()})}
+
+
+@pytest.fixture(scope="module")
+def scores() -> np.ndarray:
+    """Attention-score-like values (batch 16, 4 heads, 32 x 32), spread about ±10."""
+    return (np.random.default_rng(0).standard_normal((16, 4, 32, 32)) * 3).astype(np.float32)
+
+
+def padding_mask(value: float) -> np.ndarray:
+    """[16, 1, 1, 32] additive mask: `value` on the last 12 positions of every other row, else 0."""
+    mask = np.zeros((16, 1, 1, 32), np.float32)
+    mask[::2, ..., 20:] = value
+    return mask
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The observer
+
+
+def test_counts_match_frexp_octaves() -> None:
+    """Bin of a normal float32 x: sign*256 + frexp exponent + 126; zero in bin 0 / 256; Inf in 255 / 511."""
+    rng = np.random.default_rng(1)
+    values = np.concatenate(
+        [
+            (rng.standard_normal(5000) * 10.0 ** rng.uniform(-30, 30, 5000)).astype(np.float32),
+            np.array([0.0, -0.0, np.inf, -np.inf, np.inf, np.nan, -np.nan, FLOAT_MIN], np.float32),
+        ]
+    )
+    observer = observed(values)
+    expected: Counter[int] = Counter()
+    for x in values.astype(np.float64):
+        if math.isnan(x):
+            continue
+        sign = 256 if math.copysign(1.0, x) < 0 else 0
+        if math.isinf(x):
+            expected[sign + 255] += 1
+        elif x == 0:
+            expected[sign] += 1
+        else:
+            expected[sign + math.frexp(x)[1] + 126] += 1
+    assert {i: int(c) for i, c in enumerate(observer.counts) if c} == dict(expected)
+    assert observer.nan_count == 2
+    assert (observer.positive_inf, observer.negative_inf) == (2, 1)
+    assert observer.huge_count == 1 + int(np.count_nonzero(np.abs(values[:5000]) >= HUGE_MAGNITUDE))
+    ordinary = values[np.abs(values) < HUGE_MAGNITUDE]
+    assert (observer.ordinary_min, observer.ordinary_max) == (float(ordinary.min()), float(ordinary.max()))
+
+
+def test_merge_equals_observing_the_union(scores: np.ndarray) -> None:
+    parts = [
+        scores[:5],
+        (scores[5:9] + padding_mask(FLOAT_MIN)[5:9]),
+        np.array([np.nan, np.inf, -1e35], np.float32),
+        scores[9:] * 1000,
+        np.array([], np.float32),
+        scores[:2].astype(np.float16),  # cast to float32 on the way in
+    ]
+    whole = observed(*parts)
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        order = rng.permutation(len(parts))
+        split = int(rng.integers(1, len(parts)))
+        left = observed(*(parts[i] for i in order[:split]))
+        left.merge(observed(*(parts[i] for i in order[split:])))
+        np.testing.assert_array_equal(left.counts, whole.counts)
+        assert left.nan_count == whole.nan_count
+        assert (left.ordinary_min, left.ordinary_max) == (whole.ordinary_min, whole.ordinary_max)
+        assert (left.minimum, left.maximum) == (whole.minimum, whole.maximum)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Detection
+
+
+def test_float_min_mask_and_masked_scores_are_flagged_with_the_exact_bulk_range(scores: np.ndarray) -> None:
+    mask = padding_mask(FLOAT_MIN)
+    found = flagged(mask=mask, masked=scores + mask, softmax_like=np.abs(scores) / 10)
+    assert set(found) == {"mask", "masked"}
+    assert "1.3e30" in found["masked"].reason and "-3.403e+38" in found["masked"].reason
+    # scores at unmasked positions: the bulk, exactly
+    bulk = (scores + mask)[(scores + mask) > -HUGE_MAGNITUDE]
+    assert found["masked"].robust_range == (float(bulk.min()), float(bulk.max()))
+    assert found["mask"].robust_range == (0.0, 0.0)
+    assert found["masked"].sentinel_fraction == pytest.approx(np.mean(mask < 0))
+
+
+def test_minus_10000_mask_flags_the_masked_scores_not_the_mask(scores: np.ndarray) -> None:
+    """-10000 + scores sits 9 octaves above the scores: flagged. The mask alone ({0, -10000}) is not: an
+    int8 range of [-10000, 0] represents both values exactly, nothing is lost."""
+    mask = padding_mask(-10000.0)
+    masked = scores + mask
+    found = flagged(mask=mask, masked=masked)
+    assert set(found) == {"masked"}
+    assert "isolated" in found["masked"].reason
+    lo, hi = found["masked"].robust_range or (0.0, 0.0)
+    bulk = masked[masked > -1000]
+    assert hi == float(bulk.max())  # the positive side is exact
+    assert bulk.min() >= lo >= 2 * bulk.min()  # the clustered side: an octave edge, at most 2x wide
+
+
+def test_infinities_and_nan_are_flagged(scores: np.ndarray) -> None:
+    with_inf = np.where(padding_mask(-1.0) < 0, -np.inf, scores).astype(np.float32)
+    with_nan = scores.copy()
+    with_nan[0, 0, 0, :3] = np.nan
+    only_inf = np.full(8, np.inf, np.float32)
+    found = flagged(with_inf=with_inf, with_nan=with_nan, only_inf=only_inf)
+    assert set(found) == {"with_inf", "with_nan", "only_inf"}
+    assert "-Inf" in found["with_inf"].reason and "3 NaN" in found["with_nan"].reason
+    finite = with_inf[np.isfinite(with_inf)]
+    assert found["with_inf"].robust_range == (float(finite.min()), float(finite.max()))
+    assert found["only_inf"].robust_range is None
+    assert found["only_inf"].sentinel_fraction == 1.0
+
+
+def test_genuine_heavy_tails_and_large_dense_activations_are_not_flagged() -> None:
+    rng = np.random.default_rng(3)
+    relu_mlp = np.maximum(rng.standard_normal(200_000), 0) * 40
+    found = flagged(
+        laplace=rng.laplace(size=1_000_000).astype(np.float32),
+        student_t3=rng.standard_t(3, size=1_000_000).astype(np.float32),
+        large_dense=(rng.standard_normal(200_000) * 1e4 + 5e4).astype(np.float32),
+        relu_mlp=relu_mlp.astype(np.float32),
+        # a handful of tiny values far below the bulk: harmless, they round to zero
+        tiny_outliers=np.concatenate([rng.standard_normal(10_000), [1e-30, -3e-28]]).astype(np.float32),
+        constant=np.full(100, -10000.0, np.float32),
+    )
+    assert found == {}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Policy
+
+
+FINDINGS = [
+    SentinelFinding("scores_plus_mask", "1 values with |x| >= 1.3e30", (-9.0, 7.5), 0.25),
+    SentinelFinding("all_inf", "8 +Inf in 8 values", None, 1.0),
+]
+
+
+def test_default_policy_keeps_flagged_tensors_in_float_and_warns_with_the_reason() -> None:
+    decision = apply_sentinel_policy(FINDINGS)
+    assert decision.keep_float == {"scores_plus_mask", "all_inf"}
+    assert decision.clipped_ranges == {}
+    assert len(decision.warnings) == 2
+    assert "scores_plus_mask" in decision.warnings[0] and "1.3e30" in decision.warnings[0]
+
+
+def test_clip_policy_uses_the_robust_range_and_keeps_tensors_with_nothing_to_clip_to() -> None:
+    decision = apply_sentinel_policy(FINDINGS, "clip")
+    assert decision.clipped_ranges == {"scores_plus_mask": (-9.0, 7.5)}
+    assert decision.keep_float == {"all_inf"}
+
+
+def test_off_policy_and_overrides() -> None:
+    off = apply_sentinel_policy(FINDINGS, "off")
+    assert (off.keep_float, off.clipped_ranges, off.warnings) == (set(), {}, [])
+    overrides = parse_overrides(["scores_plus_mask=clip", "all_inf=quantize", "other=keep"])
+    assert overrides["all_inf"] is SentinelAction.QUANTIZE
+    decision = apply_sentinel_policy(
+        FINDINGS, "keep", overrides, observed={"scores_plus_mask", "all_inf", "other"}
+    )
+    assert decision.clipped_ranges == {"scores_plus_mask": (-9.0, 7.5)}
+    assert decision.keep_float == {"other"}  # a user may keep any tensor in float
+    assert any("all_inf" in w and "full observed range" in w for w in decision.warnings)
+
+
+@pytest.mark.parametrize("item", ["noequals", "=keep", "x=drop"])
+def test_bad_overrides_are_input_errors(item: str) -> None:
+    with pytest.raises(InputError, match="--sentinel-override"):
+        parse_overrides([item])
+
+
+def test_override_of_an_unknown_tensor_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="typo"):
+        apply_sentinel_policy(FINDINGS, "keep", {"typo": "keep"}, observed={"scores_plus_mask", "all_inf"})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The BERT model with Hugging Face's float-min mask
+
+
+def mask_tensors(model: onnx.ModelProto) -> set[str]:
+    """From the graph: the float-min Constant, the Mul by it, the Adds that consume that (scores + mask)."""
+    constants = {
+        n.output[0]: numpy_helper.to_array(n.attribute[0].t)
+        for n in model.graph.node
+        if n.op_type == "Constant"
+    }
+    constants.update({t.name: numpy_helper.to_array(t) for t in model.graph.initializer})
+    float_min = {name for name, value in constants.items() if np.any(value <= -1e38)}
+    masks = {n.output[0] for n in model.graph.node if n.op_type == "Mul" and float_min & set(n.input)}
+    adds = {n.output[0] for n in model.graph.node if n.op_type == "Add" and masks & set(n.input)}
+    initializers = {t.name for t in model.graph.initializer}
+    return (float_min - initializers) | masks | adds
+
+
+def test_bert_mask_model_flags_exactly_the_mask_and_masked_scores() -> None:
+    from qconvert.calibrate.collect import augment_model, collect, load_float_model
+    from qconvert.calibrate.dataset import open_dataset
+
+    sys.path.insert(0, str(MODELS))
+    try:
+        import build_bert_mask
+    finally:
+        sys.path.remove(str(MODELS))
+    model, base_dir = load_float_model(MODELS / "bert_mask.onnx")
+    expected = mask_tensors(model)
+    layers = sum(1 for n in model.graph.node if n.op_type == "Softmax")
+    assert len(expected) == 2 + layers  # the graph is what build_bert_mask.py says it is
+    augmented = augment_model(model, base_dir)
+    dataset = open_dataset(list(build_bert_mask.batches(seed=11, count=4)), model, batch_size=4)
+    result = collect(augmented, dataset, {name: [MagnitudeObserver()] for name in augmented.tensors})
+    magnitudes = {name: observers[0] for name, observers in result.observers.items()}
+    findings = find_sentinels(magnitudes)  # type: ignore[arg-type]
+    assert {f.tensor for f in findings} == expected
+    for finding in findings:
+        lo, hi = finding.robust_range or (0.0, 0.0)
+        assert -100 < lo <= 0 <= hi < 100, finding  # the real scores (mask: [0, 0], constant: None)
+    decision = apply_sentinel_policy(findings)
+    assert decision.keep_float == expected
+    softmax_outputs = {n.output[0] for n in model.graph.node if n.op_type == "Softmax"}
+    assert not softmax_outputs & decision.keep_float

@@ -245,6 +245,14 @@ class SentinelDecision:
     warnings: list[str] = field(default_factory=list)
 
 
+def parse_policy(policy: SentinelPolicy | str) -> SentinelPolicy:
+    """The `--sentinel` option's value; InputError for anything but keep, clip or off."""
+    try:
+        return SentinelPolicy(str(policy).strip().lower())
+    except ValueError:
+        raise InputError(f"--sentinel {policy!r}: expected keep, clip or off") from None
+
+
 def parse_overrides(items: Sequence[str]) -> dict[str, SentinelAction]:
     """`NAME=keep|clip|quantize` strings (the `--sentinel-override` option) into a dict."""
     overrides: dict[str, SentinelAction] = {}
@@ -273,7 +281,7 @@ def apply_sentinel_policy(
     InputError. An override wins over the policy, also for tensors that were not flagged (`keep` keeps any
     tensor in float; `clip` on an unflagged tensor changes nothing and says so).
     """
-    policy = SentinelPolicy(policy)
+    policy = parse_policy(policy)
     actions = {name: SentinelAction(a) for name, a in (overrides or {}).items()}
     if observed is not None:
         known = set(observed)
@@ -311,3 +319,36 @@ def apply_sentinel_policy(
         elif finding is not None:
             decision.warnings.append(f"{name}: quantized with its full observed range ({source}): {why}")
     return decision
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Wiring into the calibration passes (qconvert/calibrate/api.py)
+
+
+def magnitude_observers(table: Mapping[str, Sequence[object]]) -> dict[str, MagnitudeObserver]:
+    """The MagnitudeObserver of each tensor of a pass's observer table (pass 1 puts one beside MinMax)."""
+    found: dict[str, MagnitudeObserver] = {}
+    for name, observers in table.items():
+        for observer in observers:
+            if isinstance(observer, MagnitudeObserver):
+                found[name] = observer
+                break
+    return found
+
+
+def sentinel_guard(
+    table: Mapping[str, Sequence[object]],
+    policy: SentinelPolicy | str = SentinelPolicy.KEEP,
+    overrides: Mapping[str, SentinelAction | str] | Sequence[str] | None = None,
+) -> tuple[list[SentinelFinding], SentinelDecision]:
+    """Pass 1's observers -> findings and the decision (`keep_float` for the scheme, clipped ranges that
+    replace the observed ones, and a histogram pass's fixed range; warnings to print).
+
+    `overrides` may be the raw `--sentinel-override NAME=ACTION` strings or a parsed dict.
+    """
+    if overrides is not None and not isinstance(overrides, Mapping):
+        overrides = parse_overrides(overrides)
+    policy = parse_policy(policy)
+    findings = [] if policy is SentinelPolicy.OFF else find_sentinels(magnitude_observers(table))
+    decision = apply_sentinel_policy(findings, policy, overrides, observed=table.keys())
+    return findings, decision

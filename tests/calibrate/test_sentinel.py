@@ -266,3 +266,8 @@ def test_bert_mask_model_flags_exactly_the_mask_and_masked_scores() -> None:
     assert decision.keep_float == expected
     softmax_outputs = {n.output[0] for n in model.graph.node if n.op_type == "Softmax"}
     assert not softmax_outputs & decision.keep_float
+
+
+def test_unknown_policy_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="--sentinel 'drop'"):
+        apply_sentinel_policy(FINDINGS, "drop")

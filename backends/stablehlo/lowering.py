@@ -304,9 +304,10 @@ class LoweringContext:
             if isinstance(element, IntegerType) and is_unsigned:
                 element = IntegerType(element.width, Signedness.UNSIGNED)
             attribute = retyped_constant(attribute, with_element_type(attribute.type, element))
+            result_type = attribute.type
             if self.inline_weights and isinstance(attribute, DenseResourceAttr):
-                attribute = inline_resource(attribute)
-        return hlo.constant(self.builder, attribute)  # type: ignore[arg-type]
+                return hlo.constant(self.builder, inline_resource(attribute), result_type)  # type: ignore[arg-type]
+        return hlo.constant(self.builder, attribute, result_type)  # type: ignore[arg-type]
 
 
 # Constants ------------------------------------------------------------------------------------

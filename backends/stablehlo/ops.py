@@ -59,9 +59,13 @@ def tensor_type(value: Value) -> RankedTensorType:
 
 
 # Constants ------------------------------------------------------------------------------------
-def constant(b: Builder, value: DenseElementsAttr | DenseResourceAttr) -> Value:
-    """`stablehlo.constant` of a dense (or dense_resource) attribute; the result has the attribute's type."""
-    return _one(b, "stablehlo.constant", [], value.type, value=value)
+def constant(
+    b: Builder, value: DenseElementsAttr | DenseResourceAttr | OpaqueAttr, result_type: Type | None = None
+) -> Value:
+    """`stablehlo.constant` of a dense (or dense_resource) attribute; the result has the attribute's type
+    (pass `result_type` for an opaque `dense<"0x...">` attribute)."""
+    type_ = result_type if result_type is not None else value.type  # type: ignore[union-attr]
+    return _one(b, "stablehlo.constant", [], type_, value=value)
 
 
 # Elementwise ----------------------------------------------------------------------------------

@@ -23,12 +23,15 @@ import numpy as np
 
 from qconvert.calibrate.tensor_names import TENSOR_NAME_ATTR, tensor_values
 from qconvert.errors import InputError
-from qconvert.ir.attributes import StringAttr
+from qconvert.ir.attributes import FloatAttr, StringAttr
 from qconvert.ir.core import Builder, Operation, Value
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
 from qconvert.ir.quant_types import CalibratedQuantizedType
-from qconvert.ir.types import FloatType, element_type_of, with_element_type
+from qconvert.ir.types import F64, FloatType, element_type_of, with_element_type
+
+STD_ATTR = "qconvert.std"
+"""On a calibrated qcast: the observed standard deviation (float8e4m3fn scales need it)."""
 
 FORMAT = "qconvert.calibration_ranges"
 VERSION = 1
@@ -244,7 +247,9 @@ def attach_ranges(
         if value is None or not isinstance(expressed, FloatType):
             unmatched.append(name)
             continue
-        insert_calibrated_pair(value, calibrated_type(expressed, tensor_range), name)
+        quantize = insert_calibrated_pair(value, calibrated_type(expressed, tensor_range), name)
+        if tensor_range.std is not None:
+            quantize.attributes[STD_ATTR] = FloatAttr(tensor_range.std, F64)
     return sorted(unmatched)
 
 

@@ -1,0 +1,420 @@
+"""Finalize a calibrated module: `!quant.calibrated` ranges become `!quant.uniform` Q/DQ, weights quantized.
+
+NOTE: `finalize(module, scheme)` takes the lifted float IR with calibrated qcast/dcast pairs
+(ranges.attach_ranges) and rewrites it in place into the QDQ form the ONNX frontend lifts a QDQ model
+into, following onnxruntime's `quantize_static` (QDQ format) decisions and numbers:
+- placement.py decides which tensors get Q/DQ (onnxruntime's op quantizers, graph order);
+- a chosen activation keeps its pair, the calibrated type replaced by the `!quant.uniform` type of
+  onnxruntime's scale and zero point (qconvert.numerics.calibration); unchosen pairs are removed;
+- a folded Relu/Clip disappears and its producer's output is quantized with the Relu's range;
+- a chosen constant (weight, or a constant input of a generic op) becomes `arith.constant` of storage
+  values, `quant.scast` and `quant.dcast`, per-tensor, per-channel or blocked; a bias becomes int32
+  with scale `s_in * s_w * beta` (Gemm's beta then reset to 1), after onnxruntime's weight-scale
+  increase for int32 biases;
+- the module's opset is raised to what the Q/DQ need: 13 per-axis, 19 float8, 21 for 16-bit, 4-bit
+  and blocked (onnxruntime switches to com.microsoft Q/DQ below 21 instead; we raise the opset).
+Every value written keeps ONNX names (`onnx.node_name` `<t>_QuantizeLinear` / `<t>_DequantizeLinear`,
+`onnx.name` `<w>_quantized`) so the ONNX writer can name nodes as onnxruntime does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qconvert.calibrate import placement
+from qconvert.calibrate.placement import Bias, Graph, Plan
+from qconvert.calibrate.ranges import STD_ATTR, TensorRange, calibrated_type, insert_calibrated_pair
+from qconvert.calibrate.scheme import Scheme
+from qconvert.calibrate.tensor_names import CONSTANT_NAME_ATTR, TENSOR_NAME_ATTR
+from qconvert.errors import InputError
+from qconvert.interpret import constant_array
+from qconvert.ir.attributes import DenseElementsAttr, DictionaryAttr, FloatAttr, IntegerAttr, StringAttr
+from qconvert.ir.core import Builder, GenericOp, Operation, Value
+from qconvert.ir.dialects.arith import ConstantOp
+from qconvert.ir.dialects.builtin import ModuleOp
+from qconvert.ir.dialects.quant import DequantizeCastOp, StorageCastOp
+from qconvert.ir.quant_types import (
+    DenseParameters,
+    QuantizedType,
+    UniformQuantizedPerAxisType,
+    UniformQuantizedSubChannelType,
+    UniformQuantizedType,
+    float_dtype,
+    wrap_to_width,
+)
+from qconvert.ir.types import (
+    F32,
+    I64,
+    FloatType,
+    IntegerType,
+    RankedTensorType,
+    element_type_of,
+    with_element_type,
+)
+from qconvert.ir.verify import verify
+from qconvert.numerics import calibration as numerics
+
+FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the frontend's storage cast for float8 storage
+_STORAGE_WIDTHS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int4": 4, "uint4": 4}
+
+
+@dataclass
+class Params:
+    """Scale and zero point of one tensor: 0-d (per tensor), 1-d with `axis`, or blocked along `axis`."""
+
+    quant_type: str
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int | None = None
+    block_size: int = 0
+
+
+def finalize(module: ModuleOp, scheme: Scheme, notes: list[str] | None = None) -> ModuleOp:
+    """Turn the calibrated module into a QDQ module (in place; returned for chaining).
+
+    `notes` (if given) receives one line per decision a user may want to know about: tensors left in
+    float and why, per-channel fallbacks. Raises InputError naming the tensor for a quantized tensor
+    without a range.
+    """
+    scheme.check()
+    graph, plan = placement.plan_quantization(module, scheme)
+    finalizer = _Finalizer(graph, plan, scheme)
+    finalizer.run()
+    _raise_opset(module, scheme, finalizer.uses_per_axis)
+    verify(module)
+    if notes is not None:
+        notes.extend(plan.notes)
+        notes.extend(f"tensor '{name}' left in float: {reason}" for name, reason in scheme.keep_float.items())
+    return module
+
+
+class _Finalizer:
+    def __init__(self, graph: Graph, plan: Plan, scheme: Scheme) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.scheme = scheme
+        self.initializer_params: dict[Value, Params] = {}
+        self.activation_cache: dict[Value, Params] = {}
+        self.uses_per_axis = False
+
+    # Parameters ----------------------------------------------------------------------------------
+    def activation_params(self, value: Value) -> Params | None:
+        """onnxruntime's `calc_quant_params` from the (adjusted) range; None without a range."""
+        if value in self.activation_cache:
+            return self.activation_cache[value]
+        found = self.plan.ranges.get(value)
+        if found is None:
+            return None
+        dtype = _expressed_dtype(value)
+        std = self._std(value)
+        if self.scheme.activation_type == numerics.FLOAT8 and std is None:
+            raise InputError(
+                f"tensor '{self.graph.name(value)}': float8e4m3fn activations need the standard deviation "
+                f"of the tensor; calibrate with --method distribution"
+            )
+        pair = numerics.activation_params(
+            found[0],
+            found[1],
+            self.scheme.activation_type,
+            symmetric=self.scheme.activation_symmetric,
+            min_real_range=self.scheme.min_real_range,
+            std=std,
+            dtype=dtype,
+        )
+        params = Params(self.scheme.activation_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
+        self.activation_cache[value] = params
+        return params
+
+    def _std(self, value: Value) -> float | None:
+        quantize = self.graph.pairs.get(value)
+        attribute = quantize.attributes.get(STD_ATTR) if quantize is not None else None
+        return attribute.value if isinstance(attribute, FloatAttr) else None
+
+    def compute_initializer_params(self) -> None:
+        """onnxruntime's `_calc_initializer_quant_params` for every marked constant."""
+        scheme = self.scheme
+        for value, mark in self.plan.marks.items():
+            if not self.graph.is_initializer(value) or mark.provider is not None:
+                continue
+            data = constant_array(value.owner_op())  # type: ignore[arg-type]
+            quant_type = scheme.weight_type if mark.is_weight else scheme.activation_type
+            symmetric = mark.axis is not None or (
+                scheme.weight_is_symmetric if mark.is_weight else scheme.activation_symmetric
+            )
+            if mark.is_weight and scheme.block_size > 0:
+                axis = mark.axis if mark.axis is not None else 0
+                if data.ndim == 2:
+                    self.initializer_params[value] = self._blocked(
+                        value, data, axis % 2, quant_type, symmetric
+                    )
+                    continue
+                self.plan.notes.append(
+                    f"weight '{self.graph.name(value)}' has rank {data.ndim}: blocked quantization needs "
+                    f"rank 2, quantized {'per channel' if mark.axis is not None else 'per tensor'} instead"
+                )
+            if mark.axis is None:
+                pair = numerics.weight_params(
+                    data.reshape(-1), quant_type, symmetric, scheme.reduce_range, scheme.min_real_range
+                )
+                params = Params(quant_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
+            else:
+                scales, zero_points = numerics.weight_params_per_channel(
+                    data, mark.axis, quant_type, symmetric, scheme.reduce_range, scheme.min_real_range
+                )
+                params = Params(quant_type, scales, zero_points, axis=mark.axis)
+            self.initializer_params[value] = params
+
+    def _blocked(self, value: Value, data: np.ndarray, axis: int, quant_type: str, symmetric: bool) -> Params:
+        # One block longer than the axis is the same quantization as a block of exactly the axis length,
+        # which the IR's sub-channel type can hold (it has no ragged last block).
+        block_size = min(self.scheme.block_size, data.shape[axis])
+        if data.shape[axis] % block_size:
+            raise InputError(
+                f"weight '{self.graph.name(value)}': block_size {block_size} does not divide its dimension "
+                f"{axis} of size {data.shape[axis]} (a ragged last block is not supported yet)"
+            )
+        scales, zero_points = numerics.weight_params_blocked(data, axis, block_size, quant_type, symmetric)
+        return Params(quant_type, scales, zero_points, axis=axis, block_size=block_size)
+
+    def adjust_weights_for_biases(self) -> None:
+        """onnxruntime's `_adjust_weight_quant_params_for_bias_tensors` (symmetric int8/int16 weights)."""
+        if not self.scheme.adjust_weight_scale_for_int32_bias:
+            return
+        for bias in self.plan.biases:
+            mark = self.plan.marks.get(bias.input)
+            weight = self.initializer_params.get(bias.weight)
+            if mark is None or bias.input not in self.plan.ranges or weight is None:
+                continue
+            if weight.quant_type not in ("int8", "int16") or weight.zero_point.any() or weight.block_size:
+                continue
+            input_params = self.activation_params(bias.input)
+            assert input_params is not None
+            bias_data = constant_array(bias.value.owner_op())  # type: ignore[arg-type]
+            adjusted = numerics.adjust_weight_scale_for_int32_bias(
+                input_params.scale, weight.scale, bias_data, weight.axis is not None
+            )
+            if adjusted is not None:
+                weight.scale = adjusted
+
+    def effective(self, value: Value, seen: frozenset[Value] = frozenset()) -> Params | None:
+        """The parameters a tensor's Q/DQ uses: shared from its provider, an initializer's, or its range's."""
+        mark = self.plan.marks.get(value)
+        if mark is None or value in seen:
+            return None
+        if mark.provider is not None:
+            return self.effective(mark.provider, seen | {value})
+        if self.graph.is_initializer(value):
+            return self.initializer_params.get(value)
+        return self.activation_params(value)
+
+    # Rewriting ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        self.compute_initializer_params()
+        self.adjust_weights_for_biases()
+        missing = [
+            self.graph.name(v)
+            for v, mark in self.plan.marks.items()
+            if mark.provider is None and not self.graph.is_initializer(v) and v not in self.plan.ranges
+        ]
+        if missing:
+            raise InputError(
+                f"no calibrated range for {len(missing)} tensor(s) that must be quantized: "
+                f"{', '.join(repr(n) for n in missing[:10])}{' ...' if len(missing) > 10 else ''}"
+            )
+        for node, upstream, output in self.plan.removed:
+            output.replace_all_uses_with(upstream)
+            node.op.erase()
+        self.rewrite_activations()
+        for value, params in self.initializer_params.items():
+            self.quantize_constant(value, params)
+        if self.scheme.quantize_bias:
+            for bias in self.plan.biases:
+                self.quantize_bias(bias)
+
+    def rewrite_activations(self) -> None:
+        graph = self.graph
+        for value, quantize in list(graph.pairs.items()):
+            params = None if graph.is_initializer(value) else self.effective(value)
+            if params is None:
+                dequantize = next(iter(quantize.result.uses))[0]
+                dequantize.result.replace_all_uses_with(quantize.input)
+                dequantize.erase()
+                quantize.erase()
+                del graph.pairs[value]
+                continue
+            quantize.result.type = with_element_type(value.type, self.uniform_type(value, params))
+        for value in list(self.plan.marks):
+            if value in graph.pairs or graph.is_initializer(value):
+                continue
+            params = self.effective(value)
+            if params is None:
+                self.plan.notes.append(
+                    f"tensor '{graph.name(value)}' left in float: the tensor it shares parameters with is "
+                    f"not quantized"
+                )
+                continue
+            # A range onnxruntime sets without observing it (Softmax outputs): add the pair now.
+            low, high = self.plan.ranges.get(value, (0.0, 1.0))
+            name = graph.name(value)
+            quantize = insert_calibrated_pair(
+                value, calibrated_type(element_type_of(value.type), TensorRange(name, low, high)), name
+            )
+            quantize.result.type = with_element_type(value.type, self.uniform_type(value, params))
+            graph.pairs[value] = quantize  # type: ignore[assignment]
+
+    def uniform_type(self, value: Value, params: Params) -> QuantizedType:
+        expressed = element_type_of(value.type)
+        assert isinstance(expressed, FloatType)
+        return quant_type_for(params, expressed, getattr(value.type, "shape", ()), self)
+
+    def quantize_constant(self, value: Value, params: Params) -> None:
+        """The weight's storage constant, scast and dcast; every user of the float constant rerouted."""
+        producer = value.owner_op()
+        assert isinstance(producer, ConstantOp)
+        data = constant_array(producer)
+        if params.block_size:
+            stored = numerics.quantize_blocked(
+                data, params.axis, params.block_size, params.scale, params.zero_point, params.quant_type
+            )
+        elif params.axis is not None:
+            stored = numerics.quantize_per_channel(
+                data, params.axis, params.scale, params.zero_point, params.quant_type
+            )
+        else:
+            stored = numerics.quantize_values(data, params.scale, params.zero_point, params.quant_type)
+        name = self.graph.name(value)
+        result = self.emit_dequantized(producer, value, stored, self.uniform_type(value, params), name)
+        value.replace_all_uses_with(result)
+        if not value.has_uses:
+            producer.erase()
+
+    def emit_dequantized(
+        self, anchor: Operation, value: Value, stored: np.ndarray, quant_type: QuantizedType, name: str
+    ) -> Value:
+        """`arith.constant` (storage) -> storage cast -> `quant.dcast`, inserted after `anchor`."""
+        storage_type = quant_type.storage_type
+        array = np.ascontiguousarray(stored)
+        array.setflags(write=False)
+        constant = ConstantOp.create(DenseElementsAttr(array, RankedTensorType(array.shape, storage_type)))
+        constant.attributes[CONSTANT_NAME_ATTR] = StringAttr(f"{name}_quantized")
+        if isinstance(storage_type, IntegerType) and not quant_type.is_signed:
+            constant.attributes["onnx.elem_type"] = StringAttr(f"uint{storage_type.width}")
+        quantized_type = with_element_type(value.type, quant_type)
+        builder = Builder.after(anchor)
+        builder.insert(constant)
+        if isinstance(storage_type, FloatType):
+            cast: Operation = GenericOp(FLOAT_STORAGE_CAST, [constant.result], [quantized_type])
+        else:
+            cast = StorageCastOp(constant.result, quantized_type)
+        builder.insert(cast)
+        dequantize = builder.insert(
+            DequantizeCastOp(
+                cast.results[0],
+                value.type,
+                attributes={
+                    "onnx.node_name": StringAttr(f"{name}_DequantizeLinear"),
+                    TENSOR_NAME_ATTR: StringAttr(name),
+                },
+            )
+        )
+        return dequantize.result
+
+    def quantize_bias(self, bias: Bias) -> None:
+        """int32 bias with scale `s_in * s_w * beta` for the one node that uses it."""
+        graph = self.graph
+        input_params = self.effective(bias.input)
+        weight_params = self.effective(bias.weight)
+        reason = None
+        if input_params is None or weight_params is None:
+            reason = "its input or weight is not quantized"
+        elif weight_params.block_size:
+            reason = "its weight is quantized in blocks (a bias scale per block has no ONNX form)"
+        elif numerics.FLOAT8 in (input_params.quant_type, weight_params.quant_type):
+            reason = "float8 schemes keep biases in float (onnxruntime casts them)"
+        if reason is not None:
+            self.plan.notes.append(f"bias '{graph.name(bias.value)}' left in float: {reason}")
+            return
+        assert input_params is not None and weight_params is not None
+        producer = bias.value.owner_op()
+        assert isinstance(producer, ConstantOp)
+        data = constant_array(producer)
+        scale = numerics.bias_scale(input_params.scale, weight_params.scale, bias.beta).astype(data.dtype)
+        stored = numerics.quantize_bias(data, scale)
+        flat = scale.reshape(-1)
+        if flat.size > 1:
+            params = Params("int32", flat, np.zeros(flat.size, np.int64), axis=0)
+        else:
+            params = Params("int32", flat[0], np.asarray(0))
+        name = graph.name(bias.value)
+        quant_type = quant_type_for(params, element_type_of(bias.value.type), (), self)  # type: ignore[arg-type]
+        result = self.emit_dequantized(producer, bias.value, stored, quant_type, name)
+        bias.node.op.set_operand(bias.index, result)
+        if bias.beta != 1.0:
+            bias.node.op.attributes["beta"] = FloatAttr(1.0, F32)
+        if not bias.value.has_uses:
+            producer.erase()
+
+
+def quant_type_for(
+    params: Params, expressed: FloatType, shape: tuple[int, ...], owner: _Finalizer
+) -> QuantizedType:
+    """The `!quant.uniform` type of `params` (full storage range: QuantizeLinear saturates to it)."""
+    if params.quant_type == numerics.FLOAT8:
+        storage: IntegerType | FloatType = FloatType("f8E4M3FN")
+        is_signed = True
+    elif params.quant_type == "int32":
+        storage, is_signed = IntegerType(32), True
+    else:
+        storage = IntegerType(_STORAGE_WIDTHS[params.quant_type])
+        is_signed = numerics.is_signed(params.quant_type)
+    common = {"storage_type": storage, "expressed_type": expressed, "is_signed": is_signed}
+    if params.block_size:
+        owner.uses_per_axis = True
+        rank = len(shape)
+        axis = params.axis
+        assert axis is not None
+        dimensions = tuple(d for d in range(rank) if d == axis or shape[d] > 1)
+        return UniformQuantizedSubChannelType(
+            **common,
+            scales=DenseParameters(params.scale.astype(float_dtype(expressed))),
+            zero_points=DenseParameters(wrap_to_width(params.zero_point, storage.width)),
+            quantized_dimensions=dimensions,
+            block_sizes=tuple(params.block_size if d == axis else 1 for d in dimensions),
+        )
+    if params.axis is not None:
+        owner.uses_per_axis = True
+        return UniformQuantizedPerAxisType(
+            **common,
+            scales=tuple(float(s) for s in np.asarray(params.scale).astype(np.float64)),
+            zero_points=tuple(int(z) for z in params.zero_point),
+            quantized_dimension=params.axis,
+        )
+    return UniformQuantizedType(**common, scale=float(params.scale), zero_point=int(params.zero_point))
+
+
+def _expressed_dtype(value: Value) -> np.dtype:
+    expressed = element_type_of(value.type)
+    return float_dtype(expressed) if isinstance(expressed, FloatType) else np.dtype(np.float32)
+
+
+def required_opset(scheme: Scheme, uses_per_axis: bool) -> int:
+    """The lowest ai.onnx opset whose Q/DQ hold this scheme (reference §1.1/§1.2)."""
+    needed = 13 if uses_per_axis else 10
+    if numerics.FLOAT8 in (scheme.activation_type, scheme.weight_type):
+        needed = 19
+    if scheme.needs_opset21:
+        needed = 21
+    return needed
+
+
+def _raise_opset(module: ModuleOp, scheme: Scheme, uses_per_axis: bool) -> None:
+    opsets = module.attributes.get("onnx.opset_import")
+    entries = dict(opsets.entries) if isinstance(opsets, DictionaryAttr) else {}
+    current = entries.get("ai.onnx")
+    version = current.value if isinstance(current, IntegerAttr) else 0
+    needed = max(required_opset(scheme, uses_per_axis), 11 if version < 10 else version)
+    if needed != version:
+        entries["ai.onnx"] = IntegerAttr(needed, I64)
+        module.attributes["onnx.opset_import"] = DictionaryAttr(tuple(sorted(entries.items())))

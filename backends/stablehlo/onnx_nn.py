@@ -1,0 +1,414 @@
+"""Lowerings of ONNX neural-network ops: Conv, ConvTranspose, MatMul, Gemm, Softmax, LayerNormalization,
+MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool.
+
+Exactness against onnxruntime (float32): MaxPool is exact. Contractions (Conv, MatMul, Gemm) and sums
+(AveragePool, LayerNormalization, Softmax) accumulate in a different order on XLA than in MLAS, so they
+agree to a few ulp of the accumulated magnitude, not bit for bit. The formulas are onnxruntime's:
+Softmax subtracts the max and multiplies by the reciprocal of the sum; LayerNormalization uses
+var = E[x²] - E[x]² and divides by sqrt(var + eps) in f32; AveragePool divides each window's sum by
+the count onnxruntime uses (explicit pads counted with count_include_pad=1, ceil-mode overhang never).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from qconvert.ir.core import Operation, Value
+from qconvert.ir.types import element_type_of
+
+from . import ops as hlo
+from .lowering import LoweringContext, lowers
+from .onnx_fold import static_shape
+from .onnx_reduce import lowest, reduce_max, reduce_sum
+from .onnx_shape import normalize_axis, reverse
+
+
+def _ints(ctx: LoweringContext, op: Operation, name: str, default: Sequence[int]) -> list[int]:
+    value = ctx.attribute(op, name)
+    return list(default) if value is None else [int(v) for v in value]  # type: ignore[union-attr]
+
+
+def same_padding(
+    sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], mode: str
+) -> list[tuple[int, int]]:
+    """auto_pad SAME_UPPER / SAME_LOWER: output = ceil(in / stride), the odd pad at the end / start."""
+    pads = []
+    for size, k, s, d in zip(sizes, kernel, strides, dilations):
+        out = -(-size // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+        small, large = total // 2, total - total // 2
+        pads.append((small, large) if mode == "SAME_UPPER" else (large, small))
+    return pads
+
+
+def window_padding(
+    ctx: LoweringContext,
+    op: Operation,
+    sizes: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+) -> list[tuple[int, int]]:
+    """(low, high) padding per spatial dim from `pads` or `auto_pad`."""
+    auto_pad = str(ctx.attribute(op, "auto_pad", "NOTSET"))
+    spatial = len(sizes)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        return same_padding(sizes, kernel, strides, dilations, auto_pad)
+    if auto_pad == "VALID":
+        return [(0, 0)] * spatial
+    if auto_pad != "NOTSET":
+        ctx.unsupported(f"auto_pad={auto_pad!r}")
+    pads = _ints(ctx, op, "pads", [0] * (2 * spatial))
+    return list(zip(pads[:spatial], pads[spatial:]))
+
+
+def add_channel_bias(ctx: LoweringContext, y: Value, bias: Value | None) -> Value:
+    """y + bias broadcast along dim 1 (the channel dim of NC<spatial>)."""
+    if bias is None:
+        return y
+    shape = hlo.tensor_type(y).shape
+    return hlo.add(ctx.builder, y, hlo.broadcast_in_dim(ctx.builder, bias, shape, [1]))
+
+
+@lowers("onnx.Conv")
+def lower_conv(ctx: LoweringContext, op: Operation) -> list[Value]:
+    x, w, bias = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
+    assert x is not None and w is not None
+    x_shape = static_shape(ctx, x, "Conv's input")
+    w_shape = static_shape(ctx, w, "Conv's weight")
+    spatial = len(x_shape) - 2
+    kernel = list(w_shape[2:])
+    strides = _ints(ctx, op, "strides", [1] * spatial)
+    dilations = _ints(ctx, op, "dilations", [1] * spatial)
+    padding = window_padding(ctx, op, x_shape[2:], kernel, strides, dilations)
+    y = hlo.convolution(
+        ctx.builder,
+        x,
+        w,
+        window_strides=strides,
+        padding=padding,
+        rhs_dilation=dilations,
+        feature_group_count=int(ctx.attribute(op, "group", 1)),  # type: ignore[arg-type]
+    )
+    return [add_channel_bias(ctx, y, bias)]
+
+
+@lowers("onnx.ConvTranspose")
+def lower_conv_transpose(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """A convolution of the input dilated by the strides with the flipped, in/out-swapped kernel."""
+    x, w, bias = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
+    assert x is not None and w is not None
+    x_shape = static_shape(ctx, x, "ConvTranspose's input")
+    w_shape = static_shape(ctx, w, "ConvTranspose's weight")
+    spatial = len(x_shape) - 2
+    group = int(ctx.attribute(op, "group", 1))  # type: ignore[arg-type]
+    kernel = list(w_shape[2:])
+    strides = _ints(ctx, op, "strides", [1] * spatial)
+    dilations = _ints(ctx, op, "dilations", [1] * spatial)
+    output_padding = _ints(ctx, op, "output_padding", [0] * spatial)
+    auto_pad = str(ctx.attribute(op, "auto_pad", "NOTSET"))
+    output_shape = ctx.attribute(op, "output_shape")
+    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        # The ONNX spec's rule: total padding from the requested output size.
+        if output_shape is not None:
+            wanted = [int(v) for v in output_shape][-spatial:]  # type: ignore[union-attr]
+        else:
+            wanted = [size * s for size, s in zip(x_shape[2:], strides)]
+        pads_begin, pads_end = [], []
+        for i in range(spatial):
+            total = strides[i] * (x_shape[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
+            total -= wanted[i]
+            half = total // 2
+            if auto_pad == "SAME_UPPER":
+                pads_begin.append(half)
+                pads_end.append(total - half)
+            else:
+                pads_begin.append(total - half)
+                pads_end.append(half)
+    elif auto_pad in ("NOTSET", "VALID"):
+        pads = _ints(ctx, op, "pads", [0] * (2 * spatial)) if auto_pad == "NOTSET" else [0] * (2 * spatial)
+        pads_begin, pads_end = pads[:spatial], pads[spatial:]
+    else:
+        ctx.unsupported(f"auto_pad={auto_pad!r}")
+    # Kernel (C, M/g, k...) -> (M, C/g, k...), flipped spatially.
+    channels, per_group_out = w_shape[0], w_shape[1]
+    b = ctx.builder
+    grouped = hlo.reshape(b, w, [group, channels // group, per_group_out, *kernel])
+    swapped = hlo.transpose(b, grouped, [0, 2, 1, *range(3, 3 + spatial)])
+    kernel_value = hlo.reshape(b, swapped, [group * per_group_out, channels // group, *kernel])
+    kernel_value = reverse(ctx, kernel_value, list(range(2, 2 + spatial)))
+    padding = []
+    for i in range(spatial):
+        reach = (kernel[i] - 1) * dilations[i]
+        padding.append((reach - pads_begin[i], reach - pads_end[i] + output_padding[i]))
+    y = hlo.convolution(
+        b,
+        x,
+        kernel_value,
+        window_strides=[1] * spatial,
+        padding=padding,
+        lhs_dilation=strides,
+        rhs_dilation=dilations,
+        feature_group_count=group,
+    )
+    return [add_channel_bias(ctx, y, bias)]
+
+
+def matmul(ctx: LoweringContext, lhs: Value, rhs: Value) -> Value:
+    """numpy.matmul: 1-D operands get a dim added then removed; batch dims broadcast."""
+    b = ctx.builder
+    lhs_shape, rhs_shape = hlo.tensor_type(lhs).shape, hlo.tensor_type(rhs).shape
+    lhs_vector, rhs_vector = len(lhs_shape) == 1, len(rhs_shape) == 1
+    if lhs_vector:
+        lhs = hlo.reshape(b, lhs, [1, lhs_shape[0]])
+    if rhs_vector:
+        rhs = hlo.reshape(b, rhs, [rhs_shape[0], 1])
+    lhs_shape, rhs_shape = hlo.tensor_type(lhs).shape, hlo.tensor_type(rhs).shape
+    if len(rhs_shape) == 2:
+        # The common weight case: contract lhs's last dim with rhs's first, no batching needed.
+        result = hlo.dot_general(b, lhs, rhs, lhs_contracting=[len(lhs_shape) - 1], rhs_contracting=[0])
+    else:
+        batch = tuple(np.broadcast_shapes(lhs_shape[:-2], rhs_shape[:-2]))
+        lhs = ctx.broadcast_to(lhs, (*batch, *lhs_shape[-2:]))
+        rhs = ctx.broadcast_to(rhs, (*batch, *rhs_shape[-2:]))
+        batch_dims = list(range(len(batch)))
+        result = hlo.dot_general(
+            b,
+            lhs,
+            rhs,
+            lhs_batching=batch_dims,
+            rhs_batching=batch_dims,
+            lhs_contracting=[len(batch) + 1],
+            rhs_contracting=[len(batch)],
+        )
+    shape = list(hlo.tensor_type(result).shape)
+    if lhs_vector:
+        shape.pop(-2)
+    if rhs_vector:
+        shape.pop(-1)
+    if shape != list(hlo.tensor_type(result).shape):
+        result = hlo.reshape(b, result, shape)
+    return result
+
+
+@lowers("onnx.MatMul")
+def lower_matmul(ctx: LoweringContext, op: Operation) -> list[Value]:
+    lhs, rhs = ctx.operands(op)
+    return [matmul(ctx, lhs, rhs)]
+
+
+@lowers("onnx.Gemm")
+def lower_gemm(ctx: LoweringContext, op: Operation) -> list[Value]:
+    a, w, c = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
+    assert a is not None and w is not None
+    b = ctx.builder
+    element = element_type_of(a.type)
+    # Contract A's K dim with B's K dim: transA / transB only pick which dim that is.
+    a_contract = 0 if int(ctx.attribute(op, "transA", 0)) else 1  # type: ignore[arg-type]
+    w_contract = 1 if int(ctx.attribute(op, "transB", 0)) else 0  # type: ignore[arg-type]
+    y = hlo.dot_general(b, a, w, lhs_contracting=[a_contract], rhs_contracting=[w_contract])
+    shape = hlo.tensor_type(y).shape
+    alpha = float(ctx.attribute(op, "alpha", 1.0))  # type: ignore[arg-type]
+    beta = float(ctx.attribute(op, "beta", 1.0))  # type: ignore[arg-type]
+    if alpha != 1.0:
+        y = hlo.multiply(b, y, ctx.splat(alpha, element, shape))
+    if c is not None and beta != 0.0:
+        c = ctx.broadcast_to(c, shape)
+        if beta != 1.0:
+            c = hlo.multiply(b, c, ctx.splat(beta, element, shape))
+        y = hlo.add(b, y, c)
+    return [y]
+
+
+def softmax_last(ctx: LoweringContext, x: Value, axis: int) -> Value:
+    """Softmax along `axis`: exp(x - max) * (1 / sum), as onnxruntime's MLAS kernel computes it."""
+    b = ctx.builder
+    shape = hlo.tensor_type(x).shape
+    element = element_type_of(x.type)
+    keep = [d for d in range(len(shape)) if d != axis]
+    peak = hlo.broadcast_in_dim(b, reduce_max(ctx, x, [axis]), shape, keep)
+    exponentials = hlo.exponential(b, hlo.subtract(b, x, peak))
+    total = reduce_sum(ctx, exponentials, [axis])
+    reciprocal = hlo.divide(b, ctx.splat(1.0, element, hlo.tensor_type(total).shape), total)
+    return hlo.multiply(b, exponentials, hlo.broadcast_in_dim(b, reciprocal, shape, keep))
+
+
+@lowers("onnx.Softmax")
+def lower_softmax(ctx: LoweringContext, op: Operation) -> list[Value]:
+    (x,) = ctx.operands(op)
+    shape = static_shape(ctx, x, "Softmax's input")
+    rank = len(shape)
+    opset = opset_version(op)
+    default_axis = -1 if opset >= 13 else 1
+    axis = normalize_axis(int(ctx.attribute(op, "axis", default_axis)), rank)  # type: ignore[arg-type]
+    if opset >= 13 or axis == rank - 1:
+        return [softmax_last(ctx, x, axis)]
+    # Opset < 13: the input is coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])].
+    b = ctx.builder
+    flat = hlo.reshape(b, x, [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))])
+    return [hlo.reshape(b, softmax_last(ctx, flat, 1), shape)]
+
+
+def opset_version(op: Operation) -> int:
+    """The default-domain opset of the module holding `op` (21 when the module does not say)."""
+    from qconvert.ir.attributes import DictionaryAttr, IntegerAttr
+
+    parent = op.parent_op()
+    while parent is not None:
+        opsets = parent.attributes.get("onnx.opset_import")
+        if isinstance(opsets, DictionaryAttr):
+            for domain, version in opsets.entries:
+                if domain in ("", "ai.onnx") and isinstance(version, IntegerAttr):
+                    return version.value
+        parent = parent.parent_op()
+    return 21
+
+
+@lowers("onnx.LayerNormalization")
+def lower_layer_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """onnxruntime's formula, in the input type: mean = Σx/N, var = Σx²/N - mean², y = (x - mean) /
+    sqrt(var + eps) * scale + bias. Mean and InvStdDev outputs are not supported."""
+    x, scale, bias = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
+    assert x is not None and scale is not None
+    if len(op.results) > 1:
+        ctx.unsupported("LayerNormalization's Mean / InvStdDev outputs (training only)")
+    b = ctx.builder
+    shape = static_shape(ctx, x, "LayerNormalization's input")
+    element = element_type_of(x.type)
+    rank = len(shape)
+    axis = normalize_axis(int(ctx.attribute(op, "axis", -1)), rank)  # type: ignore[arg-type]
+    axes = list(range(axis, rank))
+    outer = list(range(axis))
+    count = int(np.prod(shape[axis:]))
+    epsilon = float(ctx.attribute(op, "epsilon", 1e-5))  # type: ignore[arg-type]
+    reduced_shape = shape[:axis]
+
+    def per_row(total: Value) -> Value:
+        return hlo.divide(b, total, ctx.splat(count, element, reduced_shape))
+
+    mean = per_row(reduce_sum(ctx, x, axes))
+    mean_square = per_row(reduce_sum(ctx, hlo.multiply(b, x, x), axes))
+    variance = hlo.subtract(b, mean_square, hlo.multiply(b, mean, mean))
+    deviation = hlo.sqrt(b, hlo.add(b, variance, ctx.splat(epsilon, element, reduced_shape)))
+    centered = hlo.subtract(b, x, hlo.broadcast_in_dim(b, mean, shape, outer))
+    y = hlo.divide(b, centered, hlo.broadcast_in_dim(b, deviation, shape, outer))
+    y = hlo.multiply(b, y, ctx.broadcast_to(scale, shape))
+    if bias is not None:
+        y = hlo.add(b, y, ctx.broadcast_to(bias, shape))
+    return [y]
+
+
+def pool_geometry(
+    ctx: LoweringContext, op: Operation, shape: Sequence[int]
+) -> tuple[list[int], list[int], list[int], list[tuple[int, int]], list[int]]:
+    """kernel, strides, dilations, explicit padding and the extra high padding ceil_mode adds."""
+    spatial = len(shape) - 2
+    kernel = _ints(ctx, op, "kernel_shape", [])
+    strides = _ints(ctx, op, "strides", [1] * spatial)
+    dilations = _ints(ctx, op, "dilations", [1] * spatial)
+    padding = window_padding(ctx, op, shape[2:], kernel, strides, dilations)
+    ceil_extra = []
+    for i in range(spatial):
+        size = shape[2 + i] + padding[i][0] + padding[i][1]
+        window = (kernel[i] - 1) * dilations[i] + 1
+        if int(ctx.attribute(op, "ceil_mode", 0)):  # type: ignore[arg-type]
+            out = -(-(size - window) // strides[i]) + 1
+            # A last window that would start in the end padding or beyond is dropped (onnxruntime).
+            if (out - 1) * strides[i] >= shape[2 + i] + padding[i][0]:
+                out -= 1
+        else:
+            out = (size - window) // strides[i] + 1
+        ceil_extra.append(max(0, (out - 1) * strides[i] + window - size))
+    return kernel, strides, dilations, padding, ceil_extra
+
+
+@lowers("onnx.MaxPool")
+def lower_max_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
+    if len(op.results) > 1:
+        ctx.unsupported("MaxPool's Indices output")
+    (x,) = ctx.operands(op)
+    shape = static_shape(ctx, x, "MaxPool's input")
+    kernel, strides, dilations, padding, extra = pool_geometry(ctx, op, shape)
+    element = element_type_of(x.type)
+    full_padding = [(0, 0), (0, 0), *((lo, hi + e) for (lo, hi), e in zip(padding, extra))]
+    y = hlo.reduce_window(
+        ctx.builder,
+        x,
+        ctx.scalar(lowest(element), element),
+        window_dimensions=[1, 1, *kernel],
+        window_strides=[1, 1, *strides],
+        padding=full_padding,
+        window_dilations=[1, 1, *dilations],
+        body=hlo.maximum,
+    )
+    return [y]
+
+
+def window_counts(
+    sizes: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+    extra: Sequence[int],
+    include_pad: bool,
+) -> np.ndarray:
+    """Per output position, the divisor onnxruntime uses: elements of the input (count_include_pad=0) or
+    of the input plus its explicit pads (=1) under the window; ceil-mode overhang never counts."""
+    per_dim = []
+    for size, k, s, (low, high), e in zip(sizes, kernel, strides, padding, extra):
+        out = (size + low + high + e - k) // s + 1
+        starts = np.arange(out) * s - low
+        ends = starts + k
+        if include_pad:
+            counted = np.minimum(ends, size + high) - np.maximum(starts, -low)
+        else:
+            counted = np.minimum(ends, size) - np.maximum(starts, 0)
+        per_dim.append(counted)
+    counts = per_dim[0]
+    for counted in per_dim[1:]:
+        counts = np.multiply.outer(counts, counted)
+    return counts
+
+
+@lowers("onnx.AveragePool")
+def lower_average_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
+    (x,) = ctx.operands(op)
+    shape = static_shape(ctx, x, "AveragePool's input")
+    kernel, strides, dilations, padding, extra = pool_geometry(ctx, op, shape)
+    if any(d != 1 for d in dilations):
+        ctx.unsupported("AveragePool with dilations")
+    element = element_type_of(x.type)
+    b = ctx.builder
+    full_padding = [(0, 0), (0, 0), *((lo, hi + e) for (lo, hi), e in zip(padding, extra))]
+    total = hlo.reduce_window(
+        b,
+        x,
+        ctx.scalar(0, element),
+        window_dimensions=[1, 1, *kernel],
+        window_strides=[1, 1, *strides],
+        padding=full_padding,
+        body=hlo.add,
+    )
+    include_pad = bool(int(ctx.attribute(op, "count_include_pad", 0)))  # type: ignore[arg-type]
+    counts = window_counts(shape[2:], kernel, strides, padding, extra, include_pad)
+    out_shape = hlo.tensor_type(total).shape
+    divisor = hlo.broadcast_in_dim(b, ctx.constant(counts, element), out_shape, list(range(2, len(shape))))
+    return [hlo.divide(b, total, divisor)]
+
+
+@lowers("onnx.GlobalAveragePool", "onnx.GlobalMaxPool")
+def lower_global_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
+    (x,) = ctx.operands(op)
+    shape = static_shape(ctx, x, f"{op.name}'s input")
+    b = ctx.builder
+    spatial = list(range(2, len(shape)))
+    if op.name == "onnx.GlobalMaxPool":
+        reduced = reduce_max(ctx, x, spatial)
+    else:
+        element = element_type_of(x.type)
+        count = int(np.prod(shape[2:]))
+        total = reduce_sum(ctx, x, spatial)
+        reduced = hlo.divide(b, total, ctx.splat(count, element, shape[:2]))
+    return [hlo.reshape(b, reduced, [*shape[:2], *([1] * len(spatial))])]

@@ -221,7 +221,8 @@ class _Finalizer:
         if missing:
             raise InputError(
                 f"no calibrated range for {len(missing)} tensor(s) that must be quantized: "
-                f"{', '.join(repr(n) for n in missing[:10])}{' ...' if len(missing) > 10 else ''}"
+                f"{', '.join(repr(n) for n in missing[:10])}{' ...' if len(missing) > 10 else ''} "
+                f"(a tensor the module does not name is shown as 'node:output index')"
             )
         for node, upstream, output in self.plan.removed:
             output.replace_all_uses_with(upstream)

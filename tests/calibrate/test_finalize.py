@@ -1,0 +1,224 @@
+"""finalize: the IR it produces, its options and its errors (onnxruntime parity: test_minmax_parity.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from calibrate.parity_support import MODELS, batches, finalized_qdq, minmax_ranges, onnxruntime_qdq
+from conftest import require_module
+from onnx import TensorProto, helper, numpy_helper
+
+from qconvert.calibrate.finalize import finalize
+from qconvert.calibrate.ranges import CalibrationRanges, attach_ranges
+from qconvert.calibrate.scheme import Scheme
+from qconvert.errors import InputError
+from qconvert.frontends.onnx import import_onnx
+from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
+from qconvert.ir.parser import ParserOptions, parse_module
+from qconvert.ir.printer import print_module
+from qconvert.ir.quant_types import CalibratedQuantizedType, UniformQuantizedType
+from qconvert.ir.types import element_type_of
+from qconvert.ir.verify import verify
+from qconvert.numerics.calibration import float8_params
+
+CNN = MODELS / "digits_cnn.onnx"
+ENCODER = MODELS / "tiny_encoder.onnx"
+
+
+def calibrated(path: Path, count: int = 2) -> tuple[object, CalibrationRanges]:
+    ranges = minmax_ranges(path, batches(path.stem, count))
+    module = import_onnx(path)
+    attach_ranges(module, ranges)
+    return module, ranges
+
+
+def opset(module: object) -> int:
+    entries = dict(module.attributes["onnx.opset_import"].entries)  # type: ignore[attr-defined]
+    return entries["ai.onnx"].value
+
+
+def test_result_has_no_calibrated_types_and_round_trips_as_text() -> None:
+    module, _ = calibrated(CNN)
+    finalize(module, Scheme(per_channel=True))
+    for op in module.walk():  # type: ignore[attr-defined]
+        for value in [*op.operands, *op.results]:
+            assert not isinstance(element_type_of(value.type), CalibratedQuantizedType)
+    # The Relus are folded into the Conv outputs, as onnxruntime does.
+    assert not [op for op in module.walk() if op.name == "onnx.Relu"]  # type: ignore[attr-defined]
+    text = print_module(module)
+    assert "!quant.uniform<i8:f32:0, {" in text  # per-channel Conv weights
+    assert "!quant.uniform<i32:f32:0, {" in text  # int32 biases
+    reparsed = parse_module(text, options=ParserOptions(allow_unregistered_dialect=True))
+    verify(reparsed)
+    assert print_module(reparsed) == text
+
+
+def gemm_model(beta: float) -> onnx.ModelProto:
+    rng = np.random.default_rng(1)
+    weight = numpy_helper.from_array(rng.standard_normal((4, 6)).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32) * 3, "b")
+    node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="gemm", transB=1, beta=beta, alpha=0.75)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+        [weight, bias],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_gemm_beta_is_folded_into_the_bias_scale_as_onnxruntime(per_channel: bool, tmp_path: Path) -> None:
+    require_module("onnxruntime")
+    path = tmp_path / "gemm.onnx"
+    onnx.save(gemm_model(beta=0.5), path)
+    rng = np.random.default_rng(2)
+    data = [{"x": rng.standard_normal((3, 6)).astype(np.float32)} for _ in range(3)]
+    expected = onnxruntime_qdq(path, data, tmp_path, per_channel=per_channel)
+    module = import_onnx(path)
+    attach_ranges(module, minmax_ranges(path, data))
+    finalize(module, Scheme(per_channel=per_channel))
+    assert finalized_qdq(module) == expected
+    (gemm,) = [op for op in module.walk() if op.name == "onnx.Gemm"]  # type: ignore[attr-defined]
+    assert gemm.attributes["beta"].value == 1.0
+    assert gemm.attributes["alpha"].value == 0.75
+
+
+def test_quantized_tensor_without_range_is_an_input_error() -> None:
+    module, ranges = calibrated(CNN)
+    module = import_onnx(CNN)
+    partial = CalibrationRanges(
+        {n: r for n, r in ranges.ranges.items() if n != "/gap/GlobalAveragePool_output_0"}
+    )
+    attach_ranges(module, partial, CNN)
+    with pytest.raises(InputError, match=r"no calibrated range for 1 tensor.*'/gap/GlobalAveragePool:0'"):
+        finalize(module, Scheme())
+
+
+def test_opset_rises_to_what_the_quantization_needs() -> None:
+    module, _ = calibrated(CNN)
+    finalize(module, Scheme(activation_type="int16"))
+    assert opset(module) == 21
+    module, _ = calibrated(CNN)
+    finalize(module, Scheme())
+    assert opset(module) == 17  # int8 per-tensor: the model's own opset
+
+
+def test_per_channel_raises_an_old_opset_to_13(tmp_path: Path) -> None:
+    model = gemm_model(beta=1.0)
+    model.opset_import[0].version = 11
+    path = tmp_path / "gemm11.onnx"
+    onnx.save(model, path)
+    data = [{"x": np.linspace(-1, 1, 18, dtype=np.float32).reshape(3, 6)}]
+    module = import_onnx(path)
+    attach_ranges(module, minmax_ranges(path, data))
+    finalize(module, Scheme(per_channel=True))
+    assert opset(module) == 13
+
+
+def test_keep_float_leaves_the_tensor_and_what_depends_on_it_in_float() -> None:
+    module, _ = calibrated(CNN)
+    notes: list[str] = []
+    finalize(module, Scheme(keep_float={"/Relu_output_0": "user choice"}), notes)
+    names = set(finalized_qdq(module))
+    assert "/Relu_output_0_QuantizeLinear" not in names
+    # MaxPool shares its input's parameters: with the input in float, its output stays float too,
+    # and the Conv that reads it quantizes its own input (onnxruntime's generic rule), so conv2's bias
+    # still has an input scale.
+    assert "/pool/MaxPool_output_0_QuantizeLinear" in names
+    assert "conv2.bias_DequantizeLinear" in names
+    assert any("'/Relu_output_0' left in float: user choice" in note for note in notes)
+
+
+def test_shared_parameters_follow_the_provider() -> None:
+    module, _ = calibrated(ENCODER)
+    finalize(module, Scheme())
+    found = finalized_qdq(module)
+    # Reshape and Transpose outputs reuse their input's scale and zero point.
+    assert (
+        found["/layers.0/Reshape_output_0_QuantizeLinear"] == found["/layers.0/q/Add_output_0_QuantizeLinear"]
+    )
+    assert (
+        found["/layers.0/Transpose_output_0_QuantizeLinear"]
+        == found["/layers.0/q/Add_output_0_QuantizeLinear"]
+    )
+    # Softmax outputs are [0, 1] whatever was observed: scale 1/255, zero point -128.
+    softmax = found["/layers.0/Softmax_output_0_QuantizeLinear"]
+    assert softmax.scale == (float(np.float32(1 / 255)),) and softmax.zero_point == (-128,)
+
+
+def test_blocked_weights_and_fallback_notes() -> None:
+    module, _ = calibrated(CNN)
+    notes: list[str] = []
+    finalize(module, Scheme(block_size=16), notes)
+    assert any("conv1.weight" in note and "needs rank 2" in note for note in notes)
+    assert opset(module) == 21
+    module, _ = calibrated(ENCODER)
+    finalize(module, Scheme(op_types_to_quantize={"MatMul"}, block_size=16))
+    text = print_module(module)
+    assert "!quant.uniform<i8:f32:{0:16, 1:1}" in text or "!quant.uniform<i8:f32:{0:16" in text
+
+
+def test_ragged_blocks_are_refused_with_the_weight_name() -> None:
+    module, _ = calibrated(ENCODER)
+    with pytest.raises(InputError, match="block_size 24 does not divide"):
+        finalize(module, Scheme(op_types_to_quantize={"MatMul"}, block_size=24))
+
+
+def test_float8_scales_come_from_the_standard_deviation() -> None:
+    module = import_onnx(CNN)
+    ranges = minmax_ranges(CNN, batches("digits_cnn", 1))
+    for tensor_range in ranges.ranges.values():
+        tensor_range.std = (tensor_range.max - tensor_range.min) / 4
+    attach_ranges(module, ranges)
+    finalize(module, Scheme(activation_type="float8e4m3fn", weight_type="float8e4m3fn"))
+    assert opset(module) == 19
+    quantize = next(
+        op
+        for op in module.walk()  # type: ignore[attr-defined]
+        if isinstance(op, QuantizeCastOp) and op.attributes["onnx.tensor_name"].value == "image"
+    )
+    element = element_type_of(quantize.result.type)
+    assert isinstance(element, UniformQuantizedType) and element.storage_type.name == "f8E4M3FN"
+    expected = float8_params(np.float32(ranges["image"].std))
+    assert element.scale == float(expected.scale) and element.zero_point == 0
+    assert not [
+        op for op in module.walk() if isinstance(op, DequantizeCastOp) and "bias" in str(op.attributes)
+    ]
+
+
+def test_float8_without_std_is_an_input_error() -> None:
+    module, _ = calibrated(CNN)
+    with pytest.raises(InputError, match=r"standard deviation.*--method distribution"):
+        finalize(module, Scheme(activation_type="float8e4m3fn", weight_type="float8e4m3fn"))
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"activation_type": "int8", "weight_type": "uint8"}, "int8 activations with uint8 weights"),
+        ({"activation_type": "float8e4m3fn"}, "float8e4m3fn must be used for both"),
+        ({"weight_type": "int7"}, "weight_type 'int7' is not one of"),
+        ({"block_size": -1}, "block_size must be 0"),
+        (
+            {"reduce_range": True, "activation_type": "float8e4m3fn", "weight_type": "float8e4m3fn"},
+            "reduce_range",
+        ),
+    ],
+)
+def test_scheme_refuses_what_onnxruntime_refuses(settings: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        Scheme(**settings)
+
+
+def test_scheme_accepts_onnxruntime_type_names_and_applies_its_weight_symmetry_rule() -> None:
+    scheme = Scheme(activation_type="QUInt8", weight_type="QUInt8")
+    assert (scheme.activation_type, scheme.weight_type) == ("uint8", "uint8")
+    assert scheme.weight_is_symmetric is False
+    assert Scheme(weight_type="QInt4").weight_is_symmetric is True
+    assert Scheme(weight_type="uint8", activation_type="uint8", weight_symmetric=True).weight_is_symmetric
+    assert Scheme(activation_type="int16").needs_opset21 and not Scheme().needs_opset21

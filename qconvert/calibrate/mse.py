@@ -1,0 +1,103 @@
+"""MSE range search: the range whose quantize-dequantize round trip loses the least, on a histogram.
+
+NOTE: the error of a candidate range is measured, not modelled: its scale and zero point come from
+finalize's rule (`numerics.calibration.activation_params`, onnxruntime's `compute_scale_zp`), and each
+non-empty bin's centre goes through `numerics.quantize`/`dequantize` (onnxruntime's QuantizeLinear /
+DequantizeLinear arithmetic), weighted by its count. So the error includes clipping (values past the
+range saturate), rounding, and the zero point's rounding, exactly as the deployed model sees them; the
+one approximation is that a bin's values are represented by its centre (bins are 1/2048 of the range,
+much finer than a quantization step at 8 bits). Candidates of one search step run as one per-axis
+quantize call (axis 0 = candidate).
+
+Search, over ranges that contain zero (finalize widens any range to contain zero anyway), with
+`[lo, hi] = [min(min, 0), max(max, 0)]` and fractions f = 1/K .. K/K (K = 128):
+- symmetric: `±f·max(|lo|, |hi|)`, the best f;
+- asymmetric: first `[f·lo, f·hi]` (shrink both ends together), then coordinate descent from the best:
+  the best `hi' = f·hi` for the current low end, then the best `lo' = f·lo` for that high end, until
+  neither moves (at most 8 rounds). Each step can only lower the error, so the result is never worse
+  than min/max (f = 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qconvert.numerics import UniformParams, dequantize, quantize
+from qconvert.numerics.calibration import FLOAT8, STORAGE_DTYPES, activation_params, full_range
+
+GRID_SIZE = 128
+_MAX_ROUNDS = 8
+
+
+def mse_range(
+    counts: np.ndarray,
+    edges: np.ndarray,
+    quant_type: str = "int8",
+    *,
+    symmetric: bool = False,
+    reduce_range: bool = False,
+) -> tuple[float, float]:
+    """The (low, high) with the least expected squared error for `quant_type`, searched as described above."""
+    if quant_type == FLOAT8:
+        raise ValueError("mse searches integer storage ranges; float8e4m3fn scales come from 'distribution'")
+    counts = np.asarray(counts)
+    edges = np.asarray(edges, dtype=np.float64)
+    occupied = counts > 0
+    centres = ((edges[:-1] + edges[1:]) * 0.5)[occupied]
+    weights = counts[occupied].astype(np.float64)
+    lowest, highest = min(float(edges[0]), 0.0), max(float(edges[-1]), 0.0)
+    if centres.size == 0 or lowest == highest:
+        return lowest, highest
+    search = _Search(centres, weights, quant_type, symmetric, reduce_range)
+    fractions = np.arange(1, GRID_SIZE + 1) / GRID_SIZE
+    if symmetric:
+        bound = max(-lowest, highest)
+        return search.best(-bound * fractions, bound * fractions)
+    # Zero lies in every candidate: a side with no values (lowest or highest 0) stays at zero.
+    low_grid, high_grid = lowest * fractions, highest * fractions
+    low, high = search.best(low_grid, high_grid)
+    for _ in range(_MAX_ROUNDS):
+        _, new_high = search.best(np.full(GRID_SIZE, low), high_grid)
+        new_low, _ = search.best(low_grid, np.full(GRID_SIZE, new_high))
+        if (new_low, new_high) == (low, high):
+            break
+        low, high = new_low, new_high
+    return low, high
+
+
+class _Search:
+    """Evaluates candidate ranges on one histogram (bin centres and counts)."""
+
+    def __init__(
+        self, centres: np.ndarray, weights: np.ndarray, quant_type: str, symmetric: bool, reduce_range: bool
+    ) -> None:
+        self.centres = centres.astype(np.float32)
+        self.weights = weights
+        self.quant_type = quant_type
+        self.symmetric = symmetric
+        self.reduce_range = reduce_range
+        self.storage_min, self.storage_max = full_range(quant_type)
+
+    def errors(self, lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
+        """Sum over bins of count · (centre - dequantize(quantize(centre)))², one per candidate range."""
+        pairs = [
+            activation_params(float(low), float(high), self.quant_type, self.symmetric, self.reduce_range)
+            for low, high in zip(lows, highs, strict=True)
+        ]
+        params = UniformParams(
+            scale=np.array([pair.scale for pair in pairs], dtype=np.float64),
+            zero_point=np.array([pair.zero_point for pair in pairs], dtype=np.int64),
+            storage_dtype=STORAGE_DTYPES[self.quant_type],
+            storage_type_min=self.storage_min,
+            storage_type_max=self.storage_max,
+            quantized_dimension=0,
+        )
+        values = np.broadcast_to(self.centres, (len(pairs), self.centres.size))
+        restored = dequantize(quantize(values, params), params)
+        difference = restored.astype(np.float64) - values
+        return (difference * difference) @ self.weights
+
+    def best(self, lows: np.ndarray, highs: np.ndarray) -> tuple[float, float]:
+        """The candidate with the least error (the first, i.e. the narrowest, on ties)."""
+        index = int(np.argmin(self.errors(lows, highs)))
+        return float(lows[index]), float(highs[index])

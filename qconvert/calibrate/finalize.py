@@ -114,7 +114,21 @@ class _Finalizer:
                 f"tensor '{self.graph.name(value)}': float8e4m3fn activations need the standard deviation "
                 f"of the tensor; calibrate with --method distribution"
             )
-        pair = numerics.activation_params(
+        try:
+            pair = self._activation_pair(found, std, dtype)
+        except ValueError as error:
+            raise InputError(
+                f"tensor '{self.graph.name(value)}': {error}; leave it in float (keep_float) or calibrate it "
+                f"with a method that clips outliers"
+            ) from None
+        params = Params(self.scheme.activation_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
+        self.activation_cache[value] = params
+        return params
+
+    def _activation_pair(
+        self, found: tuple[np.float32, np.float32], std: float | None, dtype: np.dtype
+    ) -> numerics.ScaleZeroPoint:
+        return numerics.activation_params(
             found[0],
             found[1],
             self.scheme.activation_type,
@@ -123,9 +137,6 @@ class _Finalizer:
             std=std,
             dtype=dtype,
         )
-        params = Params(self.scheme.activation_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
-        self.activation_cache[value] = params
-        return params
 
     def _std(self, value: Value) -> float | None:
         quantize = self.graph.pairs.get(value)

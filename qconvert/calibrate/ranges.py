@@ -247,6 +247,15 @@ def attach_ranges(
         if value is None or not isinstance(expressed, FloatType):
             unmatched.append(name)
             continue
+        if (
+            math.isnan(tensor_range.min)
+            or math.isnan(tensor_range.max)
+            or tensor_range.min > tensor_range.max
+        ):
+            raise InputError(
+                f"tensor '{name}': range [{tensor_range.min}, {tensor_range.max}] is not a range "
+                f"(no finite value observed?)"
+            )
         quantize = insert_calibrated_pair(value, calibrated_type(expressed, tensor_range), name)
         if tensor_range.std is not None:
             quantize.attributes[STD_ATTR] = FloatAttr(tensor_range.std, F64)

@@ -12,7 +12,7 @@ from conftest import require_module
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.calibrate.finalize import finalize
-from qconvert.calibrate.ranges import CalibrationRanges, attach_ranges
+from qconvert.calibrate.ranges import CalibrationRanges, TensorRange, attach_ranges
 from qconvert.calibrate.scheme import Scheme
 from qconvert.errors import InputError
 from qconvert.frontends.onnx import import_onnx
@@ -222,3 +222,23 @@ def test_scheme_accepts_onnxruntime_type_names_and_applies_its_weight_symmetry_r
     assert Scheme(weight_type="QInt4").weight_is_symmetric is True
     assert Scheme(weight_type="uint8", activation_type="uint8", weight_symmetric=True).weight_is_symmetric
     assert Scheme(activation_type="int16").needs_opset21 and not Scheme().needs_opset21
+
+
+def test_infinite_range_is_an_input_error_naming_the_tensor() -> None:
+    module = import_onnx(CNN)
+    ranges = minmax_ranges(CNN, batches("digits_cnn", 1))
+    ranges.add(TensorRange("/gap/GlobalAveragePool_output_0", float("-inf"), 1.0))
+    attach_ranges(module, ranges)
+    with pytest.raises(InputError, match=r"tensor '/gap/GlobalAveragePool_output_0'.*not finite.*keep_float"):
+        finalize(module, Scheme())
+
+
+def test_infinite_range_kept_in_float_finalizes() -> None:
+    module = import_onnx(CNN)
+    ranges = minmax_ranges(CNN, batches("digits_cnn", 1))
+    ranges.add(TensorRange("/gap/GlobalAveragePool_output_0", float("-inf"), 1.0, sentinel="-inf"))
+    attach_ranges(module, ranges)
+    finalize(module, Scheme(keep_float={"/gap/GlobalAveragePool_output_0": "-inf sentinel"}))
+    names = set(finalized_qdq(module))
+    assert "/gap/GlobalAveragePool_output_0_QuantizeLinear" not in names
+    assert "logits_QuantizeLinear" in names

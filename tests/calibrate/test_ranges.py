@@ -166,3 +166,11 @@ def test_all_zero_range_keeps_onnxruntime_parameters() -> None:
     for symmetric in (False, True):
         params = compute_scale_zp(element.min, element.max, -128, 127, symmetric)
         assert (float(params.scale), params.zero_point) == (1.0, 0)
+
+
+def test_nan_range_is_refused_naming_the_tensor() -> None:
+    module = import_onnx(CNN)
+    ranges = CalibrationRanges(metadata={"model": str(CNN)})
+    ranges.add(TensorRange("image", float("nan"), float("nan")))
+    with pytest.raises(InputError, match="tensor 'image'"):
+        attach_ranges(module, ranges)

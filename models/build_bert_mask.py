@@ -64,6 +64,7 @@ class EncoderConfig:
     vocab: int = 128
     ffn: int = 0  # 0: 4 x hidden
     train_steps: int = 300
+    mask_value: float | None = None  # None: torch.finfo(torch.float32).min (Hugging Face); e.g. -10000.0
 
     @property
     def ffn_width(self) -> int:
@@ -165,8 +166,9 @@ def build_model(config: EncoderConfig) -> Any:
             self.register_buffer("positions", torch.arange(config.seq), persistent=False)
 
         def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            # Hugging Face BERT's get_extended_attention_mask, dtype float32
-            extended = (1.0 - mask[:, None, None, :].to(torch.float32)) * torch.finfo(torch.float32).min
+            # Hugging Face BERT's get_extended_attention_mask, dtype float32 (older exports: -10000.0)
+            fill = torch.finfo(torch.float32).min if config.mask_value is None else config.mask_value
+            extended = (1.0 - mask[:, None, None, :].to(torch.float32)) * fill
             x = self.ln(self.tok(ids) + self.pos(self.positions))
             for layer in self.layers:
                 x = layer(x, extended)
@@ -274,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab", type=int, default=d.vocab, help=f"token vocabulary (default {d.vocab})")
     parser.add_argument("--ffn", type=int, default=0, help="feed-forward width (default 4 x hidden)")
     parser.add_argument("--train-steps", type=int, default=d.train_steps, help=f"default {d.train_steps}")
+    parser.add_argument(
+        "--mask-value",
+        type=float,
+        default=None,
+        help="what padded positions add to the scores (default: float32 min, as Hugging Face; e.g. -10000)",
+    )
     args = parser.parse_args(argv)
     if args.hidden % args.heads:
         parser.error(f"--hidden {args.hidden} is not a multiple of --heads {args.heads}")
@@ -285,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         vocab=args.vocab,
         ffn=args.ffn,
         train_steps=args.train_steps,
+        mask_value=args.mask_value,
     )
     path = build(config, args.out, args.stem)
     print(f"{path}: {path.stat().st_size} bytes")

@@ -1,0 +1,332 @@
+"""Calibration wall time and peak memory: onnxruntime's calibrators beside `qconvert.calibrate`, same data.
+
+The model is models/build_bert_mask.py's encoder at 6 layers, 384 wide, 12 heads, sequence 64 (MiniLM-L6's
+shape; untrained BERT-init weights: speed and memory do not depend on them), built into a temporary folder.
+Its padding mask adds -10000 (`--mask-value`, as older BERT exports do), not Hugging Face's float32 min:
+with float-min every onnxruntime histogram calibrator fails outright (numpy's histogram cannot make finite
+bins over +-3.4e38: "Too many bins for data range"), so there would be nothing to compare them with;
+`--mask-value float-min` shows that (the failed rows give the time and memory used until the failure).
+Data: N random padded sequences (input_ids and attention_mask, one .npz), N = `--samples`, fed in batches of
+`--batch-size` to both tools. Each row is one fresh process spawned from benchmarks/parse_print.py's launcher,
+so `peak MB` is that process's own ru_maxrss (os.wait4; the launcher's floor is printed):
+
+- `onnxruntime <Method>`: `create_calibrator(model, quantize_static's default op types, method)`, then
+  `collect_data(reader)` and `compute_data()`; its defaults (Entropy 128 bins, Percentile 2048 bins at
+  99.999, Distribution 2048 bins). Histogram methods keep every intermediate output of every batch until
+  `compute_data`; where the estimate of that (bytes of the calibrated tensors per sample x N) exceeds
+  `--ort-memory-gb`, the run is chunked the way quantize_static's `CalibStridedMinMax` does it: the reader's
+  `set_range(start, end)` windows, one `collect_data` per window, and the row says `strided`.
+- `qconvert <method>`: `qconvert.calibrate(model, data, method=...)` with one worker, ranges only (no model
+  written), also in its own process.
+
+`seconds` is the whole process (start-up, imports, model load, session, calibration); `calibrate s` is the
+calibration alone as the child measured it. A tool that fails shows `failed` and its error, never a time.
+
+Usage: python benchmarks/calibrate.py [--samples 32,128,512] [--methods minmax,entropy,percentile,...]
+       [--quick] [--mask-value -10000|float-min] [--keep DIR] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import parse_print  # the launcher (a process of its own per measured run)
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = REPO / "models"
+# onnxruntime CalibrationMethod name per qconvert method name
+METHODS = {
+    "minmax": "MinMax",
+    "entropy": "Entropy",
+    "percentile": "Percentile",
+    "distribution": "Distribution",
+}
+HISTOGRAM_METHODS = {"entropy", "percentile", "distribution"}
+MODEL_ARGS = ["--layers", "6", "--hidden", "384", "--heads", "12", "--seq", "64", "--train-steps", "0"]
+QUICK_MODEL_ARGS = ["--layers", "2", "--hidden", "128", "--heads", "4", "--seq", "64", "--train-steps", "0"]
+DATA_SEED = 5
+
+
+@dataclass
+class Row:
+    tool: str
+    method: str
+    samples: int
+    status: str  # ok | failed | timeout | not run
+    seconds: float | None = None
+    calibrate_seconds: float | None = None
+    peak_mb: float | None = None
+    note: str = ""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Children (each run in a process of its own)
+
+
+class NpzReader:
+    """onnxruntime CalibrationDataReader over one .npz: batches of `batch`, with set_range over batches."""
+
+    def __init__(self, path: Path, batch: int) -> None:
+        with np.load(path) as data:
+            self.arrays = {name: data[name] for name in data.files}
+        count = len(next(iter(self.arrays.values())))
+        self.starts = list(range(0, count, batch))
+        self.batch = batch
+        self.set_range(0, len(self.starts))
+
+    def set_range(self, start_index: int, end_index: int) -> None:
+        self.position, self.end = start_index, end_index
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        if self.position >= self.end:
+            return None
+        first = self.starts[self.position]
+        self.position += 1
+        return {name: array[first : first + self.batch] for name, array in self.arrays.items()}
+
+
+def child_onnxruntime(args: argparse.Namespace) -> dict[str, Any]:
+    from onnxruntime.quantization import CalibrationDataReader
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    class Reader(NpzReader, CalibrationDataReader):  # onnxruntime checks isinstance
+        pass
+
+    reader = Reader(Path(args.data), args.batch_size)
+    op_types = sorted(set(QLinearOpsRegistry) | set(QDQRegistry))  # quantize_static's default
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        calibrator = create_calibrator(
+            Path(args.model),
+            op_types,
+            augmented_model_path=str(Path(tmp) / "augmented.onnx"),
+            calibrate_method=CalibrationMethod[args.method],
+        )
+        if args.stride:
+            for start in range(0, len(reader), args.stride):
+                reader.set_range(start, start + args.stride)
+                calibrator.collect_data(reader)
+        else:
+            calibrator.collect_data(reader)
+        ranges = calibrator.compute_data()
+    seconds = time.perf_counter() - started
+    return {"calibrate_seconds": seconds, "tensors": len(ranges.data)}
+
+
+def child_qconvert(args: argparse.Namespace) -> dict[str, Any]:
+    import qconvert.calibrate.api as api
+
+    started = time.perf_counter()
+    result = api.calibrate(args.model, args.data, method=args.method, batch_size=args.batch_size)
+    seconds = time.perf_counter() - started
+    return {"calibrate_seconds": seconds, "tensors": len(getattr(result, "ranges", {}) or {})}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The parent
+
+
+def build_model(folder: Path, quick: bool, mask_value: str) -> Path:
+    suffix = "fmin" if mask_value == "float-min" else mask_value.lstrip("-")
+    model = folder / f"bert_mask_bench_{'quick_' if quick else ''}{suffix}.onnx"
+    if model.exists():
+        return model
+    command = [sys.executable, str(MODELS / "build_bert_mask.py"), "--out", str(folder), "--stem", model.stem]
+    command += QUICK_MODEL_ARGS if quick else MODEL_ARGS
+    if mask_value != "float-min":
+        command += ["--mask-value", str(float(mask_value))]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    return model
+
+
+def write_data(folder: Path, model: Path, samples: int) -> Path:
+    import onnx
+
+    sys.path.insert(0, str(MODELS))
+    import build_bert_mask
+
+    path = folder / f"data_{samples}.npz"
+    if not path.exists():
+        graph = onnx.load(str(model), load_external_data=False).graph
+        seq = graph.input[0].type.tensor_type.shape.dim[1].dim_value
+        batch = build_bert_mask.random_batch(np.random.default_rng(DATA_SEED), samples, seq, 128)
+        np.savez(path, allow_pickle=False, **batch)
+    return path
+
+
+def bytes_per_sample(model: Path) -> int:
+    """Bytes of every float intermediate onnxruntime's histogram calibrators keep, for one sample."""
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(onnx.load(str(model)))
+    graph = inferred.graph
+    initializers = {t.name for t in graph.initializer}
+    infos = {i.name: i for i in (*graph.value_info, *graph.output)}
+    seen: set[str] = set()
+    total = 0
+    for node in graph.node:
+        for name in (*node.input, *node.output):
+            if name in seen or name in initializers or name not in infos:
+                continue
+            seen.add(name)
+            tensor = infos[name].type.tensor_type
+            if tensor.elem_type != onnx.TensorProto.FLOAT:
+                continue
+            dims = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor.shape.dim]
+            total += 4 * math.prod(dims)
+    return total
+
+
+def ort_stride(samples: int, batch: int, per_sample: int, limit_gb: float) -> int | None:
+    """None if one collect_data fits in `limit_gb`, else the largest window (in batches) that does and
+    divides the batch count (quantize_static requires it)."""
+    batches = math.ceil(samples / batch)
+    if samples * per_sample <= limit_gb * 2**30:
+        return None
+    fits = max(1, int(limit_gb * 2**30 // (per_sample * batch)))
+    return max(d for d in range(1, batches + 1) if batches % d == 0 and d <= fits)
+
+
+def measure(command: list[str], row: Row, result_path: Path) -> Row:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    try:
+        code, seconds, peak_mb, _, stderr = parse_print.run_child(command, env)
+    except TimeoutError:
+        row.status = "timeout"
+        return row
+    if code != 0:
+        row.status = "failed"
+        error = f"after {seconds:.1f} s, peak {peak_mb:.0f} MB: {parse_print.last_line(stderr)}"
+        row.note = (row.note + "; " if row.note else "") + error
+        return row
+    reply = json.loads(result_path.read_text())
+    row.seconds, row.peak_mb, row.calibrate_seconds = seconds, peak_mb, reply["calibrate_seconds"]
+    return row
+
+
+def print_table(rows: list[Row]) -> None:
+    header = (
+        f"{'samples':>7}  {'method':<12} {'tool':<12} {'seconds':>8} {'calibrate s':>11} {'peak MB':>8}  note"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        sec = f"{r.seconds:8.1f}" if r.seconds is not None else f"{r.status:>8}"
+        cal = f"{r.calibrate_seconds:11.1f}" if r.calibrate_seconds is not None else " " * 11
+        mb = f"{r.peak_mb:8.0f}" if r.peak_mb is not None else " " * 8
+        print(f"{r.samples:>7}  {r.method:<12} {r.tool:<12} {sec} {cal} {mb}  {r.note}")
+
+
+def run_benchmark(args: argparse.Namespace) -> int:
+    samples = [32] if args.quick else [int(s) for s in args.samples.split(",")]
+    methods = [m.strip() for m in args.methods.split(",")]
+    for m in methods:
+        if m not in METHODS:
+            print(f"--methods: unknown method {m!r} (expected {', '.join(METHODS)})", file=sys.stderr)
+            return 2
+    tools = [t.strip() for t in args.tools.split(",")]
+    parse_print.TIMEOUT = args.timeout
+    parse_print.LAUNCH = parse_print.Launcher()
+    rows: list[Row] = []
+    try:
+        keep = args.keep or Path(tempfile.mkdtemp(prefix="qconvert-bench-calibrate-"))
+        keep.mkdir(parents=True, exist_ok=True)
+        model = Path(args.model) if args.model else build_model(keep, args.quick, args.mask_value)
+        per_sample = bytes_per_sample(model)
+        floor = parse_print.run_child(["/bin/true"])[2]
+        print(
+            f"model {model} ({model.stat().st_size / 2**20:.1f} MB); float intermediates per sample "
+            f"{per_sample / 2**20:.1f} MB; batch {args.batch_size}; launcher floor {floor:.0f} MB"
+        )
+        for n in samples:
+            data = write_data(keep, model, n)
+            for method in methods:
+                for tool in tools:
+                    result = keep / "result.json"
+                    result.unlink(missing_ok=True)
+                    common = [
+                        "--model",
+                        str(model),
+                        "--data",
+                        str(data),
+                        "--batch-size",
+                        str(args.batch_size),
+                    ]
+                    common += ["--result", str(result)]
+                    script = [sys.executable, str(Path(__file__).resolve())]
+                    if tool == "onnxruntime":
+                        row = Row("onnxruntime", METHODS[method], n, "ok")
+                        stride = None
+                        if method in HISTOGRAM_METHODS:
+                            stride = ort_stride(n, args.batch_size, per_sample, args.ort_memory_gb)
+                        if stride:
+                            row.note = f"strided: {stride} batches per collect_data"
+                        command = [*script, "--child", "onnxruntime", "--method", METHODS[method], *common]
+                        command += ["--stride", str(stride or 0)]
+                    else:
+                        row = Row("qconvert", method, n, "ok")
+                        command = [*script, "--child", "qconvert", "--method", method, *common]
+                    rows.append(measure(command, row, result))
+                    r = rows[-1]
+                    shown = f"{r.seconds:.1f} s, {r.peak_mb:.0f} MB" if r.seconds is not None else r.status
+                    print(f"  {n} {method} {tool}: {shown} {r.note}", flush=True)
+        print()
+        print_table(rows)
+        if args.json:
+            args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    finally:
+        parse_print.LAUNCH.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--samples", default="32,128,512", help="comma-separated N (default 32,128,512)")
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated qconvert method names")
+    parser.add_argument("--tools", default="onnxruntime,qconvert", help="which side(s) to run")
+    parser.add_argument("--quick", action="store_true", help="N = 32 only, a 2-layer 128-wide model")
+    parser.add_argument("--batch-size", type=int, default=8, help="samples per batch, both tools (default 8)")
+    parser.add_argument(
+        "--mask-value", default="-10000", help="the mask's fill: a number or float-min (default -10000)"
+    )
+    parser.add_argument(
+        "--ort-memory-gb", type=float, default=6.0, help="stride onnxruntime above this estimate"
+    )
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run (default 3600)")
+    parser.add_argument("--keep", type=Path, default=None, help="build the model and data here (reused)")
+    parser.add_argument("--model", default=None, help="another model (inputs input_ids, attention_mask)")
+    parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON")
+    # child mode
+    parser.add_argument("--child", choices=["onnxruntime", "qconvert"], help=argparse.SUPPRESS)
+    parser.add_argument("--method", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--stride", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        reply = child_onnxruntime(args) if args.child == "onnxruntime" else child_qconvert(args)
+        args.result.write_text(json.dumps(reply))
+        return 0
+    return run_benchmark(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -204,5 +204,95 @@ def check_command(
     raise typer.Exit(0 if report.passed else 1)
 
 
+@app.command("calibrate")
+def calibrate_command(
+    model: str = typer.Argument(..., help="float ONNX model (external data next to it)"),
+    data: str | None = typer.Option(
+        None, "--data", help="folder of .npz/.npy samples, one .npz (samples on axis 0), or MODULE:FUNCTION"
+    ),
+    method: str = typer.Option(
+        "minmax", "--method", help="minmax | moving-average | percentile | entropy | mse | distribution"
+    ),
+    out: str | None = typer.Option(None, "--out", "-o", help="write the QDQ ONNX model here"),
+    ranges: str | None = typer.Option(None, "--ranges", help="save the calibrated ranges as JSON"),
+    load_ranges: str | None = typer.Option(
+        None, "--load-ranges", help="reuse a ranges JSON instead of calibrating (no --data needed)"
+    ),
+    workers: int = typer.Option(1, "--workers", help="processes (or Ray tasks) sharing the batches"),
+    engine: str = typer.Option("local", "--engine", help="local (processes) or ray"),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", help="samples per run (default: the model's)"
+    ),
+    percentile: float | None = typer.Option(None, "--percentile", help="percentile: the kept percentage"),
+    num_bins: int | None = typer.Option(None, "--num-bins", help="histogram methods: bins"),
+    num_quantized_bins: int | None = typer.Option(None, "--num-quantized-bins", help="entropy: target bins"),
+    activation_type: str = typer.Option(
+        "int8", "--activation-type", help="int8|uint8|int16|uint16|int4|uint4|float8e4m3fn"
+    ),
+    weight_type: str = typer.Option(
+        "int8", "--weight-type", help="storage of weights (as --activation-type)"
+    ),
+    symmetric_activations: bool = typer.Option(False, "--symmetric-activations", help="zero point at 0"),
+    asymmetric_weights: bool = typer.Option(False, "--asymmetric-weights", help="weights with a zero point"),
+    per_channel: bool = typer.Option(False, "--per-channel", help="one scale per output channel of weights"),
+    block_size: int = typer.Option(0, "--block-size", help="blocked weights of this size (opset 21)"),
+    reduce_range: bool = typer.Option(False, "--reduce-range", help="7-bit weights"),
+    op_types: list[str] = typer.Option([], "--op-types", help="only these op types (comma-separated)"),  # noqa: B008
+    exclude_op_types: list[str] = typer.Option([], "--exclude-op-types", help="not these op types"),  # noqa: B008
+    nodes: list[str] = typer.Option([], "--nodes", help="only these node names (comma-separated)"),  # noqa: B008
+    exclude_nodes: list[str] = typer.Option([], "--exclude-nodes", help="not these node names"),  # noqa: B008
+    sentinel: str = typer.Option(
+        "keep", "--sentinel", help="masked/padded ranges: keep (float) | clip | off"
+    ),
+    sentinel_override: list[str] = typer.Option([], "--sentinel-override", help="NAME=keep|clip|quantize"),  # noqa: B008
+    json_path: str | None = typer.Option(None, "--json", help="write the result (ranges, samples) as JSON"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress bar and no table; warnings only"),
+) -> None:
+    """Calibrate a float ONNX model on data and write it as QDQ ONNX (exit 2 on bad input; nothing written)
+
+    Progress on stderr, then a table of the ranges (and any sentinel warning) on stdout."""
+    from qconvert.calibrate.api import calibrate
+    from qconvert.calibrate.render import progress_bar, render, write_json
+
+    def names(values: list[str]) -> frozenset[str] | None:
+        split = [n.strip() for v in values for n in v.split(",") if n.strip()]
+        return frozenset(split) if split else None
+
+    scheme = {
+        "activation_type": activation_type,
+        "weight_type": weight_type,
+        "activation_symmetric": symmetric_activations,
+        "weight_symmetric": False if asymmetric_weights else None,
+        "per_channel": per_channel,
+        "block_size": block_size,
+        "reduce_range": reduce_range,
+        "op_types_to_quantize": names(op_types),
+        "op_types_to_exclude": names(exclude_op_types) or frozenset(),
+        "nodes_to_quantize": names(nodes),
+        "nodes_to_exclude": names(exclude_nodes) or frozenset(),
+    }
+    given = {"percentile": percentile, "num_bins": num_bins, "num_quantized_bins": num_quantized_bins}
+    with progress_bar(not quiet) as progress:
+        result = calibrate(
+            model,
+            data,
+            method=method,
+            method_options={k: v for k, v in given.items() if v is not None},
+            scheme=scheme,
+            out=out,
+            ranges_path=ranges,
+            load_ranges=load_ranges,
+            workers=workers,
+            engine=engine,
+            batch_size=batch_size,
+            sentinel=sentinel,
+            sentinel_overrides=sentinel_override,
+            progress=progress,
+        )
+    if json_path is not None:
+        write_json(result, json_path)
+    render(result, sys.stdout, sys.stderr, quiet)
+
+
 if __name__ == "__main__":
     sys.exit(main())

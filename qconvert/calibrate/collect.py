@@ -22,7 +22,7 @@ import multiprocessing
 import os
 import queue
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,11 +57,12 @@ class AugmentedModel:
     element_types: dict[str, str]  # tensor -> "f32" | "f16"
 
 
-def calibration_tensors(model: ModelProto) -> dict[str, str]:
+def calibration_tensors(model: ModelProto, op_types: Collection[str] | None = None) -> dict[str, str]:
     """Tensor name -> "f32"/"f16" for every float, non-initializer input/output of a node, in graph order.
 
-    `model` must carry inferred types (value_info); a tensor without one is not observed, as in
-    onnxruntime's `select_tensors_to_calibrate`.
+    `op_types` (None: every op) limits the nodes, as `quantize_static` passes its op types to quantize
+    to the calibrator. `model` must carry inferred types (value_info); a tensor without one is not
+    observed, as in onnxruntime's `select_tensors_to_calibrate`.
     """
     graph = model.graph
     infos = {info.name: info for info in graph.value_info}
@@ -70,6 +71,8 @@ def calibration_tensors(model: ModelProto) -> dict[str, str]:
     initializers = {tensor.name for tensor in graph.initializer}
     tensors: dict[str, str] = {}
     for node in graph.node:
+        if op_types is not None and node.op_type not in op_types:
+            continue
         for name in (*node.input, *node.output):
             if not name or name in tensors or name in initializers or name not in infos:
                 continue
@@ -90,19 +93,24 @@ def load_float_model(source: str | os.PathLike[str] | ModelProto) -> tuple[Model
 
 
 def augment_model(
-    model: ModelProto, base_dir: Path | None, tensors: Sequence[str] | None = None
+    model: ModelProto,
+    base_dir: Path | None,
+    tensors: Sequence[str] | None = None,
+    op_types: Collection[str] | None = None,
 ) -> AugmentedModel:
-    """`model` (types inferred) with `tensors` (default: all of `calibration_tensors`) as extra outputs."""
-    types = calibration_tensors(model)
+    """`model` (types inferred) with `tensors` (default: all of `calibration_tensors(model, op_types)`)
+    as extra outputs."""
+    types = calibration_tensors(model, op_types)
     if tensors is not None:
         unknown = [name for name in tensors if name not in types]
         if unknown:
             raise InputError(f"tensor(s) {unknown} are not float activations of the model")
         types = {name: types[name] for name in tensors}
     if not types:
+        among = "" if op_types is None else " of the op types to quantize"
         raise InputError(
-            "the model has no float (f32/f16) activations to calibrate: every node input and output is an "
-            "initializer or of another element type"
+            f"the model has no float (f32/f16) activations to calibrate: every input and output of its "
+            f"nodes{among} is an initializer or of another element type"
         )
     augmented = ModelProto()
     augmented.CopyFrom(model)

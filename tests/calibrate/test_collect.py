@@ -9,6 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnxruntime.quantization.calibrate import CalibrationDataReader, MinMaxCalibrater
+from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from qconvert.calibrate.collect import (
     augment_model,
@@ -46,8 +47,12 @@ def encoder_data(tmp_path: Path, count: int = 8) -> Path:
     return path
 
 
-def onnxruntime_minmax(model_path: Path, batches: list[dict[str, np.ndarray]], tmp_path: Path) -> dict:
-    calibrator = MinMaxCalibrater(str(model_path), augmented_model_path=str(tmp_path / "augmented.onnx"))
+def onnxruntime_minmax(
+    model_path: Path, batches: list[dict[str, np.ndarray]], tmp_path: Path, op_types: list[str] | None
+) -> dict:
+    calibrator = MinMaxCalibrater(
+        str(model_path), op_types_to_calibrate=op_types, augmented_model_path=str(tmp_path / "augmented.onnx")
+    )
     selected, _ = calibrator.select_tensors_to_calibrate(calibrator.model)
     calibrator.augment_graph()
     calibrator.create_inference_session()
@@ -56,19 +61,24 @@ def onnxruntime_minmax(model_path: Path, batches: list[dict[str, np.ndarray]], t
     return {"selected": selected, "ranges": {name: ranges[name].range_value for name in selected}}
 
 
+# quantize_static's default op types to quantize, which it hands to its calibrator (reference §2.2).
+QUANTIZE_STATIC_OP_TYPES = sorted(set(QLinearOpsRegistry) | set(QDQRegistry))
+
+
+@pytest.mark.parametrize("op_types", [None, QUANTIZE_STATIC_OP_TYPES], ids=["all-ops", "quantize-static-ops"])
 @pytest.mark.parametrize(
     ("model_name", "make_data"), [("digits_cnn", digits_data), ("tiny_encoder", encoder_data)]
 )
 def test_same_tensors_and_bit_identical_minmax_as_onnxruntime_calibrator(
-    model_name: str, make_data, tmp_path: Path
+    model_name: str, make_data, op_types: list[str] | None, tmp_path: Path
 ) -> None:
     model_path = MODELS / f"{model_name}.onnx"
     model, folder = load_float_model(model_path)
     dataset = open_dataset(make_data(tmp_path), model)
     batches = [batch.arrays for batch in dataset.batches()]
-    reference = onnxruntime_minmax(model_path, batches, tmp_path)
+    reference = onnxruntime_minmax(model_path, batches, tmp_path, op_types)
 
-    augmented = augment_model(model, folder)
+    augmented = augment_model(model, folder, op_types=op_types)
     assert set(augmented.tensors) == reference["selected"]
     result = collect(augmented, dataset, {name: [MinMaxObserver()] for name in augmented.tensors})
     for name in augmented.tensors:

@@ -1,0 +1,366 @@
+"""`qconvert.calibrate(...)`: dataset -> observers -> ranges -> sentinel guard -> finalize -> QDQ ONNX file.
+
+NOTE: the steps are this package's modules, composed in this order:
+1. `dataset.open_dataset` binds `data` to the model's inputs (names, dtypes, ranks, batch size);
+2. `collect.collect_passes` runs the float model once per batch per pass over the tensors onnxruntime's
+   `quantize_static` calibrates (float inputs/outputs of the op types to quantize): one pass for min/max
+   methods, two for histogram methods (exact min/max, then histograms over a range fixed by pass 1),
+   with a `sentinel.MagnitudeObserver` beside pass 1's observers on every tensor;
+3. `sentinel.sentinel_guard` flags ranges a mask or padding value dominates and, by policy, keeps those
+   tensors in float or clips their range (a clipped tensor's histogram pass spans the clipped range);
+   `methods` turns each tensor's observers into its range;
+4. `ranges.attach_ranges` puts `!quant.calibrated` on the lifted IR, `finalize.finalize(scheme)` makes
+   it `!quant.uniform` Q/DQ, `backends.onnx.save_onnx` writes the model (temp file, then rename).
+`load_ranges` skips 1-3 and reuses a ranges JSON with the tensors it kept in float. Files are written
+only after every step succeeded: the ranges JSON first, the model last.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onnx import ModelProto
+
+from qconvert.calibrate.collect import (
+    ObserverTable,
+    ProgressCallback,
+    augment_model,
+    collect_passes,
+    load_float_model,
+)
+from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
+from qconvert.calibrate.methods import Method, make_method
+from qconvert.calibrate.observers import MinMaxObserver
+from qconvert.calibrate.ranges import CalibrationRanges, TensorRange, attach_ranges
+from qconvert.calibrate.scheme import Scheme
+from qconvert.calibrate.sentinel import (
+    MagnitudeObserver,
+    SentinelDecision,
+    SentinelFinding,
+    SentinelPolicy,
+    sentinel_guard,
+)
+from qconvert.errors import InputError
+
+KEEP_FLOAT_KEY = "keep_float"  # ranges metadata: tensor -> why it stays float (reapplied by load_ranges)
+
+
+@dataclass
+class CalibrationResult:
+    """What `calibrate` computed and wrote."""
+
+    ranges: CalibrationRanges
+    method: str
+    keep_float: dict[str, str] = field(default_factory=dict)  # tensor -> why it stays float
+    warnings: list[str] = field(default_factory=list)  # sentinels, NaN/Inf samples, dropped tail
+    notes: list[str] = field(default_factory=list)  # finalize's decisions
+    stats: DatasetStats | None = None  # None when the ranges were loaded
+    batch_size: int | None = None
+    workers: int = 1
+    engine: str = "local"
+    seconds_collecting: float = 0.0
+    seconds_total: float = 0.0
+    output: Path | None = None
+    ranges_path: Path | None = None
+
+    @property
+    def samples_per_second(self) -> float | None:
+        if self.stats is None or self.seconds_collecting <= 0:
+            return None
+        return self.stats.samples_read / self.seconds_collecting
+
+    def to_json(self) -> dict[str, object]:
+        stats = self.stats
+        samples = None
+        if stats is not None:
+            samples = {
+                "read": stats.samples_read,
+                "used": stats.samples_used,
+                "excluded_nonfinite": stats.excluded,
+                "nonfinite_per_input": stats.nonfinite,
+                "dropped_tail": stats.dropped_tail,
+                "batches": stats.batches,
+                "batch_size": self.batch_size,
+            }
+        return {
+            "method": self.method,
+            "output": None if self.output is None else str(self.output),
+            "ranges_file": None if self.ranges_path is None else str(self.ranges_path),
+            "samples": samples,
+            "workers": self.workers,
+            "engine": self.engine,
+            "seconds": {"collecting": self.seconds_collecting, "total": self.seconds_total},
+            "warnings": self.warnings,
+            "notes": self.notes,
+            "keep_float": self.keep_float,
+            "ranges": self.ranges.to_json()["tensors"],
+        }
+
+
+# Observing --------------------------------------------------------------------------------------------
+@dataclass
+class _Observed:
+    ranges: dict[str, TensorRange]
+    keep_float: dict[str, str]  # tensor -> the sentinel guard's warning
+    warnings: list[str]
+    stats: DatasetStats
+    batch_size: int
+    seconds: float
+
+
+def _clipped(first: object, bounds: tuple[float, float]) -> object:
+    """Pass 1's observer with its min/max replaced by the sentinel guard's robust bounds."""
+    if not isinstance(first, MinMaxObserver):
+        return first
+    clipped = copy.copy(first)
+    clipped.minimum, clipped.maximum = bounds
+    return clipped
+
+
+class _Passes:
+    """The passes of one method, with the sentinel guard between pass 1 and pass 2."""
+
+    def __init__(
+        self,
+        tensors: Sequence[str],
+        method: Method,
+        sentinel: SentinelPolicy | str,
+        overrides: Mapping[str, str] | Sequence[str] | None,
+    ) -> None:
+        self.tensors = tensors
+        self.method = method
+        self.sentinel = sentinel
+        self.overrides = overrides
+        self.findings: list[SentinelFinding] = []
+        self.decision: SentinelDecision | None = None
+        self.firsts: dict[str, object] = {}  # tensor -> pass 1's method observer (clipped if so decided)
+
+    def first(self, _: Mapping[str, list] | None) -> ObserverTable:
+        return {name: [*self.method.first_pass(name), MagnitudeObserver()] for name in self.tensors}
+
+    def guard(self, first_pass: Mapping[str, list]) -> SentinelDecision:
+        self.findings, self.decision = sentinel_guard(first_pass, self.sentinel, self.overrides)
+        for name, observers in first_pass.items():
+            bounds = self.decision.clipped_ranges.get(name)
+            self.firsts[name] = observers[0] if bounds is None else _clipped(observers[0], bounds)
+        return self.decision
+
+    def second(self, first_pass: Mapping[str, list] | None) -> ObserverTable:
+        assert first_pass is not None
+        decision = self.guard(first_pass)
+        # A tensor kept in float needs no histogram; a clipped one gets it over the clipped range.
+        return {
+            name: self.method.next_pass(1, name, [self.firsts[name]])  # type: ignore[misc]
+            for name in self.tensors
+            if name not in decision.keep_float
+        }
+
+    def makers(self) -> list:
+        return [self.first, self.second] if self.method.passes > 1 else [self.first]
+
+
+def _observe(
+    model: ModelProto,
+    base_dir: Path | None,
+    data: DataSource,
+    method: Method,
+    scheme: Scheme,
+    *,
+    batch_size: int | None,
+    workers: int,
+    engine: str,
+    sentinel: SentinelPolicy | str,
+    sentinel_overrides: Mapping[str, str] | Sequence[str] | None,
+    progress: ProgressCallback | None,
+) -> _Observed:
+    from qconvert.calibrate.placement import DEFAULT_OP_TYPES
+
+    dataset = open_dataset(data, model, batch_size)
+    op_types = (
+        DEFAULT_OP_TYPES if scheme.op_types_to_quantize is None else scheme.op_types_to_quantize
+    ) - scheme.op_types_to_exclude
+    augmented = augment_model(model, base_dir, op_types=op_types)
+    passes = _Passes(augmented.tensors, method, sentinel, sentinel_overrides)
+    started = time.perf_counter()
+    results = collect_passes(
+        augmented, dataset, passes.makers(), workers=workers, engine=engine, progress=progress
+    )
+    seconds = time.perf_counter() - started
+    decision = passes.decision or passes.guard(results[0].observers)
+    stats = results[0].stats
+    reasons = {finding.tensor: finding.reason for finding in passes.findings}
+    ranges: dict[str, TensorRange] = {}
+    for name in augmented.tensors:
+        first = passes.firsts[name]
+        final = results[-1].observers.get(name, []) if len(results) > 1 else [first]
+        tensor_range = method.range(name, [first], final)
+        bounds = decision.clipped_ranges.get(name)
+        if bounds is not None:  # a method that does not read pass 1's min/max (moving average): clip here
+            tensor_range.min = max(tensor_range.min, bounds[0])
+            tensor_range.max = min(tensor_range.max, bounds[1])
+        tensor_range.samples = stats.samples_used
+        tensor_range.sentinel = reasons.get(name)
+        ranges[name] = tensor_range
+    keep_float = {}
+    for name in sorted(decision.keep_float):
+        # The guard's warning is "NAME: left in float (--sentinel keep): why"; finalize prefixes its own.
+        warning = next((w for w in decision.warnings if w.startswith(f"{name}: ")), f"{name}: by the guard")
+        keep_float[name] = "sentinel " + warning[len(name) + 2 :].removeprefix("left in float ")
+    warnings = [*stats.warnings(dataset.batch_size), *decision.warnings]
+    return _Observed(ranges, keep_float, warnings, stats, dataset.batch_size, seconds)
+
+
+# The public function ----------------------------------------------------------------------------------
+def make_scheme(scheme: Scheme | Mapping[str, object] | None) -> Scheme:
+    if scheme is None:
+        return Scheme()
+    if isinstance(scheme, Scheme):
+        return copy.deepcopy(scheme)
+    try:
+        return Scheme(**scheme)  # type: ignore[arg-type]
+    except TypeError as error:
+        raise InputError(f"scheme: {error}") from None
+
+
+def _method(method: str | Method, scheme: Scheme, options: Mapping[str, object]) -> Method:
+    if isinstance(method, Method):
+        return method
+    settings = dict(options)
+    if method == "mse":  # the error to minimise is the one of the storage the scheme quantizes to
+        settings.setdefault("quant_type", scheme.activation_type)
+        settings.setdefault("symmetric", scheme.activation_symmetric)
+    try:
+        return make_method(method, **settings)
+    except ValueError as error:
+        raise InputError(f"--method {method}: {error}") from None
+
+
+def calibrate(
+    model: str | os.PathLike[str] | ModelProto,
+    data: DataSource | None = None,
+    *,
+    method: str | Method = "minmax",
+    method_options: Mapping[str, object] | None = None,
+    scheme: Scheme | Mapping[str, object] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    ranges_path: str | os.PathLike[str] | None = None,
+    load_ranges: str | os.PathLike[str] | None = None,
+    workers: int = 1,
+    engine: str = "local",
+    batch_size: int | None = None,
+    sentinel: SentinelPolicy | str = SentinelPolicy.KEEP,
+    sentinel_overrides: Mapping[str, str] | Sequence[str] | None = None,
+    progress: ProgressCallback | None = None,
+) -> CalibrationResult:
+    """Calibrate a float ONNX model on `data` and write the QDQ model to `out` (if given).
+
+    `data`: a folder of .npz/.npy files, one .npz, `module:function`, a function or a list of
+    {input: array} (see `dataset`). `method`: minmax, moving-average, percentile, entropy, mse,
+    distribution (options in `method_options`, e.g. {"percentile": 99.99}). `scheme`: a `Scheme` or its
+    fields. `ranges_path`: also save the ranges JSON there. `load_ranges`: take the ranges from that JSON
+    instead of calibrating (`data` is then not needed). `workers`/`engine`: split the batches across
+    processes ("local") or Ray tasks ("ray"). `sentinel`: keep (default), clip or off for ranges a mask
+    dominates; `sentinel_overrides`: NAME=keep|clip|quantize. `progress(samples done, total or None)`.
+    Raises InputError (nothing written) for bad data, a bad model or a bad scheme.
+    """
+    started = time.perf_counter()
+    chosen = make_scheme(scheme)
+    chosen.check()
+    if out is not None:
+        folder = Path(out).parent
+        if not folder.is_dir():
+            raise InputError(f"--out {out}: folder '{folder}' does not exist")
+    float_model, base_dir = load_float_model(model)
+    model_label = str(model) if not isinstance(model, ModelProto) else "<ModelProto>"
+    result: CalibrationResult
+    if load_ranges is not None:
+        ranges = CalibrationRanges.load(load_ranges)
+        stored = ranges.metadata.get(KEEP_FLOAT_KEY, {})
+        keep_float = {str(k): str(v) for k, v in stored.items()} if isinstance(stored, dict) else {}
+        result = CalibrationResult(
+            ranges, str(ranges.metadata.get("method", "loaded")), keep_float=keep_float
+        )
+    else:
+        if data is None:
+            raise InputError("calibrate needs --data (or --load-ranges to reuse saved ranges)")
+        chosen_method = _method(method, chosen, method_options or {})
+        observed = _observe(
+            float_model,
+            base_dir,
+            data,
+            chosen_method,
+            chosen,
+            batch_size=batch_size,
+            workers=workers,
+            engine=engine,
+            sentinel=sentinel,
+            sentinel_overrides=sentinel_overrides,
+            progress=progress,
+        )
+        keep_float = observed.keep_float
+        ranges = CalibrationRanges(
+            metadata={
+                "model": model_label,
+                "method": chosen_method.name,
+                "method_options": _options_json(chosen_method),
+                "samples": observed.stats.samples_used,
+                "batch_size": observed.batch_size,
+                KEEP_FLOAT_KEY: keep_float,
+            }
+        )
+        for tensor_range in observed.ranges.values():
+            ranges.add(tensor_range)
+        result = CalibrationResult(
+            ranges,
+            chosen_method.name,
+            keep_float=keep_float,
+            warnings=observed.warnings,
+            stats=observed.stats,
+            batch_size=observed.batch_size,
+            workers=workers,
+            engine=engine,
+            seconds_collecting=observed.seconds,
+        )
+    module = None
+    if out is not None:
+        module = _finalize(model, ranges, chosen, result)
+    if ranges_path is not None:
+        ranges.save(ranges_path)
+        result.ranges_path = Path(ranges_path)
+    if module is not None and out is not None:
+        from qconvert.backends.onnx import save_onnx
+
+        result.output = save_onnx(module, out)
+    result.seconds_total = time.perf_counter() - started
+    return result
+
+
+def _finalize(
+    model: str | os.PathLike[str] | ModelProto,
+    ranges: CalibrationRanges,
+    scheme: Scheme,
+    result: CalibrationResult,
+):
+    """The lifted model with the ranges attached and finalized to Q/DQ (not written yet)."""
+    from qconvert.calibrate.finalize import finalize
+    from qconvert.frontends.onnx import import_onnx
+
+    scheme.keep_float = {**result.keep_float, **scheme.keep_float}
+    module = import_onnx(model)
+    attach_ranges(module, ranges, model=model)
+    finalize(module, scheme, result.notes)
+    return module
+
+
+def _options_json(method: Method) -> dict[str, object]:
+    from dataclasses import asdict, is_dataclass
+
+    return asdict(method) if is_dataclass(method) else {}
+
+
+__all__ = ["CalibrationResult", "calibrate", "make_scheme"]

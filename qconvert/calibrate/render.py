@@ -1,0 +1,133 @@
+"""Terminal output of `qconvert calibrate`: the progress bar (samples/s, ETA) and the summary of ranges."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TextIO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from qconvert.calibrate.api import CalibrationResult
+from qconvert.calibrate.collect import ProgressCallback
+
+
+class SamplesPerSecondColumn(ProgressColumn):
+    """`123.4 samples/s`, from rich's smoothed speed of the task."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("" if speed is None else f"{speed:,.1f} samples/s", style="progress.data.speed")
+
+
+@contextlib.contextmanager
+def progress_bar(enabled: bool, description: str = "calibrating") -> Iterator[ProgressCallback]:
+    """A progress callback drawing a bar on stderr (nothing when not `enabled`); the bar goes away at exit."""
+    if not enabled:
+        yield lambda done, total: None
+        return
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("samples"),
+        SamplesPerSecondColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task(description, total=None)
+
+        def update(done: int, total: int | None) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield update
+
+
+def summary_table(result: CalibrationResult) -> Table:
+    """One row per calibrated tensor: min, max, and why it stays float or what a sentinel did."""
+    title = f"{len(result.ranges)} ranges ({result.method})"
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("tensor", overflow="fold")
+    table.add_column("min", justify="right")
+    table.add_column("max", justify="right")
+    table.add_column("note", overflow="fold")
+    for name, tensor_range in result.ranges.ranges.items():
+        note = result.keep_float.get(name) or tensor_range.sentinel or ""
+        if name in result.keep_float:
+            note = f"[yellow]{note}[/yellow]"
+        table.add_row(name, f"{tensor_range.min:.6g}", f"{tensor_range.max:.6g}", note)
+    return table
+
+
+def headline(result: CalibrationResult) -> str:
+    """`calibrated 64 samples (8 batches of 8) in 0.21 s, 301 samples/s; wrote out.onnx`."""
+    parts = []
+    stats = result.stats
+    if stats is None:
+        parts.append(f"loaded {len(result.ranges)} ranges")
+    else:
+        rate = result.samples_per_second
+        speed = "" if rate is None else f", {rate:,.1f} samples/s"
+        workers = "" if result.workers == 1 else f" on {result.workers} workers ({result.engine})"
+        parts.append(
+            f"calibrated {stats.samples_used} samples ({stats.batches} batches of up to {result.batch_size})"
+            f"{workers} in {result.seconds_collecting:.2f} s{speed}"
+        )
+    written = [str(path) for path in (result.output, result.ranges_path) if path is not None]
+    if written:
+        parts.append(f"wrote {', '.join(written)}")
+    return "; ".join(parts)
+
+
+def render(result: CalibrationResult, stdout: TextIO, stderr: TextIO, quiet: bool) -> None:
+    """Warnings on stderr always; the table and the headline on stdout unless `quiet`."""
+    errors = Console(file=stderr, highlight=False, soft_wrap=True)
+    for warning in result.warnings:
+        errors.print(f"qconvert: warning: {warning}", markup=False)
+    if quiet:
+        return
+    # Piped output gets wide rows (rich assumes 80 columns off a terminal): one tensor per line, for grep.
+    width = None if stdout.isatty() else 200
+    out = Console(file=stdout, highlight=False, soft_wrap=True, width=width)
+    out.print(summary_table(result))
+    for note in result.notes:
+        if not any(f"'{name}'" in note for name in result.keep_float):  # already a warning above
+            out.print(f"note: {note}", markup=False)
+    out.print(headline(result), markup=False)
+
+
+def write_json(result: CalibrationResult, path: str) -> None:
+    """`--json PATH`: the result as JSON, written atomically (temp file, then rename)."""
+    import json
+    import os
+    import tempfile
+    from pathlib import Path
+
+    target = Path(path)
+    handle, temporary = tempfile.mkstemp(
+        prefix=f".{target.name}.", dir=target.parent if str(target.parent) else "."
+    )
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            json.dump(result.to_json(), stream, indent=1, allow_nan=False)
+            stream.write("\n")
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -13,15 +13,16 @@
 
 GRAPH / GRAPHS (If, Loop, Scan bodies), SPARSE_TENSOR(S) and TYPE_PROTO(S) are not lifted yet: the
 lifter reports the node as unsupported rather than drop the attribute. The reverse direction
-(`to_onnx_attribute`) rebuilds the node for the interpreter. Two ambiguities remain: an empty STRINGS
-and an empty TENSORS list both become `[]` (read back as STRINGS), and a TENSOR attribute of an
-unsigned or non-numpy type is rebuilt from its IR element type plus `onnx.elem_type` where recorded.
+(`to_onnx_attribute`, in qconvert/onnx_attributes.py so that backends share it) rebuilds the node for
+the interpreter and the ONNX backend. Two ambiguities remain: an empty STRINGS and an empty TENSORS
+list both become `[]` (read back as STRINGS), and a TENSOR attribute of an unsigned or non-numpy type
+is rebuilt from its IR element type plus `onnx.elem_type` where recorded.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from onnx import AttributeProto, helper, numpy_helper
+from onnx import AttributeProto, numpy_helper
 
 from qconvert.ir.attributes import (
     ArrayAttr,
@@ -32,9 +33,12 @@ from qconvert.ir.attributes import (
     IntegerAttr,
     StringAttr,
 )
-from qconvert.ir.types import F32, I64, FloatType, RankedTensorType
+from qconvert.ir.types import F32, I64, RankedTensorType
+from qconvert.onnx_attributes import to_onnx_attribute
 
 from .dtypes import ELEMENT_TYPES, UNKNOWN_ELEMENT
+
+__all__ = ["UNSUPPORTED_KINDS", "from_onnx_attribute", "tensor_attr", "to_onnx_attribute"]
 
 UNSUPPORTED_KINDS = {
     AttributeProto.GRAPH: "GRAPH",
@@ -77,30 +81,3 @@ def from_onnx_attribute(attribute: AttributeProto) -> Attribute:
     if kind == AttributeProto.TENSORS:
         return ArrayAttr(tuple(tensor_attr(numpy_helper.to_array(t), t.data_type) for t in attribute.tensors))
     raise KeyError(UNSUPPORTED_KINDS.get(kind, str(kind)))
-
-
-def _to_tensor(name: str, attribute: DenseElementsAttr) -> object:
-    return numpy_helper.from_array(np.asarray(attribute.array), name)
-
-
-def to_onnx_attribute(name: str, attribute: Attribute) -> AttributeProto:
-    """The ONNX attribute an `onnx.*` op's IR attribute came from (see the module table)."""
-    if isinstance(attribute, IntegerAttr):
-        return helper.make_attribute(name, int(attribute.value), attr_type=AttributeProto.INT)
-    if isinstance(attribute, FloatAttr):
-        return helper.make_attribute(name, float(attribute.value), attr_type=AttributeProto.FLOAT)
-    if isinstance(attribute, StringAttr):
-        return helper.make_attribute(name, attribute.value, attr_type=AttributeProto.STRING)
-    if isinstance(attribute, DenseArrayAttr):
-        if isinstance(attribute.element_type, FloatType):
-            return helper.make_attribute(name, list(attribute.values), attr_type=AttributeProto.FLOATS)
-        return helper.make_attribute(name, [int(v) for v in attribute.values], attr_type=AttributeProto.INTS)
-    if isinstance(attribute, DenseElementsAttr):
-        return helper.make_attribute(name, _to_tensor(name, attribute), attr_type=AttributeProto.TENSOR)
-    if isinstance(attribute, ArrayAttr):
-        if attribute.elements and all(isinstance(e, DenseElementsAttr) for e in attribute.elements):
-            tensors = [_to_tensor(name, e) for e in attribute.elements]  # type: ignore[arg-type]
-            return helper.make_attribute(name, tensors, attr_type=AttributeProto.TENSORS)
-        strings = [e.value for e in attribute.elements if isinstance(e, StringAttr)]
-        return helper.make_attribute(name, strings, attr_type=AttributeProto.STRINGS)
-    raise TypeError(f"attribute '{name}' = {attribute} has no ONNX equivalent")

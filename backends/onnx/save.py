@@ -1,0 +1,66 @@
+"""Writing the ONNX model to disk: atomically, with external data beside the file when it is large.
+
+The model and its data file are written into a temporary folder next to `path`, checked there, then
+renamed into place (data first, the model last): a failure leaves no partial file behind, and a reader
+never sees a model whose data is missing. Weights are streamed from the IR's arrays by onnx_ir
+(memory-mapped `dense_resource` weights are read once, while written), never gathered into one proto.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import onnx_ir as ir
+
+from qconvert.errors import InputError
+from qconvert.ir.dialects.builtin import ModuleOp
+
+from .write import build_model, check_proto
+
+PROTOBUF_LIMIT = 2**31  # a serialized ModelProto cannot reach 2 GiB
+EXTERNAL_DATA_THRESHOLD = PROTOBUF_LIMIT - 64 * 2**20  # room for the graph itself
+
+
+def initializer_bytes(model: ir.Model) -> int:
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+
+
+def save_onnx(
+    module: ModuleOp,
+    path: str | os.PathLike[str],
+    *,
+    opset: int | None = None,
+    external_data: bool | None = None,
+    check: bool = True,
+) -> Path:
+    """Write `module` to `path` as ONNX (see `write_onnx`); returns the path.
+
+    `external_data`: True writes every initializer of 256 bytes or more to `<name>.data` beside the
+    model, False never does, None (default) does when the weights approach protobuf's 2 GiB limit.
+    Raises InputError for a module ONNX cannot express, a missing folder, or a failed check.
+    """
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"cannot write '{target}': folder '{folder}' does not exist")
+    model = build_model(module, opset=opset)
+    if external_data is None:
+        external_data = initializer_bytes(model) >= EXTERNAL_DATA_THRESHOLD
+    data_name = f"{target.name}.data"
+    with tempfile.TemporaryDirectory(dir=folder, prefix=f".{target.name}.") as scratch:
+        scratch_model = Path(scratch) / target.name
+        try:
+            if external_data:
+                ir.save(model, scratch_model, external_data=data_name)
+            else:
+                ir.save(model, scratch_model)
+        except (OSError, ValueError) as error:
+            raise InputError(f"cannot write '{target}': {error}") from None
+        if check:
+            check_proto(str(scratch_model))
+        if external_data:
+            os.replace(Path(scratch) / data_name, folder / data_name)
+        os.replace(scratch_model, target)
+    return target

@@ -1,0 +1,459 @@
+"""The IR -> ONNX writer: one `func.func @main` becomes one onnx_ir graph (QDQ form).
+
+| IR                                         | ONNX                                                    |
+|--------------------------------------------|---------------------------------------------------------|
+| function arguments / results               | graph inputs / outputs, named by `onnx.name`            |
+| `arith.constant` (dense or dense_resource) | initializer (named after the resource when it has one)  |
+| `quant.qcast` / `quant.dcast`              | QuantizeLinear / DequantizeLinear, parameters in qdq.py |
+| `quant.scast`, `"qconvert.storage_cast"`   | nothing: the storage tensor is the ONNX value           |
+| `"onnx.X"`, `"onnx.<domain>.X"`            | node X of the default domain / of `<domain>`            |
+
+Values: a graph output keeps its `onnx.name`; a node's outputs are `<node name>_output_<i>` (the
+TorchScript exporter's convention, so exported names often come back) and nodes keep `onnx.node_name`;
+every name is made unique. A constant's ONNX type is its `onnx.elem_type`, else the storage type of the
+quant type a `quant.scast` gives it (an `i8` weight read as `u8` is written uint8), else its IR type.
+
+Opset (`target_opset`): the model's own (`onnx.opset_import`; 21 for a module without one), raised to
+what the Q/DQ nodes need (qdq.py: per-axis 13, float8 / f16 scales 19, int16 / int4 / blocked 21,
+float4 23, int2 25) but never above 25 when the model has Q/DQ nodes (onnxruntime 1.32 has no Q/DQ
+kernels past 25). A changed opset goes through onnx.version_converter, which adapts the other nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import helper, version_converter
+
+from qconvert.errors import InputError
+from qconvert.ir.attributes import (
+    ArrayAttr,
+    Attribute,
+    BoolAttr,
+    DenseArrayAttr,
+    DenseElementsAttr,
+    DenseResourceAttr,
+    DictionaryAttr,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+)
+from qconvert.ir.core import Operation, Value
+from qconvert.ir.dialects.arith import ConstantOp
+from qconvert.ir.dialects.builtin import ModuleOp
+from qconvert.ir.dialects.func import FuncOp, ReturnOp
+from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
+from qconvert.ir.quant_types import QuantizedType
+from qconvert.ir.types import Type, element_type_of
+from qconvert.onnx_attributes import to_onnx_attribute
+
+from .qdq import FLOAT_STORAGE, QdqParameters, qdq_parameters
+from .types import (
+    UnwritableType,
+    as_storage_array,
+    check_writable,
+    data_type,
+    is_signless_narrow_integer,
+    shape_of,
+)
+
+FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the float-storage scast of frontends/onnx/lift.py
+DEFAULT_OPSET = 21
+MAX_QDQ_OPSET = 25
+DEFAULT_DOMAIN_KEY = "ai.onnx"  # how `onnx.opset_import` spells the default domain
+CONTRIB_DOMAINS = {"com.microsoft": 1}
+
+
+def main_function(module: ModuleOp) -> FuncOp:
+    functions = [op for op in module.body.ops if isinstance(op, FuncOp)]
+    main = [f for f in functions if f.sym_name == "main"]
+    if len(main) == 1 and not main[0].is_declaration:
+        return main[0]
+    if len(functions) == 1 and not functions[0].is_declaration:
+        return functions[0]
+    names = ", ".join(f"@{f.sym_name}" for f in functions) or "none"
+    raise InputError(f"the module needs one func.func @main to write as ONNX (functions: {names})")
+
+
+def module_opsets(module: ModuleOp) -> dict[str, int]:
+    """`onnx.opset_import` as ONNX spells it: the default domain is ""."""
+    entries = module.attributes.get("onnx.opset_import")
+    opsets: dict[str, int] = {}
+    if isinstance(entries, DictionaryAttr):
+        for domain, version in entries.entries:
+            if isinstance(version, IntegerAttr):
+                opsets["" if domain == DEFAULT_DOMAIN_KEY else domain] = int(version.value)
+    return opsets
+
+
+def _attribute_dicts(function: FuncOp, key: str, count: int) -> list[dict[str, Attribute]]:
+    entries = function.attributes.get(key)
+    result: list[dict[str, Attribute]] = [{} for _ in range(count)]
+    if isinstance(entries, ArrayAttr):
+        for index, entry in enumerate(entries.elements[:count]):
+            if isinstance(entry, DictionaryAttr):
+                result[index] = dict(entry.entries)
+    return result
+
+
+class Names:
+    """Unique names in one namespace: `x`, then `x_1`, `x_2`, ..."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def reserve(self, name: str) -> None:
+        self.used.add(name)
+
+    def unique(self, base: str) -> str:
+        candidate, counter = base, 0
+        while candidate in self.used or not candidate:
+            counter += 1
+            candidate = f"{base}_{counter}"
+        self.used.add(candidate)
+        return candidate
+
+
+def node_label(op: Operation) -> str:
+    """`'quant.qcast' (node 'x_QuantizeLinear')` for error messages."""
+    name = op.attributes.get("onnx.node_name")
+    suffix = f" (node '{name.value}')" if isinstance(name, StringAttr) and name.value else ""
+    return f"'{op.name}'{suffix}"
+
+
+class Writer:
+    """One module -> one onnx_ir model. Holds IR value -> ONNX value, names, initializers."""
+
+    def __init__(self, module: ModuleOp, opset: int | None) -> None:
+        self.module = module
+        self.function = main_function(module)
+        self.requested_opset = opset
+        self.opsets = module_opsets(module)
+        self.values: dict[Value, ir.Value] = {}
+        self.value_names = Names()
+        self.node_names = Names()
+        self.nodes: list[ir.Node] = []
+        self.initializers: list[ir.Value] = []
+        self.parameters: dict[tuple[str, tuple[int, ...], bytes], ir.Value] = {}
+        self.required_opset = 1
+        self.has_qdq = False
+        self.counters: dict[str, int] = {}
+
+    # Graph ---------------------------------------------------------------------------------------
+    def build(self) -> ir.Model:
+        function = self.function
+        body = function.body
+        argument_types = function.function_type.inputs
+        result_types = function.function_type.results
+        argument_attrs = _attribute_dicts(function, "arg_attrs", len(argument_types))
+        result_attrs = _attribute_dicts(function, "res_attrs", len(result_types))
+        input_names = [self._onnx_name(a, f"arg{i}") for i, a in enumerate(argument_attrs)]
+        output_names = [self._onnx_name(a, f"result{i}") for i, a in enumerate(result_attrs)]
+        for name in (*input_names, *output_names):
+            self.value_names.reserve(name)
+        inputs = []
+        for index, (argument, name) in enumerate(zip(body.arguments, input_names)):
+            where = f"argument {index} ('{name}') of @{function.sym_name}"
+            value = ir.Value(name=name)
+            self._set_type(value, argument.type, argument_attrs[index].get("onnx.elem_type"), where)
+            self.values[argument] = value
+            inputs.append(value)
+        outputs: list[ir.Value] = []
+        for op in body.ops:
+            if isinstance(op, ReturnOp):
+                outputs = self.graph_outputs(op, output_names, result_attrs)
+                break
+            self.write_op(op)
+        else:
+            raise InputError(f"@{function.sym_name} has no func.return")
+        opset_imports = {"": self.target_opset(), **{d: v for d, v in self.opsets.items() if d}}
+        graph = ir.Graph(
+            inputs,
+            outputs,
+            nodes=self.nodes,
+            initializers=self.initializers,
+            opset_imports=opset_imports,
+            name=function.sym_name,
+        )
+        return ir.Model(graph, ir_version=10, producer_name="qconvert")
+
+    @staticmethod
+    def _onnx_name(attributes: Mapping[str, Attribute], default: str) -> str:
+        name = attributes.get("onnx.name")
+        return name.value if isinstance(name, StringAttr) and name.value else default
+
+    def graph_outputs(
+        self, op: ReturnOp, names: list[str], attributes: list[dict[str, Attribute]]
+    ) -> list[ir.Value]:
+        outputs: list[ir.Value] = []
+        for index, (operand, name) in enumerate(zip(op.operands, names)):
+            value = self.values[operand]
+            if value.producer() is None or value in outputs or value.name in names:
+                # a graph input, an initializer, or a value already returned: ONNX needs a node between
+                node = self.add_node("", "Identity", [value], {}, self.node_names.unique(f"{name}_Identity"))
+                value = node.outputs[0]
+            value.name = name
+            where = f"result {index} ('{name}') of @{self.function.sym_name}"
+            self._set_type(value, operand.type, attributes[index].get("onnx.elem_type"), where)
+            outputs.append(value)
+        return outputs
+
+    def target_opset(self) -> int:
+        requested = self.requested_opset
+        if requested is not None:
+            if requested < self.required_opset:
+                raise InputError(
+                    f"opset {requested} is too old for this model's quantization: its Q/DQ nodes need "
+                    f"opset {self.required_opset} or newer"
+                )
+            if self.has_qdq and requested > MAX_QDQ_OPSET:
+                raise InputError(
+                    f"opset {requested}: onnxruntime 1.32 has no QuantizeLinear/DequantizeLinear kernels "
+                    f"past opset {MAX_QDQ_OPSET}; ask for {MAX_QDQ_OPSET} or lower"
+                )
+            return requested
+        target = max(self.opsets.get("", DEFAULT_OPSET), self.required_opset)
+        if self.has_qdq:
+            target = min(target, MAX_QDQ_OPSET)
+        return target
+
+    # Ops -----------------------------------------------------------------------------------------
+    def write_op(self, op: Operation) -> None:
+        for index, operand in enumerate(op.operands):
+            check_writable(operand.type, f"operand {index} of {node_label(op)}")
+        for index, result in enumerate(op.results):
+            check_writable(result.type, f"result {index} of {node_label(op)}")
+        if isinstance(op, ConstantOp):
+            self.constant(op)
+        elif isinstance(op, QuantizeCastOp | DequantizeCastOp):
+            self.quant_cast(op)
+        elif isinstance(op, StorageCastOp) or op.name == FLOAT_STORAGE_CAST:
+            self.values[op.results[0]] = self.values[op.operands[0]]  # same bytes, same ONNX value
+        elif op.name.startswith("onnx."):
+            self.generic(op)
+        elif op.name.startswith("qconvert."):
+            raise InputError(
+                f"{node_label(op)}: QOperator ops lifted to qconvert.* cannot be written back to ONNX yet; "
+                f"convert the model to QDQ form first"
+            )
+        else:
+            raise InputError(
+                f"{node_label(op)}: the ONNX writer handles onnx.*, quant.qcast/dcast/scast, arith.constant "
+                f"and func.return; '{op.name}' has no ONNX equivalent"
+            )
+
+    def add_node(
+        self, domain: str, op_type: str, inputs: list[ir.Value | None], attributes: dict[str, ir.Attr],
+        name: str, num_outputs: int = 1,
+    ) -> ir.Node:  # fmt: skip
+        node = ir.Node(domain, op_type, inputs, attributes.values(), num_outputs=num_outputs, name=name)
+        for index, output in enumerate(node.outputs):
+            output.name = self.value_names.unique(f"{name}_output_{index}")
+        self.nodes.append(node)
+        return node
+
+    def node_name(self, op: Operation, op_type: str) -> str:
+        name = op.attributes.get("onnx.node_name")
+        if isinstance(name, StringAttr) and name.value:
+            return self.node_names.unique(name.value)
+        count = self.counters[op_type] = self.counters.get(op_type, -1) + 1
+        return self.node_names.unique(f"{op_type}_{count}")
+
+    def generic(self, op: Operation) -> None:
+        _, _, qualified = op.name.partition(".")
+        domain, _, op_type = qualified.rpartition(".")
+        if domain and domain not in self.opsets:
+            if domain not in CONTRIB_DOMAINS:
+                raise InputError(
+                    f"{node_label(op)}: domain '{domain}' is not in the module's onnx.opset_import"
+                )
+            self.opsets[domain] = CONTRIB_DOMAINS[domain]
+        if domain == "" and op_type in ("QuantizeLinear", "DequantizeLinear"):
+            self.has_qdq = True  # a run-time scale, or FNUZ storage: kept generic by the frontend
+        absent_inputs = _positions(op.attributes.get("onnx.absent_inputs"))
+        absent_outputs = _positions(op.attributes.get("onnx.absent_outputs"))
+        present = iter(op.operands)
+        inputs: list[ir.Value | None] = [
+            None if position in absent_inputs else self.values[next(present)]
+            for position in range(len(op.operands) + len(absent_inputs))
+        ]
+        attributes: dict[str, ir.Attr] = {}
+        for key, value in op.attributes.items():
+            if key.startswith("onnx."):
+                continue
+            try:
+                attributes[key] = ir.serde.deserialize_attribute(to_onnx_attribute(key, value))
+            except TypeError as error:
+                raise InputError(f"{node_label(op)}: {error}") from None
+        count = len(op.results) + len(absent_outputs)
+        node = self.add_node(domain, op_type, inputs, attributes, self.node_name(op, op_type), count)
+        results = iter(op.results)
+        for position, output in enumerate(node.outputs):
+            if position in absent_outputs:
+                output.name = ""
+                continue
+            result = next(results)
+            self.values[result] = output
+            if not is_signless_narrow_integer(result.type):  # int8 or uint8? ONNX infers it
+                with contextlib.suppress(InputError):  # an unknown or opaque type: ONNX infers it
+                    self._set_type(output, result.type, None, "")
+
+    def constant(self, op: ConstantOp) -> None:
+        value = op.value
+        result_type = op.result.type
+        element = element_type_of(result_type)
+        where = f"constant {node_label(op)} of type {result_type}"
+        try:
+            onnx_type = self.constant_data_type(op, element)
+        except UnwritableType as error:
+            raise InputError(f"{where}: {error}") from None
+        name_base = "const"
+        if isinstance(value, DenseElementsAttr):
+            array = np.asarray(value.array)
+        elif isinstance(value, DenseResourceAttr):
+            if value.elements is None:
+                raise InputError(
+                    f"{where}: dense_resource<{value.name}> has no data (weights elided when the module "
+                    f"was printed?); write the module from the lifted model instead"
+                )
+            array = value.elements.get()
+            name_base = value.name
+        elif isinstance(value, IntegerAttr | FloatAttr | BoolAttr):
+            array = np.array(value.value)
+        else:
+            raise InputError(f"{where}: value {value} has no ONNX tensor equivalent")
+        array = as_storage_array(array, onnx_type)
+        shape = shape_of(result_type)
+        if shape is not None and tuple(array.shape) != tuple(shape.numpy()):
+            array = array.reshape(shape.numpy())  # a scalar attribute typed as a tensor
+        name = self.value_names.unique(name_base)
+        # No type / shape on the value: onnx_ir would repeat them as value_info; the tensor says both.
+        initializer = ir.Value(name=name, const_value=ir.Tensor(array, dtype=onnx_type, name=name))
+        self.initializers.append(initializer)
+        self.values[op.result] = initializer
+
+    @staticmethod
+    def constant_data_type(op: ConstantOp, element: Type) -> ir.DataType:
+        elem_type = op.attributes.get("onnx.elem_type")
+        if elem_type is None and is_signless_narrow_integer(op.result.type):
+            for user, _ in op.result.uses:
+                if isinstance(user, StorageCastOp) or user.name == FLOAT_STORAGE_CAST:
+                    quantized = element_type_of(user.results[0].type)
+                    if isinstance(quantized, QuantizedType):
+                        return data_type(quantized)
+        return data_type(element, elem_type)
+
+    def quant_cast(self, op: QuantizeCastOp | DequantizeCastOp) -> None:
+        quantize = isinstance(op, QuantizeCastOp)
+        quantized = op.results[0] if quantize else op.operands[0]
+        quant_type = element_type_of(quantized.type)
+        op_type = "QuantizeLinear" if quantize else "DequantizeLinear"
+        try:
+            assert isinstance(quant_type, QuantizedType)
+            params = qdq_parameters(quant_type, quantized.type, quantize=quantize)
+        except UnwritableType as error:
+            raise InputError(f"{node_label(op)} as {op_type}: {error}") from None
+        self.has_qdq = True
+        self.required_opset = max(self.required_opset, params.opset)
+        name = self.node_name(op, op_type)
+        scale = self.parameter(params.scale, params.scale_type, f"{name}_scale")
+        zero_point = self.parameter(params.zero_point, params.storage, f"{name}_zero_point")
+        attributes = self.quant_attributes(op, params, quantize)
+        node = self.add_node("", op_type, [self.values[op.operands[0]], scale, zero_point], attributes, name)
+        self.values[op.results[0]] = node.outputs[0]
+        self._set_type(node.outputs[0], op.results[0].type, None, f"result of {node_label(op)}")
+
+    def quant_attributes(self, op: Operation, params: QdqParameters, quantize: bool) -> dict[str, ir.Attr]:
+        attributes: dict[str, ir.Attr] = {}
+        if params.axis is not None:
+            attributes["axis"] = ir.AttrInt64("axis", params.axis)
+        if params.block_size is not None:
+            attributes["block_size"] = ir.AttrInt64("block_size", params.block_size)
+        if quantize and params.storage in FLOAT_STORAGE and params.storage != ir.DataType.FLOAT4E2M1:
+            saturate = op.attributes.get("saturate")
+            flag = saturate.value if isinstance(saturate, BoolAttr) else True
+            attributes["saturate"] = ir.AttrInt64("saturate", int(flag))
+        precision = op.attributes.get("onnx.precision")
+        if quantize and isinstance(precision, IntegerAttr) and precision.value:
+            self.required_opset = max(self.required_opset, 23)
+            attributes["precision"] = ir.AttrInt64("precision", int(precision.value))
+        return attributes
+
+    def parameter(self, array: np.ndarray, onnx_type: ir.DataType, name: str) -> ir.Value:
+        """A scale / zero-point initializer, shared by every node with the same values."""
+        array = np.array(array, order="C")  # a copy: np.ascontiguousarray would make a 0-d array 1-d
+        key = (onnx_type.name, tuple(array.shape), array.tobytes())
+        found = self.parameters.get(key)
+        if found is not None:
+            return found
+        name = self.value_names.unique(name)
+        value = ir.Value(name=name, const_value=ir.Tensor(array, dtype=onnx_type, name=name))
+        self.initializers.append(value)
+        self.parameters[key] = value
+        return value
+
+    # Types ---------------------------------------------------------------------------------------
+    def _set_type(self, value: ir.Value, type_: Type, elem_type: Attribute | None, where: str) -> None:
+        try:
+            value.type = ir.TensorType(data_type(element_type_of(type_), elem_type))
+            value.shape = shape_of(type_)
+        except UnwritableType as error:
+            raise InputError(f"{where}: {error}") from None
+
+
+def _positions(attribute: Attribute | None) -> set[int]:
+    return {int(v) for v in attribute.values} if isinstance(attribute, DenseArrayAttr) else set()
+
+
+# Entry points ---------------------------------------------------------------------------------------
+def build_model(module: ModuleOp, *, opset: int | None = None) -> ir.Model:
+    """The onnx_ir model of `module` at its target opset (see the module docstring)."""
+    writer = Writer(module, opset)
+    model = writer.build()
+    base = writer.opsets.get("", None)
+    target = model.graph.opset_imports[""]
+    if base is not None and base != target:
+        model = convert_opset(model, base, target)
+    model.ir_version = helper.find_min_ir_version_for(
+        [helper.make_opsetid(domain, version) for domain, version in model.graph.opset_imports.items()]
+    )
+    return model
+
+
+def convert_opset(model: ir.Model, base: int, target: int) -> ir.Model:
+    """`model`'s nodes (written at opset `base`) adapted to opset `target` by onnx.version_converter."""
+    model.graph.opset_imports[""] = base
+    proto = ir.serde.serialize_model(model)
+    try:
+        converted = version_converter.convert_version(proto, target)
+    except Exception as error:  # the converter raises RuntimeError / ValueError / its own types
+        raise InputError(
+            f"cannot convert the model from opset {base} to opset {target} (needed by its Q/DQ nodes, or "
+            f"asked for): onnx.version_converter failed: {error}"
+        ) from None
+    return ir.serde.deserialize_model(converted)
+
+
+def write_onnx(module: ModuleOp, *, opset: int | None = None, check: bool = True) -> onnx.ModelProto:
+    """`module` as an ONNX ModelProto (QDQ form); see the package docstring.
+
+    `opset` forces the default domain's opset (an error when the Q/DQ nodes need a newer one, or when it
+    is past 25 and there are Q/DQ nodes). `check` runs `onnx.checker.check_model(full_check=True)` and
+    turns a failure into InputError. Raises InputError naming the op for anything ONNX cannot express.
+    """
+    model = build_model(module, opset=opset)
+    proto = ir.serde.serialize_model(model)
+    if check:
+        check_proto(proto)
+    return proto
+
+
+def check_proto(proto: onnx.ModelProto | str) -> None:
+    try:
+        onnx.checker.check_model(proto, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
+        raise InputError(f"the written ONNX model fails onnx's checker: {error}") from None

@@ -1,0 +1,304 @@
+"""The IR -> ONNX writer (qconvert.backends.onnx): sample models round-trip through the IR and onnxruntime
+computes the same bits on both; hand-written quant casts run on onnxruntime exactly as the interpreter
+runs them; what ONNX cannot express is refused with a message naming the op or value.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from qconvert.backends.onnx import save_onnx, write_onnx
+from qconvert.errors import InputError
+from qconvert.frontends.onnx import import_onnx
+from qconvert.frontends.onnx.summary import elide_weights
+from qconvert.interpret import interpret
+from qconvert.ir import ParserOptions, parse_module, print_module, verify
+from qconvert.ir.dialects.builtin import ModuleOp
+
+ROOT = Path(__file__).resolve().parents[3]
+MODELS = ROOT / "models"
+ROUND_TRIP_MODELS = ["digits_cnn.onnx", "digits_cnn.qdq.onnx", "tiny_encoder.onnx", "tiny_encoder.qdq.onnx"]
+QOPERATOR_MODELS = ["digits_cnn.qop.onnx", "tiny_encoder.qop.onnx"]
+
+
+def inputs_for(name: str) -> dict[str, np.ndarray]:
+    with np.load(MODELS / f"{name.split('.')[0]}.inputs.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+def run_onnxruntime(
+    model: onnx.ModelProto | str, feed: dict[str, np.ndarray], optimize: bool = False
+) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    return session.run(None, feed)
+
+
+def parse(text: str) -> ModuleOp:
+    module = parse_module(text, options=ParserOptions(allow_unregistered_dialect=True))
+    verify(module)
+    return module
+
+
+# Sample models -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("optimize", [False, True], ids=["spec", "optimized"])
+@pytest.mark.parametrize("name", ROUND_TRIP_MODELS)
+def test_sample_model_round_trip_is_bit_identical_on_onnxruntime(name: str, optimize: bool) -> None:
+    original = onnx.load(str(MODELS / name))
+    written = write_onnx(import_onnx(MODELS / name))
+    onnx.checker.check_model(written, full_check=True)
+    assert [o.name for o in written.graph.output] == [o.name for o in original.graph.output]
+    assert [i.name for i in written.graph.input] == [i.name for i in original.graph.input]
+    feed = inputs_for(name)
+    expected = run_onnxruntime(original, feed, optimize)
+    actual = run_onnxruntime(written, feed, optimize)
+    for want, got in zip(expected, actual, strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes(), f"max |diff| {np.max(np.abs(got - want))}"
+
+
+def _qdq_nodes(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
+    return {n.name: n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")}
+
+
+def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+def _axis(node: onnx.NodeProto, scale: np.ndarray) -> int | None:
+    if scale.size == 1:
+        return None  # per-tensor: no axis in effect
+    return next((a.i for a in node.attribute if a.name == "axis"), 1)
+
+
+@pytest.mark.parametrize("name", ["digits_cnn.qdq.onnx", "tiny_encoder.qdq.onnx"])
+def test_qdq_parameters_and_weights_match_the_original_by_node_name(name: str) -> None:
+    original = onnx.load(str(MODELS / name))
+    written = write_onnx(import_onnx(MODELS / name))
+    before, after = _qdq_nodes(original), _qdq_nodes(written)
+    assert sorted(before) == sorted(after)  # every Q/DQ node kept, under its own name
+    old_constants, new_constants = _constants(original), _constants(written)
+    for node_name, old in before.items():
+        new = after[node_name]
+        assert new.op_type == old.op_type
+        for index in (1, 2):  # scale, zero point: same values, dtype and shape
+            want, got = old_constants[old.input[index]], new_constants[new.input[index]]
+            if want.size == 1:  # the IR reads a one-element scale as per-tensor: written 0-d
+                want = want.reshape(())
+            assert got.dtype == want.dtype and got.shape == want.shape, (node_name, index)
+            assert got.tobytes() == want.tobytes(), (node_name, index)
+        scale = old_constants[old.input[1]]
+        assert _axis(new, scale) == _axis(old, scale), node_name
+        if old.input[0] in old_constants:  # a quantized weight: same storage values and type
+            want, got = old_constants[old.input[0]], new_constants[new.input[0]]
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), node_name
+
+
+def test_float_weights_keep_their_initializer_names() -> None:
+    original = onnx.load(str(MODELS / "digits_cnn.onnx"))
+    written = write_onnx(import_onnx(MODELS / "digits_cnn.onnx"))
+    big = {t.name for t in original.graph.initializer if np.prod(t.dims) >= 64}
+    assert big and big <= {t.name for t in written.graph.initializer}
+
+
+@pytest.mark.parametrize("name", QOPERATOR_MODELS)
+def test_qoperator_models_are_refused_with_the_op_named(name: str) -> None:
+    module = import_onnx(MODELS / name)
+    with pytest.raises(InputError, match=r"'qconvert\.qlinear_\w+' \(node '[^']+'\).*cannot be written back"):
+        write_onnx(module)
+
+
+# Hand-written quant casts against the interpreter --------------------------------------------------
+SUB_CHANNEL = "{0:1, 1:3}, {{0.5:1, 0.25}, {0.125:-2, 1.0}, {0.5, 0.5}, {0.75:3, 0.25:-1}}"
+QUANT_TYPES = {
+    "i8 per-tensor": "!quant.uniform<i8:f32, 0.0625:-3>",
+    "u8 per-tensor": "!quant.uniform<u8:f32, 0.0390625:128>",
+    "i16 per-tensor": "!quant.uniform<i16:f32, 1.0E-3:100>",
+    "u16 per-tensor": "!quant.uniform<u16:f32, 2.0E-3:30000>",
+    "i4 per-tensor": "!quant.uniform<i4:f32, 0.5:1>",
+    "u4 per-tensor": "!quant.uniform<u4:f32, 0.25:8>",
+    "i8 per-axis 1": "!quant.uniform<i8:f32:1, {0.1:1, 0.2:-2, 0.05, 0.3:4, 0.15, 0.25:-1}>",
+    "u8 per-axis 0": "!quant.uniform<u8:f32:0, {0.01:128, 0.02:100, 0.05:3, 0.03:250}>",
+    "i16 per-axis 0": "!quant.uniform<i16:f32:0, {1.0E-4:7, 2.0E-4, 5.0E-4:-9, 1.0E-3}>",
+    "i4 per-axis 1": "!quant.uniform<i4:f32:1, {0.5:1, 0.25, 0.125:-2, 1.0, 0.75:3, 0.3:-1}>",
+    "i4 blocked": f"!quant.uniform<i4:f32:{SUB_CHANNEL}>",
+}
+NARROW_I8 = "!quant.uniform<i8<-127:127>:f32, 0.0625>"
+READABLE_STORAGE = ("i8", "u8", "i16", "u16")  # onnxruntime's Python API cannot return int4
+
+
+def cast_module(quant_type: str, return_storage: bool, opset: int = 21) -> ModuleOp:
+    storage_result = f', tensor<4x6x{quant_type}> {{onnx.name = "q"}}' if return_storage else ""
+    storage_value = ", %q" if return_storage else ""
+    storage_type = f", tensor<4x6x{quant_type}>" if return_storage else ""
+    return parse(f"""
+module attributes {{onnx.opset_import = {{ai.onnx = {opset} : i64}}}} {{
+  func.func @main(%x: tensor<4x6xf32> {{onnx.name = "x"}})
+      -> (tensor<4x6xf32> {{onnx.name = "y"}}{storage_result}) {{
+    %q = quant.qcast %x : tensor<4x6xf32> to tensor<4x6x{quant_type}>
+    %y = quant.dcast %q : tensor<4x6x{quant_type}> to tensor<4x6xf32>
+    return %y{storage_value} : tensor<4x6xf32>{storage_type}
+  }}
+}}""")
+
+
+def probe_input(scale: float, reach: float, seed: int = 0) -> np.ndarray:
+    """Multiples of half a scale (ties to round) reaching `reach` scales beyond zero, both signs."""
+    rng = np.random.default_rng(seed)
+    return (rng.integers(-2 * reach, 2 * reach, (4, 6)) * (scale / 2)).astype(np.float32)
+
+
+@pytest.mark.parametrize("label", sorted(QUANT_TYPES))
+def test_hand_written_casts_run_on_onnxruntime_as_the_interpreter_runs_them(label: str) -> None:
+    quant_type = QUANT_TYPES[label]
+    module = cast_module(quant_type, return_storage=label.split()[0] in READABLE_STORAGE)
+    written = write_onnx(module)
+    width = int(label.split()[0][1:])
+    for seed, scale in enumerate((0.0625, 0.5, 1.0e-3)):
+        x = probe_input(scale, reach=2 ** (width - 1) * 1.5, seed=seed)
+        ours = interpret(module, {"x": x})
+        theirs = run_onnxruntime(written, {"x": x})
+        for output, value in zip(written.graph.output, theirs, strict=True):
+            mine = ours[output.name]
+            assert mine.dtype == value.dtype, output.name
+            assert mine.tobytes() == value.tobytes(), f"{output.name}: ours {mine}, onnxruntime {value}"
+
+
+def test_storage_types_and_opsets_of_the_written_casts() -> None:
+    cases = {
+        "u8 per-axis 0": (onnx.TensorProto.UINT8, 21, 0, None),
+        "i4 blocked": (onnx.TensorProto.INT4, 21, 1, 3),
+        "i16 per-tensor": (onnx.TensorProto.INT16, 21, None, None),
+    }
+    for label, (elem_type, opset, axis, block_size) in cases.items():
+        written = write_onnx(cast_module(QUANT_TYPES[label], return_storage=False))
+        assert written.opset_import[0].version == opset
+        quantize = next(n for n in written.graph.node if n.op_type == "QuantizeLinear")
+        zero_point = next(t for t in written.graph.initializer if t.name == quantize.input[2])
+        assert zero_point.data_type == elem_type, label
+        attributes = {a.name: a.i for a in quantize.attribute}
+        assert attributes.get("axis") == axis and attributes.get("block_size") == block_size, label
+
+
+def test_narrowed_storage_bounds_are_written_as_the_full_storage_type() -> None:
+    """Documented loss (qdq.py): ONNX saturates to [-128, 127], the IR type to [-127, 127]."""
+    module = cast_module(NARROW_I8, return_storage=True)
+    x = np.full((4, 6), -100.0, np.float32)  # far below -127 * 0.0625
+    (_, storage) = run_onnxruntime(write_onnx(module), {"x": x})
+    assert int(storage.min()) == -128 and int(interpret(module, {"x": x})["q"].min()) == -127
+
+
+def test_a_model_opset_is_raised_for_int16_and_other_nodes_are_adapted() -> None:
+    # ReduceMean takes `axes` as an attribute at opset 17 and as an input from 18: the version converter
+    # must move it for the opset-21 model that int16 storage needs.
+    quant_type = QUANT_TYPES["i16 per-tensor"]
+    module = parse(f"""
+module attributes {{onnx.opset_import = {{ai.onnx = 17 : i64}}}} {{
+  func.func @main(%x: tensor<4x6xf32> {{onnx.name = "x"}}) -> (tensor<4x1xf32> {{onnx.name = "y"}}) {{
+    %m = "onnx.ReduceMean"(%x) {{axes = array<i64: 1>, keepdims = 1 : i64, onnx.node_name = "mean"}}
+        : (tensor<4x6xf32>) -> tensor<4x1xf32>
+    %q = quant.qcast %m : tensor<4x1xf32> to tensor<4x1x{quant_type}>
+    %y = quant.dcast %q : tensor<4x1x{quant_type}> to tensor<4x1xf32>
+    return %y : tensor<4x1xf32>
+  }}
+}}""")
+    written = write_onnx(module)
+    assert written.opset_import[0].version == 21
+    mean = next(n for n in written.graph.node if n.op_type == "ReduceMean")
+    assert len(mean.input) == 2 and not any(a.name == "axes" for a in mean.attribute)
+    x = probe_input(1.0e-3, reach=40000)
+    (value,) = run_onnxruntime(written, {"x": x})
+    assert value.tobytes() == interpret(module, {"x": x})["y"].tobytes()
+
+
+def test_q_dq_models_are_not_written_past_opset_25() -> None:
+    module = cast_module(QUANT_TYPES["i8 per-tensor"], return_storage=False, opset=28)
+    assert write_onnx(module).opset_import[0].version == 25
+    with pytest.raises(InputError, match="past opset 25"):
+        write_onnx(module, opset=26)
+
+
+# Refusals ------------------------------------------------------------------------------------------
+def test_an_opset_too_old_for_the_storage_type_is_refused() -> None:
+    module = cast_module(QUANT_TYPES["i4 per-tensor"], return_storage=False)
+    with pytest.raises(InputError, match=r"opset 17 is too old.*need opset 21"):
+        write_onnx(module, opset=17)
+
+
+def test_a_calibrated_type_is_refused_naming_the_value() -> None:
+    module = parse("""
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %q = quant.qcast %x {onnx.node_name = "act_q"} : tensor<4xf32> to tensor<4x!quant.calibrated<f32<-1.0:1.0>>>
+  %y = quant.dcast %q : tensor<4x!quant.calibrated<f32<-1.0:1.0>>> to tensor<4xf32>
+  return %y : tensor<4xf32>
+}""")
+    with pytest.raises(InputError, match=r"result 0 of 'quant.qcast' \(node 'act_q'\).*calibrated.*finalize"):
+        write_onnx(module)
+
+
+def test_an_op_of_another_dialect_is_refused_naming_it() -> None:
+    module = parse("""
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %y = "stablehlo.add"(%x, %x) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}""")
+    with pytest.raises(InputError, match=r"'stablehlo\.add' has no ONNX equivalent"):
+        write_onnx(module)
+
+
+def test_quantizing_to_int32_is_refused() -> None:
+    module = parse("""
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %q = quant.qcast %x : tensor<4xf32> to tensor<4x!quant.uniform<i32:f32, 0.5>>
+  %y = quant.dcast %q : tensor<4x!quant.uniform<i32:f32, 0.5>> to tensor<4xf32>
+  return %y : tensor<4xf32>
+}""")
+    with pytest.raises(
+        InputError, match=r"'quant\.qcast' as QuantizeLinear: QuantizeLinear cannot produce int32"
+    ):
+        write_onnx(module)
+
+
+def test_elided_weights_are_refused() -> None:
+    module = import_onnx(MODELS / "digits_cnn.onnx")
+    assert elide_weights(module) > 0
+    with pytest.raises(InputError, match="has no data"):
+        write_onnx(parse(print_module(module)))
+
+
+# Saving ------------------------------------------------------------------------------------------
+def test_save_with_external_data_runs_from_its_folder(tmp_path: Path) -> None:
+    module = import_onnx(MODELS / "tiny_encoder.qdq.onnx")
+    path = save_onnx(module, tmp_path / "encoder.onnx", external_data=True)
+    assert sorted(os.listdir(tmp_path)) == ["encoder.onnx", "encoder.onnx.data"]
+    in_memory = write_onnx(module).ByteSize()
+    data_size = (tmp_path / "encoder.onnx.data").stat().st_size
+    assert data_size > 100_000 and (tmp_path / "encoder.onnx").stat().st_size < in_memory - 90_000
+    feed = inputs_for("tiny_encoder")
+    expected = run_onnxruntime(onnx.load(str(MODELS / "tiny_encoder.qdq.onnx")), feed)
+    for want, got in zip(expected, run_onnxruntime(str(path), feed), strict=True):
+        assert got.tobytes() == want.tobytes()
+
+
+def test_a_failed_save_leaves_the_existing_file_alone(tmp_path: Path) -> None:
+    target = tmp_path / "model.onnx"
+    target.write_bytes(b"previous")
+    module = parse("""
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %y = "stablehlo.add"(%x, %x) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}""")
+    with pytest.raises(InputError):
+        save_onnx(module, target)
+    assert target.read_bytes() == b"previous" and os.listdir(tmp_path) == ["model.onnx"]

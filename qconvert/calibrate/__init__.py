@@ -1,1 +1,20 @@
-"""Calibration: datasets, mergeable observers, `!quant.calibrated` ranges, finalize to `!quant.uniform`."""
+"""Calibration: datasets, mergeable observers, `!quant.calibrated` ranges, finalize to `!quant.uniform`.
+
+    from qconvert.calibrate import calibrate
+    result = calibrate("model.onnx", "data/", method="percentile", out="model.qdq.onnx")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["CalibrationResult", "calibrate"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: worker processes import observers and collect without the IR, finalize and the writer.
+    if name in __all__:
+        from qconvert.calibrate import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

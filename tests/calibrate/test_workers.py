@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import require_module
 
+from qconvert.calibrate.api import calibrate
 from qconvert.calibrate.collect import AugmentedModel, augment_model, collect_passes, load_float_model
 from qconvert.calibrate.dataset import Dataset, open_dataset
 from qconvert.calibrate.observers import HistogramObserver, MinMaxObserver
@@ -80,3 +82,16 @@ def test_ray_tasks_give_bit_identical_minmax_and_histograms(tmp_path: Path) -> N
     assert_identical(single, on_ray)
     assert len(on_ray[0].shares) == 2
     assert not ray.is_initialized()  # the local instance was shut down
+
+
+@pytest.mark.parametrize("method", ["minmax", "percentile"])
+def test_calibrate_with_two_workers_saves_the_same_ranges_json(method: str, tmp_path: Path) -> None:
+    path = tmp_path / "images.npz"
+    np.savez(path, image=np.random.default_rng(8).random((40, 1, 8, 8), dtype=np.float32))  # 5 batches
+    saved = []
+    for workers in (1, 2):
+        ranges = tmp_path / f"ranges{workers}.json"
+        calibrate(MODELS / "digits_cnn.onnx", path, method=method, workers=workers, ranges_path=ranges)
+        saved.append(json.loads(ranges.read_text())["tensors"])
+    assert saved[0] == saved[1]
+    assert len(saved[0]) == 9 and all(entry["method"] == method for entry in saved[0].values())

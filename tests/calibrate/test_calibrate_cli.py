@@ -1,0 +1,170 @@
+"""`qconvert calibrate`: quantize_static's numbers end to end, ranges saved and reused, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from calibrate.parity_support import onnxruntime_qdq, written_qdq
+from onnx import TensorProto, helper
+
+from qconvert.cli import main
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+DIGITS = MODELS / "digits_cnn.onnx"
+ENCODER = MODELS / "tiny_encoder.onnx"
+
+
+def digit_batches(count: int = 4) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(11)
+    return [{"image": rng.random((8, 1, 8, 8), dtype=np.float32)} for _ in range(count)]
+
+
+def encoder_batches(count: int = 4) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(12)
+    return [{"input_ids": rng.integers(0, 32, (2, 16), dtype=np.int64)} for _ in range(count)]
+
+
+def save_npz(path: Path, batches: list[dict[str, np.ndarray]]) -> Path:
+    np.savez(path, **{name: np.concatenate([b[name] for b in batches]) for name in batches[0]})
+    return path
+
+
+def run(model: Path, batches: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    return [session.run(None, batch)[0] for batch in batches]
+
+
+@pytest.mark.parametrize(
+    ("model", "make_batches", "flags", "settings"),
+    [
+        (DIGITS, digit_batches, ["--per-channel"], {"per_channel": True}),
+        (ENCODER, encoder_batches, [], {}),
+        (DIGITS, digit_batches, ["--activation-type", "uint8"], {"activation_type": "QUInt8"}),
+    ],
+    ids=["digits-per-channel", "encoder-default", "digits-uint8"],
+)
+def test_minmax_output_equals_quantize_static_and_runs_identically(
+    model: Path, make_batches, flags: list[str], settings: dict, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    batches = make_batches()
+    data = save_npz(tmp_path / "data.npz", batches)
+    out = tmp_path / "ours.qdq.onnx"
+    assert main(["calibrate", str(model), "--data", str(data), "--out", str(out), *flags]) == 0
+    if "uint8" in flags:
+        settings = {"activation_type": ort.quantization.QuantType.QUInt8}
+    reference = onnxruntime_qdq(model, batches, tmp_path, **settings)
+    ours = written_qdq(onnx.load(out))
+    assert ours == reference
+    # Same scales, zero points and weights: onnxruntime computes the same numbers from both models.
+    for mine, theirs in zip(run(out, batches), run(tmp_path / "ort.qdq.onnx", batches)):
+        np.testing.assert_array_equal(mine, theirs)
+    shown = capsys.readouterr().out
+    assert "ranges (minmax)" in shown and f"wrote {out}" in shown
+
+
+def test_ranges_saved_then_reused_give_the_same_model_and_json(tmp_path: Path) -> None:
+    data = save_npz(tmp_path / "data.npz", digit_batches(2))
+    first, second = tmp_path / "first.onnx", tmp_path / "second.onnx"
+    ranges, result = tmp_path / "ranges.json", tmp_path / "result.json"
+    common = ["--method", "percentile", "--quiet"]
+    assert main(["calibrate", str(DIGITS), "--data", str(data), "-o", str(first), "--ranges", str(ranges),
+                 "--json", str(result), *common]) == 0  # fmt: skip
+    assert main(["calibrate", str(DIGITS), "--load-ranges", str(ranges), "-o", str(second), "--quiet"]) == 0
+    assert written_qdq(onnx.load(first)) == written_qdq(onnx.load(second))
+    saved = json.loads(ranges.read_text())
+    assert saved["metadata"]["method"] == "percentile" and saved["metadata"]["samples"] == 16
+    report = json.loads(result.read_text())
+    assert report["samples"]["used"] == 16 and report["samples"]["batches"] == 2
+    assert report["ranges"] == saved["tensors"]
+
+
+def test_nan_samples_are_excluded_with_a_warning_and_calibration_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    images = np.random.default_rng(1).random((17, 1, 8, 8), dtype=np.float32)
+    images[3, 0, 2, 2] = np.nan
+    np.savez(tmp_path / "data.npz", image=images)
+    out = tmp_path / "out.onnx"
+    assert (
+        main(["calibrate", str(DIGITS), "--data", str(tmp_path / "data.npz"), "-o", str(out), "--quiet"]) == 0
+    )
+    assert out.exists()
+    warnings = capsys.readouterr().err
+    assert "1 of 17 samples contain NaN/Inf and were excluded ('image': 1)" in warnings
+    assert "the last 0 samples" not in warnings  # 16 finite samples fill two batches exactly
+
+
+# Bad input: exit 2, a message naming the problem, and no output file -------------------------------
+def integer_model(path: Path) -> Path:
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "a"], ["b"])],
+        "integers",
+        [helper.make_tensor_value_info("a", TensorProto.INT32, [2, 3])],
+        [helper.make_tensor_value_info("b", TensorProto.INT32, [2, 3])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, Path, str]]:
+    """case -> (model, data, expected message fragment)."""
+    (tmp_path / "empty").mkdir()
+    np.savez(tmp_path / "names.npz", pixels=np.zeros((8, 1, 8, 8), np.float32))
+    np.savez(tmp_path / "dtype.npz", image=np.zeros((8, 1, 8, 8), np.float64))
+    np.savez(tmp_path / "rank.npz", image=np.zeros((8, 64), np.float32))
+    np.savez(tmp_path / "nan.npz", image=np.full((16, 1, 8, 8), np.nan, np.float32))
+    np.savez(tmp_path / "ints.npz", a=np.zeros((4, 3), np.int32))
+    return {
+        "empty dataset": (DIGITS, tmp_path / "empty", "dataset is empty"),
+        "wrong input names": (DIGITS, tmp_path / "names.npz", "missing input(s) ['image']; unknown array(s)"),
+        "wrong dtype": (DIGITS, tmp_path / "dtype.npz", "input 'image' has dtype float64; the model takes"),
+        "wrong rank": (DIGITS, tmp_path / "rank.npz", "input 'image' has rank 2"),
+        "no float activations": (
+            integer_model(tmp_path / "ints.onnx"),
+            tmp_path / "ints.npz",
+            "no float (f32/f16) activations to calibrate",
+        ),
+        "all NaN": (DIGITS, tmp_path / "nan.npz", "all 16 samples contain NaN/Inf ('image': 16)"),
+    }  # fmt: skip
+
+
+CASES = ["empty dataset", "wrong input names", "wrong dtype", "wrong rank", "no float activations", "all NaN"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_exits_2_with_a_message_and_writes_nothing(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    model, data, message = bad_inputs(tmp_path)[case]
+    out_folder = tmp_path / "out"
+    out_folder.mkdir()
+    out, ranges = out_folder / "model.qdq.onnx", out_folder / "ranges.json"
+    code = main(["calibrate", str(model), "--data", str(data), "--out", str(out), "--ranges", str(ranges)])
+    error = capsys.readouterr().err
+    assert code == 2, error
+    assert message in error
+    assert "Traceback" not in error and "internal error" not in error
+    assert list(out_folder.iterdir()) == []  # no model, no ranges, no temporary file
+
+
+def test_bad_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    data = save_npz(tmp_path / "data.npz", digit_batches(1))
+    cases = {
+        "--batch-size 4: input 'image' has a fixed batch dim of 8": ["--batch-size", "4"],
+        "--method median": ["--method", "median"],
+        "--engine spark": ["--engine", "spark"],
+        "activation_type 'int7'": ["--activation-type", "int7"],
+        "calibrate needs --data": [],
+    }
+    for message, flags in cases.items():
+        arguments = ["calibrate", str(DIGITS), "--quiet", "-o", str(tmp_path / "x.onnx"), *flags]
+        if message != "calibrate needs --data":
+            arguments += ["--data", str(data)]
+        assert main(arguments) == 2, message
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "x.onnx").exists()

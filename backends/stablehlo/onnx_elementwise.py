@@ -16,7 +16,7 @@ from qconvert.ir.core import GenericOp, Operation, Value
 from qconvert.ir.types import I1, FloatType, IntegerType, Signedness, Type, element_type_of
 
 from . import ops as hlo
-from .lowering import LoweringContext, lowers
+from .lowering import LoweringContext
 from .onnx_fold import constant_input, lowers_folding, result_element
 
 # ONNX TensorProto data types -> StableHLO element types, for Cast's `to`.
@@ -43,6 +43,20 @@ def chlo_unary(ctx: LoweringContext, name: str, operand: Value) -> Value:
     return ctx.builder.insert(GenericOp(name, [operand], [operand.type], {})).result
 
 
+def exact_divide(ctx: LoweringContext, lhs: Value, rhs: Value) -> Value:
+    """lhs / rhs, correctly rounded like onnxruntime's Div.
+
+    XLA's algebraic simplifier rewrites `x / broadcast(c)` (and divisions by splat constants) into
+    `x * (1 / c)`, which is off by an ulp for about 3 elements in 4. An optimization_barrier on the
+    divisor hides its broadcast from that rewrite.
+    """
+    producer = rhs.owner_op()
+    if producer is not None and producer.name in ("stablehlo.broadcast_in_dim", "stablehlo.constant"):
+        barrier = GenericOp("stablehlo.optimization_barrier", [rhs], [rhs.type], {})
+        rhs = ctx.builder.insert(barrier).result
+    return hlo.divide(ctx.builder, lhs, rhs)
+
+
 def _binary(ctx: LoweringContext, op: Operation) -> tuple[Value, Value]:
     lhs, rhs = ctx.broadcast_operands(ctx.operands(op))
     return lhs, rhs
@@ -54,12 +68,14 @@ def zero_like(ctx: LoweringContext, value: Value) -> Value:
 
 @lowers_folding("onnx.Add", "onnx.Sub", "onnx.Mul", "onnx.Div")
 def lower_arithmetic(ctx: LoweringContext, op: Operation) -> list[Value]:
-    build = {"onnx.Add": hlo.add, "onnx.Sub": hlo.subtract, "onnx.Mul": hlo.multiply, "onnx.Div": hlo.divide}
     lhs, rhs = _binary(ctx, op)
+    if op.name == "onnx.Div":
+        return [exact_divide(ctx, lhs, rhs)]
+    build = {"onnx.Add": hlo.add, "onnx.Sub": hlo.subtract, "onnx.Mul": hlo.multiply}
     return [build[op.name](ctx.builder, lhs, rhs)]
 
 
-@lowers("onnx.Pow")
+@lowers_folding("onnx.Pow")
 def lower_pow(ctx: LoweringContext, op: Operation) -> list[Value]:
     base, exponent = ctx.operands(op)
     element = element_type_of(base.type)
@@ -78,13 +94,13 @@ def lower_pow(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [hlo.power(ctx.builder, base, exponent)]
 
 
-@lowers("onnx.Relu")
+@lowers_folding("onnx.Relu")
 def lower_relu(ctx: LoweringContext, op: Operation) -> list[Value]:
     (x,) = ctx.operands(op)
     return [hlo.maximum(ctx.builder, x, zero_like(ctx, x))]
 
 
-@lowers("onnx.LeakyRelu")
+@lowers_folding("onnx.LeakyRelu")
 def lower_leaky_relu(ctx: LoweringContext, op: Operation) -> list[Value]:
     (x,) = ctx.operands(op)
     element, shape = element_type_of(x.type), hlo.tensor_type(x).shape
@@ -94,7 +110,7 @@ def lower_leaky_relu(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [hlo.select(ctx.builder, non_negative, x, hlo.multiply(ctx.builder, x, alpha))]
 
 
-@lowers("onnx.Clip")
+@lowers_folding("onnx.Clip")
 def lower_clip(ctx: LoweringContext, op: Operation) -> list[Value]:
     x = ctx.input(op, 0)
     assert x is not None
@@ -113,27 +129,27 @@ def lower_clip(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [result]
 
 
-@lowers("onnx.Sigmoid")
+@lowers_folding("onnx.Sigmoid")
 def lower_sigmoid(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [hlo.logistic(ctx.builder, ctx.operands(op)[0])]
 
 
-@lowers("onnx.Tanh")
+@lowers_folding("onnx.Tanh")
 def lower_tanh(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [hlo.tanh(ctx.builder, ctx.operands(op)[0])]
 
 
-@lowers("onnx.Erf")
+@lowers_folding("onnx.Erf")
 def lower_erf(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [chlo_unary(ctx, "chlo.erf", ctx.operands(op)[0])]
 
 
-@lowers("onnx.Sqrt")
+@lowers_folding("onnx.Sqrt")
 def lower_sqrt(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [hlo.sqrt(ctx.builder, ctx.operands(op)[0])]
 
 
-@lowers("onnx.Exp")
+@lowers_folding("onnx.Exp")
 def lower_exp(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [hlo.exponential(ctx.builder, ctx.operands(op)[0])]
 
@@ -158,7 +174,7 @@ def lower_min_max(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [result]
 
 
-@lowers("onnx.Gelu")
+@lowers_folding("onnx.Gelu")
 def lower_gelu(ctx: LoweringContext, op: Operation) -> list[Value]:
     (x,) = ctx.operands(op)
     element, shape = element_type_of(x.type), hlo.tensor_type(x).shape
@@ -187,7 +203,7 @@ def lower_identity(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [ctx.operands(op)[0]]
 
 
-@lowers("onnx.Dropout")
+@lowers_folding("onnx.Dropout")
 def lower_dropout(ctx: LoweringContext, op: Operation) -> list[Value]:
     """Inference: the output is the input; the optional mask is all true (training_mode must be off)."""
     training = constant_input(ctx, op, 2)

@@ -114,12 +114,17 @@ def fold(ctx: LoweringContext, op: Operation) -> list[Value] | None:
 
 
 def lowers_folding(*names: str) -> Callable[[LoweringFn], LoweringFn]:
-    """`@lowers(...)`, trying `fold` first: constant inputs give constant results, no ops."""
+    """`@lowers(...)` for the onnx lowerings of this package: tries `fold` first (constant inputs give
+    constant results, no ops), then requires static operand shapes before calling the lowering."""
 
     def register(function: LoweringFn) -> LoweringFn:
         def lowering(ctx: LoweringContext, op: Operation) -> Sequence[Value]:
             folded = fold(ctx, op)
-            return folded if folded is not None else function(ctx, op)
+            if folded is not None:
+                return folded
+            for position in present_positions(ctx, op):
+                source_shape(ctx, op, position)
+            return function(ctx, op)
 
         lowering.__name__ = function.__name__
         lowering.__doc__ = function.__doc__

@@ -19,8 +19,9 @@ from qconvert.ir.core import Operation, Value
 from qconvert.ir.types import element_type_of
 
 from . import ops as hlo
-from .lowering import LoweringContext, lowers
-from .onnx_fold import static_shape
+from .lowering import LoweringContext
+from .onnx_elementwise import exact_divide
+from .onnx_fold import lowers_folding, static_shape
 from .onnx_reduce import lowest, reduce_max, reduce_sum
 from .onnx_shape import normalize_axis, reverse
 
@@ -72,7 +73,7 @@ def add_channel_bias(ctx: LoweringContext, y: Value, bias: Value | None) -> Valu
     return hlo.add(ctx.builder, y, hlo.broadcast_in_dim(ctx.builder, bias, shape, [1]))
 
 
-@lowers("onnx.Conv")
+@lowers_folding("onnx.Conv")
 def lower_conv(ctx: LoweringContext, op: Operation) -> list[Value]:
     x, w, bias = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
     assert x is not None and w is not None
@@ -95,7 +96,7 @@ def lower_conv(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [add_channel_bias(ctx, y, bias)]
 
 
-@lowers("onnx.ConvTranspose")
+@lowers_folding("onnx.ConvTranspose")
 def lower_conv_transpose(ctx: LoweringContext, op: Operation) -> list[Value]:
     """A convolution of the input dilated by the strides with the flipped, in/out-swapped kernel."""
     x, w, bias = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
@@ -193,13 +194,13 @@ def matmul(ctx: LoweringContext, lhs: Value, rhs: Value) -> Value:
     return result
 
 
-@lowers("onnx.MatMul")
+@lowers_folding("onnx.MatMul")
 def lower_matmul(ctx: LoweringContext, op: Operation) -> list[Value]:
     lhs, rhs = ctx.operands(op)
     return [matmul(ctx, lhs, rhs)]
 
 
-@lowers("onnx.Gemm")
+@lowers_folding("onnx.Gemm")
 def lower_gemm(ctx: LoweringContext, op: Operation) -> list[Value]:
     a, w, c = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
     assert a is not None and w is not None
@@ -231,11 +232,11 @@ def softmax_last(ctx: LoweringContext, x: Value, axis: int) -> Value:
     peak = hlo.broadcast_in_dim(b, reduce_max(ctx, x, [axis]), shape, keep)
     exponentials = hlo.exponential(b, hlo.subtract(b, x, peak))
     total = reduce_sum(ctx, exponentials, [axis])
-    reciprocal = hlo.divide(b, ctx.splat(1.0, element, hlo.tensor_type(total).shape), total)
+    reciprocal = exact_divide(ctx, ctx.splat(1.0, element, hlo.tensor_type(total).shape), total)
     return hlo.multiply(b, exponentials, hlo.broadcast_in_dim(b, reciprocal, shape, keep))
 
 
-@lowers("onnx.Softmax")
+@lowers_folding("onnx.Softmax")
 def lower_softmax(ctx: LoweringContext, op: Operation) -> list[Value]:
     (x,) = ctx.operands(op)
     shape = static_shape(ctx, x, "Softmax's input")
@@ -266,7 +267,7 @@ def opset_version(op: Operation) -> int:
     return 21
 
 
-@lowers("onnx.LayerNormalization")
+@lowers_folding("onnx.LayerNormalization")
 def lower_layer_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
     """onnxruntime's formula, in the input type: mean = Σx/N, var = Σx²/N - mean², y = (x - mean) /
     sqrt(var + eps) * scale + bias. Mean and InvStdDev outputs are not supported."""
@@ -286,14 +287,14 @@ def lower_layer_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
     reduced_shape = shape[:axis]
 
     def per_row(total: Value) -> Value:
-        return hlo.divide(b, total, ctx.splat(count, element, reduced_shape))
+        return exact_divide(ctx, total, ctx.splat(count, element, reduced_shape))
 
     mean = per_row(reduce_sum(ctx, x, axes))
     mean_square = per_row(reduce_sum(ctx, hlo.multiply(b, x, x), axes))
     variance = hlo.subtract(b, mean_square, hlo.multiply(b, mean, mean))
     deviation = hlo.sqrt(b, hlo.add(b, variance, ctx.splat(epsilon, element, reduced_shape)))
     centered = hlo.subtract(b, x, hlo.broadcast_in_dim(b, mean, shape, outer))
-    y = hlo.divide(b, centered, hlo.broadcast_in_dim(b, deviation, shape, outer))
+    y = exact_divide(ctx, centered, hlo.broadcast_in_dim(b, deviation, shape, outer))
     y = hlo.multiply(b, y, ctx.broadcast_to(scale, shape))
     if bias is not None:
         y = hlo.add(b, y, ctx.broadcast_to(bias, shape))
@@ -324,7 +325,7 @@ def pool_geometry(
     return kernel, strides, dilations, padding, ceil_extra
 
 
-@lowers("onnx.MaxPool")
+@lowers_folding("onnx.MaxPool")
 def lower_max_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
     if len(op.results) > 1:
         ctx.unsupported("MaxPool's Indices output")
@@ -372,7 +373,7 @@ def window_counts(
     return counts
 
 
-@lowers("onnx.AveragePool")
+@lowers_folding("onnx.AveragePool")
 def lower_average_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
     (x,) = ctx.operands(op)
     shape = static_shape(ctx, x, "AveragePool's input")
@@ -395,10 +396,10 @@ def lower_average_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
     counts = window_counts(shape[2:], kernel, strides, padding, extra, include_pad)
     out_shape = hlo.tensor_type(total).shape
     divisor = hlo.broadcast_in_dim(b, ctx.constant(counts, element), out_shape, list(range(2, len(shape))))
-    return [hlo.divide(b, total, divisor)]
+    return [exact_divide(ctx, total, divisor)]
 
 
-@lowers("onnx.GlobalAveragePool", "onnx.GlobalMaxPool")
+@lowers_folding("onnx.GlobalAveragePool", "onnx.GlobalMaxPool")
 def lower_global_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
     (x,) = ctx.operands(op)
     shape = static_shape(ctx, x, f"{op.name}'s input")
@@ -410,5 +411,5 @@ def lower_global_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
         element = element_type_of(x.type)
         count = int(np.prod(shape[2:]))
         total = reduce_sum(ctx, x, spatial)
-        reduced = hlo.divide(b, total, ctx.splat(count, element, shape[:2]))
+        reduced = exact_divide(ctx, total, ctx.splat(count, element, shape[:2]))
     return [hlo.reshape(b, reduced, [*shape[:2], *([1] * len(spatial))])]

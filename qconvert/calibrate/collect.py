@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import multiprocessing
 import os
+import pickle
 import queue
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -217,6 +218,17 @@ def _raise_worker_error(index: int, kind: str, message: str) -> None:
     raise InputError(message)
 
 
+def _check_picklable(dataset: Dataset) -> None:
+    """Worker processes receive the dataset pickled: a lambda or a local function cannot be sent."""
+    try:
+        pickle.dumps(dataset.source)
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        raise InputError(
+            f"data {dataset.label}: cannot be sent to worker processes ({error}); give a module-level "
+            "function, MODULE:FUNCTION, or files (or use --workers 1)"
+        ) from None
+
+
 # Engines ------------------------------------------------------------------------------------------------
 def _run_local(shares: Sequence[_Share], progress: Callable[[int], None]) -> list[_ShareResult]:
     if len(shares) == 1:
@@ -344,6 +356,8 @@ def collect(
         _Share(augmented, dataset, copy.deepcopy(observers), index, shares_count, threads)
         for index in range(shares_count)
     ]
+    if shares_count > 1 and engine == "local":
+        _check_picklable(dataset)
     done = 0
 
     def report(samples: int) -> None:
@@ -381,17 +395,20 @@ def collect_passes(
 ) -> list[CollectResult]:
     """Several passes over the data: `passes[k](observers of pass k-1 or None)` gives pass k's fresh
     observers (a histogram pass takes its fixed range from a min/max pass). Progress spans all passes."""
-    total = dataset.count_samples()
+    total = dataset.count_samples()  # None for a function: known after pass 1
     results: list[CollectResult] = []
     # One Ray instance for every pass: starting one takes seconds.
     engine_scope = ray_instance(workers) if engine == "ray" else contextlib.nullcontext()
     with engine_scope:
         for number, make_observers in enumerate(passes):
-            offset = number * total if total is not None else 0
 
-            def report(done: int, _total: int | None, offset: int = offset) -> None:
+            def report(
+                done: int, pass_total: int | None, number: int = number, known: int | None = total
+            ) -> None:
+                per_pass = known if known is not None else pass_total
                 if progress is not None:
-                    progress(offset + done, total * len(passes) if total is not None else None)
+                    grand = None if per_pass is None else per_pass * len(passes)
+                    progress(number * (per_pass or 0) + done, grand)
 
             previous = results[-1].observers if results else None
             results.append(
@@ -405,6 +422,8 @@ def collect_passes(
                     total=total,
                 )
             )
+            if total is None:
+                total = results[-1].stats.samples_read
     return results
 
 

@@ -13,6 +13,7 @@ from qconvert.calibrate.api import calibrate
 from qconvert.calibrate.collect import AugmentedModel, augment_model, collect_passes, load_float_model
 from qconvert.calibrate.dataset import Dataset, open_dataset
 from qconvert.calibrate.observers import HistogramObserver, MinMaxObserver
+from qconvert.errors import InputError
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 
@@ -95,3 +96,9 @@ def test_calibrate_with_two_workers_saves_the_same_ranges_json(method: str, tmp_
         saved.append(json.loads(ranges.read_text())["tensors"])
     assert saved[0] == saved[1]
     assert len(saved[0]) == 9 and all(entry["method"] == method for entry in saved[0].values())
+
+
+def test_a_lambda_cannot_go_to_worker_processes_and_says_so() -> None:
+    images = np.zeros((8, 1, 8, 8), np.float32)
+    with pytest.raises(InputError, match="cannot be sent to worker processes"):
+        calibrate(MODELS / "digits_cnn.onnx", lambda: [{"image": images}], workers=2)

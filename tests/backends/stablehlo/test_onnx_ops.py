@@ -497,3 +497,25 @@ def test_float_ops_of_the_qdq_sample_models_lower(name: str) -> None:
     text = stablehlo_text(import_onnx(MODELS / f"{name}.onnx"), form="qdq", inline_weights=True)
     assert '"onnx.' not in text
     run.verify(text)
+
+
+def test_unsupported_cases_are_all_reported_at_once() -> None:
+    require_module("jax")
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+    from qconvert.errors import InputError
+    from qconvert.frontends.onnx import import_onnx
+
+    n = helper.make_node
+    nodes = [
+        n("MaxPool", ["x"], ["pooled", "indices"], kernel_shape=[2, 2], name="pool_with_indices"),
+        n("Gelu", ["x"], ["gelu"], approximate="fast", name="odd_gelu"),
+        n("Relu", ["x"], ["fine"]),
+    ]
+    outputs = [Output("pooled"), Output("indices"), Output("gelu"), Output("fine")]
+    model = make_model(nodes, {"x": rand(1, 1, 4, 4)}, outputs, opset=20)
+    with pytest.raises(InputError) as caught:
+        stablehlo_text(import_onnx(model), form="qdq")
+    message = str(caught.value)
+    assert "2 unsupported op(s)" in message
+    assert "pool_with_indices" in message and "MaxPool's Indices output" in message
+    assert "odd_gelu" in message and "approximate='fast'" in message

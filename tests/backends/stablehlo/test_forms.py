@@ -8,6 +8,8 @@ engines and compared with onnxruntime (graph optimizations off, the spec oracle)
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
@@ -212,3 +214,67 @@ def test_integer_form_has_no_quant_types() -> None:
     for case in QDQ_CASES:
         text = convert_text(qdq_model(*case.values), "integer")  # type: ignore[arg-type]
         assert "!quant" not in text and "uniform_quantize" not in text
+
+
+# The sample models ----------------------------------------------------------------------------------------
+MODELS = Path(__file__).resolve().parents[3] / "models"
+# XLA compiles the encoder (2,000 ops) in ~8 s and the interpreter runs it in ~30 s: the CNN covers every
+# form on both engines, the encoder runs the two forms with most arithmetic on XLA and verifies the third.
+MODEL_CASES = [
+    *(pytest.param("digits_cnn", f, e, id=f"digits_cnn-{f}-{e}") for f in FORMS for e in ENGINES),
+    pytest.param("tiny_encoder", "quantized", "xla", id="tiny_encoder-quantized-xla"),
+    pytest.param("tiny_encoder", "integer", "xla", id="tiny_encoder-integer-xla"),
+    pytest.param("tiny_encoder", "qdq", None, id="tiny_encoder-qdq-verify"),
+]
+
+
+@functools.cache
+def model_reference(name: str) -> tuple[dict[str, np.ndarray], list[np.ndarray], list[float], list[float]]:
+    """Inputs, onnxruntime's outputs (optimizations off), the noise floor (max |default - off| per
+    output) and one quantization step of each output (its DequantizeLinear's scale)."""
+    import onnxruntime as ort
+
+    path = str(MODELS / f"{name}.qdq.onnx")
+    model = onnx.load(path)
+    data = np.load(MODELS / f"{name}.inputs.npz")
+    feeds = {i.name: data[i.name] for i in model.graph.input}
+    reference = onnxruntime_outputs(model, feeds)
+    default = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+    floor = [float(np.max(np.abs(a - b))) for a, b in zip(reference, default, strict=True)]
+    initializers = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    producers = {out: node for node in model.graph.node for out in node.output}
+    steps = []
+    for output in model.graph.output:
+        node = producers[output.name]
+        assert node.op_type == "DequantizeLinear", "the sample models end in DequantizeLinear"
+        steps.append(float(np.max(initializers[node.input[1]])))
+    return feeds, reference, floor, steps
+
+
+@functools.cache
+def converted_model(name: str, form: str) -> tuple[str, int]:
+    from qconvert.backends.stablehlo.convert import convert_with_stats
+    from qconvert.frontends.onnx import import_onnx
+
+    module, stats = convert_with_stats(
+        import_onnx(str(MODELS / f"{name}.qdq.onnx")), form, inline_weights=True
+    )
+    return print_module(module), stats.fused_ops
+
+
+@pytest.mark.parametrize(("name", "form", "engine"), MODEL_CASES)
+def test_sample_model_matches_onnxruntime(run: ModuleType, name: str, form: str, engine: str | None) -> None:
+    """End to end within the noise floor (onnxruntime default vs optimizations off) or one output step,
+    whichever is larger; measured here: 0 differing elements in every form on both engines."""
+    feeds, reference, floor, steps = model_reference(name)
+    text, fused = converted_model(name, form)
+    run.verify(text)
+    assert ("!quant" in text) == (form != "integer")
+    if form == "quantized":
+        assert fused > 0  # the data-movement ops (pooling, flatten, reshape, transpose) run quantized
+    if engine is None:
+        return
+    outputs = run.run(text, list(feeds.values()), engine)
+    for ours, expected, noise, step in zip(outputs, reference, floor, steps, strict=True):
+        difference = float(np.max(np.abs(ours.astype(np.float64) - expected)))
+        assert difference <= max(noise, step), (difference, noise, step)

@@ -7,12 +7,14 @@
 
 The module is what `qconvert.frontends.onnx.import_onnx` produces, possibly transformed by passes or
 calibration: one `func.func @main`, `onnx.name` on its arguments and results, generic `"onnx.X"` ops,
-`quant.qcast` / `quant.dcast` / `quant.scast`, `arith.constant`. The mapping is in write.py (graph,
-names, opset) and qdq.py (quant types -> Q/DQ parameters, and what is lost: narrowed storage bounds).
+`quant.qcast` / `quant.dcast` / `quant.scast`, `arith.constant`, and the QOperator ops the frontend lifts
+to `qconvert.*`. The mapping is in write.py (graph, names, opset), qdq.py (quant types -> Q/DQ
+parameters, and what is lost: narrowed storage bounds) and qoperator.py (`qconvert.*` -> QLinearConv,
+com.microsoft QLinearAdd, ...).
 
 Not written (InputError naming the op or value): `!quant.calibrated` types (finalize calibration first),
-the QOperator ops the frontend lifts to `qconvert.*` (not yet), ops of other dialects (`stablehlo.add`),
-storage ONNX lacks (i3, u32, ...), blocks along two axes, elided weights.
+ops of other dialects (`stablehlo.add`), storage ONNX lacks (i3, u32, ...), blocks along two axes,
+elided weights.
 """
 
 from .save import save_onnx

@@ -7,6 +7,7 @@
 | `quant.qcast` / `quant.dcast`              | QuantizeLinear / DequantizeLinear, parameters in qdq.py |
 | `quant.scast`, `"qconvert.storage_cast"`   | nothing: the storage tensor is the ONNX value           |
 | `"onnx.X"`, `"onnx.<domain>.X"`            | node X of the default domain / of `<domain>`            |
+| `"qconvert.qlinear_conv"`, ...             | the QOperator node it was lifted from (qoperator.py)    |
 
 Values: a graph output keeps its `onnx.name`; a node's outputs are `<node name>_output_<i>` (the
 TorchScript exporter's convention, so exported names often come back) and nodes keep `onnx.node_name`;
@@ -52,6 +53,7 @@ from qconvert.ir.types import Type, element_type_of
 from qconvert.onnx_attributes import to_onnx_attribute
 
 from .qdq import FLOAT_STORAGE, QdqParameters, qdq_parameters
+from .qoperator import qoperator_node
 from .types import (
     UnwritableType,
     as_storage_array,
@@ -236,10 +238,7 @@ class Writer:
         elif op.name.startswith("onnx."):
             self.generic(op)
         elif op.name.startswith("qconvert."):
-            raise InputError(
-                f"{node_label(op)}: QOperator ops lifted to qconvert.* cannot be written back to ONNX yet; "
-                f"convert the model to QDQ form first"
-            )
+            self.qoperator(op)
         else:
             raise InputError(
                 f"{node_label(op)}: the ONNX writer handles onnx.*, quant.qcast/dcast/scast, arith.constant "
@@ -281,6 +280,28 @@ class Writer:
             None if position in absent_inputs else self.values[next(present)]
             for position in range(len(op.operands) + len(absent_inputs))
         ]
+        count = len(op.results) + len(absent_outputs)
+        node = self.add_node(
+            domain, op_type, inputs, self.node_attributes(op), self.node_name(op, op_type), count
+        )
+        present = [output for position, output in enumerate(node.outputs) if position not in absent_outputs]
+        for position in absent_outputs:
+            node.outputs[position].name = ""
+        self.bind_results(op, present)
+
+    def qoperator(self, op: Operation) -> None:
+        """A QOperator op the frontend lifted to `qconvert.*`, back to its node (qoperator.py)."""
+        found = qoperator_node(self, op)
+        if found is None:
+            raise InputError(f"{node_label(op)}: '{op.name}' is not a qconvert op the ONNX writer knows")
+        domain, op_type, inputs, name = found
+        if domain and domain not in self.opsets:
+            self.opsets[domain] = CONTRIB_DOMAINS[domain]
+        node = self.add_node(domain, op_type, inputs, self.node_attributes(op), name, len(op.results))
+        self.bind_results(op, list(node.outputs))
+
+    def node_attributes(self, op: Operation) -> dict[str, ir.Attr]:
+        """The op's ONNX attributes (every attribute but the `onnx.*` bookkeeping)."""
         attributes: dict[str, ir.Attr] = {}
         for key, value in op.attributes.items():
             if key.startswith("onnx."):
@@ -289,16 +310,15 @@ class Writer:
                 attributes[key] = ir.serde.deserialize_attribute(to_onnx_attribute(key, value))
             except TypeError as error:
                 raise InputError(f"{node_label(op)}: {error}") from None
-        count = len(op.results) + len(absent_outputs)
-        node = self.add_node(domain, op_type, inputs, attributes, self.node_name(op, op_type), count)
-        results = iter(op.results)
-        for position, output in enumerate(node.outputs):
-            if position in absent_outputs:
-                output.name = ""
-                continue
-            result = next(results)
+        return attributes
+
+    def bind_results(self, op: Operation, outputs: list[ir.Value]) -> None:
+        """Map `op`'s results to the node's outputs; type those whose ONNX type the IR type decides."""
+        for result, output in zip(op.results, outputs, strict=True):
             self.values[result] = output
-            if not is_signless_narrow_integer(result.type):  # int8 or uint8? ONNX infers it
+            if isinstance(element_type_of(result.type), QuantizedType) or not is_signless_narrow_integer(
+                result.type
+            ):  # a plain i8 is int8 or uint8: left to ONNX shape inference
                 with contextlib.suppress(InputError):  # an unknown or opaque type: ONNX infers it
                     self._set_type(output, result.type, None, "")
 
@@ -418,9 +438,8 @@ def build_model(module: ModuleOp, *, opset: int | None = None) -> ir.Model:
     target = model.graph.opset_imports[""]
     if base is not None and base != target:
         model = convert_opset(model, base, target)
-    model.ir_version = helper.find_min_ir_version_for(
-        [helper.make_opsetid(domain, version) for domain, version in model.graph.opset_imports.items()]
-    )
+    # The oldest IR version that knows the default domain's opset (contrib domains do not constrain it).
+    model.ir_version = helper.find_min_ir_version_for([helper.make_opsetid("", target)], ignore_unknown=True)
     return model
 
 

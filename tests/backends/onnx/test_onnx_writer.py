@@ -24,8 +24,9 @@ from qconvert.ir.dialects.builtin import ModuleOp
 
 ROOT = Path(__file__).resolve().parents[3]
 MODELS = ROOT / "models"
-ROUND_TRIP_MODELS = ["digits_cnn.onnx", "digits_cnn.qdq.onnx", "tiny_encoder.onnx", "tiny_encoder.qdq.onnx"]
-QOPERATOR_MODELS = ["digits_cnn.qop.onnx", "tiny_encoder.qop.onnx"]
+ROUND_TRIP_MODELS = [
+    f"{stem}{kind}.onnx" for stem in ("digits_cnn", "tiny_encoder") for kind in ("", ".qdq", ".qop")
+]
 
 
 def inputs_for(name: str) -> dict[str, np.ndarray]:
@@ -68,10 +69,6 @@ def test_sample_model_round_trip_is_bit_identical_on_onnxruntime(name: str, opti
         assert got.tobytes() == want.tobytes(), f"max |diff| {np.max(np.abs(got - want))}"
 
 
-def _qdq_nodes(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
-    return {n.name: n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")}
-
-
 def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
 
@@ -82,27 +79,38 @@ def _axis(node: onnx.NodeProto, scale: np.ndarray) -> int | None:
     return next((a.i for a in node.attribute if a.name == "axis"), 1)
 
 
-@pytest.mark.parametrize("name", ["digits_cnn.qdq.onnx", "tiny_encoder.qdq.onnx"])
-def test_qdq_parameters_and_weights_match_the_original_by_node_name(name: str) -> None:
+@pytest.mark.parametrize("name", [n for n in ROUND_TRIP_MODELS if ".q" in n])
+def test_quantization_parameters_and_weights_match_the_original_by_node_name(name: str) -> None:
+    """Every node comes back under its name with the same constant inputs: scales, zero points and
+    quantized weights equal in value, type and shape (a one-element scale is read as per-tensor, 0-d).
+    Constant nodes come back as initializers."""
     original = onnx.load(str(MODELS / name))
     written = write_onnx(import_onnx(MODELS / name))
-    before, after = _qdq_nodes(original), _qdq_nodes(written)
-    assert sorted(before) == sorted(after)  # every Q/DQ node kept, under its own name
     old_constants, new_constants = _constants(original), _constants(written)
+    for node in original.graph.node:
+        if node.op_type == "Constant":
+            old_constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    before = {n.name: n for n in original.graph.node if n.op_type != "Constant"}
+    after = {n.name: n for n in written.graph.node}
+    assert sorted(before) == sorted(after)
+    compared = 0
     for node_name, old in before.items():
         new = after[node_name]
-        assert new.op_type == old.op_type
-        for index in (1, 2):  # scale, zero point: same values, dtype and shape
-            want, got = old_constants[old.input[index]], new_constants[new.input[index]]
-            if want.size == 1:  # the IR reads a one-element scale as per-tensor: written 0-d
+        assert (new.op_type, new.domain) == (old.op_type, old.domain)
+        assert len(new.input) >= len(old.input), node_name
+        for index, old_input in enumerate(old.input):
+            if old_input not in old_constants:
+                continue
+            want, got = old_constants[old_input], new_constants[new.input[index]]
+            if want.size == 1:
                 want = want.reshape(())
             assert got.dtype == want.dtype and got.shape == want.shape, (node_name, index)
             assert got.tobytes() == want.tobytes(), (node_name, index)
-        scale = old_constants[old.input[1]]
-        assert _axis(new, scale) == _axis(old, scale), node_name
-        if old.input[0] in old_constants:  # a quantized weight: same storage values and type
-            want, got = old_constants[old.input[0]], new_constants[new.input[0]]
-            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), node_name
+            compared += 1
+        if old.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            scale = old_constants[old.input[1]]
+            assert _axis(new, scale) == _axis(old, scale), node_name
+    assert compared > 20
 
 
 def test_float_weights_keep_their_initializer_names() -> None:
@@ -112,10 +120,76 @@ def test_float_weights_keep_their_initializer_names() -> None:
     assert big and big <= {t.name for t in written.graph.initializer}
 
 
-@pytest.mark.parametrize("name", QOPERATOR_MODELS)
-def test_qoperator_models_are_refused_with_the_op_named(name: str) -> None:
-    module = import_onnx(MODELS / name)
-    with pytest.raises(InputError, match=r"'qconvert\.qlinear_\w+' \(node '[^']+'\).*cannot be written back"):
+def contrib_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Every com.microsoft QOperator op the frontend lifts, chained, with constant parameters."""
+    rng = np.random.default_rng(3)
+    u8, i8, f32 = np.uint8, np.int8, np.float32
+    params = {
+        "xs": np.array(0.05, f32), "xz": np.array(120, u8), "ss": np.array(2**-8, f32), "sz": np.array(0, u8),
+        "ls": np.array(0.04, f32), "lz": np.array(100, u8), "as": np.array(0.06, f32), "az": np.array(90, u8),
+        "ms": np.array(0.3, f32), "mz": np.array(128, u8), "cs": np.array(0.25, f32), "cz": np.array(10, u8),
+        "ps": np.array(0.2, f32), "pz": np.array(7, u8), "gs": np.array(0.1, f32), "gz": np.array(3, u8),
+        "b": rng.integers(-128, 128, (16, 8)).astype(i8), "bs": rng.uniform(0.001, 0.03, 8).astype(f32),
+        "bz": np.zeros(8, i8), "bias": rng.standard_normal(8).astype(f32),
+        "qs": np.array(0.02, f32), "qz": np.array(4, u8), "c": rng.integers(-3000, 3000, 8).astype(np.int32),
+        "ys": np.array(0.07, f32), "yz": np.array(6, u8),
+    }  # fmt: skip
+    node = onnx.helper.make_node
+    ms = "com.microsoft"
+    nodes = [
+        node("QLinearSigmoid", ["x", "xs", "xz", "ss", "sz"], ["s"], domain=ms, name="sigmoid"),
+        node("QLinearLeakyRelu", ["x", "xs", "xz", "ls", "lz"], ["l"], domain=ms, name="leaky", alpha=0.2),
+        node("QLinearAdd", ["s", "ss", "sz", "l", "ls", "lz", "as", "az"], ["a"], domain=ms, name="add"),
+        node("QLinearMul", ["a", "as", "az", "x", "xs", "xz", "ms", "mz"], ["m"], domain=ms, name="mul"),
+        node("QLinearConcat", ["cs", "cz", "m", "ms", "mz", "s", "ss", "sz"], ["c1"], domain=ms, axis=1),
+        node("QLinearAveragePool", ["c1", "cs", "cz", "ps", "pz"], ["pool"], domain=ms, kernel_shape=[2, 2],
+             strides=[2, 2], name="pool"),
+        node("QLinearGlobalAveragePool", ["pool", "ps", "pz", "gs", "gz"], ["gap"], domain=ms, name="gap"),
+        node("DynamicQuantizeMatMul", ["f", "b", "bs", "bz", "bias"], ["dqmm"], domain=ms, name="dqmm"),
+        node("QGemm", ["q", "qs", "qz", "b", "bs", "bz", "", "ys", "yz"], ["gemm_q"], domain=ms, name="gq"),
+        node("QGemm", ["q", "qs", "qz", "b", "bs", "bz", "c"], ["gemm_f"], domain=ms, name="gf", alpha=0.5),
+    ]  # fmt: skip
+    feed = {
+        "x": rng.integers(0, 256, (1, 3, 8, 8)).astype(u8),
+        "f": rng.standard_normal((5, 16)).astype(f32),
+        "q": rng.integers(0, 256, (5, 16)).astype(u8),
+    }
+    value_info = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        nodes,
+        "contrib",
+        [value_info(k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in feed.items()],
+        [onnx.ValueInfoProto(name=name) for name in ("gap", "pool", "dqmm", "gemm_q", "gemm_f")],
+        [numpy_helper.from_array(v, k) for k, v in params.items()],
+    )
+    opsets = [onnx.helper.make_opsetid("", 21), onnx.helper.make_opsetid(ms, 1)]
+    model = onnx.helper.make_model(graph, opset_imports=opsets, ir_version=10)
+    return model, feed
+
+
+def test_every_lifted_contrib_qoperator_op_writes_back_bit_exactly() -> None:
+    model, feed = contrib_model()
+    module = import_onnx(model)
+    lifted = [op.name for op in module.walk() if op.name.startswith(("qconvert.", "onnx."))]
+    assert len(lifted) == len(model.graph.node) and all(n.startswith("qconvert.") for n in lifted), lifted
+    written = write_onnx(module)
+    assert [(n.domain, n.op_type) for n in written.graph.node] == [
+        (n.domain, n.op_type) for n in model.graph.node
+    ]
+    expected = run_onnxruntime(model, feed)
+    for want, got in zip(expected, run_onnxruntime(written, feed), strict=True):
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_an_unknown_qconvert_op_is_refused() -> None:
+    module = parse("""
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %y = "qconvert.frobnicate"(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}""")
+    with pytest.raises(
+        InputError, match=r"'qconvert\.frobnicate' is not a qconvert op the ONNX writer knows"
+    ):
         write_onnx(module)
 
 

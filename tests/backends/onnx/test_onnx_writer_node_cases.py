@@ -12,11 +12,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from frontend.onnx_cases import constant_inputs_model, quantization_cases, rewrite_opset
+from frontend.onnx_cases import constant_inputs_model, quantization_cases, rewrite_opset, to_array
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.backends.onnx import write_onnx
-from qconvert.errors import InputError
 from qconvert.frontends.onnx import import_onnx
 
 CASES = quantization_cases()
@@ -79,33 +78,67 @@ def run_onnxruntime(model: onnx.ModelProto) -> list[np.ndarray]:
     return session.run(None, {})
 
 
-def _is_lifted_qoperator(module: object) -> bool:
-    return any(
-        op.name.startswith("qconvert.") and op.name != "qconvert.storage_cast"
-        for op in module.walk()  # type: ignore[attr-defined]
-    )
-
-
-@pytest.mark.parametrize("case_name", sorted(CASES))
-def test_node_case_writes_back_and_runs_as_the_original(case_name: str) -> None:
-    model, feed = constant_inputs_model(CASES[case_name])
-    module = import_onnx(model)
-    if _is_lifted_qoperator(module):  # DynamicQuantizeLinear: lifted to qconvert.dynamic_quantize_linear
-        with pytest.raises(InputError, match=r"'qconvert\.\w+'.*cannot be written back to ONNX yet"):
-            write_onnx(module)
-        return
-    written = write_onnx(module)  # checks with full_check=True
-    onnx.checker.check_model(written, full_check=True)
-    assert written.opset_import[0].version <= 25 or not any(
-        n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in written.graph.node
-    )
-    if case_name in ORT_CANNOT_RUN:
-        pytest.skip(f"written and checked; not run: {ORT_CANNOT_RUN[case_name]}")
-    original = model
-    if model.graph.node[0].op_type in ("QuantizeLinear", "DequantizeLinear"):
-        original = rewrite_opset(model, ort_opset(model))
+def assert_runs_as_the_original(original: onnx.ModelProto, written: onnx.ModelProto, feed: dict) -> None:
     expected = run_onnxruntime(runnable(original, feed))
     actual = run_onnxruntime(runnable(written, feed))
     for want, got in zip(expected, actual, strict=True):
         assert got.dtype == want.dtype and got.shape == want.shape
         assert got.tobytes() == want.tobytes(), f"ours {got!r}, original {want!r}"
+
+
+@pytest.mark.parametrize("case_name", sorted(CASES))
+def test_node_case_writes_back_and_runs_as_the_original(case_name: str) -> None:
+    model, feed = constant_inputs_model(CASES[case_name])
+    written = write_onnx(import_onnx(model))  # checks with full_check=True
+    onnx.checker.check_model(written, full_check=True)
+    kept = [n.op_type for n in model.graph.node if n.op_type != "Constant"]  # Constants: initializers
+    assert [n.op_type for n in written.graph.node] == kept
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in written.graph.node):
+        assert written.opset_import[0].version <= 25
+    if case_name in ORT_CANNOT_RUN:
+        pytest.skip(f"written and checked; not run: {ORT_CANNOT_RUN[case_name]}")
+    original = model
+    if model.graph.node[0].op_type in ("QuantizeLinear", "DequantizeLinear"):
+        original = rewrite_opset(model, ort_opset(model))
+    assert_runs_as_the_original(original, written, feed)
+
+
+# The QOperator cases with their parameters as initializers take the frontend's qconvert.* path.
+QOPERATOR_DATA_INPUTS = {"QLinearConv": (0, 3), "QLinearMatMul": (0, 3), "MatMulInteger": (0, 1)}
+QOPERATOR_DATA_INPUTS |= {"ConvInteger": (0, 1), "DynamicQuantizeLinear": (0,)}
+QOPERATOR_CASES = sorted(
+    name
+    for name, case in CASES.items()
+    if not name.endswith("_expanded") and case.model.graph.node[0].op_type in QOPERATOR_DATA_INPUTS
+)
+
+
+def parameters_as_initializers(case: object) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The case's model with every input but its data operands as an initializer, and the feed."""
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)  # type: ignore[attr-defined]
+    inputs, _ = case.data_sets[0]  # type: ignore[attr-defined]
+    graph = model.graph
+    data = QOPERATOR_DATA_INPUTS[graph.node[0].op_type]
+    kept, feed = [], {}
+    for position, (info, value) in enumerate(zip(list(graph.input), inputs)):
+        if position in data:
+            kept.append(info)
+            feed[info.name] = to_array(value)
+        else:
+            graph.initializer.append(numpy_helper.from_array(to_array(value), info.name))
+    del graph.input[:]
+    graph.input.extend(kept)
+    return model, feed
+
+
+@pytest.mark.parametrize("case_name", QOPERATOR_CASES)
+def test_lifted_qoperator_case_writes_back_and_runs_as_the_original(case_name: str) -> None:
+    model, feed = parameters_as_initializers(CASES[case_name])
+    module = import_onnx(model)
+    assert any(op.name.startswith("qconvert.") for op in module.walk())  # type: ignore[attr-defined]
+    written = write_onnx(module)
+    assert [n.op_type for n in written.graph.node] == [n.op_type for n in model.graph.node]
+    if case_name in ORT_CANNOT_RUN:
+        pytest.skip(f"written and checked; not run: {ORT_CANNOT_RUN[case_name]}")
+    assert_runs_as_the_original(model, written, feed)

@@ -24,14 +24,16 @@ import pickle
 import queue
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from onnx import ModelProto, TensorProto
 from onnx.external_data_helper import uses_external_data
 
-from qconvert.calibrate.dataset import Dataset, DatasetStats
+from qconvert.calibrate.dataset import Batch, Dataset, DatasetStats
 from qconvert.calibrate.observer import Observer
 from qconvert.errors import InputError, QConvertError
 
@@ -167,36 +169,50 @@ class _ShareResult:
 
 
 def _observe_share(share: _Share, report: Callable[[int], None]) -> _ShareResult:
-    """Run the model on the share's batches, feeding its observers; `report(samples)` after each batch."""
+    """Run the model on the share's batches, feeding its observers; `report(samples)` after each batch.
+
+    onnxruntime runs batch k+1 on a helper thread (it releases the GIL) while batch k is observed, so
+    at most two batches of intermediates are alive; batches are still observed in order.
+    """
     started = time.perf_counter()
     session = make_session(share.augmented, share.threads)
     names = list(share.observers)
     stats = DatasetStats()
     result = _ShareResult(share.observers, stats)
 
-    def done(samples: int) -> None:
-        result.samples_reported += samples
-        report(samples)
-
-    for batch in share.dataset.batches(stats):
-        if batch.index % share.count != share.index:
-            continue
+    def run(batch: Batch) -> list[np.ndarray]:
         try:
-            outputs = session.run(names, batch.arrays)
+            return session.run(names, batch.arrays)
         except Exception as error:  # onnxruntime's own exception types
             raise InputError(
                 f"{share.dataset.label}: onnxruntime failed on batch {batch.index}: {error}"
             ) from None
-        for name, values in zip(names, outputs):
+
+    def observe(batch: Batch, outputs: Future[list[np.ndarray]]) -> None:
+        for name, values in zip(names, outputs.result()):
             if values.size == 0:
                 continue  # nothing to observe (a zero-size dim), and min/max of nothing is undefined
             for observer in share.observers[name]:
                 observer.observe(values)
-        del outputs
         result.batches_run += 1
-        done(batch.size)
+        result.samples_reported += batch.size
+        report(batch.size)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnxruntime") as runner:
+        pending: tuple[Batch, Future[list[np.ndarray]]] | None = None
+        for batch in share.dataset.batches(stats):
+            if batch.index % share.count != share.index:
+                continue
+            running = (batch, runner.submit(run, batch))
+            if pending is not None:
+                observe(*pending)
+            pending = running
+        if pending is not None:
+            observe(*pending)
+            pending = None
     if share.index == 0:  # samples read but not run: counted once, by the first share
-        done(stats.excluded + stats.dropped_tail)
+        result.samples_reported += stats.excluded + stats.dropped_tail
+        report(stats.excluded + stats.dropped_tail)
     result.seconds = time.perf_counter() - started
     return result
 

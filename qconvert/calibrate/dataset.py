@@ -175,18 +175,18 @@ def _npz_member(path: Path, member: str) -> _Array:
 
     def pieces(max_bytes: int) -> Iterator[np.ndarray]:
         with zipfile.ZipFile(path) as archive, archive.open(member) as stream:
-            _read_header(stream, where)  # type: ignore[arg-type]
             if fortran_order:  # rare: numpy writes C order unless asked; read it whole
                 whole = np.lib.format.read_array(stream, allow_pickle=False)  # type: ignore[arg-type]
                 yield np.ascontiguousarray(whole).reshape(-1)
                 return
+            _read_header(stream, where)  # type: ignore[arg-type]
             total = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             step = max(dtype.itemsize, max_bytes // dtype.itemsize * dtype.itemsize)
             done = 0
             while done < total:
-                data = stream.read(min(step, total - done))
-                if not data:
-                    raise InputError(f"{where}: truncated ({done} of {total} bytes)")
+                data = stream.read(min(step, total - done))  # whole items: read(n) stops early only at EOF
+                if len(data) % dtype.itemsize or not data:
+                    raise InputError(f"{where}: truncated ({done + len(data)} of {total} bytes)")
                 done += len(data)
                 yield np.frombuffer(data, dtype=dtype)
 

@@ -218,3 +218,11 @@ def test_function_errors_name_the_function_and_item(tmp_path: Path) -> None:
 
 def test_a_bare_iterator_is_refused_as_it_cannot_be_read_twice() -> None:
     expect_error(iter([{"image": images(8)}]), DIGITS, "an iterator can be read only once")
+
+
+def test_fortran_ordered_arrays_read_in_sample_order(tmp_path: Path) -> None:
+    data = np.asfortranarray(images(8))
+    np.savez(tmp_path / "f.npz", image=data)
+    np.save(tmp_path / "f.npy", data)
+    for path in (tmp_path / "f.npz", tmp_path / "f.npy"):
+        np.testing.assert_array_equal(all_batches(path, DIGITS)[0]["image"], data)

@@ -17,7 +17,7 @@ from qconvert.ir.types import I1, FloatType, IntegerType, Signedness, Type, elem
 
 from . import ops as hlo
 from .lowering import LoweringContext
-from .onnx_fold import constant_input, lowers_folding, result_element
+from .onnx_fold import constant_input, lowers_folding
 
 # ONNX TensorProto data types -> StableHLO element types, for Cast's `to`.
 ONNX_ELEMENT_TYPES: dict[int, Type] = {
@@ -239,6 +239,3 @@ def lower_cast(ctx: LoweringContext, op: Operation) -> list[Value]:
     # stablehlo.convert truncates float -> int toward zero, as onnxruntime's static_cast does (out-of-range
     # values are undefined in both); unsigned targets stay `ui*`, which the driver accepts for signless.
     return [ctx.convert(x, target)]
-
-
-__all__ = ["ONNX_ELEMENT_TYPES", "chlo_unary", "result_element", "zero_like"]

@@ -21,7 +21,7 @@ import numpy as np
 from qconvert.ir.attributes import DenseElementsAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.builtin import ModuleOp
-from qconvert.ir.types import FloatType, IntegerType, RankedTensorType, Signedness, Type, element_type_of
+from qconvert.ir.types import IntegerType, RankedTensorType, Signedness, Type, element_type_of
 
 from .lowering import LoweringContext, LoweringFn, lowers, node_name
 
@@ -181,7 +181,3 @@ def lower_needs_constant_inputs(ctx: LoweringContext, op: Operation) -> list[Val
         f"{onnx_op_type(op)} needs constant inputs to have a static result; its inputs are computed at run "
         "time (fix the shapes with --input-shape)"
     )
-
-
-def is_float(element: Type) -> bool:
-    return isinstance(element, FloatType)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from qconvert.ir.attributes import DictionaryAttr, IntegerAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.types import element_type_of
 
@@ -254,8 +255,6 @@ def lower_softmax(ctx: LoweringContext, op: Operation) -> list[Value]:
 
 def opset_version(op: Operation) -> int:
     """The default-domain opset of the module holding `op` (21 when the module does not say)."""
-    from qconvert.ir.attributes import DictionaryAttr, IntegerAttr
-
     parent = op.parent_op()
     while parent is not None:
         opsets = parent.attributes.get("onnx.opset_import")

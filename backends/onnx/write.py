@@ -140,10 +140,12 @@ class Writer:
         self.node_names = Names()
         self.nodes: list[ir.Node] = []
         self.initializers: list[ir.Value] = []
-        self.parameters: dict[tuple[str, tuple[int, ...], bytes], ir.Value] = {}
+        self.parameters: dict[tuple[str, str, tuple[int, ...], bytes], ir.Value] = {}
         self.required_opset = 1
         self.has_qdq = False
         self.counters: dict[str, int] = {}
+        self.tensor_bases: dict[ir.Value, str] = {}  # Q output -> the `<t>` its parameters are named after
+        self.generated_names: set[ir.Value] = set()  # initializers named "const..." for want of a name
 
     # Graph ---------------------------------------------------------------------------------------
     def build(self) -> ir.Model:
@@ -247,11 +249,11 @@ class Writer:
 
     def add_node(
         self, domain: str, op_type: str, inputs: list[ir.Value | None], attributes: dict[str, ir.Attr],
-        name: str, num_outputs: int = 1,
+        name: str, num_outputs: int = 1, output_name: str | None = None,
     ) -> ir.Node:  # fmt: skip
         node = ir.Node(domain, op_type, inputs, attributes.values(), num_outputs=num_outputs, name=name)
         for index, output in enumerate(node.outputs):
-            output.name = self.value_names.unique(f"{name}_output_{index}")
+            output.name = self.value_names.unique(output_name or f"{name}_output_{index}")
         self.nodes.append(node)
         return node
 
@@ -331,7 +333,10 @@ class Writer:
             onnx_type = self.constant_data_type(op, element)
         except UnwritableType as error:
             raise InputError(f"{where}: {error}") from None
-        name_base = "const"
+        # An initializer's name: `onnx.name` (set by calibration), else the resource's (the lifted
+        # initializer's name), else a generated one.
+        recorded = op.attributes.get("onnx.name")
+        name_base = recorded.value if isinstance(recorded, StringAttr) and recorded.value else "const"
         if isinstance(value, DenseElementsAttr):
             array = np.asarray(value.array)
         elif isinstance(value, DenseResourceAttr):
@@ -341,7 +346,8 @@ class Writer:
                     f"was printed?); write the module from the lifted model instead"
                 )
             array = value.elements.get()
-            name_base = value.name
+            if name_base == "const":
+                name_base = value.name
         elif isinstance(value, IntegerAttr | FloatAttr | BoolAttr):
             array = np.array(value.value)
         else:
@@ -355,6 +361,8 @@ class Writer:
         initializer = ir.Value(name=name, const_value=ir.Tensor(array, dtype=onnx_type, name=name))
         self.initializers.append(initializer)
         self.values[op.result] = initializer
+        if name_base == "const":
+            self.generated_names.add(initializer)
 
     @staticmethod
     def constant_data_type(op: ConstantOp, element: Type) -> ir.DataType:
@@ -380,12 +388,37 @@ class Writer:
         self.has_qdq = True
         self.required_opset = max(self.required_opset, params.opset)
         name = self.node_name(op, op_type)
-        scale = self.parameter(params.scale, params.scale_type, f"{name}_scale")
-        zero_point = self.parameter(params.zero_point, params.storage, f"{name}_zero_point")
+        source = self.values[op.operands[0]]
+        tensor, output_name = self.qdq_names(name, op_type, source, params)
+        scale = self.parameter(params.scale, params.scale_type, f"{tensor}_scale")
+        zero_point = self.parameter(params.zero_point, params.storage, f"{tensor}_zero_point")
         attributes = self.quant_attributes(op, params, quantize)
-        node = self.add_node("", op_type, [self.values[op.operands[0]], scale, zero_point], attributes, name)
+        node = self.add_node(
+            "", op_type, [source, scale, zero_point], attributes, name, output_name=output_name
+        )
+        self.tensor_bases[node.outputs[0]] = tensor
         self.values[op.results[0]] = node.outputs[0]
         self._set_type(node.outputs[0], op.results[0].type, None, f"result of {node_label(op)}")
+
+    def qdq_names(
+        self, name: str, op_type: str, source: ir.Value, params: QdqParameters
+    ) -> tuple[str, str | None]:
+        """The tensor name `<t>` a Q/DQ node's parameters are named after, and its output's name.
+
+        onnxruntime's names: node `<t>_QuantizeLinear`, output `<t>_QuantizeLinear_Output`, scale and
+        zero point `<t>_scale` / `<t>_zero_point`, a quantized weight `<t>_quantized`, and an int32 bias's
+        parameters `<t>_quantized_scale`. A DQ node without such a name shares its Q node's `<t>`.
+        """
+        tensor = name.removesuffix(f"_{op_type}")
+        output_name = f"{name}_Output" if tensor != name else None
+        if tensor == name:
+            tensor = self.tensor_bases.get(source, name)
+        if source in self.generated_names:  # an unnamed weight: `<t>_quantized`
+            self.generated_names.discard(source)
+            source.name = self.value_names.unique(f"{tensor}_quantized")
+        if params.storage == ir.DataType.INT32 and source.const_value is not None and source.name:
+            tensor = source.name
+        return tensor, output_name
 
     def quant_attributes(self, op: Operation, params: QdqParameters, quantize: bool) -> dict[str, ir.Attr]:
         attributes: dict[str, ir.Attr] = {}
@@ -404,9 +437,10 @@ class Writer:
         return attributes
 
     def parameter(self, array: np.ndarray, onnx_type: ir.DataType, name: str) -> ir.Value:
-        """A scale / zero-point initializer, shared by every node with the same values."""
+        """A scale / zero-point initializer, shared by the nodes that name it alike with the same values
+        (a Q/DQ pair), as onnxruntime's quantizer shares them."""
         array = np.array(array, order="C")  # a copy: np.ascontiguousarray would make a 0-d array 1-d
-        key = (onnx_type.name, tuple(array.shape), array.tobytes())
+        key = (name, onnx_type.name, tuple(array.shape), array.tobytes())
         found = self.parameters.get(key)
         if found is not None:
             return found

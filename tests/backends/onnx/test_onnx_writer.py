@@ -113,6 +113,24 @@ def test_quantization_parameters_and_weights_match_the_original_by_node_name(nam
     assert compared > 20
 
 
+@pytest.mark.parametrize("name", ["digits_cnn.qdq.onnx", "tiny_encoder.qdq.onnx"])
+def test_q_dq_names_follow_onnxruntime_conventions(name: str) -> None:
+    """`<t>_QuantizeLinear` nodes get `<t>_scale`, `<t>_zero_point` and output `<t>_QuantizeLinear_Output`
+    back, as onnxruntime's quantizer named them (parameters it shared between two tensors aside)."""
+    original = onnx.load(str(MODELS / name))
+    after = {n.name: n for n in write_onnx(import_onnx(MODELS / name)).graph.node}
+    checked = 0
+    for node in original.graph.node:
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        tensor = node.name.removesuffix(f"_{node.op_type}")
+        written = after[node.name]
+        if node.input[1] == f"{tensor}_scale" and node.output[0] == f"{node.name}_Output":
+            assert list(written.input[1:]) == list(node.input[1:]) and written.output[0] == node.output[0]
+            checked += 1
+    assert checked >= 10
+
+
 def test_float_weights_keep_their_initializer_names() -> None:
     original = onnx.load(str(MODELS / "digits_cnn.onnx"))
     written = write_onnx(import_onnx(MODELS / "digits_cnn.onnx"))

@@ -20,7 +20,9 @@ so `peak MB` is that process's own ru_maxrss (os.wait4; the launcher's floor is 
   written), also in its own process.
 
 `seconds` is the whole process (start-up, imports, model load, session, calibration); `calibrate s` is the
-calibration alone as the child measured it. A tool that fails shows `failed` and its error, never a time.
+calibration alone as the child measured it (wall); `cpu s` is the child's user + system CPU time over all its
+threads (getrusage(RUSAGE_SELF) at its end), which a busy machine disturbs far less than wall time. A tool
+that fails shows `failed` and its error, never a time.
 
 Usage: python benchmarks/calibrate.py [--samples 32,128,512] [--methods minmax,entropy,percentile,...]
        [--quick] [--mask-value -10000|float-min] [--keep DIR] [--json PATH]
@@ -32,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -68,6 +71,7 @@ class Row:
     status: str  # ok | failed | timeout | not run
     seconds: float | None = None
     calibrate_seconds: float | None = None
+    cpu_seconds: float | None = None
     peak_mb: float | None = None
     note: str = ""
 
@@ -101,6 +105,12 @@ class NpzReader:
         return {name: array[first : first + self.batch] for name, array in self.arrays.items()}
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process, all its threads (steadier than wall time on a busy machine)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def child_onnxruntime(args: argparse.Namespace) -> dict[str, Any]:
     from onnxruntime.quantization import CalibrationDataReader
     from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
@@ -127,7 +137,7 @@ def child_onnxruntime(args: argparse.Namespace) -> dict[str, Any]:
             calibrator.collect_data(reader)
         ranges = calibrator.compute_data()
     seconds = time.perf_counter() - started
-    return {"calibrate_seconds": seconds, "tensors": len(ranges.data)}
+    return {"calibrate_seconds": seconds, "cpu_seconds": cpu_seconds(), "tensors": len(ranges.data)}
 
 
 def child_qconvert(args: argparse.Namespace) -> dict[str, Any]:
@@ -136,7 +146,7 @@ def child_qconvert(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     result = api.calibrate(args.model, args.data, method=args.method, batch_size=args.batch_size)
     seconds = time.perf_counter() - started
-    return {"calibrate_seconds": seconds, "tensors": len(getattr(result, "ranges", {}) or {})}
+    return {"calibrate_seconds": seconds, "cpu_seconds": cpu_seconds(), "tensors": len(result.ranges.ranges)}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -219,20 +229,23 @@ def measure(command: list[str], row: Row, result_path: Path) -> Row:
         return row
     reply = json.loads(result_path.read_text())
     row.seconds, row.peak_mb, row.calibrate_seconds = seconds, peak_mb, reply["calibrate_seconds"]
+    row.cpu_seconds = reply["cpu_seconds"]
     return row
 
 
 def print_table(rows: list[Row]) -> None:
     header = (
-        f"{'samples':>7}  {'method':<12} {'tool':<12} {'seconds':>8} {'calibrate s':>11} {'peak MB':>8}  note"
+        f"{'samples':>7}  {'method':<12} {'tool':<12} {'seconds':>8} {'calibrate s':>11} {'cpu s':>7} "
+        f"{'peak MB':>8}  note"
     )
     print(header)
     print("-" * len(header))
     for r in rows:
         sec = f"{r.seconds:8.1f}" if r.seconds is not None else f"{r.status:>8}"
         cal = f"{r.calibrate_seconds:11.1f}" if r.calibrate_seconds is not None else " " * 11
+        cpu = f"{r.cpu_seconds:7.1f}" if r.cpu_seconds is not None else " " * 7
         mb = f"{r.peak_mb:8.0f}" if r.peak_mb is not None else " " * 8
-        print(f"{r.samples:>7}  {r.method:<12} {r.tool:<12} {sec} {cal} {mb}  {r.note}")
+        print(f"{r.samples:>7}  {r.method:<12} {r.tool:<12} {sec} {cal} {cpu} {mb}  {r.note}")
 
 
 def run_benchmark(args: argparse.Namespace) -> int:

@@ -121,19 +121,19 @@ def check(
             f"onnx shape inference failed ({inference_error.message}); types from onnxruntime"
         )
 
-    cases = node_cases(model, values, types, constants, unreturnable)
+    cases = node_cases(model, values, types, constants, unreturnable, runner.feeds_weights)
     if not cases:
         report.notes.append("the model has no quantization node: nothing was checked per node")
     if runner.fused_groups():
-        cases += fused_group_cases(model, values, types, constants, unreturnable)
+        cases += fused_group_cases(model, values, types, constants, unreturnable, runner.feeds_weights)
     runnable = [case for case in cases if case.reason is None]
     with _progress(show_progress) as bar:
         task = bar.add_task("per node", total=len(runnable))
         runs = runner.run_cases(runnable, lambda done: bar.advance(task, done))
     for case in cases:
-        run = runs.get(case.name)
-        if run is not None and not runner.keep_case(case, run):
+        if not runner.keep_case(case):
             continue
+        run = runs.get(case.name)
         if run is None or isinstance(run, NotRun):
             result = case.result()
             if run is not None:

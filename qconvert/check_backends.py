@@ -47,6 +47,7 @@ class CheckBackend(Protocol):
     engine: str | None
     form: str | None
     semantics: str | None
+    feeds_weights: bool  # a Q/DQ's constant data input fed at run time (see check_nodes.cut_model)
 
     def fused_groups(self) -> bool:
         """Whether the per-node verdict covers fused `DequantizeLinear* -> op -> QuantizeLinear` groups."""
@@ -58,8 +59,9 @@ class CheckBackend(Protocol):
         """Run every runnable case; a case that cannot run maps to `NotRun` (calls `advance` as it goes)."""
         ...
 
-    def keep_case(self, case: NodeCase, run: CaseRun | NotRun) -> bool:
-        """Whether `case` belongs in the report (not a fused-group candidate the backend did not fuse)."""
+    def keep_case(self, case: NodeCase) -> bool:
+        """Whether `case` belongs in the report (not a fused-group candidate the backend did not fuse);
+        call after `run_cases`."""
         ...
 
     def predicted_mismatches(
@@ -89,6 +91,7 @@ class InterpreterBackend:
     engine: str | None = None
     form: str | None = None
     semantics: str | None = None
+    feeds_weights: bool = False
 
     def fused_groups(self) -> bool:
         return False  # the interpreter runs the model's nodes as they are: nothing is fused
@@ -110,7 +113,7 @@ class InterpreterBackend:
             advance(1)
         return runs
 
-    def keep_case(self, case: NodeCase, run: CaseRun | NotRun) -> bool:
+    def keep_case(self, case: NodeCase) -> bool:
         return True
 
     def predicted_mismatches(

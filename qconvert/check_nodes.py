@@ -147,9 +147,14 @@ def cut_model(
     values: Mapping[str, np.ndarray],
     types: Mapping[str, int],
     constants: set[str],
+    feed_weights: bool = False,
 ) -> tuple[ModelProto, dict[str, np.ndarray]]:
     """`nodes` alone, fed what onnxruntime gave them: constants and Q/DQ parameters as initializers,
-    values computed elsewhere in the model as graph inputs; `compared` are the graph outputs."""
+    values computed elsewhere in the model as graph inputs; `compared` are the graph outputs.
+
+    `feed_weights`: the data input of a Q/DQ node (e.g. int8 weights) is a graph input even when it is an
+    initializer, so that a compiler cannot fold the node away at compile time (XLA would constant-fold
+    a weight's dequantize: slow, and not the arithmetic under test)."""
     initializers = {t.name: t for t in model.graph.initializer}
     produced = {name for node in nodes for name in node.output if name}
     graph_inputs, feeds, tensors, seen = [], {}, [], set()
@@ -158,7 +163,7 @@ def cut_model(
             if not name or name in produced or name in seen:
                 continue
             seen.add(name)
-            if name in initializers:
+            if name in initializers and not (feed_weights and node.op_type in Q_DQ_OPS and position == 0):
                 tensors.append(initializers[name])
             elif name in constants or (node.op_type in Q_DQ_OPS and position > 0):
                 tensors.append(_tensor(name, values[name], types.get(name)))
@@ -194,8 +199,9 @@ def node_cases(
     types: Mapping[str, int],
     constants: set[str],
     unreturnable: Mapping[str, str],
+    feed_weights: bool = False,
 ) -> list[NodeCase]:
-    """One case per quantization node of `model`, in graph order."""
+    """One case per quantization node of `model`, in graph order (`feed_weights`: see `cut_model`)."""
     cases = []
     for node, name in zip(model.graph.node, node_names(model)):
         if not is_quantization_node(node):
@@ -205,7 +211,9 @@ def node_cases(
         case.reason = _missing_value([node], values, unreturnable)
         if case.reason is None:
             case.compared = [o for o in node.output if o]
-            case.model, case.feeds = cut_model(model, [node], case.compared, values, types, constants)
+            case.model, case.feeds = cut_model(
+                model, [node], case.compared, values, types, constants, feed_weights
+            )
         cases.append(case)
     return cases
 
@@ -216,6 +224,7 @@ def fused_group_cases(
     types: Mapping[str, int],
     constants: set[str],
     unreturnable: Mapping[str, str],
+    feed_weights: bool = False,
 ) -> list[NodeCase]:
     """One case per `DequantizeLinear* -> op -> QuantizeLinear` group: every input of the op comes from a
     DequantizeLinear (a constant or float operand blocks upstream's fusion too), and its one output feeds
@@ -257,7 +266,9 @@ def fused_group_cases(
         case.reason = _missing_value(nodes, values, unreturnable)
         if case.reason is None:
             case.compared = [nodes[-1].output[0]]
-            case.model, case.feeds = cut_model(model, nodes, case.compared, values, types, constants)
+            case.model, case.feeds = cut_model(
+                model, nodes, case.compared, values, types, constants, feed_weights
+            )
         cases.append(case)
     return cases
 

@@ -169,7 +169,12 @@ def inspect_command(
 def check_command(
     model: str = typer.Argument(..., help="ONNX model file (float, QDQ or QOperator)"),
     data: str | None = typer.Option(None, "--data", help="INPUTS.npz: one array per graph input, by name"),
-    backend: str = typer.Option("interpreter", "--backend", help="engine that runs the lifted IR"),
+    backend: str = typer.Option("interpreter", "--backend", help="interpreter (the lifted IR) or stablehlo"),
+    engine: str | None = typer.Option(None, "--engine", help="stablehlo: interpreter or xla (default xla)"),
+    form: str | None = typer.Option(None, "--form", help="stablehlo: quantized (default) or integer"),
+    semantics: str | None = typer.Option(
+        None, "--semantics", help="stablehlo: onnx (default) or stablehlo rounding for quantize"
+    ),
     json_path: str | None = typer.Option(None, "--json", help="write the report as JSON to this path"),
     atol: float | None = typer.Option(None, "--atol", help="end to end: |ours - ref| <= atol + rtol |ref|"),
     rtol: float | None = typer.Option(None, "--rtol", help="end to end: relative tolerance (with --atol)"),
@@ -194,6 +199,9 @@ def check_command(
         model,
         data,
         backend=backend,
+        engine=engine,
+        form=form,
+        semantics=semantics,
         tolerances=tolerances,
         input_shapes=_parse_input_shapes(input_shape),
         show_progress=not quiet,

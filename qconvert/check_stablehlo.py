@@ -1,0 +1,226 @@
+"""The stablehlo backend of `qconvert check`: each case lifted, converted to StableHLO and run on jaxlib.
+
+Per node: every case (a quantization node, or a `DequantizeLinear* -> op -> QuantizeLinear` group) is
+lifted with `import_onnx`, converted with `convert_to_stablehlo(form, semantics)` and run on the chosen
+engine (`interpreter`: `stablehlo.eval_module`; `xla`: XLA:CPU after quant-to-math) on the inputs
+onnxruntime gave it. A group is kept in the report only when the `quantized` form fuses it into one
+quantized StableHLO op (in the `integer` form the same groups run written out in integer ops).
+
+Compiling dominates a small XLA run (~80 ms a module), so the cases run side by side in one module:
+each case's values renamed apart (`c12/x`), nothing shared, every case's outputs returned. The cases
+are still converted op by op as the model's nodes would be; if the batch cannot be converted or run,
+each case runs on its own, so the one that fails is named with its reason.
+
+`--semantics stablehlo` keeps `uniform_quantize`, which adds the zero point before rounding: a
+QuantizeLinear (or a fused group's final quantize) then differs from onnxruntime on ties when the zero
+point is odd. The predicted count comes from the backend's own prediction (numerics' two rounding
+rules applied to the value onnxruntime fed the quantize); the case passes when measured == predicted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from onnx import ModelProto, NodeProto, helper
+
+from qconvert.check_backends import CaseRun, NotRun
+from qconvert.check_nodes import NodeCase
+from qconvert.errors import QConvertError
+
+SEMANTICS_EXPLANATION = (
+    "StableHLO uniform_quantize adds the zero point before rounding (rne(x/s + zp)), ONNX after "
+    "(rne(x/s) + zp): they differ on ties when the zero point is odd"
+)
+ENGINE_NAMES = {"interpreter": "the StableHLO interpreter", "xla": "XLA:CPU"}
+
+
+def _convert(model: ModelProto, form: str, semantics: str) -> str:
+    """`model` lifted and converted to StableHLO text that the engines run: weights inline (`dense<...>`;
+    the engines refuse or misread `dense_resource`), which the small models `check` cuts out afford."""
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+    from qconvert.frontends.onnx import import_onnx
+
+    return stablehlo_text(import_onnx(model, resource_threshold=0), form, semantics)
+
+
+def fused_op_count(model: ModelProto, semantics: str) -> int:
+    """How many quantized ops the `quantized` form fuses out of `model`'s dequantize -> op -> quantize."""
+    from qconvert.backends.stablehlo.convert import convert_with_stats
+    from qconvert.frontends.onnx import import_onnx
+
+    _, stats = convert_with_stats(import_onnx(model, resource_threshold=0), "quantized", semantics)
+    return stats.fused_ops
+
+
+def _renamed(node: NodeProto, prefix: str) -> NodeProto:
+    copy = NodeProto()
+    copy.CopyFrom(node)
+    copy.name = f"{prefix}{node.name}"
+    copy.input[:] = [f"{prefix}{name}" if name else "" for name in node.input]
+    copy.output[:] = [f"{prefix}{name}" if name else "" for name in node.output]
+    return copy
+
+
+def side_by_side(cases: Sequence[NodeCase]) -> tuple[ModelProto, list[str], list[str]]:
+    """One model holding every case apart (values prefixed `c<i>/`), and its input and output names."""
+    nodes, inputs, outputs, initializers = [], [], [], []
+    for index, case in enumerate(cases):
+        assert case.model is not None
+        prefix = f"c{index}/"
+        graph = case.model.graph
+        nodes += [_renamed(node, prefix) for node in graph.node]
+        for info_list, target in ((graph.input, inputs), (graph.output, outputs)):
+            for info in info_list:
+                renamed = type(info)()
+                renamed.CopyFrom(info)
+                renamed.name = prefix + info.name
+                target.append(renamed)
+        for tensor in graph.initializer:
+            renamed_tensor = type(tensor)()
+            renamed_tensor.CopyFrom(tensor)
+            renamed_tensor.name = prefix + tensor.name
+            initializers.append(renamed_tensor)
+    first = cases[0].model
+    assert first is not None
+    graph = helper.make_graph(nodes, "check_cases", inputs, outputs, initializer=initializers)
+    model = helper.make_model(graph, opset_imports=list(first.opset_import))
+    model.ir_version = first.ir_version
+    return model, [i.name for i in inputs], [o.name for o in outputs]
+
+
+@dataclass(slots=True)
+class StableHLOBackend:
+    """Cases and the whole model converted to StableHLO and run on jaxlib's interpreter or XLA:CPU."""
+
+    engine: str = "xla"
+    form: str = "quantized"
+    semantics: str = "onnx"
+    name: str = "stablehlo"
+    feeds_weights: bool = True  # else XLA constant-folds every weight's dequantize (seconds per model)
+    fused: dict[str, int] = field(default_factory=dict)  # group case -> ops the quantized form fuses
+
+    @property
+    def evaluated_by(self) -> str:
+        return f"StableHLO ({self.form} form) on {ENGINE_NAMES[self.engine]}"
+
+    def fused_groups(self) -> bool:
+        return True
+
+    def _run_text(self, text: str, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        from qconvert.backends.stablehlo.run import run
+
+        return run(text, list(arrays), engine=self.engine)
+
+    def _lower(self, case: NodeCase) -> str | NotRun:
+        """The case's StableHLO text, or why it cannot be lowered."""
+        assert case.model is not None
+        try:
+            return _convert(case.model, self.form, self.semantics)
+        except QConvertError as error:
+            return NotRun(f"the backend cannot lower it: {error.message}")
+        except Exception as error:  # a converter bug: never a pass, and the rest of the report still runs
+            return NotRun(f"the backend failed while lowering it (a bug): {type(error).__name__}: {error}")
+
+    def _run_one(self, case: NodeCase, text: str) -> CaseRun | NotRun:
+        assert case.model is not None
+        inputs = [i.name for i in case.model.graph.input]
+        try:
+            results = self._run_text(text, [case.feeds[name] for name in inputs])
+        except QConvertError as error:
+            return NotRun(f"{ENGINE_NAMES[self.engine]} cannot run it: {error.message}")
+        names = [o.name for o in case.model.graph.output]
+        return CaseRun(dict(zip(names, results)), self.evaluated_by)
+
+    def _run_batch(self, cases: Sequence[NodeCase]) -> dict[str, CaseRun] | None:
+        """Every case in one module, or None when the batch cannot be converted or run."""
+        model, inputs, outputs = side_by_side(cases)
+        feeds = {f"c{i}/{name}": array for i, case in enumerate(cases) for name, array in case.feeds.items()}
+        try:
+            text = _convert(model, self.form, self.semantics)
+            results = dict(zip(outputs, self._run_text(text, [feeds[name] for name in inputs])))
+        except Exception:  # any failure: each case runs on its own next, and says why it fails
+            return None
+        runs = {}
+        for index, case in enumerate(cases):
+            assert case.model is not None
+            prefix = f"c{index}/"
+            values = {o.name: results[prefix + o.name] for o in case.model.graph.output}
+            runs[case.name] = CaseRun(values, self.evaluated_by)
+        return runs
+
+    def run_cases(
+        self, cases: Sequence[NodeCase], advance: Callable[[int], None]
+    ) -> dict[str, CaseRun | NotRun]:
+        """Each case lowered on its own (to name the ones that cannot be), then all that can run in one
+        module; should that batch fail on the engine, each case runs alone."""
+        runs: dict[str, CaseRun | NotRun] = {}
+        texts: dict[str, str] = {}
+        for case in cases:
+            if case.group is not None:
+                self.fused[case.name] = self._fused_op_count(case)
+                if not self.fused[case.name]:
+                    advance(1)
+                    continue  # not fused: its nodes are checked one by one
+            lowered = self._lower(case)
+            if isinstance(lowered, NotRun):
+                runs[case.name] = lowered
+                advance(1)
+            else:
+                texts[case.name] = lowered
+        runnable = [case for case in cases if case.name in texts]
+        batch = self._run_batch(runnable) if runnable else {}
+        if batch is not None:
+            runs.update(batch)
+            advance(len(runnable))
+            return runs
+        for case in runnable:
+            runs[case.name] = self._run_one(case, texts[case.name])
+            advance(1)
+        return runs
+
+    def _fused_op_count(self, case: NodeCase) -> int:
+        """The quantized ops the `quantized` form makes of a group (0: not fused, or not lowerable)."""
+        assert case.model is not None
+        try:
+            return fused_op_count(case.model, self.semantics)
+        except Exception:  # not lowerable: nothing fused, and the end-to-end run says why
+            return 0
+
+    def keep_case(self, case: NodeCase) -> bool:
+        return case.group is None or self.fused.get(case.name, 0) > 0
+
+    def predicted_mismatches(
+        self, case: NodeCase, values: Mapping[str, np.ndarray]
+    ) -> tuple[int, str] | None:
+        if self.semantics != "stablehlo" or case.last.op_type != "QuantizeLinear":
+            return None
+        from qconvert.backends.stablehlo.quant import predicted_mismatches
+        from qconvert.frontends.onnx import import_onnx
+        from qconvert.ir.dialects.quant import QuantizeCastOp
+        from qconvert.ir.types import element_type_of
+
+        assert case.model is not None
+        quantizes = [op for op in import_onnx(case.model).walk() if isinstance(op, QuantizeCastOp)]
+        if not quantizes:
+            return None  # kept a generic onnx op (run-time scale): nothing to predict from
+        quant_type = element_type_of(quantizes[-1].results[0].type)
+        count = predicted_mismatches(quant_type, values[case.last.input[0]])  # type: ignore[arg-type]
+        return count, SEMANTICS_EXPLANATION
+
+    def run_model(self, model: ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            text = _convert(model, self.form, self.semantics)
+        except QConvertError as error:
+            raise NotRun(f"the backend cannot lower the whole model: {error.message}") from None
+        except Exception as error:  # a converter bug: reported, never a pass
+            raise NotRun(
+                f"the backend failed while lowering the model (a bug): {type(error).__name__}: {error}"
+            ) from None
+        inputs = [i.name for i in model.graph.input if i.name in feeds]
+        try:
+            results = self._run_text(text, [feeds[name] for name in inputs])
+        except QConvertError as error:
+            raise NotRun(f"{ENGINE_NAMES[self.engine]} cannot run the whole model: {error.message}") from None
+        return dict(zip([o.name for o in model.graph.output], results))

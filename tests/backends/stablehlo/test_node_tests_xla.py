@@ -1,0 +1,202 @@
+"""Every quantization node test of ONNX's backend suite, converted to StableHLO and run on XLA:CPU.
+
+Each case is lifted the way the frontend tests lift it (tests/frontend/onnx_cases.py: Q/DQ parameters as
+initializers, other ops' inputs kept as graph inputs), converted in the `integer` and the `quantized`
+form, run on XLA:CPU, and compared bit for bit with the suite's expected outputs and with onnxruntime.
+A case StableHLO cannot express is listed in `NOT_EXPRESSIBLE` with the reason, and the converter must
+still refuse it with the matching error: the list cannot rot (a case that starts converting fails here
+until it moves to the exact list), and every case is in exactly one of the two lists.
+
+`QOPERATOR_NOT_LOWERED` records a gap that is ours, not StableHLO's: with constant scales the frontend
+lifts QLinearConv / QLinearMatMul / *Integer / DynamicQuantizeLinear to quant-typed `qconvert.*` ops,
+which StableHLO could express (integer dot_general / convolution + requantization) but which have no
+lowering yet. It is checked the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from conftest import require_module
+from frontend.onnx_cases import (
+    LIFTED_AS_QUANT,
+    bits_equal,
+    constant_inputs_model,
+    expected_outputs,
+    quantization_cases,
+    rewrite_opset,
+    to_tensor,
+)
+from onnx import ModelProto
+
+from qconvert.errors import InputError
+from qconvert.frontends.onnx import import_onnx
+from qconvert.frontends.onnx.qoperator import LIFTERS
+
+pytestmark = pytest.mark.engine
+
+CASES = quantization_cases()
+FORMS = ("integer", "quantized")
+
+BLOCKED = "blocked (sub-channel) scales: StableHLO quantized types are per-tensor or per-axis only"
+FLOAT8 = "float8 storage: StableHLO quantized storage types are integers (si2..si64, ui2..ui64)"
+FLOAT4 = "float4 storage: StableHLO quantized storage types are integers (si2..si64, ui2..ui64)"
+RUN_TIME_SCALE = (
+    "scale and zero point are run-time graph inputs in this test: the frontend keeps a generic onnx.{op} "
+    "(no quant type), and StableHLO quantized types need compile-time scales"
+)
+EXPANDED = (
+    "the scale is computed in the graph (ReduceMin/ReduceMax/Div/Round): the frontend keeps a generic "
+    "onnx.QuantizeLinear (no quant type); StableHLO quantized types need compile-time scales"
+)
+DYNAMIC = (
+    "DynamicQuantizeLinear computes its scale from the input's range at run time: no StableHLO quantized "
+    "type can hold it (and the integer form has no lowering of qconvert.dynamic_quantize_linear yet)"
+)
+
+# Case -> (reason, pattern the converter's error must match in both forms).
+NOT_EXPRESSIBLE: dict[str, tuple[str, str]] = {
+    "test_dequantizelinear_blocked": (BLOCKED, r"quant\.scast: StableHLO cannot express the quantized type"),
+    "test_quantizelinear_blocked_asymmetric": (BLOCKED, r"quant\.qcast: StableHLO cannot express"),
+    "test_quantizelinear_blocked_symmetric": (BLOCKED, r"quant\.qcast: StableHLO cannot express"),
+    "test_dequantizelinear_e4m3fn": (FLOAT8, r"storage must be an integer, got f8E4M3FN"),
+    "test_dequantizelinear_e4m3fn_float16": (FLOAT8, r"storage must be an integer, got f8E4M3FN"),
+    "test_dequantizelinear_e4m3fn_zero_point": (FLOAT8, r"storage must be an integer, got f8E4M3FN"),
+    "test_dequantizelinear_e5m2": (FLOAT8, r"storage must be an integer, got f8E5M2"),
+    "test_quantizelinear_e4m3fn": (FLOAT8, r"storage must be an integer, got f8E4M3FN"),
+    "test_quantizelinear_e5m2": (FLOAT8, r"storage must be an integer, got f8E5M2"),
+    "test_dequantizelinear_float4e2m1": (FLOAT4, r"storage must be an integer, got f4E2M1FN"),
+    "test_quantizelinear_float4e2m1": (FLOAT4, r"storage must be an integer, got f4E2M1FN"),
+    "test_dynamicquantizelinear": (DYNAMIC, r"qconvert\.dynamic_quantize_linear: no StableHLO lowering"),
+    "test_dynamicquantizelinear_max_adjusted": (DYNAMIC, r"qconvert\.dynamic_quantize_linear: no StableHLO"),
+    "test_dynamicquantizelinear_min_adjusted": (DYNAMIC, r"qconvert\.dynamic_quantize_linear: no StableHLO"),
+    "test_dynamicquantizelinear_expanded": (EXPANDED, r"onnx\.QuantizeLinear: no StableHLO lowering"),
+    "test_dynamicquantizelinear_max_adjusted_expanded": (EXPANDED, r"onnx\.QuantizeLinear: no StableHLO"),
+    "test_dynamicquantizelinear_min_adjusted_expanded": (EXPANDED, r"onnx\.QuantizeLinear: no StableHLO"),
+    **{
+        name: (RUN_TIME_SCALE.format(op=op), rf"onnx\.{op}: no StableHLO lowering")
+        for name, op in [
+            ("test_convinteger_with_padding", "ConvInteger"),
+            ("test_convinteger_without_padding", "ConvInteger"),
+            ("test_matmulinteger", "MatMulInteger"),
+            ("test_qlinearconv", "QLinearConv"),
+            *[(n, "QLinearMatMul") for n in sorted(CASES) if n.startswith("test_qlinearmatmul_")],
+        ]
+    },
+}
+EXACT = sorted(set(CASES) - set(NOT_EXPRESSIBLE))
+
+# With constant scales (what a QOperator model has): quant-typed ops with no StableHLO lowering yet.
+QOPERATOR_NOT_LOWERED: dict[str, str] = {
+    **{n: "qconvert.qlinear_matmul" for n in sorted(CASES) if n.startswith("test_qlinearmatmul_")},
+    "test_qlinearconv": "qconvert.qlinear_conv",
+    "test_matmulinteger": "qconvert.matmul_integer",
+    "test_convinteger_with_padding": "qconvert.conv_integer",
+    "test_convinteger_without_padding": "qconvert.conv_integer",
+    "test_dynamicquantizelinear": "qconvert.dynamic_quantize_linear",
+    "test_dynamicquantizelinear_max_adjusted": "qconvert.dynamic_quantize_linear",
+    "test_dynamicquantizelinear_min_adjusted": "qconvert.dynamic_quantize_linear",
+}
+
+
+@pytest.fixture(scope="module")
+def stablehlo() -> tuple[Callable[..., str], Callable[..., list[np.ndarray]]]:
+    """`stablehlo_text` and `run`, imported after the engine check."""
+    require_module("jax")
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+    from qconvert.backends.stablehlo.run import run
+
+    return stablehlo_text, run
+
+
+def convert(stablehlo_text: Callable[..., str], model: ModelProto, form: str) -> str:
+    return stablehlo_text(import_onnx(model, resource_threshold=0), form)
+
+
+def test_every_case_is_either_exact_or_listed_with_a_reason() -> None:
+    assert len(CASES) == 45  # shared/engines/README.md: 45 node tests concern quantization
+    assert set(NOT_EXPRESSIBLE) <= set(CASES), sorted(set(NOT_EXPRESSIBLE) - set(CASES))
+    assert set(QOPERATOR_NOT_LOWERED) <= set(NOT_EXPRESSIBLE)
+    kinds = {CASES[name].model.graph.node[0].op_type for name in EXACT}  # type: ignore[attr-defined]
+    assert kinds == LIFTED_AS_QUANT  # plain Q/DQ with integer storage, per-tensor and per-axis
+    assert {"test_quantizelinear_int2", "test_dequantizelinear_uint4"} <= set(EXACT)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("case_name", EXACT)
+def test_node_case_runs_on_xla_bit_exactly(
+    stablehlo: tuple[Callable[..., str], Callable[..., list[np.ndarray]]], case_name: str, form: str
+) -> None:
+    stablehlo_text, run = stablehlo
+    model, feed = constant_inputs_model(CASES[case_name])
+    text = convert(stablehlo_text, model, form)
+    if form == "integer":
+        assert "!quant." not in text  # no quant types at all in the integer form
+    outputs = run(text, [feed[i.name] for i in model.graph.input], "xla")
+    expected = expected_outputs(CASES[case_name])
+    assert len(outputs) == len(expected)
+    for info, actual in zip(model.graph.output, outputs):
+        want = expected[info.name]
+        assert bits_equal(actual, want), f"{info.name}: XLA {actual!r} ({actual.dtype}), expected {want!r}"
+    onnxruntime_outputs = _onnxruntime(case_name)
+    if onnxruntime_outputs is not None:
+        for info, actual in zip(model.graph.output, outputs):
+            theirs = onnxruntime_outputs[info.name]
+            assert np.array_equal(actual.astype(np.float64), theirs.astype(np.float64)), (info.name, theirs)
+
+
+def _onnxruntime(case_name: str) -> dict[str, np.ndarray] | None:
+    """onnxruntime's outputs for a Q/DQ case, read the way the frontend tests read them (float32 for
+    types its Python API cannot return); None where onnxruntime has no kernel."""
+    from frontend.test_onnx_node_tests import ORT_CANNOT_RUN, ort_opset, readable_outputs, run_onnxruntime
+
+    if case_name in ORT_CANNOT_RUN:
+        return None
+    model, feed = constant_inputs_model(CASES[case_name], data_inputs=0)
+    model = rewrite_opset(model, ort_opset(model))
+    names = [o.name for o in model.graph.output]
+    return dict(zip(names, (np.asarray(v) for v in run_onnxruntime(readable_outputs(model), feed))))
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("case_name", sorted(NOT_EXPRESSIBLE))
+def test_listed_case_still_cannot_be_converted(
+    stablehlo: tuple[Callable[..., str], Callable[..., list[np.ndarray]]], case_name: str, form: str
+) -> None:
+    stablehlo_text, _ = stablehlo
+    model, _ = constant_inputs_model(CASES[case_name])
+    _, pattern = NOT_EXPRESSIBLE[case_name]
+    with pytest.raises(InputError, match=pattern):
+        convert(stablehlo_text, model, form)
+
+
+def constant_parameters_model(case_name: str) -> ModelProto:
+    """The case's QOperator node with its scale / zero-point inputs as initializers (as in a real model)."""
+    case = CASES[case_name]
+    node = case.model.graph.node[0]  # type: ignore[attr-defined]
+    constant = set(LIFTERS[(node.domain, node.op_type)][1])
+    model = ModelProto()
+    model.CopyFrom(case.model)  # type: ignore[attr-defined]
+    inputs, _ = case.data_sets[0]  # type: ignore[attr-defined]
+    kept = []
+    for position, (info, value) in enumerate(zip(list(model.graph.input), inputs)):
+        if position in constant:
+            model.graph.initializer.append(to_tensor(value, info.name))
+        else:
+            kept.append(info)  # a data input: stays a graph input
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    return model
+
+
+@pytest.mark.parametrize("case_name", sorted(QOPERATOR_NOT_LOWERED))
+def test_qoperator_case_with_constant_scales_has_no_lowering_yet(
+    stablehlo: tuple[Callable[..., str], Callable[..., list[np.ndarray]]], case_name: str
+) -> None:
+    stablehlo_text, _ = stablehlo
+    op = QOPERATOR_NOT_LOWERED[case_name]
+    with pytest.raises(InputError, match=rf"{re.escape(op)}: no StableHLO lowering for this op"):
+        convert(stablehlo_text, constant_parameters_model(case_name), "integer")

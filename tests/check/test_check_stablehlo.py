@@ -1,0 +1,264 @@
+"""`qconvert check --backend stablehlo`: every quantization node (and every fused quantized op) converted to
+StableHLO on its own and run on jaxlib (XLA:CPU, or the StableHLO interpreter) on the inputs onnxruntime
+gave it, bit-exact against onnxruntime; the whole converted module end to end beside the noise floor;
+`--semantics stablehlo` differences counted and matched against their prediction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from conftest import require_module
+from onnx import TensorProto, helper, numpy_helper
+
+from qconvert.check import CheckReport, check
+from qconvert.cli import main
+
+pytestmark = pytest.mark.engine
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+QDQ_NODE_COUNTS = {"digits_cnn": 20, "tiny_encoder": 184}  # models/README.md
+# Nodes that may be "not run", by name, with the reason the report must give. Empty: every node runs.
+EXPECTED_NOT_RUN: dict[str, str] = {}
+TIES = np.array([0.25, 0.75, 1.25, -0.25], np.float32)  # x / 0.5 = 0.5, 1.5, 2.5, -0.5: all ties
+
+
+def sample(name: str) -> tuple[str, str]:
+    return str(MODELS / f"{name}.qdq.onnx"), str(MODELS / f"{name}.inputs.npz")
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[tuple[str, str, str], CheckReport]:
+    """(model, engine, form) -> report; the interpreter is slow, so it runs the small model only."""
+    require_module("jax")
+    runs = [
+        ("digits_cnn", "xla", "quantized"),
+        ("digits_cnn", "xla", "integer"),
+        ("digits_cnn", "interpreter", "quantized"),
+        ("tiny_encoder", "xla", "quantized"),
+        ("tiny_encoder", "xla", "integer"),
+    ]
+    return {
+        (name, engine, form): check(*sample(name), backend="stablehlo", engine=engine, form=form)
+        for name, engine, form in runs
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "engine", "form"),
+    [
+        ("digits_cnn", "xla", "quantized"),
+        ("digits_cnn", "xla", "integer"),
+        ("digits_cnn", "interpreter", "quantized"),
+        ("tiny_encoder", "xla", "quantized"),
+        ("tiny_encoder", "xla", "integer"),
+    ],
+)
+def test_every_quantization_node_bit_exact_on_the_engine(
+    reports: dict[tuple[str, str, str], CheckReport], name: str, engine: str, form: str
+) -> None:
+    report = reports[(name, engine, form)]
+    assert (report.backend, report.engine, report.form, report.semantics) == (
+        "stablehlo",
+        engine,
+        form,
+        "onnx",
+    )
+    singles = [layer for layer in report.layers.values() if layer.group is None]
+    assert len(singles) == QDQ_NODE_COUNTS[name]
+    for layer in report.layers.values():
+        if layer.node in EXPECTED_NOT_RUN:
+            assert (layer.verdict, layer.reason) == ("not run", EXPECTED_NOT_RUN[layer.node])
+            continue
+        assert (layer.verdict, layer.mismatches) == ("pass", 0), (layer.node, layer.reason)
+        assert layer.elements > 0 and layer.max_lsb_diff == 0
+        assert layer.evaluated_by is not None and form in layer.evaluated_by
+    assert report.passed
+
+
+@pytest.mark.parametrize(("name", "engine"), [("digits_cnn", "xla"), ("digits_cnn", "interpreter")])
+def test_fused_quantized_ops_are_checked_in_both_forms(
+    reports: dict[tuple[str, str, str], CheckReport], name: str, engine: str
+) -> None:
+    """Each `DequantizeLinear* -> op -> QuantizeLinear` group the quantized form fuses into one quantized
+    StableHLO op is a layer of its own, and the integer form checks the same groups."""
+    quantized = {n for n, layer in reports[(name, engine, "quantized")].layers.items() if layer.group}
+    if engine == "xla":
+        integer = {n for n, layer in reports[(name, "xla", "integer")].layers.items() if layer.group}
+        assert quantized == integer
+    for layer_name in quantized:
+        layer = reports[(name, engine, "quantized")].layers[layer_name]
+        assert layer.group is not None and len(layer.group) >= 3
+        assert layer.group[-1].endswith("QuantizeLinear") or "Quantize" in layer.group[-1]
+
+
+@pytest.mark.parametrize(
+    ("name", "engine", "form"), [("digits_cnn", "xla", "quantized"), ("tiny_encoder", "xla", "integer")]
+)
+def test_end_to_end_reported_beside_the_noise_floor(
+    reports: dict[tuple[str, str, str], CheckReport], name: str, engine: str, form: str
+) -> None:
+    report = reports[(name, engine, form)]
+    model = onnx.load(sample(name)[0])
+    assert set(report.outputs) == {o.name for o in model.graph.output}
+    for output in report.outputs.values():
+        assert output.ours is not None, output.reason
+        assert output.noise_floor is not None
+        assert output.ours.elements == output.noise_floor.elements > 0
+        assert output.verdict == "pass"  # no tolerance given: reported, not judged
+
+
+# --semantics stablehlo --------------------------------------------------------------------------------
+def ties_model(path: Path) -> str:
+    """x -> QuantizeLinear(s 0.5, zp 3, int8) -> q, and DequantizeLinear(q) -> y: every input is a tie."""
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quantize"),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dequantize"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "ties",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [
+            helper.make_tensor_value_info("q", TensorProto.INT8, [4]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [4]),
+        ],
+        [
+            numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+            numpy_helper.from_array(np.array(3, np.int8), "z"),
+        ],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    onnx.save(proto, str(path / "ties.onnx"))
+    np.savez(path / "ties.npz", x=TIES)
+    return str(path / "ties.onnx")
+
+
+def test_semantics_stablehlo_counts_tie_differences_and_matches_the_prediction(tmp_path: Path) -> None:
+    """shared/engines/README.md: x = [0.25, 0.75, 1.25, -0.25], s 0.5, zp 3 -> StableHLO [4 4 6 2], ONNX
+    [3 5 5 3]: all four differ. Measured on the engine, predicted by numerics' two rounding rules."""
+    require_module("jax")
+    model = ties_model(tmp_path)
+    data = str(tmp_path / "ties.npz")
+    for engine in ("xla", "interpreter"):
+        report = check(model, data, backend="stablehlo", engine=engine, semantics="stablehlo")
+        quantize = report.layers["quantize"]
+        assert (quantize.mismatches, quantize.predicted_mismatches, quantize.elements) == (4, 4, 4)
+        assert quantize.verdict == "pass" and quantize.max_lsb_diff == 1
+        assert quantize.explanation is not None and "zero point before rounding" in quantize.explanation
+        assert report.layers["dequantize"].mismatches == 0
+        assert report.layers["dequantize"].predicted_mismatches is None
+        q = report.outputs["q"].ours
+        assert q is not None and q.mismatches == 4  # end to end, the same four elements
+        assert report.explained_mismatches == 4 and report.passed
+    onnx_rounding = check(model, data, backend="stablehlo", engine="xla")
+    assert onnx_rounding.layers["quantize"].mismatches == 0
+    assert onnx_rounding.layers["quantize"].predicted_mismatches is None
+    assert onnx_rounding.outputs["q"].ours is not None and onnx_rounding.outputs["q"].ours.mismatches == 0
+
+
+def test_semantics_stablehlo_with_zero_tolerance_exits_1(tmp_path: Path) -> None:
+    require_module("jax")
+    model = ties_model(tmp_path)
+    data = str(tmp_path / "ties.npz")
+    report_path = tmp_path / "report.json"
+    base = ["check", model, "--data", data, "--backend", "stablehlo", "--quiet"]
+    assert main([*base, "--semantics", "stablehlo"]) == 0  # explained differences, no tolerance
+    code = main(
+        [*base, "--semantics", "stablehlo", "--max-mismatch-fraction", "0", "--json", str(report_path)]
+    )
+    assert code == 1
+    report = json.loads(report_path.read_text())
+    assert report["passed"] is False
+    assert report["semantics"] == "stablehlo" and report["mismatches_explained_by_semantics"] == 4
+    assert report["layers"]["quantize"]["predicted_mismatches"] == 4
+    assert report["outputs"]["q"]["failed_tolerances"]
+    assert main([*base, "--max-mismatch-fraction", "0"]) == 0  # onnx rounding: exact
+
+
+@pytest.mark.parametrize("name", sorted(QDQ_NODE_COUNTS))
+def test_semantics_stablehlo_on_the_sample_models_matches_the_prediction(name: str) -> None:
+    require_module("jax")
+    report = check(*sample(name), backend="stablehlo", engine="xla", semantics="stablehlo")
+    quantizes = [layer for layer in report.layers.values() if layer.op_type == "QuantizeLinear"]
+    assert quantizes
+    for layer in report.layers.values():
+        if layer.predicted_mismatches is not None:
+            assert layer.mismatches == layer.predicted_mismatches, layer.node
+        else:
+            assert layer.mismatches == 0, layer.node
+        assert layer.verdict == "pass", (layer.node, layer.reason)
+    assert all(layer.predicted_mismatches is not None for layer in quantizes)
+
+
+# CLI ---------------------------------------------------------------------------------------------------
+def test_cli_json_report_of_the_stablehlo_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    require_module("jax")
+    model, data = sample("digits_cnn")
+    report_path = tmp_path / "report.json"
+    args = ["check", model, "--data", data, "--backend", "stablehlo", "--engine", "xla", "--form", "integer"]
+    assert main([*args, "--json", str(report_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps the title at the terminal's width
+    assert "stablehlo on xla, integer form, onnx semantics" in out and "noise floor" in out
+    report = json.loads(report_path.read_text())
+    assert (report["backend"], report["engine"], report["form"], report["semantics"]) == (
+        "stablehlo",
+        "xla",
+        "integer",
+        "onnx",
+    )
+    assert report["passed"] is True
+    assert report["summary"]["layers_failed"] == 0 and report["summary"]["layers_not_run"] == 0
+    for layer in report["layers"].values():
+        assert layer["evaluated_by"] == "StableHLO (integer form) on XLA:CPU"
+        assert layer["verdict"] == "pass" and layer["mismatches"] == 0
+    assert {"elements", "mismatches", "max_lsb_diff", "sqnr_db", "noise_floor"} <= set(
+        report["outputs"]["logits"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--engine", "xla"], "--engine xla: only the stablehlo backend takes these options"),
+        (["--backend", "stablehlo", "--engine", "gpu"], "unknown --engine 'gpu'"),
+        (["--backend", "stablehlo", "--form", "qdq"], "unknown --form 'qdq'"),
+        (["--backend", "stablehlo", "--semantics", "tf"], "unknown --semantics 'tf'"),
+    ],
+)
+def test_cli_bad_backend_options_exit_2(
+    options: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, data = sample("digits_cnn")
+    assert main(["check", model, "--data", data, "--quiet", *options]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_node_the_backend_cannot_lower_is_not_run_with_the_reason(tmp_path: Path) -> None:
+    """A blocked DequantizeLinear (opset 21, block_size 2) has no StableHLO quantized type: the node is
+    "not run" with the converter's reason, never passed, and the check does not pass on nothing."""
+    require_module("jax")
+    node = helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], name="blocked", axis=1, block_size=2)
+    graph = helper.make_graph(
+        [node],
+        "blocked",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [
+            numpy_helper.from_array(np.array([[0.5, 0.25], [1.0, 2.0]], np.float32), "s"),
+            numpy_helper.from_array(np.array([[1, 2], [3, 4]], np.uint8), "z"),
+        ],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    proto.ir_version = 10
+    onnx.save(proto, str(tmp_path / "blocked.onnx"))
+    report = check(tmp_path / "blocked.onnx", backend="stablehlo")
+    layer = report.layers["blocked"]
+    assert layer.verdict == "not run" and layer.reason is not None
+    assert "cannot lower" in layer.reason
+    assert report.outputs["y"].ours is None and report.outputs["y"].reason is not None
+    assert not report.passed

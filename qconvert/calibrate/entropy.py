@@ -23,6 +23,7 @@ candidates `i = h .. z`:
 from __future__ import annotations
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 _SMOOTHING_EPSILON = 1e-4
 # Candidates per vectorised block: 128 rows x 2048 bins of float32 keeps temporaries near 1 MiB each.
@@ -62,21 +63,32 @@ def kl_divergences(counts: np.ndarray, num_quantized_bins: int) -> np.ndarray:
             f"the entropy search needs 1 <= num_quantized_bins <= num_bins ({num_bins}), "
             f"got {num_quantized_bins}"
         )
-    prefix = np.zeros(num_bins + 1, dtype=np.int64)
-    np.cumsum(histogram, out=prefix[1:])
+    tables = _Tables(histogram)
     half_windows = np.arange(half_quantized, zero_bin + 1)
     divergences = np.empty(half_windows.size, dtype=np.float64)
     for first in range(0, half_windows.size, _CANDIDATE_BLOCK):
         block = half_windows[first : first + _CANDIDATE_BLOCK]
-        divergences[first : first + block.size] = _block_divergences(
-            histogram, prefix, block, num_quantized_bins
-        )
+        divergences[first : first + block.size] = _block_divergences(tables, block, num_quantized_bins)
     return divergences
 
 
-def _block_divergences(
-    histogram: np.ndarray, prefix: np.ndarray, half_windows: np.ndarray, num_quantized_bins: int
-) -> np.ndarray:
+class _Tables:
+    """Per-histogram lookups shared by every block: prefix sums, non-zero prefix, a padded float32 copy."""
+
+    def __init__(self, histogram: np.ndarray) -> None:
+        self.histogram = histogram
+        self.prefix = np.zeros(histogram.size + 1, dtype=np.int64)
+        np.cumsum(histogram, out=self.prefix[1:])
+        self.nonzero_prefix = np.zeros(histogram.size + 1, dtype=np.int64)
+        np.cumsum(histogram != 0, out=self.nonzero_prefix[1:])
+        # float32 counts (what onnxruntime's astype(float32) makes of them), zero-padded so that a window
+        # starting anywhere can read `num_bins` values.
+        self.padded = np.zeros(2 * histogram.size, dtype=np.float32)
+        self.padded[: histogram.size] = histogram
+
+
+def _block_divergences(tables: _Tables, half_windows: np.ndarray, num_quantized_bins: int) -> np.ndarray:
+    histogram, prefix = tables.histogram, tables.prefix
     num_bins = histogram.size
     zero_bin = num_bins // 2
     rows = np.arange(half_windows.size)
@@ -84,69 +96,68 @@ def _block_divergences(
     ends = np.minimum(zero_bin + half_windows + 1, num_bins)
     lengths = ends - starts
     width = int(lengths.max())
-    positions = np.arange(width)
-    valid = positions[None, :] < lengths[:, None]
+    past_end = np.arange(width)[None, :] >= lengths[:, None]
 
-    # p: the window (zero-padded past its length) with the outside counts folded into its end bins.
-    p = np.where(valid, histogram[np.minimum(starts[:, None] + positions[None, :], num_bins - 1)], 0)
-    p[:, 0] += prefix[starts]
-    p[rows, lengths - 1] += prefix[-1] - prefix[ends]
+    # p: the window (zero past its length) with the outside counts folded into its end bins, in int64 and
+    # then float32 as onnxruntime converts it.
+    p = sliding_window_view(tables.padded, width)[starts]
+    p[past_end] = 0
+    left = prefix[starts]
+    right = prefix[-1] - prefix[ends]
+    first_bin = histogram[starts] + left
+    last_bin = np.where(lengths == 1, first_bin, histogram[ends - 1]) + right
+    p[:, 0] = first_bin
+    p[rows, lengths - 1] = last_bin
 
-    # Quantized bins from the window without outliers, each spread over its merged bins.
+    # Quantized bins from the window without outliers; non-zero counts of p per merged bin (the
+    # histogram's, corrected where the outliers changed p's end bins).
     merged = lengths // num_quantized_bins
-    boundaries = np.arange(num_quantized_bins + 1)[None, :] * merged[:, None]
-    sums = prefix[starts[:, None] + boundaries[:, 1:]] - prefix[starts[:, None] + boundaries[:, :-1]]
-    sums[:, -1] += prefix[ends] - prefix[starts + boundaries[:, -1]]
-    # Non-zero counts of p per merged bin: the histogram's, corrected where outliers changed p's end bins.
-    nonzero_prefix = np.zeros(num_bins + 1, dtype=np.int64)
-    np.cumsum(histogram != 0, out=nonzero_prefix[1:])
-    norms = (
-        nonzero_prefix[starts[:, None] + boundaries[:, 1:]]
-        - nonzero_prefix[starts[:, None] + boundaries[:, :-1]]
-    )
-    norms[:, 0] += (p[:, 0] != 0).astype(np.int64) - (histogram[starts] != 0)
+    boundaries = starts[:, None] + np.arange(num_quantized_bins + 1)[None, :] * merged[:, None]
+    sums = prefix[boundaries[:, 1:]] - prefix[boundaries[:, :-1]]
+    sums[:, -1] += prefix[ends] - prefix[boundaries[:, -1]]
+    norms = tables.nonzero_prefix[boundaries[:, 1:]] - tables.nonzero_prefix[boundaries[:, :-1]]
+    norms[:, 0] += (first_bin != 0).astype(np.int64) - (histogram[starts] != 0)
     last = lengths - 1
-    last_chunk = last // merged
-    fix = (last > 0) & (last < boundaries[:, -1])
+    fix = (last > 0) & (last < boundaries[:, -1] - starts)
     np.add.at(
         norms,
-        (rows[fix], last_chunk[fix]),
-        (p[rows[fix], last[fix]] != 0).astype(np.int64) - (histogram[ends[fix] - 1] != 0),
+        (rows[fix], last[fix] // merged[fix]),
+        (last_bin[fix] != 0).astype(np.int64) - (histogram[ends[fix] - 1] != 0),
     )
     # onnxruntime assigns `sum / norm` (float64) into an int64 array: truncation toward zero.
     spread = np.where(norms != 0, np.trunc(sums / np.maximum(norms, 1)), 0.0).astype(np.int64)
-    quantized_index = np.minimum(positions[None, :] // merged[:, None], num_quantized_bins - 1)
-    in_merged = positions[None, :] < boundaries[:, -1:]
-    q = np.where(in_merged, np.take_along_axis(spread, quantized_index, axis=1), 0)
+    spread32 = spread.astype(np.float32)
+    q = np.zeros_like(p)
+    for size in np.unique(merged):
+        same = merged == size
+        q[same, : num_quantized_bins * size] = np.repeat(spread32[same], size, axis=1)
 
-    p_smooth, p_ok = _smooth(p, valid, lengths)
-    q_smooth, q_ok = _smooth(q, valid, lengths)
+    p_smooth, p_ok = _smooth(p, lengths)
+    q_smooth, q_ok = _smooth(q, lengths)
+    p_smooth /= _row_sums(p_smooth, lengths)[:, None]
+    q_smooth /= _row_sums(q_smooth, lengths)[:, None]
+    terms = p_smooth / q_smooth
+    np.log(terms, out=terms)
+    terms *= p_smooth
     divergences = np.full(half_windows.size, np.inf)
-    p_total = _row_sums(p_smooth, lengths)
-    q_total = _row_sums(q_smooth, lengths)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p_normal = p_smooth / p_total[:, None]
-        q_normal = q_smooth / q_total[:, None]
-        terms = p_normal * np.log(p_normal / q_normal)
-    kl = _row_sums(terms, lengths)
     ok = p_ok & q_ok
-    divergences[ok] = kl[ok]
+    divergences[ok] = _row_sums(terms, lengths)[ok]
     return divergences
 
 
-def _smooth(counts: np.ndarray, valid: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _smooth(counts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """onnxruntime's `smooth_distribution` per row (float32), and whether each row had a non-zero.
 
-    Zeros become float32(1e-4); non-zeros `float32(count) + float32(-1e-4 · zeros / non-zeros)`, the
-    per-row correction computed in float64 as Python does. Padding past a row's length is left 0.
+    Zeros become float32(1e-4); non-zeros `count + float32(-1e-4 · zeros / non-zeros)`, the per-row
+    correction computed in float64 as Python does. `counts` is float32 and zero past each row's length;
+    those positions do not count and end up 1e-4 (row sums never read them).
     """
-    is_zero = (counts == 0) & valid
-    zeros = is_zero.sum(axis=1)
+    is_zero = counts == 0
+    zeros = is_zero.sum(axis=1) - (counts.shape[1] - lengths)
     nonzeros = lengths - zeros
     correction = (_SMOOTHING_EPSILON * zeros.astype(np.float64)) / np.maximum(nonzeros, 1).astype(np.float64)
-    smoothed = counts.astype(np.float32) + (-correction).astype(np.float32)[:, None]
-    smoothed = np.where(is_zero, np.float32(_SMOOTHING_EPSILON), smoothed)
-    smoothed[~valid] = 0
+    smoothed = counts + (-correction).astype(np.float32)[:, None]
+    np.copyto(smoothed, np.float32(_SMOOTHING_EPSILON), where=is_zero)
     return smoothed, nonzeros > 0
 
 

@@ -26,7 +26,8 @@ Methods (CLI names, `METHODS`), each reproducing onnxruntime's rule (reference �
 - mse: the range minimising the expected squared quantization error for the target storage (`mse.py`).
 - distribution: onnxruntime's Distribution (float8 e4m3fn): avg/std of the bin centres of a value
   histogram over [-t, t] (2048 bins, at least 512); scenario "p3" takes signed cube roots first. The range
-  is the histogram's [-t, t], as onnxruntime reports it; finalize uses `std`.
+  is the histogram's [-t, t], as onnxruntime reports it; finalize uses `std`. A tensor with no spread
+  (constant, or one occupied bin) gets std = max|x| instead of onnxruntime's 0 / NaN / rounding noise.
 """
 
 from __future__ import annotations
@@ -329,17 +330,31 @@ class DistributionMethod(_HistogramMethod):
         result = super(DistributionMethod, self).compute_range(first, second)
         if result is None or result.std is not None:
             return result
-        # A constant tensor: no spread. std 0 lets finalize apply its degenerate-scale rule.
-        value = (
-            result.max if self.scenario == "same" else math.copysign(abs(result.max) ** (1 / 3), result.max)
-        )
-        return ObservedRange(result.min, result.max, std=0.0, avg=_float32(value))
+        # A constant tensor (no histogram): no spread to measure, see `_spread_fallback`.
+        value = result.max
+        if self.scenario == "p3":
+            value = math.copysign(abs(value) ** (1 / 3), value)
+        return ObservedRange(result.min, result.max, std=_spread_fallback(first), avg=_float32(value))
 
     def _from_histogram(self, first: MinMaxObserver, second: HistogramObserver) -> ObservedRange:
         avg, std = histogram_avg_std(second.counts, second.edges.astype(np.float32), self.scenario)
-        return ObservedRange(
-            _float32(second.low), _float32(second.high), std=_float32(std), avg=_float32(avg)
-        )
+        # One occupied bin has no measurable spread: onnxruntime's E[c²] - E[c]² then returns rounding
+        # noise (or NaN), which would make the float8 scale arbitrary.
+        if np.count_nonzero(second.counts) < 2 or not std > 0:
+            std = _spread_fallback(first)
+        low, high = _float32(second.low), _float32(second.high)
+        return ObservedRange(low, high, std=_float32(std), avg=_float32(avg))
+
+
+def _spread_fallback(first: MinMaxObserver) -> float:
+    """The std used when the data shows no spread: max|x| (1.0 for all zeros).
+
+    float8 scales are `std / std(e4m3fn)`, so a zero std would be a zero scale (onnxruntime produces
+    one, or NaN, for such a tensor). max|x| puts the values at about ±std(e4m3fn) ≈ ±100 on the float8
+    grid, well inside its range.
+    """
+    bound = first.absolute_maximum
+    return _float32(bound) if bound else 1.0
 
 
 METHODS: dict[str, type[Method]] = {

@@ -326,12 +326,34 @@ def test_constant_and_non_finite_tensors() -> None:
         assert method.second_pass_observer(first) is None  # type: ignore[arg-type]
         result = method.compute_range(first, None)
         assert result is not None and (result.min, result.max) == (1.5, 1.5)
+        if name == "distribution":
+            assert result.std == 1.5  # no spread: max|x|, so the float8 scale is not zero
 
         empty = method.first_pass_observer()
         empty.observe(np.array([np.nan, np.inf], np.float32))
         assert method.compute_range(empty, None) is None
         with pytest.raises(InputError, match="tensor 'bad': no finite value observed \\(1 NaN, 1 Inf of 2"):
             method.range("bad", [empty], [empty])
+
+
+def test_distribution_std_stays_positive_when_every_value_shares_a_bin() -> None:
+    values = np.array([-1000.0, 3.0, 3.0001, 3.0002], np.float32)  # 3.0.. share one bin of ±1000 / 2048
+    method = make_method("distribution")
+    tail = values[1:]
+    first = method.first_pass_observer()
+    first.observe(tail)
+    second = method.second_pass_observer(first)
+    assert second is not None
+    second.observe(tail)
+    assert np.count_nonzero(second.counts) == 1
+    result = method.compute_range(first, second)
+    assert result is not None and result.std == np.float32(3.0002)
+    first.observe(values[:1])
+    wide = method.second_pass_observer(first)
+    assert wide is not None
+    wide.observe(values)
+    spread = method.compute_range(first, wide)
+    assert spread is not None and spread.std == pytest.approx(np.std(values), rel=1e-3)
 
 
 def test_list_adapters_build_a_tensor_range() -> None:

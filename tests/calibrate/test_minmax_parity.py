@@ -15,8 +15,11 @@ Known, deliberate differences (none is exercised by these models' default settin
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from pathlib import Path
 
+import onnx
 import pytest
 from calibrate.parity_support import (
     MODELS,
@@ -25,6 +28,7 @@ from calibrate.parity_support import (
     finalized_qdq,
     minmax_ranges,
     onnxruntime_qdq,
+    written_qdq,
 )
 from conftest import require_module
 
@@ -141,31 +145,83 @@ VARIANTS: dict[str, tuple[dict, Scheme, tuple[str, ...]]] = {
 CASES = [(model, variant) for variant, (_, _, models) in VARIANTS.items() for model in models]
 
 
-def quantize_both(model_name: str, variant: str, tmp_path: Path) -> tuple[dict[str, QdqParams], object]:
-    """onnxruntime's Q/DQ parameters, and our finalized module, for one model and variant."""
+@pytest.fixture(scope="module")
+def onnxruntime_models(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], tuple[dict, Path]]:
+    """(model, variant) -> onnxruntime's Q/DQ parameters and its QDQ model file, each made once."""
     quantization = require_module("onnxruntime.quantization")
-    path = MODELS / f"{model_name}.onnx"
-    data = batches(model_name)
-    settings, scheme, _ = VARIANTS[variant]
-    settings = dict(settings)
-    for key in ("activation_type", "weight_type"):
-        if key in settings:
-            settings[key] = getattr(quantization.QuantType, settings[key])
-    expected = onnxruntime_qdq(path, data, tmp_path, **settings)
-    module = import_onnx(path)
-    assert attach_ranges(module, minmax_ranges(path, data)) == []
-    finalize(module, scheme)
-    return expected, module
+    made: dict[tuple[str, str], tuple[dict[str, QdqParams], Path]] = {}
+
+    def get(model_name: str, variant: str) -> tuple[dict[str, QdqParams], Path]:
+        if (model_name, variant) not in made:
+            settings = dict(VARIANTS[variant][0])
+            for key in ("activation_type", "weight_type"):
+                if key in settings:
+                    settings[key] = getattr(quantization.QuantType, settings[key])
+            folder = tmp_path_factory.mktemp(f"{model_name}-{variant}")
+            expected = onnxruntime_qdq(MODELS / f"{model_name}.onnx", batches(model_name), folder, **settings)
+            made[model_name, variant] = (expected, folder / "ort.qdq.onnx")
+        return made[model_name, variant]
+
+    return get
 
 
 @pytest.mark.parametrize(("model_name", "variant"), CASES)
-def test_minmax_matches_quantize_static(model_name: str, variant: str, tmp_path: Path) -> None:
-    expected, module = quantize_both(model_name, variant, tmp_path)
+def test_minmax_matches_quantize_static(model_name: str, variant: str, onnxruntime_models: Callable) -> None:
+    expected, _ = onnxruntime_models(model_name, variant)
+    path = MODELS / f"{model_name}.onnx"
+    module = import_onnx(path)
+    assert attach_ranges(module, minmax_ranges(path, batches(model_name))) == []
+    finalize(module, VARIANTS[variant][1])
     ours = finalized_qdq(module)
     assert sorted(ours) == sorted(expected)
     mismatched = {name: (ours[name], expected[name]) for name in expected if ours[name] != expected[name]}
     assert not mismatched
     assert len(expected) > 10  # the comparison covered real work
+
+
+# End to end through the public API and the ONNX writer (a subset: each case runs two quantizers).
+WRITTEN_CASES = [
+    ("digits_cnn", "per_channel"),
+    ("digits_cnn", "uint8"),
+    ("tiny_encoder", "per_channel"),
+    ("tiny_encoder", "int16"),
+    ("tiny_encoder", "blocked_int4_per_channel"),
+]
+# A 32-block on the head weight's 2-wide axis 1 is one block: the IR holds it as blocks of 2 and the
+# writer writes that as per-axis on axis 0 (same 64 scales and zero points, same outputs).
+ONE_BLOCK_AS_PER_AXIS = {("tiny_encoder", "blocked_int4_per_channel"): {"onnx::MatMul_268_DequantizeLinear"}}
+
+
+@pytest.mark.parametrize(("model_name", "variant"), WRITTEN_CASES)
+def test_written_model_matches_quantize_static(
+    model_name: str, variant: str, tmp_path: Path, onnxruntime_models: Callable
+) -> None:
+    """`qconvert.calibrate(..., method="minmax")` writes onnxruntime's QDQ model: same Q/DQ parameters,
+    and onnxruntime computes bit-identical outputs from both on the calibration batches."""
+    ort = require_module("onnxruntime")
+    from qconvert.calibrate.api import calibrate
+
+    path = MODELS / f"{model_name}.onnx"
+    data = batches(model_name)
+    expected, expected_path = onnxruntime_models(model_name, variant)
+    scheme = copy.deepcopy(VARIANTS[variant][1])  # calibrate() adds the sentinel guard's keep_float
+    ours_path = tmp_path / "ours.qdq.onnx"
+    calibrate(path, data, method="minmax", scheme=scheme, out=ours_path, sentinel="off")
+    ours = written_qdq(onnx.load(ours_path))
+
+    assert sorted(ours) == sorted(expected)
+    per_axis = ONE_BLOCK_AS_PER_AXIS.get((model_name, variant), set())
+    for name, params in expected.items():
+        if name in per_axis:
+            assert (ours[name].scale, ours[name].zero_point) == (params.scale, params.zero_point)
+            assert (ours[name].axis, params.axis) == (0, 1)
+        else:
+            assert ours[name] == params, name
+    theirs = ort.InferenceSession(str(expected_path), providers=["CPUExecutionProvider"])
+    mine = ort.InferenceSession(str(ours_path), providers=["CPUExecutionProvider"])
+    for batch in data:
+        for left, right in zip(theirs.run(None, batch), mine.run(None, batch), strict=True):
+            assert left.tobytes() == right.tobytes()
 
 
 def test_float_min_sentinel_tensor_can_be_kept_in_float(tmp_path: Path) -> None:

@@ -231,6 +231,11 @@ def _method(method: str | Method, scheme: Scheme, options: Mapping[str, object])
     if isinstance(method, Method):
         return method
     settings = dict(options)
+    if method == "mse" and scheme.activation_type == "float8e4m3fn":
+        raise InputError(
+            "--method mse searches integer storage ranges; float8e4m3fn activations take their scale "
+            "from --method distribution"
+        )
     if method == "mse":  # the error to minimise is the one of the storage the scheme quantizes to
         settings.setdefault("quant_type", scheme.activation_type)
         settings.setdefault("symmetric", scheme.activation_symmetric)

@@ -152,6 +152,9 @@ def test_bad_input_exits_2_with_a_message_and_writes_nothing(
     assert list(out_folder.iterdir()) == []  # no model, no ranges, no temporary file
 
 
+FLOAT8 = ["--activation-type", "float8e4m3fn", "--weight-type", "float8e4m3fn"]
+
+
 def test_bad_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     data = save_npz(tmp_path / "data.npz", digit_batches(1))
     cases = {
@@ -160,6 +163,13 @@ def test_bad_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> No
         "--engine spark": ["--engine", "spark"],
         "activation_type 'int7'": ["--activation-type", "int7"],
         "calibrate needs --data": [],
+        "--method mse searches integer storage ranges": ["--method", "mse", *FLOAT8],
+        "method 'percentile' has no option num_quantized_bins": [
+            "--method",
+            "percentile",
+            "--num-quantized-bins",
+            "8",
+        ],
     }
     for message, flags in cases.items():
         arguments = ["calibrate", str(DIGITS), "--quiet", "-o", str(tmp_path / "x.onnx"), *flags]

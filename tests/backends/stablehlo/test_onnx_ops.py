@@ -464,8 +464,11 @@ def test_dynamic_dims_are_reported_with_the_fix() -> None:
     assert "tensor<3x4xf32>" in text
 
 
-@pytest.mark.parametrize("name", ["digits_cnn", "tiny_encoder"])
-def test_sample_float_models_end_to_end(name: str) -> None:
+# The interpreter takes ~10 s on the encoder, so it runs the CNN only.
+@pytest.mark.parametrize(
+    ("name", "engine"), [("digits_cnn", "xla"), ("digits_cnn", "interpreter"), ("tiny_encoder", "xla")]
+)
+def test_sample_float_models_end_to_end(name: str, engine: str) -> None:
     require_module("jax")
     import onnxruntime as ort
 
@@ -480,10 +483,10 @@ def test_sample_float_models_end_to_end(name: str) -> None:
     expected = session.run(None, feeds)
     text = stablehlo_text(import_onnx(path), form="qdq", inline_weights=True)
     assert "onnx." not in text.replace("onnx.name", "")
-    actual = run.run_xla(text, list(feeds.values()))
+    actual = run.run(text, list(feeds.values()), engine=engine)
     assert len(actual) == len(expected)
     for output, a, e in zip(session.get_outputs(), actual, expected):
-        assert_matches(f"{name}: {output.name}", "accumulation", a, e)
+        assert_matches(f"{name} on {engine}: {output.name}", "accumulation", a, e)
 
 
 @pytest.mark.parametrize("name", ["digits_cnn.qdq", "tiny_encoder.qdq"])

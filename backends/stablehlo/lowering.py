@@ -153,6 +153,15 @@ def storage_element_type(quant_type: QuantizedType) -> Type:
     return storage
 
 
+def has_stablehlo_type(quant_type: QuantizedType) -> bool:
+    """StableHLO's quantized element types: per-tensor or per-axis, integer storage. Sub-channel (blocked)
+    and float8 / float4 storage exist only as their storage values, quantized by written-out arithmetic."""
+    from qconvert.ir.quant_types import UniformQuantizedPerAxisType, UniformQuantizedType
+
+    is_uniform = isinstance(quant_type, UniformQuantizedType | UniformQuantizedPerAxisType)
+    return is_uniform and isinstance(quant_type.storage_type, IntegerType)
+
+
 def python_value(attribute: Attribute) -> object:
     """An ONNX attribute as the frontend stored it -> a plain Python / numpy value."""
     if isinstance(attribute, IntegerAttr | FloatAttr | StringAttr | BoolAttr):
@@ -184,7 +193,9 @@ class LoweringContext:
     def convert_type(self, type_: Type) -> Type:
         """A source type as StableHLO holds it in this form: quant elements become storage in `integer`."""
         element = element_type_of(type_)
-        if isinstance(element, QuantizedType) and self.form is Form.INTEGER:
+        if isinstance(element, QuantizedType) and (
+            self.form is Form.INTEGER or not has_stablehlo_type(element)
+        ):
             return with_element_type(type_, storage_element_type(element))
         return type_
 

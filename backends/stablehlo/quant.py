@@ -23,24 +23,31 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from qconvert.ir.attributes import BoolAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.quant_types import (
+    UNIFORM_TYPES,
     QuantizedType,
     UniformQuantizedPerAxisType,
     UniformQuantizedType,
     uniform_params,
 )
 from qconvert.ir.types import F32, F64, FloatType, IntegerType, RankedTensorType, Type, element_type_of
-from qconvert.numerics import Rounding, UniformParams, quantize
+from qconvert.numerics import Rounding, UniformParams, broadcast_params, quantize
 
 from . import ops as hlo
-from .lowering import Form, LoweringContext, Semantics, lowers, storage_element_type
+from .lowering import Form, LoweringContext, Semantics, has_stablehlo_type, lowers, storage_element_type
+
+FLOAT_STORAGE = ("f8E4M3FN", "f8E5M2")
+"""Float storage StableHLO and XLA:CPU hold (the FNUZ types stay generic ONNX ops in the frontend; f4E2M1FN
+has no onnxruntime kernel to check against)."""
 
 NOTE_ONNX_ROUNDING = (
     "ONNX QuantizeLinear written out: clamp(round_nearest_even(x / s) + zp); uniform_quantize adds the "
     "zero point before rounding"
 )
 NOTE_EXPRESSED = "written out: stablehlo-legalize-quant-to-math accepts f32 expressed types only"
+NOTE_NO_TYPE = "written out: StableHLO has no quantized type for sub-channel (blocked) or float storage"
 NOTE_UNSIGNED = (
     "written out: stablehlo-legalize-quant-to-math reads u8 storage as signed (measured, jaxlib 0.10.2)"
 )
@@ -51,15 +58,14 @@ NOTE_AXIS = (
 
 
 # Parameters ----------------------------------------------------------------------------------------
-def uniform_type(ctx: LoweringContext, type_: Type) -> UniformQuantizedType | UniformQuantizedPerAxisType:
-    """The per-tensor or per-axis `!quant.uniform` element type of `type_`, or `ctx.unsupported`."""
+def uniform_type(ctx: LoweringContext, type_: Type) -> QuantizedType:
+    """The `!quant.uniform` element type of `type_` (per-tensor, per-axis or sub-channel), or
+    `ctx.unsupported`; the container must be a static tensor."""
     element = element_type_of(type_)
-    if not isinstance(element, UniformQuantizedType | UniformQuantizedPerAxisType):
-        ctx.unsupported(
-            f"StableHLO cannot express the quantized type {element} (per-tensor and per-axis only)"
-        )
-    if not isinstance(element.storage_type, IntegerType):
-        ctx.unsupported(f"StableHLO quantized storage must be an integer, got {element.storage_type}")
+    if not isinstance(element, UNIFORM_TYPES):
+        ctx.unsupported(f"no StableHLO lowering for the quantized type {element}")
+    if isinstance(element.storage_type, FloatType) and element.storage_type.name not in FLOAT_STORAGE:
+        ctx.unsupported(f"StableHLO has no {element.storage_type} element type to store {element}")
     if not isinstance(type_, RankedTensorType) or not type_.has_static_shape():
         ctx.unsupported(f"StableHLO needs a static shape, got {type_}")
     return element
@@ -68,6 +74,8 @@ def uniform_type(ctx: LoweringContext, type_: Type) -> UniformQuantizedType | Un
 def engine_limitation(quant_type: QuantizedType, type_: Type) -> str | None:
     """Why the engines cannot run uniform_quantize / uniform_dequantize of this type as the spec says,
     or None: then the quantization is written out as arithmetic whatever the form."""
+    if not has_stablehlo_type(quant_type):
+        return NOTE_NO_TYPE
     if quant_type.expressed_type != F32:
         return NOTE_EXPRESSED
     if not quant_type.is_signed:
@@ -94,15 +102,28 @@ def predicted_mismatches(quant_type: QuantizedType, x: np.ndarray) -> int:
 
 
 def _parameter(
-    ctx: LoweringContext, values: np.ndarray, element_type: Type, shape: Sequence[int], axis: int | None
+    ctx: LoweringContext, params: UniformParams, values: np.ndarray, element_type: Type, shape: Sequence[int]
 ) -> Value:
-    """A per-tensor (scalar) or per-axis (1-D) parameter broadcast to `shape` along `axis`."""
+    """Parameter `values` (from `_scales` / `_zero_points`, or derived from them) as a tensor of `shape`:
+    broadcast_in_dim of the per-tensor scalar or per-axis 1-D constant; sub-channel values are already
+    expanded to `shape` (StableHLO cannot repeat blocks, and a ragged last block is allowed)."""
+    if params.is_sub_channel:
+        return ctx.constant(values, element_type)
     constant = ctx.constant(values, element_type)
+    axis = params.quantized_dimension
     return hlo.broadcast_in_dim(ctx.builder, constant, shape, [] if axis is None else [axis])
 
 
-def _axis(params: UniformParams) -> int | None:
-    return params.quantized_dimension
+def _scales(params: UniformParams, shape: Sequence[int]) -> np.ndarray:
+    """The scales as the expressed type holds them (numerics `_scale_in`), in float64; sub-channel ones
+    expanded to `shape` by numerics' rule."""
+    scale = broadcast_params(params, tuple(shape))[0] if params.is_sub_channel else params.scale
+    return scale.astype(params.expressed_dtype).astype(np.float64)
+
+
+def _zero_points(params: UniformParams, shape: Sequence[int]) -> np.ndarray:
+    """The zero points (int64); sub-channel ones expanded to `shape`."""
+    return broadcast_params(params, tuple(shape))[1] if params.is_sub_channel else params.zero_point
 
 
 def _compute_type(quant_type: QuantizedType) -> FloatType:
@@ -111,33 +132,37 @@ def _compute_type(quant_type: QuantizedType) -> FloatType:
 
 
 def _scale(ctx: LoweringContext, params: UniformParams, compute: FloatType, shape: Sequence[int]) -> Value:
-    # The scale as the expressed type holds it, then widened exactly (numerics `_scale_in`).
-    scale = params.scale.astype(params.expressed_dtype).astype(np.float64)
-    return _parameter(ctx, scale, compute, shape, _axis(params))
+    return _parameter(ctx, params, _scales(params, shape), compute, shape)
 
 
 # Arithmetic -------------------------------------------------------------------------------------------
 def quantize_arithmetic(
-    ctx: LoweringContext, x: Value, quant_type: QuantizedType, semantics: Semantics
+    ctx: LoweringContext, x: Value, quant_type: QuantizedType, semantics: Semantics, *, saturate: bool = True
 ) -> Value:
-    """`x` (float) -> storage integers, as ONNX (`clamp(rne(x / s) + zp)`, NaN -> qmin) or as
-    uniform_quantize (`rne(clamp(x / s + zp))`) computes it, in plain StableHLO ops."""
+    """`x` (float) -> storage values, as ONNX (`clamp(rne(x / s) + zp)`, NaN -> qmin) or as
+    uniform_quantize (`rne(clamp(x / s + zp))`) computes it, in plain StableHLO ops. Float8 storage:
+    `convert(x / s)` (round to nearest even), clamped to the finite range first when `saturate`."""
     b = ctx.builder
     params = uniform_params(quant_type)
     shape = hlo.tensor_type(x).shape
-    axis = _axis(params)
     storage = storage_element_type(quant_type)
     compute = _compute_type(quant_type)
-    zero_point = params.zero_point
-    has_zero_point = bool(np.any(zero_point != 0))
     quotient = hlo.divide(b, ctx.convert(x, compute), _scale(ctx, params, compute, shape))
     low, high = params.storage_type_min, params.storage_type_max
+    if isinstance(storage, FloatType):
+        if saturate:  # stablehlo.clamp propagates NaN, as numpy's clip does in numerics
+            quotient = hlo.clamp(b, ctx.scalar(low, compute), quotient, ctx.scalar(high, compute))
+        return hlo.convert(b, quotient, storage)
+    zero_point = _zero_points(params, shape)
+    has_zero_point = bool(np.any(zero_point != 0))
+
+    def parameter(values: np.ndarray, element_type: Type) -> Value:
+        return _parameter(ctx, params, values, element_type, shape)
+
     if semantics is Semantics.STABLEHLO:
         shifted = quotient
         if has_zero_point:
-            shifted = hlo.add(
-                b, quotient, _parameter(ctx, zero_point.astype(np.float64), compute, shape, axis)
-            )
+            shifted = hlo.add(b, quotient, parameter(zero_point.astype(np.float64), compute))
         clamped = hlo.clamp(b, ctx.scalar(low, compute), shifted, ctx.scalar(high, compute))
         return hlo.convert(b, hlo.round_nearest_even(b, clamped), storage)
     rounded = hlo.round_nearest_even(b, quotient)
@@ -145,7 +170,7 @@ def quantize_arithmetic(
         # Sum and clamp in f64, exact for 32-bit storage (numerics adds zp in float64 too).
         wide = ctx.convert(rounded, F64)
         if has_zero_point:
-            wide = hlo.add(b, wide, _parameter(ctx, zero_point.astype(np.float64), F64, shape, axis))
+            wide = hlo.add(b, wide, parameter(zero_point.astype(np.float64), F64))
         is_nan = hlo.compare(b, "NE", wide, wide)
         wide = hlo.select(b, is_nan, ctx.splat(low, F64, shape), wide)
         clamped = hlo.clamp(b, ctx.scalar(low, F64), wide, ctx.scalar(high, F64))
@@ -153,47 +178,56 @@ def quantize_arithmetic(
     # 8/16-bit storage: clamp the rounded quotient to [qmin - zp, qmax - zp] (exact f32 integers), add
     # zp in i32. NaN takes qmin - zp, so it stores qmin, as onnxruntime does.
     is_nan = hlo.compare(b, "NE", rounded, rounded)
-    if axis is None:
+    if params.is_per_tensor:
         low_shifted = ctx.scalar(low - int(zero_point), compute)
         high_shifted = ctx.scalar(high - int(zero_point), compute)
         nan_value = hlo.broadcast_in_dim(b, low_shifted, shape, [])
     else:
-        low_shifted = _parameter(ctx, (low - zero_point).astype(np.float64), compute, shape, axis)
-        high_shifted = _parameter(ctx, (high - zero_point).astype(np.float64), compute, shape, axis)
+        low_shifted = parameter((low - zero_point).astype(np.float64), compute)
+        high_shifted = parameter((high - zero_point).astype(np.float64), compute)
         nan_value = low_shifted
     cleaned = hlo.select(b, is_nan, nan_value, rounded)
     clamped = hlo.clamp(b, low_shifted, cleaned, high_shifted)
     integers = hlo.convert(b, clamped, IntegerType(32))
     if has_zero_point:
-        integers = hlo.add(b, integers, _parameter(ctx, zero_point, IntegerType(32), shape, axis))
+        integers = hlo.add(b, integers, parameter(zero_point, IntegerType(32)))
     return hlo.convert(b, integers, storage)
 
 
 def dequantize_arithmetic(
     ctx: LoweringContext, q: Value, quant_type: QuantizedType, result_type: Type
 ) -> Value:
-    """Storage integers -> float: `compute(i32(q) - zp) * s`, then the expressed type (onnxruntime's
-    DequantizeLinear and quant-to-math's uniform_dequantize alike)."""
+    """Storage values -> float: `compute(i32(q) - zp) * s`, then the expressed type (onnxruntime's
+    DequantizeLinear and quant-to-math's uniform_dequantize alike); float8 storage `compute(q) * s`."""
     b = ctx.builder
     params = uniform_params(quant_type)
     shape = hlo.tensor_type(q).shape
     compute = _compute_type(quant_type)
-    integers = ctx.convert(q, IntegerType(32))
-    if np.any(params.zero_point != 0):
-        zero_point = _parameter(ctx, params.zero_point, IntegerType(32), shape, _axis(params))
-        integers = hlo.subtract(b, integers, zero_point)
-    product = hlo.multiply(b, ctx.convert(integers, compute), _scale(ctx, params, compute, shape))
+    if isinstance(quant_type.storage_type, FloatType):
+        values = ctx.convert(q, compute)
+    else:
+        integers = ctx.convert(q, IntegerType(32))
+        zero_point = _zero_points(params, shape)
+        if np.any(zero_point != 0):
+            integers = hlo.subtract(b, integers, _parameter(ctx, params, zero_point, IntegerType(32), shape))
+        values = ctx.convert(integers, compute)
+    product = hlo.multiply(b, values, _scale(ctx, params, compute, shape))
     return ctx.convert(product, element_type_of(result_type))
 
 
 # Lowerings ---------------------------------------------------------------------------------------------
+def _saturate(op: Operation) -> bool:
+    attribute = op.attributes.get("saturate")
+    return attribute.value if isinstance(attribute, BoolAttr) else True
+
+
 @lowers("quant.qcast")
 def lower_qcast(ctx: LoweringContext, op: Operation) -> list[Value]:
     (x,) = ctx.operands(op)
     result_type = op.result.type
     quant_type = uniform_type(ctx, result_type)
-    if ctx.form is Form.INTEGER:
-        return [quantize_arithmetic(ctx, x, quant_type, ctx.semantics)]
+    if ctx.form is Form.INTEGER or not has_stablehlo_type(quant_type):
+        return [quantize_arithmetic(ctx, x, quant_type, ctx.semantics, saturate=_saturate(op))]
     note = engine_limitation(quant_type, result_type)
     if note is None and ctx.semantics is Semantics.ONNX and rounding_can_differ(quant_type):
         note = NOTE_ONNX_ROUNDING
@@ -210,7 +244,7 @@ def lower_qcast(ctx: LoweringContext, op: Operation) -> list[Value]:
 def lower_dcast(ctx: LoweringContext, op: Operation) -> list[Value]:
     (q,) = ctx.operands(op)
     quant_type = uniform_type(ctx, op.operands[0].type)
-    if ctx.form is Form.INTEGER:
+    if ctx.form is Form.INTEGER or not has_stablehlo_type(quant_type):
         return [dequantize_arithmetic(ctx, q, quant_type, op.result.type)]
     note = engine_limitation(quant_type, op.operands[0].type)
     if note is None:
@@ -240,7 +274,12 @@ def lower_scast(ctx: LoweringContext, op: Operation) -> list[Value]:
 
 @lowers("qconvert.storage_cast")
 def lower_float_storage_cast(ctx: LoweringContext, op: Operation) -> list[Value]:
-    ctx.unsupported("float storage (float8 / float4) has no StableHLO quantized type")
+    """Float8 storage <-> its quant type: the values are the storage in every form, nothing to do."""
+    (value,) = ctx.operands(op)
+    source_type, result_type = op.operands[0].type, op.result.type
+    quantized = source_type if isinstance(element_type_of(source_type), QuantizedType) else result_type
+    uniform_type(ctx, quantized)
+    return [value]
 
 
 # Fusion (`--form quantized`) -------------------------------------------------------------------------------

@@ -278,3 +278,36 @@ def test_sample_model_matches_onnxruntime(run: ModuleType, name: str, form: str,
     for ours, expected, noise, step in zip(outputs, reference, floor, steps, strict=True):
         difference = float(np.max(np.abs(ours.astype(np.float64) - expected)))
         assert difference <= max(noise, step), (difference, noise, step)
+
+
+# ONNX's own Q/DQ node tests that StableHLO has no quantized type for ----------------------------------------
+WRITTEN_OUT_CASES = [
+    "test_quantizelinear_blocked_asymmetric",  # sub-channel: expanded parameters, arithmetic in every form
+    "test_dequantizelinear_blocked",
+    "test_quantizelinear_e4m3fn",  # float8 storage: convert with saturation
+    "test_dequantizelinear_e5m2",
+    "test_quantizelinear_uint4",  # sub-byte storage: uniform types in the quantized form
+]
+
+
+@pytest.mark.parametrize("form", ["quantized", "integer"])
+@pytest.mark.parametrize("case_name", WRITTEN_OUT_CASES)
+def test_onnx_node_cases_without_a_stablehlo_type_run_bit_exact(
+    run: ModuleType, case_name: str, form: str
+) -> None:
+    """Bit-exact with the suite's expected outputs, which tests/frontend pins equal to onnxruntime's."""
+    from frontend.onnx_cases import bits_equal, constant_inputs_model, expected_outputs, quantization_cases
+
+    case = quantization_cases()[case_name]
+    model, feed = constant_inputs_model(case)
+    outputs = run.run(convert_text(model, form), list(feed.values()), "xla")
+    for ours, expected in zip(outputs, expected_outputs(case).values(), strict=True):
+        assert bits_equal(ours, expected), (ours, expected)
+
+
+def test_float4_storage_is_refused_with_the_reason() -> None:
+    from frontend.onnx_cases import constant_inputs_model, quantization_cases
+
+    model, _ = constant_inputs_model(quantization_cases()["test_quantizelinear_float4e2m1"])
+    with pytest.raises(InputError, match="StableHLO has no f4E2M1FN element type"):
+        convert_text(model, "integer")

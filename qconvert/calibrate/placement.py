@@ -21,7 +21,8 @@ through its calibrated qcast/dcast pair; a constant without a range is an initia
 Deliberate differences (each documented in tests/calibrate/test_minmax_parity.py): tensors in
 `scheme.keep_float` are never marked (downstream parameter sharing and biases then stay float, where
 onnxruntime would fail); a bias whose input or weight stays float stays float (onnxruntime raises);
-blocked weights of rank != 2 fall back to per-channel / per-tensor (onnxruntime raises).
+blocked weights of rank != 2 fall back to per-channel / per-tensor (onnxruntime raises); with float8
+activations Relu/Clip are kept (their Q/DQ does not clamp at zero; onnxruntime folds them).
 """
 
 from __future__ import annotations
@@ -331,7 +332,10 @@ class Planner:
         if not self.is_quantized(upstream):
             return
         scheme = self.scheme
-        if not scheme.activation_symmetric and not scheme.keep_removable_activations and self.fold(node):
+        # Folding relies on the Q/DQ clamping at zero (zero point = qmin); float8 has no zero point, so
+        # a folded Relu would let negatives through (onnxruntime folds it anyway; we keep the Relu).
+        foldable = not scheme.activation_symmetric and scheme.activation_type != "float8e4m3fn"
+        if foldable and not scheme.keep_removable_activations and self.fold(node):
             self.plan.removed.append((node, upstream, output))
         else:
             self.activation(upstream)

@@ -289,10 +289,12 @@ DATA_MOVEMENT_OPS = (
     "stablehlo.broadcast_in_dim",
     "stablehlo.slice",
     "stablehlo.concatenate",
+    "stablehlo.gather",
 )
-"""Ops fused into their quantized form when every operand is dequantized from, and the result quantized
-to, one and the same per-tensor type: exact in both semantics, since `quantize(dequantize(q)) == q` for
-equal parameters and these ops only move elements (the engines run them on the storage integers)."""
+"""Ops fused into their quantized form when every float operand (all but gather's indices) is dequantized
+from, and the result quantized to, one and the same per-tensor type: exact in both semantics, since
+`quantize(dequantize(q)) == q` for equal parameters and these ops only move elements (the engines run
+them on the storage integers)."""
 
 # Not fused by default, each for a reason measured or read in quant-to-math (reference §3.4):
 # - add: quant-to-math requantizes each operand to the result scale with its own rounding before adding
@@ -334,7 +336,8 @@ def fuse_quantized_ops(block_ops: list[Operation], ctx: LoweringContext) -> int:
         is_max_pool = op.name == "stablehlo.reduce_window" and _is_max_pool(op)
         if op.name not in DATA_MOVEMENT_OPS and not is_max_pool:
             continue
-        data_operands = op.operands[:1] if is_max_pool else op.operands
+        # Max pooling's init and gather's indices are not data: they are rebuilt or kept as they are.
+        data_operands = op.operands[:1] if is_max_pool or op.name == "stablehlo.gather" else op.operands
         sources = [_dequantized_source(v) for v in data_operands]
         if not sources or any(s is None for s in sources):
             continue
@@ -352,8 +355,9 @@ def fuse_quantized_ops(block_ops: list[Operation], ctx: LoweringContext) -> int:
             if is_max_pool:
                 replacement = _fuse_max_pool(ctx, builder, op, sources[0], quant_type)  # type: ignore[arg-type]
             else:
+                operands = [*sources, *op.operands[len(sources) :]]
                 new_op = builder.insert(
-                    GenericOp(op.name, list(sources), [result_type], dict(op.attributes))  # type: ignore[arg-type]
+                    GenericOp(op.name, operands, [result_type], dict(op.attributes))  # type: ignore[arg-type]
                 )
                 replacement = new_op.result
             quantized.replace_all_uses_with(replacement)

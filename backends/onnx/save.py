@@ -17,14 +17,9 @@ import onnx_ir as ir
 from qconvert.errors import InputError
 from qconvert.ir.dialects.builtin import ModuleOp
 
-from .write import build_model, check_proto
+from .write import PROTOBUF_LIMIT, build_model, check_proto, initializer_bytes
 
-PROTOBUF_LIMIT = 2**31  # a serialized ModelProto cannot reach 2 GiB
 EXTERNAL_DATA_THRESHOLD = PROTOBUF_LIMIT - 64 * 2**20  # room for the graph itself
-
-
-def initializer_bytes(model: ir.Model) -> int:
-    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
 
 
 def save_onnx(

@@ -68,6 +68,7 @@ DEFAULT_OPSET = 21
 MAX_QDQ_OPSET = 25
 DEFAULT_DOMAIN_KEY = "ai.onnx"  # how `onnx.opset_import` spells the default domain
 CONTRIB_DOMAINS = {"com.microsoft": 1}
+PROTOBUF_LIMIT = 2**31  # a serialized ModelProto cannot reach 2 GiB
 
 
 def main_function(module: ModuleOp) -> FuncOp:
@@ -477,18 +478,41 @@ def build_model(module: ModuleOp, *, opset: int | None = None) -> ir.Model:
     return model
 
 
+DETACH_BYTES = 1024
+"""Initializers at least this large are left out of the proto the version converter sees."""
+DETACHED_LOCATION = "__qconvert_detached__"
+
+
 def convert_opset(model: ir.Model, base: int, target: int) -> ir.Model:
-    """`model`'s nodes (written at opset `base`) adapted to opset `target` by onnx.version_converter."""
+    """`model`'s nodes (written at opset `base`) adapted to opset `target` by onnx.version_converter.
+
+    The converter only needs the graph: weights are swapped for external-data stubs while it runs and
+    put back by name afterwards, so a model of any size converts without its weights being copied.
+    """
     model.graph.opset_imports[""] = base
-    proto = ir.serde.serialize_model(model)
+    detached: dict[str, ir.TensorProtocol] = {}
+    for name, value in model.graph.initializers.items():
+        tensor = value.const_value
+        if tensor is not None and tensor.nbytes >= DETACH_BYTES:
+            detached[name] = tensor
+            value.const_value = ir.ExternalTensor(
+                DETACHED_LOCATION, 0, tensor.nbytes, tensor.dtype, shape=tensor.shape, name=name
+            )
     try:
-        converted = version_converter.convert_version(proto, target)
+        proto = ir.serde.serialize_model(model)
+    finally:
+        for name, tensor in detached.items():
+            model.graph.initializers[name].const_value = tensor
+    try:
+        converted = ir.serde.deserialize_model(version_converter.convert_version(proto, target))
     except Exception as error:  # the converter raises RuntimeError / ValueError / its own types
         raise InputError(
             f"cannot convert the model from opset {base} to opset {target} (needed by its Q/DQ nodes, or "
             f"asked for): onnx.version_converter failed: {error}"
         ) from None
-    return ir.serde.deserialize_model(converted)
+    for name, tensor in detached.items():
+        converted.graph.initializers[name].const_value = tensor
+    return converted
 
 
 def write_onnx(module: ModuleOp, *, opset: int | None = None, check: bool = True) -> onnx.ModelProto:
@@ -499,10 +523,20 @@ def write_onnx(module: ModuleOp, *, opset: int | None = None, check: bool = True
     turns a failure into InputError. Raises InputError naming the op for anything ONNX cannot express.
     """
     model = build_model(module, opset=opset)
+    size = initializer_bytes(model)
+    if size >= PROTOBUF_LIMIT:
+        raise InputError(
+            f"the model's weights take {size / 2**30:.2f} GiB, past protobuf's 2 GiB limit for one "
+            f"ModelProto: write it with save_onnx(module, path), which puts them in external data"
+        )
     proto = ir.serde.serialize_model(model)
     if check:
         check_proto(proto)
     return proto
+
+
+def initializer_bytes(model: ir.Model) -> int:
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
 
 
 def check_proto(proto: onnx.ModelProto | str) -> None:

@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
+from qconvert.backends.onnx import save as save_module
 from qconvert.backends.onnx import save_onnx, write_onnx
 from qconvert.errors import InputError
 from qconvert.frontends.onnx import import_onnx
@@ -314,6 +315,24 @@ module attributes {{onnx.opset_import = {{ai.onnx = 17 : i64}}}} {{
     assert value.tobytes() == interpret(module, {"x": x})["y"].tobytes()
 
 
+@pytest.mark.parametrize(("name", "opset"), [("tiny_encoder.qdq.onnx", 21), ("digits_cnn.qop.onnx", 25)])
+def test_a_sample_model_converted_to_a_newer_opset_computes_the_same_bits(name: str, opset: int) -> None:
+    # The converter sees the graph with its weights swapped for stubs: they must all come back.
+    written = write_onnx(import_onnx(MODELS / name), opset=opset)
+    assert written.opset_import[0].version == opset
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in written.graph.initializer)
+    feed = inputs_for(name)
+    expected = run_onnxruntime(onnx.load(str(MODELS / name)), feed)
+    for want, got in zip(expected, run_onnxruntime(written, feed), strict=True):
+        assert got.tobytes() == want.tobytes()
+
+
+def test_an_opset_the_converter_cannot_reach_is_refused_clearly() -> None:
+    module = import_onnx(MODELS / "tiny_encoder.onnx")  # LayerNormalization exists from opset 17
+    with pytest.raises(InputError, match=r"from opset 17 to opset 13.*LayerNormalization"):
+        write_onnx(module, opset=13)
+
+
 def test_q_dq_models_are_not_written_past_opset_25() -> None:
     module = cast_module(QUANT_TYPES["i8 per-tensor"], return_storage=False, opset=28)
     assert write_onnx(module).opset_import[0].version == 25
@@ -381,6 +400,19 @@ def test_save_with_external_data_runs_from_its_folder(tmp_path: Path) -> None:
     expected = run_onnxruntime(onnx.load(str(MODELS / "tiny_encoder.qdq.onnx")), feed)
     for want, got in zip(expected, run_onnxruntime(str(path), feed), strict=True):
         assert got.tobytes() == want.tobytes()
+
+
+def test_weights_near_the_protobuf_limit_go_to_external_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2 GiB of weights is too slow for a unit test: lower the limit save_onnx compares against.
+    monkeypatch.setattr(save_module, "EXTERNAL_DATA_THRESHOLD", 1_000)
+    path = save_onnx(import_onnx(MODELS / "digits_cnn.qdq.onnx"), tmp_path / "cnn.onnx")
+    assert sorted(os.listdir(tmp_path)) == ["cnn.onnx", "cnn.onnx.data"]
+    feed = inputs_for("digits_cnn")
+    (want,) = run_onnxruntime(onnx.load(str(MODELS / "digits_cnn.qdq.onnx")), feed)
+    (got,) = run_onnxruntime(str(path), feed)
+    assert got.tobytes() == want.tobytes()
 
 
 def test_a_failed_save_leaves_the_existing_file_alone(tmp_path: Path) -> None:

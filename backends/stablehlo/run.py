@@ -11,8 +11,10 @@ Facts about jaxlib 0.10.2 this module relies on (see ../shared/engines/README.md
   `stablehlo-legalize-quant-to-math`, which leaves `chlo` ops that XLA accepts.
 - `DenseElementsAttr` converts to numpy only for byte-sized integers and f16/f32/f64; other element
   types (i4, i2, bf16, f8…) go through their printed form and qconvert's attribute parser.
-- The interpreter reads quant storage `u8` as signed (MLIR parses it as signless i8; see the xfail in
-  tests/unit/test_numerics.py). Plain `ui8` tensors are unsigned everywhere.
+- Quant storage spelled `u8` (`!quant.uniform<u8:f32, ...>`) is parsed as signless i8, so both the
+  interpreter and quant-to-math treat it as signed: values clamp at 127 and a zero point of 128 reads as
+  -128 (llvm/llvm-project#185952; xfails in tests/unit/test_numerics.py and test_run.py). Spelled `ui8`
+  it is unsigned on both engines. Plain `ui8` tensors are unsigned everywhere.
 """
 
 from __future__ import annotations
@@ -260,11 +262,12 @@ class _ExecutableCache:
         self.entries: OrderedDict[str, Any] = OrderedDict()
 
     def get(self, text: str) -> Any:
+        """The executable of `text` (keyed by the text before quant-to-math, so a hit skips that too)."""
         key = hashlib.sha256(text.encode()).hexdigest()
         if key in self.entries:
             self.entries.move_to_end(key)
             return self.entries[key]
-        executable = _compile(text)
+        executable = _compile(xla_text(text))
         self.entries[key] = executable
         if len(self.entries) > self.size:
             self.entries.popitem(last=False)
@@ -301,7 +304,7 @@ def run_xla(text: str, inputs: Sequence[np.ndarray], entry: str = ENTRY) -> list
     if entry != ENTRY:
         raise InputError(f"XLA runs the function @{ENTRY}, not @{entry}")
     jx = _jax()
-    executable = _EXECUTABLES.get(xla_text(text))
+    executable = _EXECUTABLES.get(text)
     device = jx.backend.get_backend("cpu").local_devices()[0]
     try:
         # Without x64, device_put would narrow i64/f64 inputs to 32 bits.

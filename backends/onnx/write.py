@@ -147,6 +147,7 @@ class Writer:
         self.counters: dict[str, int] = {}
         self.tensor_bases: dict[ir.Value, str] = {}  # Q output -> the `<t>` its parameters are named after
         self.generated_names: set[ir.Value] = set()  # initializers named "const..." for want of a name
+        self.input_names: set[str] = set()
 
     # Graph ---------------------------------------------------------------------------------------
     def build(self) -> ir.Model:
@@ -158,13 +159,18 @@ class Writer:
         result_attrs = _attribute_dicts(function, "res_attrs", len(result_types))
         input_names = [self._onnx_name(a, f"arg{i}") for i, a in enumerate(argument_attrs)]
         output_names = [self._onnx_name(a, f"result{i}") for i, a in enumerate(result_attrs)]
+        if len(set(input_names)) != len(input_names):
+            repeated = sorted({n for n in input_names if input_names.count(n) > 1})
+            raise InputError(f"@{function.sym_name}: arguments share the onnx.name(s) {repeated}")
+        self.input_names = set(input_names)
         for name in (*input_names, *output_names):
             self.value_names.reserve(name)
         inputs = []
         for index, (argument, name) in enumerate(zip(body.arguments, input_names)):
             where = f"argument {index} ('{name}') of @{function.sym_name}"
             value = ir.Value(name=name)
-            self._set_type(value, argument.type, argument_attrs[index].get("onnx.elem_type"), where)
+            elem_type = argument_attrs[index].get("onnx.elem_type") or storage_view(argument)
+            self._set_type(value, argument.type, elem_type, where)
             self.values[argument] = value
             inputs.append(value)
         outputs: list[ir.Value] = []
@@ -197,7 +203,12 @@ class Writer:
         outputs: list[ir.Value] = []
         for index, (operand, name) in enumerate(zip(op.operands, names)):
             value = self.values[operand]
-            if value.producer() is None or value in outputs or value.name in names:
+            if name in names[:index] or (name in self.input_names and value.name != name):
+                raise InputError(
+                    f"result {index} of @{self.function.sym_name} is named '{name}' like another graph "
+                    f"input or output: ONNX names must be unique"
+                )
+            if value.name != name and (value.producer() is None or value in outputs):
                 # a graph input, an initializer, or a value already returned: ONNX needs a node between
                 node = self.add_node("", "Identity", [value], {}, self.node_names.unique(f"{name}_Identity"))
                 value = node.outputs[0]
@@ -367,14 +378,7 @@ class Writer:
 
     @staticmethod
     def constant_data_type(op: ConstantOp, element: Type) -> ir.DataType:
-        elem_type = op.attributes.get("onnx.elem_type")
-        if elem_type is None and is_signless_narrow_integer(op.result.type):
-            for user, _ in op.result.uses:
-                if isinstance(user, StorageCastOp) or user.name == FLOAT_STORAGE_CAST:
-                    quantized = element_type_of(user.results[0].type)
-                    if isinstance(quantized, QuantizedType):
-                        return data_type(quantized)
-        return data_type(element, elem_type)
+        return data_type(element, op.attributes.get("onnx.elem_type") or storage_view(op.result))
 
     def quant_cast(self, op: QuantizeCastOp | DequantizeCastOp) -> None:
         quantize = isinstance(op, QuantizeCastOp)
@@ -458,6 +462,19 @@ class Writer:
             value.shape = shape_of(type_)
         except UnwritableType as error:
             raise InputError(f"{where}: {error}") from None
+
+
+def storage_view(value: Value) -> StringAttr | None:
+    """For a signless `i8`/`i4`/... tensor that a storage cast reads as a quant type: that type's ONNX
+    storage name (`u8` -> "uint8"), standing in for a missing `onnx.elem_type`."""
+    if not is_signless_narrow_integer(value.type):
+        return None
+    for user, _ in value.uses:
+        if isinstance(user, StorageCastOp) or user.name == FLOAT_STORAGE_CAST:
+            quantized = element_type_of(user.results[0].type)
+            if isinstance(quantized, QuantizedType):
+                return StringAttr(data_type(quantized).name.lower())
+    return None
 
 
 def _positions(attribute: Attribute | None) -> set[int]:

@@ -340,6 +340,64 @@ def test_q_dq_models_are_not_written_past_opset_25() -> None:
         write_onnx(module, opset=26)
 
 
+BOUNDARY_MODULES = {
+    # a graph input returned as is, a value returned twice, a constant returned: Identity nodes
+    "pass-through": """
+func.func @main(%x: tensor<?x4xf32> {onnx.name = "x"}) -> (tensor<?x4xf32> {onnx.name = "x"},
+    tensor<?x4xf32> {onnx.name = "relu"}, tensor<2xf32> {onnx.name = "c"},
+    tensor<?x4xf32> {onnx.name = "again"}) {
+  %c = arith.constant dense<[1.0, 2.0]> : tensor<2xf32>
+  %y = "onnx.Relu"(%x) : (tensor<?x4xf32>) -> tensor<?x4xf32>
+  return %x, %y, %c, %y : tensor<?x4xf32>, tensor<?x4xf32>, tensor<2xf32>, tensor<?x4xf32>
+}""",
+    # an i8 argument read as u8 storage: the graph input is uint8 (no onnx.elem_type needed)
+    "unsigned storage input": """
+func.func @main(%q: tensor<4xi8> {onnx.name = "q"}) -> (tensor<4xf32> {onnx.name = "y"}) {
+  %s = quant.scast %q : tensor<4xi8> to tensor<4x!quant.uniform<u8:f32, 0.5:128>>
+  %y = quant.dcast %s : tensor<4x!quant.uniform<u8:f32, 0.5:128>> to tensor<4xf32>
+  return %y : tensor<4xf32>
+}""",
+    # an f16 quantization in an opset-17 module: raised to 19 (f16 scales)
+    "f16 at opset 17": """
+module attributes {onnx.opset_import = {ai.onnx = 17 : i64}} {
+  func.func @main(%x: tensor<4xf16> {onnx.name = "x"}) -> (tensor<4xf16> {onnx.name = "y"}) {
+    %q = quant.qcast %x : tensor<4xf16> to tensor<4x!quant.uniform<i8:f16, 0.5:1>>
+    %y = quant.dcast %q : tensor<4x!quant.uniform<i8:f16, 0.5:1>> to tensor<4xf16>
+    return %y : tensor<4xf16>
+  }
+}""",
+}
+BOUNDARY_FEEDS = {
+    "pass-through": {"x": np.array([[-1.5, 0.0, 2.0, 3.5]] * 3, np.float32)},
+    "unsigned storage input": {"q": np.array([0, 128, 255, 3], np.uint8)},
+    "f16 at opset 17": {"x": np.array([0.25, 0.75, -1.25, 100.0], np.float16)},
+}
+
+
+@pytest.mark.parametrize("label", sorted(BOUNDARY_MODULES))
+def test_graph_boundaries_run_on_onnxruntime_as_the_interpreter_runs_them(label: str) -> None:
+    module = parse(BOUNDARY_MODULES[label])
+    written = write_onnx(module)
+    feed = BOUNDARY_FEEDS[label]
+    assert [i.name for i in written.graph.input] == list(feed)
+    ours = interpret(module, feed)
+    theirs = run_onnxruntime(written, feed)
+    assert [o.name for o in written.graph.output] == list(ours)
+    for output, value in zip(written.graph.output, theirs, strict=True):
+        assert ours[output.name].dtype == value.dtype and ours[output.name].tobytes() == value.tobytes()
+    if label == "f16 at opset 17":
+        assert written.opset_import[0].version == 19
+
+
+def test_two_results_with_one_name_are_refused() -> None:
+    module = parse("""
+func.func @main(%x: tensor<4xf32>) -> (tensor<4xf32> {onnx.name = "y"}, tensor<4xf32> {onnx.name = "y"}) {
+  return %x, %x : tensor<4xf32>, tensor<4xf32>
+}""")
+    with pytest.raises(InputError, match="result 1 of @main is named 'y'"):
+        write_onnx(module)
+
+
 # Refusals ------------------------------------------------------------------------------------------
 def test_an_opset_too_old_for_the_storage_type_is_refused() -> None:
     module = cast_module(QUANT_TYPES["i4 per-tensor"], return_storage=False)

@@ -414,11 +414,15 @@ def _fuse_max_pool(
 
 
 def erase_dead_ops(block_ops: list[Operation]) -> int:
-    """Erase ops whose results are unused (every stablehlo op is pure), last to first; returns the count."""
-    erased = 0
-    for op in reversed(list(block_ops)):
+    """Erase ops whose results are unused (every stablehlo op is pure), last to first, from the block's op
+    list (modified in place, in one pass: `list.remove` per op would be quadratic); returns the count."""
+    dead: set[int] = set()
+    for op in reversed(block_ops):
         if op.is_terminator or not op.results or any(r.uses for r in op.results):
             continue
-        op.erase()
-        erased += 1
-    return erased
+        op.drop_all_references()
+        op.parent = None
+        dead.add(id(op))
+    if dead:
+        block_ops[:] = [op for op in block_ops if id(op) not in dead]
+    return len(dead)

@@ -50,6 +50,7 @@ from qconvert.ir.types import (
     FloatType,
     IntegerType,
     RankedTensorType,
+    Type,
     element_type_of,
     with_element_type,
 )
@@ -57,6 +58,7 @@ from qconvert.ir.verify import verify
 from qconvert.numerics import calibration as numerics
 
 FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the frontend's storage cast for float8 storage
+onnx_float16 = 10  # TensorProto.FLOAT16, the `to` of the Cast after a widened f16 bias
 _STORAGE_WIDTHS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int4": 4, "uint4": 4}
 
 
@@ -303,7 +305,13 @@ class _Finalizer:
             producer.erase()
 
     def emit_dequantized(
-        self, anchor: Operation, value: Value, stored: np.ndarray, quant_type: QuantizedType, name: str
+        self,
+        anchor: Operation,
+        value: Value,
+        stored: np.ndarray,
+        quant_type: QuantizedType,
+        name: str,
+        result_type: Type | None = None,
     ) -> Value:
         """`arith.constant` (storage) -> storage cast -> `quant.dcast`, inserted after `anchor`."""
         storage_type = quant_type.storage_type
@@ -324,7 +332,7 @@ class _Finalizer:
         dequantize = builder.insert(
             DequantizeCastOp(
                 cast.results[0],
-                value.type,
+                result_type or value.type,
                 attributes={
                     "onnx.node_name": StringAttr(f"{name}_DequantizeLinear"),
                     TENSOR_NAME_ATTR: StringAttr(name),
@@ -352,7 +360,7 @@ class _Finalizer:
         producer = bias.value.owner_op()
         assert isinstance(producer, ConstantOp)
         data = constant_array(producer)
-        scale = numerics.bias_scale(input_params.scale, weight_params.scale, bias.beta).astype(data.dtype)
+        scale = numerics.bias_scale_onnxruntime(input_params.scale, weight_params.scale, bias.beta, data)
         stored = numerics.quantize_bias(data, scale)
         flat = scale.reshape(-1)
         if flat.size > 1:
@@ -360,8 +368,21 @@ class _Finalizer:
         else:
             params = Params("int32", flat[0], np.asarray(0))
         name = graph.name(bias.value)
-        quant_type = quant_type_for(params, element_type_of(bias.value.type), (), self)  # type: ignore[arg-type]
-        result = self.emit_dequantized(producer, bias.value, stored, quant_type, name)
+        # An f16 bias whose f16 scale would vanish or clip dequantizes in f32, then casts (onnxruntime).
+        widened = scale.dtype != data.dtype
+        expressed = F32 if widened else element_type_of(bias.value.type)
+        quant_type = quant_type_for(params, expressed, (), self)  # type: ignore[arg-type]
+        result_type = with_element_type(bias.value.type, F32) if widened else None
+        result = self.emit_dequantized(producer, bias.value, stored, quant_type, name, result_type)
+        if widened:
+            cast = GenericOp(
+                "onnx.Cast",
+                [result],
+                [bias.value.type],
+                {"to": IntegerAttr(onnx_float16, I64), "onnx.node_name": StringAttr(f"{name}_Cast")},
+            )
+            Builder.after(result.owner_op()).insert(cast)  # type: ignore[arg-type]
+            result = cast.results[0]
         bias.node.op.set_operand(bias.index, result)
         if bias.beta != 1.0:
             bias.node.op.attributes["beta"] = FloatAttr(1.0, F32)

@@ -306,6 +306,34 @@ def bias_scale(input_scale: np.floating, weight_scale: np.ndarray, beta: float =
     return np.asarray(np.asarray(input_scale) * np.asarray(weight_scale) * beta)
 
 
+def bias_scale_onnxruntime(
+    input_scale: np.floating, weight_scale: np.ndarray, beta: float, bias: np.ndarray
+) -> np.ndarray:
+    """The bias scale onnxruntime writes, in the bias's float type, with its float16 fallback.
+
+    An f16 bias whose f16 scale `s_in * s_w * beta` is 0 somewhere, or too small for |b| to fit int32,
+    gets an f32 scale instead, raised to at least `1.0001 * |b| / (2^31 - 1)` (the largest |b| for a
+    per-tensor scale), and zeros replaced by 1 (`quantize_bias_static`); its DequantizeLinear then
+    outputs f32 and a Cast returns to f16. The returned dtype says which case applies.
+    """
+    bias = np.asarray(bias)
+    if bias.dtype == np.float16:
+        candidate = np.asarray(np.asarray(input_scale) * np.asarray(weight_scale) * beta, dtype=np.float16)
+        magnitudes = np.abs(bias.astype(np.float64))
+        if np.any(candidate == 0) or np.any(magnitudes > INT32_MAX * candidate.astype(np.float64)):
+            scale = (
+                np.asarray(input_scale).astype(np.float32)
+                * np.asarray(weight_scale).astype(np.float32)
+                * beta
+            )
+            smallest = magnitudes / INT32_MAX
+            if scale.size == 1:
+                smallest = smallest.max()
+            scale = np.maximum(scale, smallest * _BIAS_SCALE_EPSILON).astype(np.float32)
+            return np.where(scale == 0, np.float32(1.0), scale)
+    return bias_scale(input_scale, weight_scale, beta).astype(bias.dtype)
+
+
 def quantize_bias(bias: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """`clip(rne(f64(b) / f64(scale)), int32)` as onnxruntime's `quantize_bias_static_impl` computes it."""
     quotient = np.asarray(bias, dtype=np.float64) / np.asarray(scale, dtype=np.float64)

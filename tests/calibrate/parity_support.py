@@ -55,7 +55,7 @@ def observed_tensors(model: onnx.ModelProto) -> list[str]:
         if node.op_type not in DEFAULT_OP_TYPES:
             continue
         for name in [*node.input, *node.output]:
-            if name and name not in initializers and name not in names and types.get(name) == 1:
+            if name and name not in initializers and name not in names and types.get(name) in (1, 10):
                 names.append(name)
     return names
 

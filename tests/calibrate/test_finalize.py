@@ -266,3 +266,53 @@ def test_float8_model_keeps_relu_and_runs_close_to_float(tmp_path: Path) -> None
     for batch in data:
         ours, theirs = quantized.run(None, batch)[0].ravel(), reference.run(None, batch)[0].ravel()
         assert float(ours @ theirs / np.linalg.norm(ours) / np.linalg.norm(theirs)) > 0.99
+
+
+def float16_model(weight_scale: float) -> onnx.ModelProto:
+    """Gemm (+ bias) -> Relu -> MatMul in float16; small weights make the f16 bias scale underflow."""
+    rng = np.random.default_rng(1)
+    initializers = [
+        numpy_helper.from_array((rng.standard_normal((4, 6)) * weight_scale).astype(np.float16), "w"),
+        numpy_helper.from_array((rng.standard_normal(4) * 3).astype(np.float16), "b"),
+        numpy_helper.from_array(rng.standard_normal((4, 5)).astype(np.float16), "w2"),
+    ]
+    nodes = [
+        helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="gemm", transB=1),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [3, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [3, 5])],
+        initializers,
+    )
+    # Opset 19: float16 Q/DQ scales need it (onnxruntime keeps the model's opset and would write an
+    # invalid model at 17; our writer raises it).
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("weight_scale", [1.0, 1e-3])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_float16_model_matches_onnxruntime(weight_scale: float, per_channel: bool, tmp_path: Path) -> None:
+    """f16 ranges, f16 scales, and (tiny weights) onnxruntime's f32 bias scale + Cast back to f16."""
+    ort = require_module("onnxruntime")
+    from qconvert.backends.onnx import save_onnx
+
+    path = tmp_path / "f16.onnx"
+    onnx.save(float16_model(weight_scale), path)
+    rng = np.random.default_rng(2)
+    data = [{"x": (rng.standard_normal((3, 6)) * weight_scale).astype(np.float16)} for _ in range(3)]
+    expected = onnxruntime_qdq(path, data, tmp_path, per_channel=per_channel)
+    module = import_onnx(path)
+    attach_ranges(module, minmax_ranges(path, data))
+    finalize(module, Scheme(per_channel=per_channel))
+    assert finalized_qdq(module) == expected
+    written = save_onnx(module, tmp_path / "ours.onnx")
+    casts = [n.name for n in onnx.load(written).graph.node if n.op_type == "Cast"]
+    assert casts == (["b_Cast"] if weight_scale < 1 else [])
+    theirs = ort.InferenceSession(str(tmp_path / "ort.qdq.onnx"), providers=["CPUExecutionProvider"])
+    ours = ort.InferenceSession(str(written), providers=["CPUExecutionProvider"])
+    for batch in data:
+        assert theirs.run(None, batch)[0].tobytes() == ours.run(None, batch)[0].tobytes()

@@ -127,7 +127,7 @@ def import_command(
 @app.command("convert")
 def convert_command(
     model: str = typer.Argument(..., help="ONNX model file (external data next to it)"),
-    to: str = typer.Option("stablehlo", "--to", help="target: stablehlo"),
+    to: str = typer.Option("stablehlo", "--to", help="target: stablehlo, or onnx (a QDQ model; needs -o)"),
     form: str = typer.Option("quantized", "--form", help="stablehlo: quantized, integer or qdq"),
     semantics: str = typer.Option("onnx", "--semantics", help="quantize rounding: onnx (exact) or stablehlo"),
     output: str = typer.Option("-", "-o", "--output", help="output .mlir file ('-' for stdout)"),
@@ -137,7 +137,8 @@ def convert_command(
         False, "--inline-weights", help='weights inline as dense<"0x..."> (XLA refuses dense_resource)'
     ),
 ) -> None:
-    """Convert an ONNX model to StableHLO MLIR text; every op that cannot be lowered is listed (exit 2)."""
+    """Convert an ONNX model to StableHLO MLIR text (or write it back as ONNX); every op that cannot be
+    lowered is listed (exit 2)."""
     from qconvert.convert import convert, write
 
     module = convert(
@@ -149,7 +150,7 @@ def convert_command(
         elide_weights=elide_weights,
         inline_weights=inline_weights,
     )
-    write(module, sys.stdout if output == "-" else output)
+    write(module, sys.stdout if output == "-" else output, to=to)
 
 
 @app.command("inspect")

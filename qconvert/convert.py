@@ -15,7 +15,7 @@ from typing import IO
 from qconvert.errors import InputError
 from qconvert.ir.dialects.builtin import ModuleOp
 
-TARGETS = ("stablehlo",)
+TARGETS = ("stablehlo", "onnx")
 FORMS = ("quantized", "integer", "qdq")
 SEMANTICS = ("onnx", "stablehlo")
 
@@ -38,9 +38,11 @@ def convert(
 ) -> ModuleOp:
     """Lift `model` (ONNX path or ModelProto; a ModuleOp is used as it is) and lower it to `to`.
 
-    StableHLO: `form` quantized | integer | qdq, `semantics` onnx | stablehlo (see
-    backends/stablehlo/quant.py). `elide_weights` prints weights as `dense_resource<__elided__>`;
-    `inline_weights` writes them as `dense<"0x...">` (what the engines need). Raises InputError on bad
+    ONNX (`to="onnx"`): the lifted module itself, which `write(module, path, to="onnx")` saves as a QDQ
+    model (backends/onnx; `form` / `semantics` do not apply). StableHLO: `form` quantized | integer |
+    qdq, `semantics` onnx | stablehlo (see backends/stablehlo/quant.py). `elide_weights` prints weights
+    as `dense_resource<__elided__>`; `inline_weights` writes them as `dense<"0x...">` (what the engines
+    need). Raises InputError on bad
     options and when ops cannot be lowered (all of them listed).
     """
     _choice("--to", to, TARGETS)
@@ -48,12 +50,16 @@ def convert(
     _choice("--semantics", semantics, SEMANTICS)
     if elide_weights and inline_weights:
         raise InputError("--elide-weights and --inline-weights exclude each other")
+    if to == "onnx" and (elide_weights or inline_weights):
+        raise InputError("--elide-weights / --inline-weights apply to --to stablehlo only")
     if isinstance(model, ModuleOp):
         module = model
     else:
         from qconvert.frontends.onnx import import_onnx
 
         module = import_onnx(model, dict(input_shapes) if input_shapes else None)  # type: ignore[arg-type]
+    if to == "onnx":
+        return module
     from qconvert.backends.stablehlo.convert import convert_to_stablehlo
     from qconvert.backends.stablehlo.convert import elide_weights as elide
 
@@ -63,8 +69,16 @@ def convert(
     return converted
 
 
-def write(module: ModuleOp, output: str | IO[str]) -> None:
-    """Write `module`'s text to a stream, or to a path atomically (no partial file on failure)."""
+def write(module: ModuleOp, output: str | IO[str], *, to: str = "stablehlo") -> None:
+    """Write `module`'s text to a stream, or to a path atomically (no partial file on failure); `to="onnx"`
+    saves an ONNX model to a path instead (save_onnx, atomic too)."""
+    if to == "onnx":
+        if not isinstance(output, str):
+            raise InputError("--to onnx writes a file: give -o PATH")
+        from qconvert.backends.onnx import save_onnx
+
+        save_onnx(module, output)
+        return
     from qconvert.backends.stablehlo.convert import write_stablehlo
 
     write_stablehlo(module, output)

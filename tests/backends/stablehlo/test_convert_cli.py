@@ -108,3 +108,24 @@ def test_bad_option_values_exit_2(
 
 def test_missing_model_exits_2(tmp_path: Path) -> None:
     assert main(["convert", str(tmp_path / "absent.onnx"), "-o", str(tmp_path / "out.mlir")]) == 2
+
+
+def test_convert_to_onnx_writes_a_model_onnxruntime_runs_identically(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    model = save(quantize_model(), tmp_path)
+    output = tmp_path / "round_trip.onnx"
+    assert main(["convert", model, "--to", "onnx", "-o", str(output)]) == 0
+    x = (np.arange(32, dtype=np.float32).reshape(2, 16) - 16) * 0.3
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    original = ort.InferenceSession(model, options).run(None, {"x": x})
+    written = ort.InferenceSession(str(output), options).run(None, {"x": x})
+    for a, b in zip(original, written, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_convert_to_onnx_needs_an_output_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = save(quantize_model(), tmp_path)
+    assert main(["convert", model, "--to", "onnx"]) == 2
+    assert "give -o PATH" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from qconvert.frontends.onnx import import_onnx
 from qconvert.frontends.onnx.summary import elide_weights
 from qconvert.interpret import interpret
 from qconvert.ir import ParserOptions, parse_module, print_module, verify
+from qconvert.ir.attributes import DenseResourceAttr
 from qconvert.ir.dialects.builtin import ModuleOp
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -198,6 +199,30 @@ def test_every_lifted_contrib_qoperator_op_writes_back_bit_exactly() -> None:
     expected = run_onnxruntime(model, feed)
     for want, got in zip(expected, run_onnxruntime(written, feed), strict=True):
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_generic_fnuz_quantize_linear_is_written_back_as_a_node() -> None:
+    """The frontend keeps FNUZ float8 Q/DQ generic (no MLIR storage type): they come back as nodes."""
+    helper = onnx.helper
+    zero_point = helper.make_tensor("zp", onnx.TensorProto.FLOAT8E4M3FNUZ, [], [0.0])
+    graph = helper.make_graph(
+        [
+            helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], name="q"),
+            helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], name="dq"),
+        ],
+        "fnuz",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [6])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [6])],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "s"), zero_point],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    module = import_onnx(model)
+    assert "onnx.QuantizeLinear" in [op.name for op in module.walk()]
+    written = write_onnx(module)
+    assert [n.op_type for n in written.graph.node] == ["QuantizeLinear", "DequantizeLinear"]
+    x = np.array([0.1, 1.3, -7.0, 300.0, 1e6, -0.0], np.float32)
+    (want,), (got,) = run_onnxruntime(model, {"x": x}), run_onnxruntime(written, {"x": x})
+    assert got.tobytes() == want.tobytes()
 
 
 def test_an_unknown_qconvert_op_is_refused() -> None:
@@ -457,6 +482,24 @@ def test_save_with_external_data_runs_from_its_folder(tmp_path: Path) -> None:
     feed = inputs_for("tiny_encoder")
     expected = run_onnxruntime(onnx.load(str(MODELS / "tiny_encoder.qdq.onnx")), feed)
     for want, got in zip(expected, run_onnxruntime(str(path), feed), strict=True):
+        assert got.tobytes() == want.tobytes()
+
+
+def test_memory_mapped_weights_are_saved_again(tmp_path: Path) -> None:
+    """A model whose weights are external data is lifted with memory-mapped dense_resource constants;
+    saving it again (external data too) reads them from the mapping."""
+    source = tmp_path / "source"
+    source.mkdir()
+    model = onnx.load(str(MODELS / "tiny_encoder.qdq.onnx"))
+    onnx.save(
+        model, str(source / "m.onnx"), save_as_external_data=True, location="m.data", size_threshold=256
+    )
+    module = import_onnx(source / "m.onnx")
+    out = save_onnx(module, tmp_path / "out.onnx", external_data=True)
+    feed = inputs_for("tiny_encoder")
+    expected = run_onnxruntime(str(MODELS / "tiny_encoder.qdq.onnx"), feed)
+    assert any(isinstance(op.attributes.get("value"), DenseResourceAttr) for op in module.walk())
+    for want, got in zip(expected, run_onnxruntime(str(out), feed), strict=True):
         assert got.tobytes() == want.tobytes()
 
 

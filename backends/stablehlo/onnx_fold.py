@@ -142,11 +142,19 @@ def static_shape(ctx: LoweringContext, value: Value, what: str) -> tuple[int, ..
     return type_.shape
 
 
+def _static(type_: object) -> bool:
+    return isinstance(type_, RankedTensorType) and type_.has_static_shape()
+
+
 def source_shape(ctx: LoweringContext, op: Operation, position: int) -> tuple[int, ...]:
-    """The static shape of ONNX input `position` in the source (no value is emitted for it)."""
+    """The static shape of ONNX input `position`: the source's type, or the lowered value's when only
+    lowering knew it (ONNX infers no shape for some ops, e.g. Slice-1). No value is emitted for it."""
     source = ctx.source_input(op, position)
     assert source is not None
     type_ = source.type
+    lowered = ctx.value_map.get(source)
+    if not _static(type_) and lowered is not None:
+        type_ = lowered.type
     if not isinstance(type_, RankedTensorType) or not type_.has_static_shape():
         where = f"input #{position} of node '{node_name(op)}'"
         ctx.unsupported(f"{where} has a dynamic shape {type_} (fix it with --input-shape)")

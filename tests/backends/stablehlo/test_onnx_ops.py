@@ -522,3 +522,47 @@ def test_unsupported_cases_are_all_reported_at_once() -> None:
     assert "2 unsupported op(s)" in message
     assert "pool_with_indices" in message and "MaxPool's Indices output" in message
     assert "odd_gelu" in message and "approximate='fast'" in message
+
+
+def test_attribute_forms_of_older_opsets() -> None:
+    """Opset 9: Clip's min/max, Slice's starts/ends/axes, Unsqueeze/Squeeze axes, Split sizes are attributes."""
+    n = helper.make_node
+    x = rand(2, 3, 4)
+    nodes = [
+        n("Clip", ["x"], ["clip"], min=-0.5, max=0.25),
+        # ONNX infers no shape for Slice-1; a Reshape to constant dims gives the output one.
+        n("Slice", ["x"], ["sliced"], starts=[1, -3], ends=[1000, -1], axes=[2, 1]),
+        const("slice_shape", [2, 2, 3]),
+        n("Reshape", ["sliced", "slice_shape"], ["slice"]),
+        n("Unsqueeze", ["x"], ["unsqueeze"], axes=[1]),
+        n("Squeeze", ["unsqueeze"], ["squeeze"], axes=[1]),
+        n("Split", ["x"], ["split_a", "split_b"], axis=2, split=[3, 1]),
+        n("Softmax", ["x"], ["softmax"], axis=2),
+    ]
+    outputs = [Output(name) for name in ("clip", "slice", "unsqueeze", "squeeze", "split_a", "split_b")]
+    check(nodes, {"x": x}, [*outputs, Output("softmax", "accumulation")], opset=9)
+
+
+def test_more_window_and_broadcast_cases() -> None:
+    n = helper.make_node
+    x, x1 = rand(1, 2, 5, 6), rand(2, 2, 9)
+    wt, wt1 = rand(2, 3, 3, 2), rand(2, 2, 4)
+    condition = RNG.integers(0, 2, (5, 1)).astype(np.bool_)
+    int_exponent = np.array([2], np.int32)
+    ints = RNG.integers(-20, 20, (3, 4)).astype(np.int32)
+    nodes = [
+        n("ConvTranspose", ["x", "wt"], ["transposed_same"], strides=[2, 2], auto_pad="SAME_UPPER"),
+        n("ConvTranspose", ["x1", "wt1"], ["transposed_1d"], strides=[3], pads=[1, 2]),
+        n("MaxPool", ["x1"], ["max_1d"], kernel_shape=[3], strides=[2], pads=[1, 1]),
+        n("AveragePool", ["x"], ["avg_same_lower"], kernel_shape=[2, 3], strides=[2, 2], auto_pad="SAME_LOWER"),
+        n("Where", ["condition", "x", "zero"], ["where_broadcast"]),
+        const("zero", 0.0, np.float32),
+        n("Pow", ["x", "int_exponent"], ["pow_int"]),
+        n("ReduceMean", ["ints"], ["mean_int"], axes=[1]),
+        n("Expand", ["x1", "expand_to"], ["expand_rank"]),
+        const("expand_to", [3, 1, 1, 1]),
+    ]
+    outputs = [Output(name, "accumulation") for name in ("transposed_same", "transposed_1d", "avg_same_lower")]
+    outputs += [Output(name) for name in ("max_1d", "where_broadcast", "pow_int", "mean_int", "expand_rank")]
+    inputs = {"x": x, "x1": x1, "wt": wt, "wt1": wt1, "condition": condition, "int_exponent": int_exponent}
+    check(nodes, inputs | {"ints": ints}, outputs, opset=17)

@@ -525,7 +525,8 @@ def test_unsupported_cases_are_all_reported_at_once() -> None:
 
 
 def test_attribute_forms_of_older_opsets() -> None:
-    """Opset 9: Clip's min/max, Slice's starts/ends/axes, Unsqueeze/Squeeze axes, Split sizes are attributes."""
+    """Opset 9: Clip's min/max, Slice's starts/ends/axes, Unsqueeze/Squeeze axes and Split sizes are
+    attributes."""
     n = helper.make_node
     x = rand(2, 3, 4)
     nodes = [
@@ -554,7 +555,7 @@ def test_more_window_and_broadcast_cases() -> None:
         n("ConvTranspose", ["x", "wt"], ["transposed_same"], strides=[2, 2], auto_pad="SAME_UPPER"),
         n("ConvTranspose", ["x1", "wt1"], ["transposed_1d"], strides=[3], pads=[1, 2]),
         n("MaxPool", ["x1"], ["max_1d"], kernel_shape=[3], strides=[2], pads=[1, 1]),
-        n("AveragePool", ["x"], ["avg_same_lower"], kernel_shape=[2, 3], strides=[2, 2], auto_pad="SAME_LOWER"),
+        n("AveragePool", ["x"], ["avg_same"], kernel_shape=[2, 3], strides=[2, 2], auto_pad="SAME_LOWER"),
         n("Where", ["condition", "x", "zero"], ["where_broadcast"]),
         const("zero", 0.0, np.float32),
         n("Pow", ["x", "int_exponent"], ["pow_int"]),
@@ -562,7 +563,7 @@ def test_more_window_and_broadcast_cases() -> None:
         n("Expand", ["x1", "expand_to"], ["expand_rank"]),
         const("expand_to", [3, 1, 1, 1]),
     ]
-    outputs = [Output(name, "accumulation") for name in ("transposed_same", "transposed_1d", "avg_same_lower")]
+    outputs = [Output(name, "accumulation") for name in ("transposed_same", "transposed_1d", "avg_same")]
     outputs += [Output(name) for name in ("max_1d", "where_broadcast", "pow_int", "mean_int", "expand_rank")]
     inputs = {"x": x, "x1": x1, "wt": wt, "wt1": wt1, "condition": condition, "int_exponent": int_exponent}
     check(nodes, inputs | {"ints": ints}, outputs, opset=17)

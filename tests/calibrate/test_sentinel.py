@@ -9,6 +9,7 @@ derived from the graph, not from the detector.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from conftest import require_module
 from onnx import numpy_helper
 
 from qconvert.calibrate.sentinel import (
@@ -263,3 +265,41 @@ def test_bert_mask_model_flags_exactly_the_mask_and_masked_scores() -> None:
 def test_unknown_policy_is_an_input_error() -> None:
     with pytest.raises(InputError, match="--sentinel 'drop'"):
         apply_sentinel_policy(FINDINGS, "drop")
+
+
+def test_bert_mask_data_has_padded_and_full_rows_in_every_batch() -> None:
+    sys.path.insert(0, str(MODELS))
+    try:
+        import build_bert_mask
+    finally:
+        sys.path.remove(str(MODELS))
+    for source in (build_bert_mask.calibration_data, build_bert_mask.evaluation_data):
+        for batch in source():
+            lengths = batch["attention_mask"].sum(1)
+            assert lengths.min() < 32 and lengths.max() == 32
+            assert (batch["input_ids"][batch["attention_mask"] == 0] == build_bert_mask.PAD_ID).all()
+            assert (batch["input_ids"][batch["attention_mask"] == 1] != build_bert_mask.PAD_ID).all()
+
+
+@pytest.mark.slow
+def test_build_bert_mask_regenerates_the_committed_model(tmp_path: Path) -> None:
+    """Same graph (op types, inputs, outputs) as the committed file; byte-identical on the machine that built
+    it (float training may round differently on another CPU, so bytes are not compared here)."""
+    require_module("torch")
+    result = subprocess.run(
+        [sys.executable, str(MODELS / "build_bert_mask.py"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    rebuilt, committed = (
+        onnx.load(str(tmp_path / "bert_mask.onnx")),
+        onnx.load(str(MODELS / "bert_mask.onnx")),
+    )
+    onnx.checker.check_model(rebuilt, full_check=True)
+    assert Counter(n.op_type for n in rebuilt.graph.node) == Counter(n.op_type for n in committed.graph.node)
+    assert [i.name for i in rebuilt.graph.input] == [i.name for i in committed.graph.input]
+    assert [o.name for o in rebuilt.graph.output] == [o.name for o in committed.graph.output]
+    assert mask_tensors(rebuilt) == mask_tensors(committed)

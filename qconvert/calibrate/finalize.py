@@ -58,7 +58,7 @@ from qconvert.ir.verify import verify
 from qconvert.numerics import calibration as numerics
 
 FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the frontend's storage cast for float8 storage
-onnx_float16 = 10  # TensorProto.FLOAT16, the `to` of the Cast after a widened f16 bias
+ONNX_FLOAT16 = 10  # TensorProto.FLOAT16, the `to` of the Cast after a widened f16 bias
 _STORAGE_WIDTHS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int4": 4, "uint4": 4}
 
 
@@ -250,8 +250,10 @@ class _Finalizer:
     def rewrite_activations(self) -> None:
         graph = self.graph
         for value, quantize in list(graph.pairs.items()):
-            params = None if graph.is_initializer(value) else self.effective(value)
+            params = self.effective(value)
             if params is None:
+                if value in self.plan.marks:
+                    self.plan.notes.append(self._unshared_note(value))
                 dequantize = next(iter(quantize.result.uses))[0]
                 dequantize.result.replace_all_uses_with(quantize.input)
                 dequantize.erase()
@@ -264,10 +266,7 @@ class _Finalizer:
                 continue
             params = self.effective(value)
             if params is None:
-                self.plan.notes.append(
-                    f"tensor '{graph.name(value)}' left in float: the tensor it shares parameters with is "
-                    f"not quantized"
-                )
+                self.plan.notes.append(self._unshared_note(value))
                 continue
             # A range onnxruntime sets without observing it (Softmax outputs): add the pair now.
             low, high = self.plan.ranges.get(value, (0.0, 1.0))
@@ -277,6 +276,12 @@ class _Finalizer:
             )
             quantize.result.type = with_element_type(value.type, self.uniform_type(value, params))
             graph.pairs[value] = quantize  # type: ignore[assignment]
+
+    def _unshared_note(self, value: Value) -> str:
+        return (
+            f"tensor '{self.graph.name(value)}' left in float: the tensor it shares parameters with is "
+            f"not quantized"
+        )
 
     def uniform_type(self, value: Value, params: Params) -> QuantizedType:
         expressed = element_type_of(value.type)
@@ -379,7 +384,7 @@ class _Finalizer:
                 "onnx.Cast",
                 [result],
                 [bias.value.type],
-                {"to": IntegerAttr(onnx_float16, I64), "onnx.node_name": StringAttr(f"{name}_Cast")},
+                {"to": IntegerAttr(ONNX_FLOAT16, I64), "onnx.node_name": StringAttr(f"{name}_Cast")},
             )
             Builder.after(result.owner_op()).insert(cast)  # type: ignore[arg-type]
             result = cast.results[0]

@@ -316,3 +316,16 @@ def test_float16_model_matches_onnxruntime(weight_scale: float, per_channel: boo
     ours = ort.InferenceSession(str(written), providers=["CPUExecutionProvider"])
     for batch in data:
         assert theirs.run(None, batch)[0].tobytes() == ours.run(None, batch)[0].tobytes()
+
+
+def test_sharing_with_a_float_tensor_leaves_the_output_float_with_a_note() -> None:
+    """The Gather output shares the embedding table's parameters; with the table kept float it stays
+    float too (onnxruntime would loop forever waiting for the table's parameters)."""
+    module, _ = calibrated(ENCODER)
+    notes: list[str] = []
+    finalize(module, Scheme(keep_float={"tok.weight": "user choice"}), notes)
+    names = set(finalized_qdq(module))
+    assert "tok.weight_DequantizeLinear" not in names
+    assert "/tok/Gather_output_0_QuantizeLinear" not in names
+    assert "/Add_output_0_QuantizeLinear" in names
+    assert any("'/tok/Gather_output_0' left in float: the tensor it shares" in note for note in notes)

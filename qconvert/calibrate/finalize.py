@@ -320,7 +320,7 @@ class _Finalizer:
     ) -> Value:
         """`arith.constant` (storage) -> storage cast -> `quant.dcast`, inserted after `anchor`."""
         storage_type = quant_type.storage_type
-        array = np.ascontiguousarray(stored)
+        array = np.array(stored, order="C")  # (ascontiguousarray would make a 0-d constant 1-d)
         array.setflags(write=False)
         constant = ConstantOp.create(DenseElementsAttr(array, RankedTensorType(array.shape, storage_type)))
         constant.attributes[CONSTANT_NAME_ATTR] = StringAttr(f"{name}_quantized")

@@ -167,3 +167,75 @@ def finalized_qdq(module: object) -> dict[str, QdqParams]:
             )
         found[op.attributes["onnx.node_name"].value] = params
     return found
+
+
+def op_zoo_model() -> onnx.ModelProto:
+    """One of most op types with a placement rule of their own (reference §2.6), in a small graph:
+    ConvTranspose, BatchNormalization, Clip, Pad (constant 0 and reflect), MaxPool, Resize, AveragePool,
+    Split, Sigmoid, Mul by a scalar constant, Concat, Where, Transpose, Slice, MatMul, LeakyRelu, Relu.
+    Initializer names avoid `<tensor>_scale` / `_zero_point`, which onnxruntime's own names would shadow."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+
+    def normal(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    def constant(name: str, value: object, dtype: type = np.float32) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.asarray(value, dtype), name)
+
+    initializers = [
+        constant("ct_w", normal(4, 3, 3, 3) * 0.3),
+        constant("ct_b", normal(3)),
+        constant("bn_gamma", np.abs(normal(3)) + 0.5),
+        constant("bn_beta", normal(3)),
+        constant("bn_mean", normal(3)),
+        constant("bn_var", np.abs(normal(3)) + 0.5),
+        constant("pads", [0, 0, 1, 1, 0, 0, 1, 1], np.int64),
+        constant("zero", 0.0),
+        constant("clip_lo", 0.0),
+        constant("clip_hi", 6.0),
+        constant("split_sizes", [2, 1], np.int64),
+        constant("half", 0.5),
+        constant("starts", [0], np.int64),
+        constant("ends", [2], np.int64),
+        constant("axes", [1], np.int64),
+        constant("mm_w", normal(3, 4) * 0.5),
+        constant("roi", np.zeros(0)),
+        constant("resize_scales", [1, 1, 2, 2]),
+    ]
+    node = helper.make_node
+    nodes = [
+        node("ConvTranspose", ["x", "ct_w", "ct_b"], ["ct"], name="ct"),
+        node("BatchNormalization", ["ct", "bn_gamma", "bn_beta", "bn_mean", "bn_var"], ["bn"], name="bn"),
+        node("Clip", ["bn", "clip_lo", "clip_hi"], ["clip"], name="clip"),
+        node("Pad", ["clip", "pads", "zero"], ["pad"], name="pad", mode="constant"),
+        node("Pad", ["pad", "pads"], ["pad2"], name="pad2", mode="reflect"),
+        node("MaxPool", ["pad2"], ["mp"], name="mp", kernel_shape=[2, 2], strides=[2, 2]),
+        node("Resize", ["mp", "roi", "resize_scales"], ["rs"], name="rs", mode="nearest"),
+        node("AveragePool", ["rs"], ["ap"], name="ap", kernel_shape=[2, 2], strides=[2, 2]),
+        node("Split", ["ap", "split_sizes"], ["s1", "s2"], name="split", axis=1),
+        node("Sigmoid", ["s1"], ["sig"], name="sig"),
+        node("Mul", ["s2", "half"], ["mul"], name="mul"),
+        node("Concat", ["sig", "mul"], ["cat"], name="cat", axis=1),
+        node("Greater", ["cat", "zero"], ["cond"], name="gt"),
+        node("Mul", ["cat", "half"], ["halved"], name="halve"),
+        node("Where", ["cond", "cat", "halved"], ["wh"], name="where"),
+        node("Transpose", ["wh"], ["tr"], name="tr", perm=[0, 2, 3, 1]),
+        node("Slice", ["tr", "starts", "ends", "axes"], ["sl"], name="sl"),
+        node("MatMul", ["sl", "mm_w"], ["mm"], name="mm"),
+        node("LeakyRelu", ["mm"], ["lr"], name="lr", alpha=0.1),
+        node("Relu", ["lr"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "zoo",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 4, 6, 6])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        initializers,
+    )
+    model = onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    )
+    onnx.checker.check_model(model)
+    return model

@@ -19,6 +19,7 @@ import copy
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from calibrate.parity_support import (
@@ -28,6 +29,7 @@ from calibrate.parity_support import (
     finalized_qdq,
     minmax_ranges,
     onnxruntime_qdq,
+    op_zoo_model,
     written_qdq,
 )
 from conftest import require_module
@@ -263,3 +265,37 @@ def test_float_min_sentinel_tensor_can_be_kept_in_float(tmp_path: Path) -> None:
     }
     assert kept_names <= base_names
     assert any("/layers.0/Div_output_0" in note and "adds float-min" in note for note in notes)
+
+
+@pytest.mark.parametrize(
+    ("settings", "scheme"),
+    [
+        ({}, Scheme()),
+        ({"per_channel": True}, Scheme(per_channel=True)),
+        ({"extra_options": {"ForceQuantizeNoInputCheck": True}}, Scheme(force_quantize_no_input_check=True)),
+        ({"extra_options": {"ActivationSymmetric": True}}, Scheme(activation_symmetric=True)),
+    ],
+    ids=["default", "per_channel", "force_no_input_check", "symmetric_activations"],
+)
+def test_op_zoo_matches_quantize_static(settings: dict, scheme: Scheme, tmp_path: Path) -> None:
+    """The op types with placement rules of their own, on a small synthetic graph."""
+    path = tmp_path / "zoo.onnx"
+    onnx.save(op_zoo_model(), path)
+    rng = np.random.default_rng(0)
+    data = [{"x": rng.standard_normal((2, 4, 6, 6)).astype(np.float32)} for _ in range(3)]
+    expected = onnxruntime_qdq(path, data, tmp_path, **settings)
+    module = import_onnx(path)
+    assert attach_ranges(module, minmax_ranges(path, data)) == []
+    finalize(module, scheme)
+    assert finalized_qdq(module) == expected
+    assert len(expected) >= 45
+    # Written back, onnxruntime computes the same bytes from both models.
+    ort = require_module("onnxruntime")
+    from qconvert.backends.onnx import save_onnx
+
+    ours = ort.InferenceSession(
+        str(save_onnx(module, tmp_path / "ours.onnx")), providers=["CPUExecutionProvider"]
+    )
+    theirs = ort.InferenceSession(str(tmp_path / "ort.qdq.onnx"), providers=["CPUExecutionProvider"])
+    for batch in data:
+        assert ours.run(None, batch)[0].tobytes() == theirs.run(None, batch)[0].tobytes()

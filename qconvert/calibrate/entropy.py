@@ -73,21 +73,27 @@ def kl_divergences(counts: np.ndarray, num_quantized_bins: int) -> np.ndarray:
 
 
 class _Tables:
-    """Per-histogram lookups shared by every block: prefix sums, non-zero prefix, a padded float32 copy."""
+    """Per-histogram lookups shared by every block: prefix sums of counts, of non-zero and zero bins, and
+    the counts as float32 (onnxruntime's astype(float32)), zero-padded so any window can read `num_bins`."""
 
     def __init__(self, histogram: np.ndarray) -> None:
         self.histogram = histogram
-        self.prefix = np.zeros(histogram.size + 1, dtype=np.int64)
-        np.cumsum(histogram, out=self.prefix[1:])
-        self.nonzero_prefix = np.zeros(histogram.size + 1, dtype=np.int64)
-        np.cumsum(histogram != 0, out=self.nonzero_prefix[1:])
-        # float32 counts (what onnxruntime's astype(float32) makes of them), zero-padded so that a window
-        # starting anywhere can read `num_bins` values.
+        self.prefix = _prefix(histogram)
+        self.nonzero_prefix = _prefix(histogram != 0)
+        self.zero_prefix = _prefix(histogram == 0)
         self.padded = np.zeros(2 * histogram.size, dtype=np.float32)
         self.padded[: histogram.size] = histogram
 
 
+def _prefix(values: np.ndarray) -> np.ndarray:
+    prefix = np.zeros(values.size + 1, dtype=np.int64)
+    np.cumsum(values, out=prefix[1:])
+    return prefix
+
+
 def _block_divergences(tables: _Tables, half_windows: np.ndarray, num_quantized_bins: int) -> np.ndarray:
+    """KL of each candidate of one block. Rows are `width` wide; past a row's length they hold garbage
+    that nothing reads (counts are taken from prefix sums, row sums stop at the length)."""
     histogram, prefix = tables.histogram, tables.prefix
     num_bins = histogram.size
     zero_bin = num_bins // 2
@@ -96,18 +102,18 @@ def _block_divergences(tables: _Tables, half_windows: np.ndarray, num_quantized_
     ends = np.minimum(zero_bin + half_windows + 1, num_bins)
     lengths = ends - starts
     width = int(lengths.max())
-    past_end = np.arange(width)[None, :] >= lengths[:, None]
+    has_last = lengths > 1  # p's last bin is another bin than its first
 
-    # p: the window (zero past its length) with the outside counts folded into its end bins, in int64 and
-    # then float32 as onnxruntime converts it.
+    # p: the window with the outside counts folded into its end bins (int64, then float32 as onnxruntime).
     p = sliding_window_view(tables.padded, width)[starts]
-    p[past_end] = 0
-    left = prefix[starts]
-    right = prefix[-1] - prefix[ends]
-    first_bin = histogram[starts] + left
-    last_bin = np.where(lengths == 1, first_bin, histogram[ends - 1]) + right
+    first_bin = histogram[starts] + prefix[starts]
+    last_bin = np.where(has_last, histogram[ends - 1], first_bin) + (prefix[-1] - prefix[ends])
     p[:, 0] = first_bin
     p[rows, lengths - 1] = last_bin
+    # Whether folding the outliers made p's end bins non-zero (a one-bin window holds both folds).
+    first_changed = (np.where(has_last, first_bin, last_bin) == 0).astype(np.int64) - (histogram[starts] == 0)
+    last_changed = np.where(has_last, (last_bin == 0).astype(np.int64) - (histogram[ends - 1] == 0), 0)
+    p_zeros = tables.zero_prefix[ends] - tables.zero_prefix[starts] + first_changed + last_changed
 
     # Quantized bins from the window without outliers; non-zero counts of p per merged bin (the
     # histogram's, corrected where the outliers changed p's end bins).
@@ -116,49 +122,47 @@ def _block_divergences(tables: _Tables, half_windows: np.ndarray, num_quantized_
     sums = prefix[boundaries[:, 1:]] - prefix[boundaries[:, :-1]]
     sums[:, -1] += prefix[ends] - prefix[boundaries[:, -1]]
     norms = tables.nonzero_prefix[boundaries[:, 1:]] - tables.nonzero_prefix[boundaries[:, :-1]]
-    norms[:, 0] += (first_bin != 0).astype(np.int64) - (histogram[starts] != 0)
+    norms[:, 0] -= first_changed
     last = lengths - 1
-    fix = (last > 0) & (last < boundaries[:, -1] - starts)
-    np.add.at(
-        norms,
-        (rows[fix], last[fix] // merged[fix]),
-        (last_bin[fix] != 0).astype(np.int64) - (histogram[ends[fix] - 1] != 0),
-    )
-    # onnxruntime assigns `sum / norm` (float64) into an int64 array: truncation toward zero.
+    fix = has_last & (last < boundaries[:, -1] - starts)
+    np.add.at(norms, (rows[fix], last[fix] // merged[fix]), -last_changed[fix])
+    # onnxruntime assigns `sum / norm` (float64) into an int64 array: truncation toward zero. Each
+    # merged bin's value fills `merged` positions of q; the tail past num_quantized_bins·merged stays 0.
     spread = np.where(norms != 0, np.trunc(sums / np.maximum(norms, 1)), 0.0).astype(np.int64)
-    spread32 = spread.astype(np.float32)
-    q = np.zeros_like(p)
+    spread_zeros = spread == 0
+    q_zeros = spread_zeros.sum(axis=1) * merged + (lengths - num_quantized_bins * merged)
+
+    # Smoothing (q's at merged-bin level: every position of a merged bin holds the same value).
+    epsilon = np.float32(_SMOOTHING_EPSILON)
+    p_smooth = p + _correction(p_zeros, lengths)[:, None]
+    np.copyto(p_smooth, epsilon, where=p == 0)
+    spread_smooth = spread.astype(np.float32) + _correction(q_zeros, lengths)[:, None]
+    np.copyto(spread_smooth, epsilon, where=spread_zeros)
+    q_smooth = np.full_like(p_smooth, epsilon)
     for size in np.unique(merged):
         same = merged == size
-        q[same, : num_quantized_bins * size] = np.repeat(spread32[same], size, axis=1)
+        q_smooth[same, : num_quantized_bins * size] = np.repeat(spread_smooth[same], size, axis=1)
 
-    p_smooth, p_ok = _smooth(p, lengths)
-    q_smooth, q_ok = _smooth(q, lengths)
     p_smooth /= _row_sums(p_smooth, lengths)[:, None]
     q_smooth /= _row_sums(q_smooth, lengths)[:, None]
-    terms = p_smooth / q_smooth
-    np.log(terms, out=terms)
-    terms *= p_smooth
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # garbage past the lengths
+        terms = p_smooth / q_smooth
+        np.log(terms, out=terms)
+        terms *= p_smooth
     divergences = np.full(half_windows.size, np.inf)
-    ok = p_ok & q_ok
+    ok = (p_zeros < lengths) & (q_zeros < lengths)  # smoothing fails on an all-zero distribution
     divergences[ok] = _row_sums(terms, lengths)[ok]
     return divergences
 
 
-def _smooth(counts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """onnxruntime's `smooth_distribution` per row (float32), and whether each row had a non-zero.
+def _correction(zeros: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """onnxruntime's smoothing of non-zero entries, per row: float32(-1e-4 · zeros / non-zeros).
 
-    Zeros become float32(1e-4); non-zeros `count + float32(-1e-4 · zeros / non-zeros)`, the per-row
-    correction computed in float64 as Python does. `counts` is float32 and zero past each row's length;
-    those positions do not count and end up 1e-4 (row sums never read them).
+    The quotient is float64 as in Python; zeros become float32(1e-4) separately. Added to float32
+    counts this is `smooth_distribution` exactly.
     """
-    is_zero = counts == 0
-    zeros = is_zero.sum(axis=1) - (counts.shape[1] - lengths)
-    nonzeros = lengths - zeros
-    correction = (_SMOOTHING_EPSILON * zeros.astype(np.float64)) / np.maximum(nonzeros, 1).astype(np.float64)
-    smoothed = counts + (-correction).astype(np.float32)[:, None]
-    np.copyto(smoothed, np.float32(_SMOOTHING_EPSILON), where=is_zero)
-    return smoothed, nonzeros > 0
+    nonzeros = np.maximum(lengths - zeros, 1).astype(np.float64)
+    return (-((_SMOOTHING_EPSILON * zeros.astype(np.float64)) / nonzeros)).astype(np.float32)
 
 
 def _row_sums(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -224,6 +224,7 @@ class HistogramObserver:
             flat = flat.astype(np.float32)
         scale = self._index_scale()
         low = np.float32(self.low)
+        zero = np.float32(0)
         last = np.float32(self.num_bins - 1)
         chunk = min(_HISTOGRAM_CHUNK, flat.size)
         positions = np.empty(chunk, dtype=np.float32)
@@ -238,10 +239,14 @@ class HistogramObserver:
             else:
                 np.subtract(part, low, out=position)
             np.multiply(position, scale, out=position)
-            # fmin/fmax map NaN to the bound: NaN lands in bin 0 and is taken back out below.
-            np.fmax(position, 0, out=position)
-            np.fmin(position, last, out=position)
-            nan_count += int(np.count_nonzero(np.isnan(part)))
+            nans = int(np.count_nonzero(np.isnan(part)))
+            if nans:
+                # fmax/fmin map NaN to the bound: NaN lands in bin 0 and is taken back out below.
+                np.fmax(position, zero, out=position)
+                np.fmin(position, last, out=position)
+                nan_count += nans
+            else:
+                np.clip(position, zero, last, out=position)  # one pass; float32 bounds keep it float32
             index[...] = position  # truncation == floor on non-negative values
             self.counts += np.bincount(index, minlength=self.num_bins)
         self.counts[0] -= nan_count

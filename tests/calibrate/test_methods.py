@@ -180,6 +180,28 @@ def test_entropy_threshold_equals_onnxruntime_on_the_same_histogram(
     assert entropy_threshold(counts, edges, minimum, maximum, num_quantized_bins) == (float(low), float(high))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_entropy_threshold_equals_onnxruntime_on_small_random_histograms(seed: int) -> None:
+    # Small histograms reach the corners: one-bin windows (1 quantized bin), odd bin counts, merged bins
+    # that are all empty, windows whose outlier folding turns an empty end bin non-empty.
+    rng = np.random.default_rng(seed)
+    for case in range(30):
+        num_bins = int(rng.integers(2, 60))
+        num_quantized_bins = int(rng.integers(1, num_bins + 1))
+        if num_quantized_bins // 2 > num_bins // 2:
+            continue
+        values = rng.standard_normal(int(rng.integers(1, 200))) * rng.uniform(0.1, 3) + rng.uniform(-1, 1)
+        if case % 3 == 0:
+            values = np.round(values)
+        collector = _collector("entropy", False, num_bins, num_quantized_bins, 99.999)
+        collector.collect({"t": [values.astype(np.float32)]})
+        histogram = collector.histogram_dict["t"]
+        low, high = collector.get_entropy_threshold(histogram, num_quantized_bins)
+        counts, edges, minimum, maximum, _ = histogram
+        ours = entropy_threshold(counts, edges, minimum, maximum, num_quantized_bins)
+        assert ours == (float(low), float(high)), (num_bins, num_quantized_bins, case)
+
+
 def test_entropy_defaults_search_where_onnxruntime_defaults_return_minmax() -> None:
     values = _samples(0, 100_000, np.random.default_rng(5))  # N(0, 1) with one 20.0
     default = _collector("entropy", False, 128, 128, 99.999)  # create_calibrator's defaults

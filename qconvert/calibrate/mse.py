@@ -10,23 +10,29 @@ much finer than a quantization step at 8 bits). Candidates of one search step ru
 quantize call (axis 0 = candidate).
 
 Search, over ranges that contain zero (finalize widens any range to contain zero anyway), with
-`[lo, hi] = [min(min, 0), max(max, 0)]` and fractions f = 1/K .. K/K (K = 128):
-- symmetric: `±f·max(|lo|, |hi|)`, the best f;
+`[lo, hi] = [min(min, 0), max(max, 0)]`, in fractions f of those ends. A 1-D search tries f = 1/32 ..
+32/32 (and the current f), then f ± 1/32 around the best in steps of 1/512: 66 candidates, resolution
+1/512 of the observed range (each candidate costs one onnxruntime scale/zero-point computation).
+- symmetric: `±f·max(|lo|, |hi|)`;
 - asymmetric: first `[f·lo, f·hi]` (shrink both ends together), then coordinate descent from the best:
-  the best `hi' = f·hi` for the current low end, then the best `lo' = f·lo` for that high end, until
-  neither moves (at most 8 rounds). Each step can only lower the error, so the result is never worse
-  than min/max (f = 1).
+  the high end `f·hi` for the current low end, then the low end `f·lo` for that high end, until neither
+  moves (at most 8 rounds). Every search includes the current range, so the error never rises and the
+  result is never worse than min/max (f = 1).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from qconvert.numerics import UniformParams, dequantize, quantize
 from qconvert.numerics.calibration import FLOAT8, STORAGE_DTYPES, activation_params, full_range
 
-GRID_SIZE = 128
+COARSE_STEPS = 32
+FINE_STEPS = 16  # per coarse step, on each side of the coarse best
 _MAX_ROUNDS = 8
+RangeOf = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def mse_range(
@@ -49,20 +55,22 @@ def mse_range(
     if centres.size == 0 or lowest == highest:
         return lowest, highest
     search = _Search(centres, weights, quant_type, symmetric, reduce_range)
-    fractions = np.arange(1, GRID_SIZE + 1) / GRID_SIZE
     if symmetric:
         bound = max(-lowest, highest)
-        return search.best(-bound * fractions, bound * fractions)
+        best = search.fraction(lambda f: (-bound * f, bound * f), 1.0)
+        return -bound * best, bound * best
     # Zero lies in every candidate: a side with no values (lowest or highest 0) stays at zero.
-    low_grid, high_grid = lowest * fractions, highest * fractions
-    low, high = search.best(low_grid, high_grid)
+    shrink = search.fraction(lambda f: (lowest * f, highest * f), 1.0)
+    low_fraction = high_fraction = shrink
     for _ in range(_MAX_ROUNDS):
-        _, new_high = search.best(np.full(GRID_SIZE, low), high_grid)
-        new_low, _ = search.best(low_grid, np.full(GRID_SIZE, new_high))
-        if (new_low, new_high) == (low, high):
+        low = lowest * low_fraction
+        new_high = search.fraction(lambda f, low=low: (np.full(f.size, low), highest * f), high_fraction)
+        high = highest * new_high
+        new_low = search.fraction(lambda f, high=high: (lowest * f, np.full(f.size, high)), low_fraction)
+        if (new_low, new_high) == (low_fraction, high_fraction):
             break
-        low, high = new_low, new_high
-    return low, high
+        low_fraction, high_fraction = new_low, new_high
+    return lowest * low_fraction, highest * high_fraction
 
 
 class _Search:
@@ -97,7 +105,17 @@ class _Search:
         difference = restored.astype(np.float64) - values
         return (difference * difference) @ self.weights
 
-    def best(self, lows: np.ndarray, highs: np.ndarray) -> tuple[float, float]:
-        """The candidate with the least error (the first, i.e. the narrowest, on ties)."""
-        index = int(np.argmin(self.errors(lows, highs)))
-        return float(lows[index]), float(highs[index])
+    def fraction(self, range_of: RangeOf, current: float) -> float:
+        """The fraction f in (0, 1] whose range `range_of(f)` has the least error: coarse grid, then fine.
+
+        `current` is always a candidate; on ties the first candidate wins.
+        """
+        coarse = np.append(np.arange(1, COARSE_STEPS + 1) / COARSE_STEPS, current)
+        best = self._best(coarse, range_of)
+        step = 1.0 / (COARSE_STEPS * FINE_STEPS)
+        fine = best + np.arange(-FINE_STEPS, FINE_STEPS + 1) * step
+        fine = np.append(fine[(fine > 0) & (fine <= 1)], best)
+        return self._best(fine, range_of)
+
+    def _best(self, fractions: np.ndarray, range_of: RangeOf) -> float:
+        return float(fractions[int(np.argmin(self.errors(*range_of(fractions))))])

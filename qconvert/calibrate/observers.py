@@ -220,8 +220,7 @@ class HistogramObserver:
         flat = array.reshape(-1)
         if flat.size == 0:
             return
-        if flat.dtype != np.float32:
-            flat = flat.astype(np.float32)
+        convert = flat.dtype != np.float32  # per chunk: no full-size float32 copy of a float16 tensor
         scale = self._index_scale()
         low = np.float32(self.low)
         zero = np.float32(0)
@@ -232,6 +231,8 @@ class HistogramObserver:
         nan_count = 0
         for start in range(0, flat.size, chunk):
             part = flat[start : start + chunk]
+            if convert:
+                part = part.astype(np.float32)
             position = positions[: part.size]
             index = indices[: part.size]
             if self.absolute:

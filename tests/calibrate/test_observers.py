@@ -163,6 +163,18 @@ def test_histogram_constant_range_and_chunking() -> None:
     np.testing.assert_array_equal(whole.counts, pieces.counts)
 
 
+def test_histogram_of_float16_and_float64_is_that_of_their_float32_values() -> None:
+    values = np.random.default_rng(4).standard_normal(70_000)  # more than two chunks
+    for dtype in (np.float16, np.float64):
+        typed = values.astype(dtype)
+        direct = HistogramObserver(-3.0, 3.0, 100)
+        direct.observe(typed)
+        via_float32 = HistogramObserver(-3.0, 3.0, 100)
+        via_float32.observe(typed.astype(np.float32))
+        np.testing.assert_array_equal(direct.counts, via_float32.counts)
+        assert direct.total == values.size
+
+
 def test_histogram_refuses_mismatched_merge_and_bad_range() -> None:
     with pytest.raises(ValueError, match="same bins"):
         HistogramObserver(0.0, 1.0, 8).merge(HistogramObserver(0.0, 2.0, 8))

@@ -9,15 +9,17 @@
 | `"onnx.X"`, `"onnx.<domain>.X"`            | node X of the default domain / of `<domain>`            |
 | `"qconvert.qlinear_conv"`, ...             | the QOperator node it was lifted from (qoperator.py)    |
 
-Values: a graph output keeps its `onnx.name`; a node's outputs are `<node name>_output_<i>` (the
-TorchScript exporter's convention, so exported names often come back) and nodes keep `onnx.node_name`;
-every name is made unique. A constant's ONNX type is its `onnx.elem_type`, else the storage type of the
-quant type a `quant.scast` gives it (an `i8` weight read as `u8` is written uint8), else its IR type.
+Names: graph inputs and outputs keep their `onnx.name`, nodes their `onnx.node_name`; an initializer
+is named by the constant's `onnx.name` (calibration sets it), else its `dense_resource` name (the lifted
+initializer's, made an MLIR identifier), else `<t>_quantized` when it feeds `<t>_DequantizeLinear`. Q/DQ
+values follow onnxruntime's quantizer (`<t>_scale`, `<t>_zero_point`, `<t>_QuantizeLinear_Output`, see
+`Writer.qdq_names`), other nodes' outputs are `<node name>_output_<i>` (the TorchScript exporter's
+convention, so exported names often come back); every name is made unique. The IR keeps no other
+intermediate names. A value's ONNX type: its `onnx.elem_type`, else the storage type of the quant type a
+`quant.scast` reads it as (an `i8` weight read as `u8` is written uint8), else its IR type (signless
+integers signed).
 
-Opset (`target_opset`): the model's own (`onnx.opset_import`; 21 for a module without one), raised to
-what the Q/DQ nodes need (qdq.py: per-axis 13, float8 / f16 scales 19, int16 / int4 / blocked 21,
-float4 23, int2 25) but never above 25 when the model has Q/DQ nodes (onnxruntime 1.32 has no Q/DQ
-kernels past 25). A changed opset goes through onnx.version_converter, which adapts the other nodes.
+Opset: opset.py (the model's own, raised to what the Q/DQ nodes need, at most 25 with Q/DQ nodes).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx import helper, version_converter
+from onnx import helper
 
 from qconvert.errors import InputError
 from qconvert.ir.attributes import (
@@ -52,6 +54,7 @@ from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import Type, element_type_of
 from qconvert.onnx_attributes import to_onnx_attribute
 
+from .opset import choose_opset, convert_opset
 from .qdq import FLOAT_STORAGE, QdqParameters, qdq_parameters
 from .qoperator import qoperator_node
 from .types import (
@@ -64,8 +67,6 @@ from .types import (
 )
 
 FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the float-storage scast of frontends/onnx/lift.py
-DEFAULT_OPSET = 21
-MAX_QDQ_OPSET = 25
 DEFAULT_DOMAIN_KEY = "ai.onnx"  # how `onnx.opset_import` spells the default domain
 CONTRIB_DOMAINS = {"com.microsoft": 1}
 PROTOBUF_LIMIT = 2**31  # a serialized ModelProto cannot reach 2 GiB
@@ -219,23 +220,7 @@ class Writer:
         return outputs
 
     def target_opset(self) -> int:
-        requested = self.requested_opset
-        if requested is not None:
-            if requested < self.required_opset:
-                raise InputError(
-                    f"opset {requested} is too old for this model's quantization: its Q/DQ nodes need "
-                    f"opset {self.required_opset} or newer"
-                )
-            if self.has_qdq and requested > MAX_QDQ_OPSET:
-                raise InputError(
-                    f"opset {requested}: onnxruntime 1.32 has no QuantizeLinear/DequantizeLinear kernels "
-                    f"past opset {MAX_QDQ_OPSET}; ask for {MAX_QDQ_OPSET} or lower"
-                )
-            return requested
-        target = max(self.opsets.get("", DEFAULT_OPSET), self.required_opset)
-        if self.has_qdq:
-            target = min(target, MAX_QDQ_OPSET)
-        return target
+        return choose_opset(self.opsets.get(""), self.required_opset, self.has_qdq, self.requested_opset)
 
     # Ops -----------------------------------------------------------------------------------------
     def write_op(self, op: Operation) -> None:
@@ -493,43 +478,6 @@ def build_model(module: ModuleOp, *, opset: int | None = None) -> ir.Model:
     # The oldest IR version that knows the default domain's opset (contrib domains do not constrain it).
     model.ir_version = helper.find_min_ir_version_for([helper.make_opsetid("", target)], ignore_unknown=True)
     return model
-
-
-DETACH_BYTES = 1024
-"""Initializers at least this large are left out of the proto the version converter sees."""
-DETACHED_LOCATION = "__qconvert_detached__"
-
-
-def convert_opset(model: ir.Model, base: int, target: int) -> ir.Model:
-    """`model`'s nodes (written at opset `base`) adapted to opset `target` by onnx.version_converter.
-
-    The converter only needs the graph: weights are swapped for external-data stubs while it runs and
-    put back by name afterwards, so a model of any size converts without its weights being copied.
-    """
-    model.graph.opset_imports[""] = base
-    detached: dict[str, ir.TensorProtocol] = {}
-    for name, value in model.graph.initializers.items():
-        tensor = value.const_value
-        if tensor is not None and tensor.nbytes >= DETACH_BYTES:
-            detached[name] = tensor
-            value.const_value = ir.ExternalTensor(
-                DETACHED_LOCATION, 0, tensor.nbytes, tensor.dtype, shape=tensor.shape, name=name
-            )
-    try:
-        proto = ir.serde.serialize_model(model)
-    finally:
-        for name, tensor in detached.items():
-            model.graph.initializers[name].const_value = tensor
-    try:
-        converted = ir.serde.deserialize_model(version_converter.convert_version(proto, target))
-    except Exception as error:  # the converter raises RuntimeError / ValueError / its own types
-        raise InputError(
-            f"cannot convert the model from opset {base} to opset {target} (needed by its Q/DQ nodes, or "
-            f"asked for): onnx.version_converter failed: {error}"
-        ) from None
-    for name, tensor in detached.items():
-        converted.graph.initializers[name].const_value = tensor
-    return converted
 
 
 def write_onnx(module: ModuleOp, *, opset: int | None = None, check: bool = True) -> onnx.ModelProto:

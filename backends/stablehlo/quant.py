@@ -315,7 +315,7 @@ def _dequantized_source(value: Value) -> Value | None:
 
 def _quantizations(value: Value, ctx: LoweringContext) -> list[Value]:
     """The quantized values computed from float `value` (uniform_quantize, or ONNX-exact arithmetic)."""
-    found = [
+    found: list[Value] = [
         owner.result
         for owner, _ in value.uses
         if owner.name == "stablehlo.uniform_quantize"

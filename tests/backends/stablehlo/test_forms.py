@@ -252,14 +252,21 @@ def model_reference(name: str) -> tuple[dict[str, np.ndarray], list[np.ndarray],
 
 
 @functools.cache
-def converted_model(name: str, form: str) -> tuple[str, int]:
+def converted_model(name: str, form: str) -> tuple[str, int, frozenset[str]]:
+    """The module's text, the number of fused ops, and which stablehlo ops compute on quantized values."""
     from qconvert.backends.stablehlo.convert import convert_with_stats
     from qconvert.frontends.onnx import import_onnx
+    from qconvert.ir.quant_types import QuantizedType
+    from qconvert.ir.types import element_type_of
 
-    module, stats = convert_with_stats(
-        import_onnx(str(MODELS / f"{name}.qdq.onnx")), form, inline_weights=True
+    source = import_onnx(str(MODELS / f"{name}.qdq.onnx"))
+    module, stats = convert_with_stats(source, form, inline_weights=True)
+    quantized_ops = frozenset(
+        op.name.removeprefix("stablehlo.")
+        for op in module.walk()
+        if op.results and isinstance(element_type_of(op.results[0].type), QuantizedType)
     )
-    return print_module(module), stats.fused_ops
+    return print_module(module), stats.fused_ops, quantized_ops
 
 
 @pytest.mark.parametrize(("name", "form", "engine"), MODEL_CASES)
@@ -267,11 +274,13 @@ def test_sample_model_matches_onnxruntime(run: ModuleType, name: str, form: str,
     """End to end within the noise floor (onnxruntime default vs optimizations off) or one output step,
     whichever is larger; measured here: 0 differing elements in every form on both engines."""
     feeds, reference, floor, steps = model_reference(name)
-    text, fused = converted_model(name, form)
+    text, fused, quantized_ops = converted_model(name, form)
     run.verify(text)
     assert ("!quant" in text) == (form != "integer")
     if form == "quantized":
         assert fused > 0  # the data-movement ops (pooling, flatten, reshape, transpose) run quantized
+        expected = {"digits_cnn": {"reduce_window", "reshape"}, "tiny_encoder": {"transpose", "gather"}}
+        assert expected[name] <= quantized_ops
     if engine is None:
         return
     outputs = run.run(text, list(feeds.values()), engine)

@@ -320,3 +320,20 @@ def test_float4_storage_is_refused_with_the_reason() -> None:
     model, _ = constant_inputs_model(quantization_cases()["test_quantizelinear_float4e2m1"])
     with pytest.raises(InputError, match="StableHLO has no f4E2M1FN element type"):
         convert_text(model, "integer")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("form", ["quantized", "integer"])
+@pytest.mark.parametrize(("zero_point", "storage", "axis"), [QDQ_CASES[0], QDQ_CASES[3], QDQ_CASES[4]])
+def test_nan_infinity_and_overflow_quantize_as_onnxruntime(
+    run: ModuleType, engine: str, form: str, zero_point: int, storage: int, axis: int | None
+) -> None:
+    """NaN stores qmin in onnxruntime (uniform_quantize gives 0 on the engines); written out it stays qmin."""
+    model = qdq_model(zero_point, storage, axis)
+    x = tie_heavy_input()
+    x[0, :4] = [np.nan, np.inf, -np.inf, 1e30]
+    x[1, :2] = [-1e30, -0.0]
+    reference = onnxruntime_outputs(model, {"x": x})
+    outputs = run.run(convert_text(model, form), [x], engine)
+    np.testing.assert_array_equal(outputs[1], reference[1])
+    np.testing.assert_array_equal(outputs[0], reference[0])

@@ -46,6 +46,19 @@ QUANTIZATION_OPS = frozenset(
     }
 )
 Q_DQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+INTEGER_TYPES = frozenset(
+    {
+        TensorProto.BOOL,
+        TensorProto.INT8,
+        TensorProto.INT16,
+        TensorProto.INT32,
+        TensorProto.INT64,
+        TensorProto.UINT8,
+        TensorProto.UINT16,
+        TensorProto.UINT32,
+        TensorProto.UINT64,
+    }
+)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -218,6 +231,13 @@ def node_cases(
     return cases
 
 
+def _is_integer(name: str, values: Mapping[str, np.ndarray], types: Mapping[str, int]) -> bool:
+    """An integer or boolean value (indices, shapes, masks): it passes through a fusion unquantized."""
+    if name in values:
+        return values[name].dtype.kind in "iub"
+    return types.get(name) in INTEGER_TYPES
+
+
 def fused_group_cases(
     model: ModelProto,
     values: Mapping[str, np.ndarray],
@@ -226,9 +246,10 @@ def fused_group_cases(
     unreturnable: Mapping[str, str],
     feed_weights: bool = False,
 ) -> list[NodeCase]:
-    """One case per `DequantizeLinear* -> op -> QuantizeLinear` group: every input of the op comes from a
-    DequantizeLinear (a constant or float operand blocks upstream's fusion too), and its one output feeds
-    exactly one QuantizeLinear and nothing else. Whether the backend fuses it is the backend's to say."""
+    """One case per `DequantizeLinear* -> op -> QuantizeLinear` group: every float input of the op comes
+    from a DequantizeLinear (a float operand of any other origin blocks upstream's fusion too; integer
+    operands such as Gather's indices or Reshape's shape pass through), and its one output feeds exactly
+    one QuantizeLinear and nothing else. Whether the backend fuses it is the backend's to say."""
     graph = list(model.graph.node)
     names = node_names(model)
     producers = {o: i for i, n in enumerate(graph) for o in n.output if o}
@@ -244,8 +265,8 @@ def fused_group_cases(
         outputs = [name for name in node.output if name]
         if is_quantization_node(node) or not inputs or len(outputs) != 1 or outputs[0] in graph_outputs:
             continue
-        dequantizes = [producers.get(name) for name in inputs]
-        if any(p is None or graph[p].op_type != "DequantizeLinear" for p in dequantizes):
+        dequantizes = [producers.get(name) for name in inputs if not _is_integer(name, values, types)]
+        if not dequantizes or any(p is None or graph[p].op_type != "DequantizeLinear" for p in dequantizes):
             continue
         users = consumers.get(outputs[0], [])
         if (

@@ -85,10 +85,10 @@ def test_fused_quantized_ops_are_layers_of_their_own(
         assert node_ops[layer.group[-1]] == "QuantizeLinear" and node_ops[layer.group[-2]] == layer.op_type
         assert {node_ops[member] for member in layer.group[:-2]} == {"DequantizeLinear"}
         assert layer.verdict == "pass" and layer.elements > 0
-    # Measured: the quantized form fuses the data-movement ops (MaxPool, Flatten; Transpose in the
-    # encoder), whose quantized versions are exact by construction.
-    expected = {"digits_cnn": {"MaxPool", "Flatten"}, "tiny_encoder": {"Transpose"}}[name]
-    assert expected <= {layer.op_type for layer in fused}
+    # Measured: the quantized form fuses the data-movement ops (MaxPool, Flatten; the embedding Gather,
+    # whose int64 indices pass through, Reshape and Transpose in the encoder): exact by construction.
+    expected = {"digits_cnn": {"MaxPool", "Flatten"}, "tiny_encoder": {"Gather", "Reshape", "Transpose"}}
+    assert expected[name] <= {layer.op_type for layer in fused}
 
 
 @pytest.mark.parametrize(("name", "engine", "form"), RUNS)

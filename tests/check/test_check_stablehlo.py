@@ -141,8 +141,8 @@ def test_semantics_stablehlo_counts_tie_differences_and_matches_the_prediction(t
     require_module("jax")
     model = ties_model(tmp_path)
     data = str(tmp_path / "ties.npz")
-    for engine in ("xla", "interpreter"):
-        report = check(model, data, backend="stablehlo", engine=engine, semantics="stablehlo")
+    for engine, form in [("xla", "quantized"), ("interpreter", "quantized"), ("xla", "integer")]:
+        report = check(model, data, backend="stablehlo", engine=engine, form=form, semantics="stablehlo")
         quantize = report.layers["quantize"]
         assert (quantize.mismatches, quantize.predicted_mismatches, quantize.elements) == (4, 4, 4)
         assert quantize.verdict == "pass" and quantize.max_lsb_diff == 1

@@ -1,12 +1,15 @@
 """Calibration: datasets, mergeable observers, `!quant.calibrated` ranges, finalize to `!quant.uniform`.
 
-    from qconvert.calibrate import calibrate
-    result = calibrate("model.onnx", "data/", method="percentile", out="model.qdq.onnx")
+from qconvert.calibrate import calibrate
+result = calibrate("model.onnx", "data/", method="percentile", out="model.qdq.onnx")
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from qconvert.calibrate.api import CalibrationResult, calibrate
 
 __all__ = ["CalibrationResult", "calibrate"]
 

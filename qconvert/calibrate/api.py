@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from onnx import ModelProto
 
@@ -141,7 +142,8 @@ class _Passes:
         self.firsts: dict[str, object] = {}  # tensor -> pass 1's method observer (clipped if so decided)
 
     def first(self, _: Mapping[str, list] | None) -> ObserverTable:
-        return {name: [*self.method.first_pass(name), MagnitudeObserver()] for name in self.tensors}
+        table = {name: [*self.method.first_pass(name), MagnitudeObserver()] for name in self.tensors}
+        return cast(ObserverTable, table)
 
     def guard(self, first_pass: Mapping[str, list]) -> SentinelDecision:
         self.findings, self.decision = sentinel_guard(first_pass, self.sentinel, self.overrides)
@@ -197,7 +199,7 @@ def _observe(
     ranges: dict[str, TensorRange] = {}
     for name in augmented.tensors:
         first = passes.firsts[name]
-        final = results[-1].observers.get(name, []) if len(results) > 1 else [first]
+        final: list[object] = list(results[-1].observers.get(name, [])) if len(results) > 1 else [first]
         tensor_range = method.range(name, [first], final)
         bounds = decision.clipped_ranges.get(name)
         if bounds is not None:  # a method that does not read pass 1's min/max (moving average): clip here

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import logging
 import multiprocessing
 import os
 import pickle
@@ -37,7 +38,7 @@ from qconvert.calibrate.dataset import Batch, Dataset, DatasetStats
 from qconvert.calibrate.observer import Observer
 from qconvert.errors import InputError, QConvertError
 
-FLOAT_TYPES = {TensorProto.FLOAT: "f32", TensorProto.FLOAT16: "f16"}
+FLOAT_TYPES: dict[int, str] = {TensorProto.FLOAT: "f32", TensorProto.FLOAT16: "f16"}
 ENGINES = ("local", "ray")
 
 # Observers of one pass: tensor name -> the observers fed with that tensor (all see the same batches).
@@ -300,7 +301,7 @@ def ray_instance(cpus: int) -> Iterator[None]:
     if ray.is_initialized():  # the caller's cluster (ray.init(address=...)): use it as it is
         yield
         return
-    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     try:
         yield
     finally:
@@ -311,6 +312,7 @@ def _run_ray(shares: Sequence[_Share], progress: Callable[[int], None]) -> list[
     """The shares as Ray tasks; progress moves when a task finishes (tasks report nothing before)."""
     with ray_instance(len(shares)):
         import ray
+        import ray.exceptions
 
         task = ray.remote(num_cpus=1)(_observe_share_on_ray)
         references = [task.remote(share) for share in shares]

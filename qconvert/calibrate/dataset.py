@@ -28,7 +28,7 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 from onnx import ModelProto, helper
@@ -262,7 +262,7 @@ def _load_function(spec: str) -> Callable[[], Iterable[Mapping[str, Any]]]:
     function = getattr(module, function_name, None)
     if not callable(function):
         raise InputError(f"--data {spec}: {module_name} has no function '{function_name}'")
-    return function
+    return cast(Callable[[], Iterable[Mapping[str, Any]]], function)
 
 
 def _folder_files(folder: Path) -> list[Path]:

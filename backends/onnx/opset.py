@@ -55,7 +55,12 @@ def convert_opset(model: ir.Model, base: int, target: int) -> ir.Model:
         if tensor is not None and tensor.nbytes >= DETACH_BYTES:
             detached[name] = tensor
             value.const_value = ir.ExternalTensor(
-                DETACHED_LOCATION, 0, tensor.nbytes, tensor.dtype, shape=tensor.shape, name=name
+                DETACHED_LOCATION,
+                0,
+                tensor.nbytes,
+                tensor.dtype,
+                shape=ir.Shape(tensor.shape.numpy()),
+                name=name,
             )
     try:
         proto = ir.serde.serialize_model(model)

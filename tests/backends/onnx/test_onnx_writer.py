@@ -45,7 +45,7 @@ def run_onnxruntime(
     )
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-    return session.run(None, feed)
+    return [np.asarray(value) for value in session.run(None, feed)]
 
 
 def parse(text: str) -> ModuleOp:
@@ -274,7 +274,8 @@ module attributes {{onnx.opset_import = {{ai.onnx = {opset} : i64}}}} {{
 def probe_input(scale: float, reach: float, seed: int = 0) -> np.ndarray:
     """Multiples of half a scale (ties to round) reaching `reach` scales beyond zero, both signs."""
     rng = np.random.default_rng(seed)
-    return (rng.integers(-2 * reach, 2 * reach, (4, 6)) * (scale / 2)).astype(np.float32)
+    steps = int(2 * reach)
+    return (rng.integers(-steps, steps, (4, 6)) * (scale / 2)).astype(np.float32)
 
 
 @pytest.mark.parametrize("label", sorted(QUANT_TYPES))

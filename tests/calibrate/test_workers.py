@@ -102,3 +102,10 @@ def test_a_lambda_cannot_go_to_worker_processes_and_says_so() -> None:
     images = np.zeros((8, 1, 8, 8), np.float32)
     with pytest.raises(InputError, match="cannot be sent to worker processes"):
         calibrate(MODELS / "digits_cnn.onnx", lambda: [{"image": images}], workers=2)
+
+
+def test_a_data_error_found_in_worker_processes_comes_back_as_an_input_error(tmp_path: Path) -> None:
+    path = tmp_path / "nan.npz"  # headers are fine: only reading the values (in the workers) finds it
+    np.savez(path, image=np.full((16, 1, 8, 8), np.nan, np.float32))
+    with pytest.raises(InputError, match=r"nan\.npz: all 16 samples contain NaN/Inf \('image': 16\)"):
+        calibrate(MODELS / "digits_cnn.onnx", path, workers=2)

@@ -1,0 +1,331 @@
+"""Where calibration passes run: in this process, in worker processes, or on Ray; each keeps one session.
+
+NOTE: an engine is opened once per calibration and runs every pass: worker processes (spawn context) and
+Ray actors start once, receive the model once and build their onnxruntime session on first use, so a
+two-pass method pays for start-up and model loading once. A pass is split into shares: share i of N
+runs the batches whose index is i mod N, observing into its own copy of the pass's (empty) observers;
+`collect` merges the copies in share order. Every share reads the whole dataset (so all form the same
+batches) but runs the model only on its own batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import multiprocessing
+import os
+import pickle
+import queue
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from qconvert.calibrate.dataset import Batch, Dataset, DatasetStats
+from qconvert.calibrate.observer import Observer
+from qconvert.errors import InputError, QConvertError
+
+ENGINES = ("local", "ray")
+
+# Observers of one pass: tensor name -> the observers fed with that tensor (all see the same batches).
+ObserverTable = dict[str, list[Observer]]
+
+
+@dataclass(frozen=True)
+class AugmentedModel:
+    """The float model with every calibrated tensor as a graph output, serialized for onnxruntime.
+
+    `model_bytes` never holds external data: a model with external data keeps it in its own folder
+    (`external_data_folder`), which onnxruntime reads directly, so a model over 2 GB is never copied.
+    """
+
+    model_bytes: bytes
+    external_data_folder: str | None
+    tensors: tuple[str, ...]  # calibrated tensors, in graph order
+    element_types: dict[str, str]  # tensor -> "f32" | "f16"
+
+
+def make_session(augmented: AugmentedModel, threads: int = 0) -> Any:
+    """An onnxruntime CPU session without graph optimizations (the calibrator's), `threads` 0 = default."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    options.intra_op_num_threads = threads
+    if augmented.external_data_folder is not None:
+        options.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", augmented.external_data_folder
+        )
+    try:
+        return ort.InferenceSession(augmented.model_bytes, options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime raises its own exception types for any invalid model
+        raise InputError(f"onnxruntime cannot load the model: {error}") from None
+
+
+# One share of one pass -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Share:
+    """One worker's part of a pass (picklable): the dataset, empty observers, which batches are its own."""
+
+    dataset: Dataset
+    observers: ObserverTable
+    index: int
+    count: int
+
+
+@dataclass
+class ShareResult:
+    observers: ObserverTable
+    stats: DatasetStats
+    batches_run: int = 0
+    samples_reported: int = 0
+    seconds: float = 0.0
+
+
+def observe_share(session: Any, share: Share, report: Callable[[int], None]) -> ShareResult:
+    """Run the model on the share's batches, feeding its observers; `report(samples)` after each batch.
+
+    onnxruntime runs batch k+1 on a helper thread (it releases the GIL) while batch k is observed, so
+    at most two batches of intermediates are alive; batches are still observed in order.
+    """
+    started = time.perf_counter()
+    names = list(share.observers)
+    stats = DatasetStats()
+    result = ShareResult(share.observers, stats)
+
+    def run(batch: Batch) -> list[np.ndarray]:
+        try:
+            return session.run(names, batch.arrays)
+        except Exception as error:  # onnxruntime's own exception types
+            raise InputError(
+                f"{share.dataset.label}: onnxruntime failed on batch {batch.index}: {error}"
+            ) from None
+
+    def observe(batch: Batch, outputs: Future[list[np.ndarray]]) -> None:
+        for name, values in zip(names, outputs.result()):
+            if values.size == 0:
+                continue  # nothing to observe (a zero-size dim), and min/max of nothing is undefined
+            for observer in share.observers[name]:
+                observer.observe(values)
+        result.batches_run += 1
+        result.samples_reported += batch.size
+        report(batch.size)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnxruntime") as runner:
+        pending: tuple[Batch, Future[list[np.ndarray]]] | None = None
+        for batch in share.dataset.batches(stats):
+            if batch.index % share.count != share.index:
+                continue
+            running = (batch, runner.submit(run, batch))
+            if pending is not None:
+                observe(*pending)
+            pending = running
+        if pending is not None:
+            observe(*pending)
+    if share.index == 0:  # samples read but not run: counted once, by the first share
+        result.samples_reported += stats.excluded + stats.dropped_tail
+        report(stats.excluded + stats.dropped_tail)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+# Engines ------------------------------------------------------------------------------------------------
+class Engine(Protocol):
+    workers: int
+
+    def run(self, shares: Sequence[Share], progress: Callable[[int], None]) -> list[ShareResult]:
+        """Every share of one pass; results in share order. `progress(samples)` as batches finish."""
+        ...
+
+
+class InProcessEngine:
+    """One share, here: onnxruntime gets every core."""
+
+    workers = 1
+
+    def __init__(self, augmented: AugmentedModel) -> None:
+        self.augmented = augmented
+        self.session: Any = None
+
+    def run(self, shares: Sequence[Share], progress: Callable[[int], None]) -> list[ShareResult]:
+        if self.session is None:
+            self.session = make_session(self.augmented)
+        return [observe_share(self.session, share, progress) for share in shares]
+
+
+# State of a worker process (set by its initializer): the model, its session once built, the progress queue.
+_worker_state: dict[str, Any] = {}
+
+
+def _start_worker(augmented: AugmentedModel, threads: int, messages: Any) -> None:
+    _worker_state.update(augmented=augmented, threads=threads, messages=messages, session=None)
+
+
+def _run_in_worker(share: Share) -> ShareResult:
+    state = _worker_state
+    if state["session"] is None:
+        state["session"] = make_session(state["augmented"], state["threads"])
+    messages = state["messages"]
+    return observe_share(state["session"], share, lambda samples: messages.put(samples))
+
+
+def _check_picklable(dataset: Dataset) -> None:
+    """Worker processes receive the dataset pickled: a lambda or a local function cannot be sent."""
+    try:
+        pickle.dumps(dataset.source)
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        raise InputError(
+            f"data {dataset.label}: cannot be sent to worker processes ({error}); give a module-level "
+            "function, MODULE:FUNCTION, or files (or use --workers 1)"
+        ) from None
+
+
+def _raise_from_share(error: BaseException) -> None:
+    if isinstance(error, QConvertError):
+        raise InputError(error.message) from None
+    if isinstance(error, BrokenProcessPool):
+        raise RuntimeError("a calibration worker process died (out of memory?)") from None
+    raise RuntimeError(f"calibration worker failed: {type(error).__name__}: {error}") from None
+
+
+class ProcessEngine:
+    """`workers` spawned processes, each with its own session (`os.cpu_count() // workers` threads)."""
+
+    def __init__(self, augmented: AugmentedModel, workers: int) -> None:
+        self.workers = workers
+        context = multiprocessing.get_context("spawn")
+        self.messages = context.Queue()
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        self.pool = ProcessPoolExecutor(
+            workers,
+            mp_context=context,
+            initializer=_start_worker,
+            initargs=(augmented, threads, self.messages),
+        )
+
+    def run(self, shares: Sequence[Share], progress: Callable[[int], None]) -> list[ShareResult]:
+        _check_picklable(shares[0].dataset)
+        futures = [self.pool.submit(_run_in_worker, share) for share in shares]
+        while True:
+            try:
+                progress(self.messages.get(timeout=0.2))
+            except queue.Empty:
+                if all(future.done() for future in futures):
+                    break
+        results = []
+        for future in futures:
+            error = future.exception()
+            if error is not None:
+                _raise_from_share(error)
+            results.append(future.result())
+        return results
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.messages.close()
+
+
+class _RayWorker:
+    """A Ray actor: the model's session, built on first use, kept for every pass."""
+
+    def __init__(self, augmented: AugmentedModel, threads: int) -> None:
+        self.augmented = augmented
+        self.threads = threads
+        self.session: Any = None
+
+    def run(self, share: Share) -> ShareResult:
+        if self.session is None:
+            self.session = make_session(self.augmented, self.threads)
+        # Ray hands numpy arrays over zero-copy from its object store, read-only: observe into a copy.
+        share = Share(share.dataset, copy.deepcopy(share.observers), share.index, share.count)
+        return observe_share(self.session, share, lambda samples: None)
+
+
+class RayEngine:
+    """`workers` Ray actors on a local Ray instance (or the cluster `ray.init` already connected to).
+
+    Progress moves when a share finishes: actors report nothing before."""
+
+    def __init__(self, augmented: AugmentedModel, workers: int) -> None:
+        import ray
+
+        self.workers = workers
+        threads = max(1, (os.cpu_count() or 1) // workers) if not ray.is_initialized() else 0
+        actor = ray.remote(num_cpus=1)(_RayWorker)
+        model = ray.put(augmented)  # once, shared by the actors
+        self.actors = [actor.remote(model, threads) for _ in range(workers)]
+
+    def run(self, shares: Sequence[Share], progress: Callable[[int], None]) -> list[ShareResult]:
+        import ray
+        import ray.exceptions
+
+        references = [actor.run.remote(share) for actor, share in zip(self.actors, shares)]
+        pending = list(references)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                finished = ray.get(done[0])
+            except ray.exceptions.RayTaskError as error:
+                _raise_from_share(error.cause)
+                raise
+            progress(finished.samples_reported)
+        # Results come back read-only too (zero-copy); the parent merges into them, so copy.
+        return [copy.deepcopy(ray.get(reference)) for reference in references]
+
+
+@contextlib.contextmanager
+def ray_instance(cpus: int) -> Iterator[None]:
+    """A local Ray instance for the duration (shut down after), or the one already connected (kept)."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--engine ray needs the optional `ray` extra: pip install 'qconvert[ray]'") from None
+    if ray.is_initialized():  # the caller's cluster (ray.init(address=...)): use it as it is
+        yield
+        return
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@contextlib.contextmanager
+def open_engine(augmented: AugmentedModel, workers: int = 1, engine: str = "local") -> Iterator[Engine]:
+    """The engine that runs every pass of one calibration; closed (processes, Ray) on exit."""
+    if workers < 1:
+        raise InputError(f"--workers {workers}: expected 1 or more")
+    if engine not in ENGINES:
+        raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
+    if engine == "ray":
+        with ray_instance(workers):
+            yield RayEngine(augmented, workers)
+        return
+    if workers == 1:
+        yield InProcessEngine(augmented)
+        return
+    processes = ProcessEngine(augmented, workers)
+    try:
+        yield processes
+    finally:
+        processes.close()
+
+
+__all__ = [
+    "AugmentedModel",
+    "ENGINES",
+    "Engine",
+    "ObserverTable",
+    "Share",
+    "ShareResult",
+    "make_session",
+    "observe_share",
+    "open_engine",
+    "ray_instance",
+]

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from qconvert.errors import InputError
 from qconvert.ir.attributes import DenseElementsAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.builtin import ModuleOp
@@ -46,22 +47,38 @@ def result_element(ctx: LoweringContext, op: Operation, index: int = 0) -> Type:
     return element_type_of(ctx.convert_type(op.results[index].type))
 
 
+def _known_producer(ctx: LoweringContext, op: Operation, position: int) -> Operation | None:
+    """The op holding ONNX input `position`'s value when it is known at conversion time: the source's
+    `arith.constant`, or the `stablehlo.constant` an earlier fold emitted. Reads no data."""
+    source = ctx.source_input(op, position)
+    producer = source.owner_op() if source is not None else None
+    if producer is None:
+        return None
+    if producer.name == "arith.constant":
+        return producer
+    lowered = ctx.value_map.get(source)  # type: ignore[arg-type]
+    folded = lowered.owner_op() if lowered is not None else None
+    if folded is not None and folded.name == "stablehlo.constant":
+        return folded
+    return None
+
+
 def constant_input(ctx: LoweringContext, op: Operation, position: int) -> np.ndarray | None:
     """ONNX input `position` as a numpy array when it is known at conversion time, else None.
 
-    Known means: a constant of the source module, or the result of an earlier fold (whose lowered value
-    is produced by a `stablehlo.constant`).
+    Known means: a constant of the source module (read with ONNX's element type, so uint8 stays
+    unsigned), or the result of an earlier fold.
     """
-    array = ctx.constant_array(op, position)
-    if array is not None:
-        return np.asarray(array)
-    source = ctx.source_input(op, position)
-    if source is None or source.owner_op() is None or source.owner_op().name == "arith.constant":
+    producer = _known_producer(ctx, op, position)
+    if producer is None:
         return None
-    lowered = ctx.value_map.get(source)
-    producer = lowered.owner_op() if lowered is not None else None
-    if producer is None or producer.name != "stablehlo.constant":
-        return None
+    if producer.name == "arith.constant":
+        from qconvert.interpret import constant_array
+
+        try:
+            return constant_array(producer)  # type: ignore[arg-type]
+        except InputError:  # elided weights
+            return None
     attribute = producer.attributes.get("value")
     return np.asarray(attribute.array) if isinstance(attribute, DenseElementsAttr) else None
 
@@ -93,7 +110,10 @@ def fold(ctx: LoweringContext, op: Operation) -> list[Value] | None:
     """The op's results as constants when all its inputs are known and folding it is exact, else None."""
     if not _foldable(op):
         return None
-    arrays = [constant_input(ctx, op, p) for p in present_positions(ctx, op)]
+    positions = present_positions(ctx, op)
+    if any(_known_producer(ctx, op, p) is None for p in positions):
+        return None  # checked before any weight is read
+    arrays = [constant_input(ctx, op, p) for p in positions]
     if any(a is None for a in arrays):
         return None
     module = _module_of(op)

@@ -567,3 +567,17 @@ def test_more_window_and_broadcast_cases() -> None:
     outputs += [Output(name) for name in ("max_1d", "where_broadcast", "pow_int", "mean_int", "expand_rank")]
     inputs = {"x": x, "x1": x1, "wt": wt, "wt1": wt1, "condition": condition, "int_exponent": int_exponent}
     check(nodes, inputs | {"ints": ints}, outputs, opset=17)
+
+
+def test_unsigned_constants_keep_their_values() -> None:
+    """uint8 constants above 127: folded through Cast, and gathered at run time."""
+    n = helper.make_node
+    table = np.array([[200, 3], [255, 128], [0, 17]], np.uint8)
+    nodes = [
+        const("table", table, np.uint8),
+        n("Cast", ["table"], ["as_float"], to=TensorProto.FLOAT),
+        n("Gather", ["table", "rows"], ["gathered"]),
+        n("Cast", ["gathered"], ["gathered_float"], to=TensorProto.FLOAT),
+    ]
+    outputs = [Output("as_float"), Output("gathered"), Output("gathered_float")]
+    check(nodes, {"rows": np.array([2, 0, 1, -1], np.int64)}, outputs, engines=("xla", "interpreter"))

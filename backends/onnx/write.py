@@ -123,10 +123,13 @@ class Names:
 
 
 def node_label(op: Operation) -> str:
-    """`'quant.qcast' (node 'x_QuantizeLinear')` for error messages."""
-    name = op.attributes.get("onnx.node_name")
-    suffix = f" (node '{name.value}')" if isinstance(name, StringAttr) and name.value else ""
-    return f"'{op.name}'{suffix}"
+    """`'quant.qcast' (node 'x_QuantizeLinear')` for error messages; calibration's qcasts name their
+    tensor instead (`onnx.tensor_name`)."""
+    for key, what in (("onnx.node_name", "node"), ("onnx.tensor_name", "tensor")):
+        name = op.attributes.get(key)
+        if isinstance(name, StringAttr) and name.value:
+            return f"'{op.name}' ({what} '{name.value}')"
+    return f"'{op.name}'"
 
 
 class Writer:
@@ -238,10 +241,14 @@ class Writer:
             self.generic(op)
         elif op.name.startswith("qconvert."):
             self.qoperator(op)
+        elif op.name == "func.call":
+            raise InputError(
+                f"{node_label(op)}: calls are not written to ONNX; inline them first (qconvert opt --inline)"
+            )
         else:
             raise InputError(
-                f"{node_label(op)}: the ONNX writer handles onnx.*, quant.qcast/dcast/scast, arith.constant "
-                f"and func.return; '{op.name}' has no ONNX equivalent"
+                f"{node_label(op)}: the ONNX writer handles onnx.*, qconvert.*, quant.qcast/dcast/scast, "
+                f"arith.constant and func.return; '{op.name}' has no ONNX equivalent"
             )
 
     def add_node(

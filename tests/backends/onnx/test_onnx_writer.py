@@ -452,6 +452,19 @@ func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
         write_onnx(module)
 
 
+def test_a_call_is_refused_with_the_pass_that_removes_it() -> None:
+    module = parse("""
+func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %y = func.call @f(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}""")
+    with pytest.raises(InputError, match=r"inline them first \(qconvert opt --inline\)"):
+        write_onnx(module)
+
+
 def test_quantizing_to_int32_is_refused() -> None:
     module = parse("""
 func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {

@@ -202,3 +202,26 @@ def test_unsigned_quant_storage_with_zero_point_128(run: ModuleType, storage: st
     expected = quantize(x, params, Rounding.STABLEHLO)
     np.testing.assert_array_equal(stored, expected)
     np.testing.assert_array_equal(dequantized, dequantize(expected, params, Rounding.STABLEHLO))
+
+
+def _divide_by_constant(barrier: bool) -> str:
+    divisor = "%b" if barrier else "%c"
+    hidden = "%b = stablehlo.optimization_barrier %c : tensor<1000xf32>" if barrier else ""
+    return f"""func.func @main(%x: tensor<1000xf32>) -> tensor<1000xf32> {{
+      %c = stablehlo.constant dense<0.0123> : tensor<1000xf32>
+      {hidden}
+      %y = stablehlo.divide %x, {divisor} : tensor<1000xf32>
+      return %y : tensor<1000xf32> }}"""
+
+
+def test_xla_divides_by_a_constant_with_a_reciprocal_unless_the_divisor_is_hidden(run: ModuleType) -> None:
+    """Engine fact the emitters rely on (onnx_elementwise.exact_divide): XLA:CPU's simplifier turns
+    `x / splat(c)` (and `x / broadcast(c)`) into `x * (1 / c)`, off by an ulp for many x, which moves
+    quantize ties; an optimization_barrier on the divisor keeps the correctly rounded division."""
+    x = np.random.default_rng(0).uniform(-2, 2, 1000).astype(np.float32)
+    exact = x / np.float32(0.0123)
+    (rewritten,) = run.run_xla(_divide_by_constant(barrier=False), [x])
+    assert np.count_nonzero(rewritten != exact) > 100
+    for engine in ("xla", "interpreter"):
+        (divided,) = run.run(_divide_by_constant(barrier=True), [x], engine=engine)
+        np.testing.assert_array_equal(divided, exact, err_msg=engine)

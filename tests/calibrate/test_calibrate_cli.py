@@ -178,3 +178,48 @@ def test_bad_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> No
         assert main(arguments) == 2, message
         assert message in capsys.readouterr().err
         assert not (tmp_path / "x.onnx").exists()
+
+
+# The sentinel guard, wired through calibrate: models/bert_mask.onnx adds float-min at padded positions --
+def padded_sequences(path: Path, count: int = 16, seq: int = 32) -> Path:
+    rng = np.random.default_rng(21)
+    lengths = rng.integers(seq // 4, seq + 1, size=count)
+    lengths[0] = seq // 2  # at least one padded row
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int64)
+    ids = np.where(mask == 1, rng.integers(1, 128, size=(count, seq)), 0).astype(np.int64)
+    np.savez(path, input_ids=ids, attention_mask=mask)
+    return path
+
+
+def test_float_min_mask_tensors_stay_float_by_default_and_clip_on_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    model = MODELS / "bert_mask.onnx"
+    data = padded_sequences(tmp_path / "padded.npz")
+    kept, clipped = tmp_path / "kept.json", tmp_path / "clipped.json"
+    out = tmp_path / "kept.onnx"
+    assert (
+        main(["calibrate", str(model), "--data", str(data), "-o", str(out), "--json", str(kept), "--quiet"])
+        == 0
+    )
+    assert "(--sentinel keep)" in capsys.readouterr().err
+    assert main(["calibrate", str(model), "--data", str(data), "--sentinel", "clip", "--json", str(clipped),
+                 "--quiet"]) == 0  # fmt: skip
+    kept_report, clipped_report = json.loads(kept.read_text()), json.loads(clipped.read_text())
+    flagged = set(kept_report["keep_float"])
+    assert flagged, "the mask tensors should be flagged"
+    # Kept tensors are the ones whose observed range reaches float-min; no other tensor does.
+    reaching = {name for name, r in kept_report["ranges"].items() if float(r["min"]) <= -1e30}
+    assert flagged == reaching
+    written = onnx.load(out)
+    quantized = {node.input[0] for node in written.graph.node if node.op_type == "QuantizeLinear"}
+    assert quantized and not quantized & flagged
+    # Clipped: the same tensors get the unmasked values' range; only one holding nothing else stays float.
+    only_sentinels = {name for name in flagged if float(kept_report["ranges"][name]["max"]) <= -1e30}
+    assert set(clipped_report["keep_float"]) == only_sentinels and flagged - only_sentinels
+    for name in flagged - only_sentinels:
+        assert -1e30 < float(clipped_report["ranges"][name]["min"]) <= 0, name
+        assert clipped_report["ranges"][name]["sentinel"]
+    inputs = dict(np.load(data))
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert all(np.isfinite(o).all() for o in session.run(None, {k: v[:4] for k, v in inputs.items()}))

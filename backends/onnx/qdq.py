@@ -129,28 +129,37 @@ def _sub_channel(
         raise UnwritableType("sub-channel quantization needs a static tensor shape in ONNX")
     shape = container.shape
     blocks = dict(quant_type.block_size_info)
-    blocked_axes = [d for d, b in blocks.items() if 1 < b < shape[d]]
+    # The IR's table has one entry per block along each listed axis and size 1 along the others.
+    table_scale = np.broadcast_to(scale, quant_type.scales.shape)
+    table_zero = np.broadcast_to(zero_point, quant_type.scales.shape)
+    varying = [d for d, size in enumerate(table_scale.shape) if size > 1]
+    blocked_axes = [d for d in varying if blocks.get(d, 1) > 1]  # several blocks, each of several elements
     if len(blocked_axes) > 1:
         raise UnwritableType(
             f"blocks along axes {blocked_axes}: ONNX blocked quantization has one blocked axis"
         )
-    # The IR's table has size 1 on the axes it does not list (broadcast); ONNX wants every axis but the
-    # blocked one at full resolution, so those axes are repeated.
-    target = tuple(math.ceil(size / blocks[d]) if d in blocks else size for d, size in enumerate(shape))
-    scale = np.ascontiguousarray(np.broadcast_to(scale, target)).astype(expressed_dtype)
-    zero_point = np.ascontiguousarray(np.broadcast_to(zero_point, target))
     if storage in FLOAT_STORAGE:
-        zero_point = np.zeros(target, np.dtype(storage.numpy()))
+        table_zero = np.zeros(table_zero.shape, np.dtype(storage.numpy()))
     else:
-        zero_point = as_storage_array(zero_point.astype(np.int64), storage)
-    varying = [d for d, size in enumerate(target) if size > 1]
+        table_zero = as_storage_array(np.asarray(table_zero, np.int64), storage)
+    table_scale = table_scale.astype(expressed_dtype)
     if not blocked_axes and not varying:  # one scale: per-tensor
-        return QdqParameters(scale.reshape(()), zero_point.reshape(()), storage, None, None, opset)
+        return QdqParameters(table_scale.reshape(()), table_zero.reshape(()), storage, None, None, opset)
     if not blocked_axes and len(varying) == 1:  # one scale per slice of one axis: per-axis
         axis = varying[0]
         return QdqParameters(
-            scale.reshape(-1), zero_point.reshape(-1), storage, axis, None, max(opset, PER_AXIS_OPSET)
+            table_scale.reshape(-1), table_zero.reshape(-1), storage, axis, None, max(opset, PER_AXIS_OPSET)
         )
+    # Blocked: ONNX wants every axis but the blocked one at full resolution (block size 1 when no axis
+    # has blocks of several elements), so the table is repeated along the axes it broadcasts.
     axis = blocked_axes[0] if blocked_axes else varying[0]
     block_size = blocks[axis] if blocked_axes else 1
-    return QdqParameters(scale, zero_point, storage, axis, block_size, max(opset, BLOCKED_OPSET))
+    target = tuple(math.ceil(size / block_size) if d == axis else size for d, size in enumerate(shape))
+    return QdqParameters(
+        np.ascontiguousarray(np.broadcast_to(table_scale, target)),
+        np.ascontiguousarray(np.broadcast_to(table_zero, target)),
+        storage,
+        axis,
+        block_size,
+        max(opset, BLOCKED_OPSET),
+    )

@@ -251,6 +251,14 @@ QUANT_TYPES = {
     "i16 per-axis 0": "!quant.uniform<i16:f32:0, {1.0E-4:7, 2.0E-4, 5.0E-4:-9, 1.0E-3}>",
     "i4 per-axis 1": "!quant.uniform<i4:f32:1, {0.5:1, 0.25, 0.125:-2, 1.0, 0.75:3, 0.3:-1}>",
     "i4 blocked": f"!quant.uniform<i4:f32:{SUB_CHANNEL}>",
+    # sub-channel types that are ONNX blocked with one block along the other axis, per-axis, per-element
+    "i4 blocked one block on axis 0": "!quant.uniform<i4:f32:{0:4, 1:3}, {{0.5:1, 0.25}}>",
+    "i8 sub-channel per-row": "!quant.uniform<i8:f32:{0:1, 1:6}, {{0.5:1}, {0.25:2}, {0.125}, {1.0:-3}}>",
+    "i8 sub-channel per-element": "!quant.uniform<i8:f32:{0:1, 1:1}, {"
+    + ", ".join(
+        "{" + ", ".join(f"{0.05 * (r + 1) + 0.01 * c}:{c - r}" for c in range(6)) + "}" for r in range(4)
+    )
+    + "}>",
 }
 NARROW_I8 = "!quant.uniform<i8<-127:127>:f32, 0.0625>"
 READABLE_STORAGE = ("i8", "u8", "i16", "u16")  # onnxruntime's Python API cannot return int4
@@ -299,6 +307,9 @@ def test_storage_types_and_opsets_of_the_written_casts() -> None:
         "u8 per-axis 0": (onnx.TensorProto.UINT8, 21, 0, None),
         "i4 blocked": (onnx.TensorProto.INT4, 21, 1, 3),
         "i16 per-tensor": (onnx.TensorProto.INT16, 21, None, None),
+        "i4 blocked one block on axis 0": (onnx.TensorProto.INT4, 21, 1, 3),
+        "i8 sub-channel per-row": (onnx.TensorProto.INT8, 21, 0, None),
+        "i8 sub-channel per-element": (onnx.TensorProto.INT8, 21, 0, 1),
     }
     for label, (elem_type, opset, axis, block_size) in cases.items():
         written = write_onnx(cast_module(QUANT_TYPES[label], return_storage=False))
@@ -308,6 +319,12 @@ def test_storage_types_and_opsets_of_the_written_casts() -> None:
         assert zero_point.data_type == elem_type, label
         attributes = {a.name: a.i for a in quantize.attribute}
         assert attributes.get("axis") == axis and attributes.get("block_size") == block_size, label
+
+
+def test_blocks_along_two_axes_are_refused() -> None:
+    module = cast_module("!quant.uniform<i8:f32:{0:2, 1:3}, {{0.5, 0.25}, {0.1, 0.2}}>", return_storage=False)
+    with pytest.raises(InputError, match=r"blocks along axes \[0, 1\]: ONNX blocked quantization has one"):
+        write_onnx(module)
 
 
 def test_narrowed_storage_bounds_are_written_as_the_full_storage_type() -> None:

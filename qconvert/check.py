@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from onnx import numpy_helper
+from onnx import ModelProto, numpy_helper
 
-from qconvert.check_backends import BACKENDS, NotRun, make_backend
+from qconvert.check_backends import BACKENDS, CheckBackend, NotRun, make_backend
 from qconvert.check_nodes import (
     broadcast_scale,
     cut_model,
@@ -149,8 +149,8 @@ def check(
 
 def _end_to_end(
     report: CheckReport,
-    runner: Any,
-    model: Any,
+    runner: CheckBackend,
+    model: ModelProto,
     feeds: Mapping[str, np.ndarray],
     values: Mapping[str, np.ndarray],
     types: Mapping[str, int],

@@ -43,11 +43,22 @@ class CaseRun:
 class CheckBackend(Protocol):
     """What `check` needs from a backend."""
 
-    name: str
-    engine: str | None
-    form: str | None
-    semantics: str | None
-    feeds_weights: bool  # a Q/DQ's constant data input fed at run time (see check_nodes.cut_model)
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def engine(self) -> str | None: ...
+
+    @property
+    def form(self) -> str | None: ...
+
+    @property
+    def semantics(self) -> str | None: ...
+
+    @property
+    def feeds_weights(self) -> bool:
+        """Whether a Q/DQ's constant data input is fed at run time (see check_nodes.cut_model)."""
+        ...
 
     def fused_groups(self) -> bool:
         """Whether the per-node verdict covers fused `DequantizeLinear* -> op -> QuantizeLinear` groups."""

@@ -337,3 +337,49 @@ def test_nan_infinity_and_overflow_quantize_as_onnxruntime(
     outputs = run.run(convert_text(model, form), [x], engine)
     np.testing.assert_array_equal(outputs[1], reference[1])
     np.testing.assert_array_equal(outputs[0], reference[0])
+
+
+def data_movement_model() -> onnx.ModelProto:
+    """x -> Q -> DQ, then Transpose / Slice / Concat / Expand / Reshape, each followed by Q -> DQ with the
+    same parameters (how onnxruntime's quantizer leaves data-movement ops)."""
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+        helper.make_node("Transpose", ["d"], ["t"], perm=[1, 0]),
+        helper.make_node("Slice", ["d", "starts", "ends", "axes"], ["sl"]),
+        helper.make_node("Concat", ["d", "d"], ["c"], axis=0),
+        helper.make_node("Expand", ["d", "expand_shape"], ["e"]),
+        helper.make_node("Reshape", ["d", "reshape_shape"], ["r"]),
+    ]
+    outputs = []
+    for name, shape in (("t", (8, 4)), ("sl", (4, 3)), ("c", (8, 8)), ("e", (2, 4, 8)), ("r", (32,))):
+        nodes.append(helper.make_node("QuantizeLinear", [name, "s", "z"], [f"{name}_q"]))
+        nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", "s", "z"], [f"{name}_out"]))
+        outputs.append(helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, shape))
+    initializers = [
+        numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+        numpy_helper.from_array(np.array(3, np.int8), "z"),
+        numpy_helper.from_array(np.array([2], np.int64), "starts"),
+        numpy_helper.from_array(np.array([8], np.int64), "ends"),
+        numpy_helper.from_array(np.array([1], np.int64), "axes"),
+        numpy_helper.from_array(np.array([2, 4, 8], np.int64), "expand_shape"),
+        numpy_helper.from_array(np.array([32], np.int64), "reshape_shape"),
+    ]
+    graph = helper.make_graph(
+        nodes, "moves", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (4, 8))], outputs, initializers
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_data_movement_runs_on_quantized_values_bit_exact(run: ModuleType, engine: str) -> None:
+    from qconvert.backends.stablehlo.convert import convert_with_stats
+    from qconvert.frontends.onnx import import_onnx
+
+    model = data_movement_model()
+    module, stats = convert_with_stats(import_onnx(model), "quantized", inline_weights=True)
+    assert stats.fused_ops == 5
+    x = tie_heavy_input((4, 8))
+    outputs = run.run(print_module(module), [x], engine)
+    for ours, expected in zip(outputs, onnxruntime_outputs(model, {"x": x}), strict=True):
+        np.testing.assert_array_equal(ours, expected)

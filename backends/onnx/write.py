@@ -386,6 +386,14 @@ class Writer:
         self.required_opset = max(self.required_opset, params.opset)
         name = self.node_name(op, op_type)
         source = self.values[op.operands[0]]
+        tensor_name = op.attributes.get("onnx.tensor_name")  # calibration: the quantized tensor's name
+        if (
+            isinstance(tensor_name, StringAttr)
+            and source.producer() is not None
+            and tensor_name.value not in self.value_names.used
+        ):
+            source.name = tensor_name.value
+            self.value_names.reserve(tensor_name.value)
         tensor, output_name = self.qdq_names(name, op_type, source, params)
         scale = self.parameter(params.scale, params.scale_type, f"{tensor}_scale")
         zero_point = self.parameter(params.zero_point, params.storage, f"{tensor}_zero_point")

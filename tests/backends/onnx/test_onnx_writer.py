@@ -432,6 +432,26 @@ def test_graph_boundaries_run_on_onnxruntime_as_the_interpreter_runs_them(label:
         assert written.opset_import[0].version == 19
 
 
+def test_a_quantized_tensor_takes_the_name_calibration_recorded() -> None:
+    module = parse("""
+func.func @main(%x: tensor<4xf32> {onnx.name = "x"}) -> (tensor<4xf32> {onnx.name = "y"}) {
+  %r = "onnx.Relu"(%x) {onnx.node_name = "/Relu"} : (tensor<4xf32>) -> tensor<4xf32>
+  %q = quant.qcast %r {onnx.node_name = "/Relu_output_0_QuantizeLinear", onnx.tensor_name = "/Relu_output_0"}
+      : tensor<4xf32> to tensor<4x!quant.uniform<u8:f32, 0.5>>
+  %y = quant.dcast %q : tensor<4x!quant.uniform<u8:f32, 0.5>> to tensor<4xf32>
+  return %y : tensor<4xf32>
+}""")
+    nodes = write_onnx(module).graph.node
+    assert [list(n.output) for n in nodes] == [
+        ["/Relu_output_0"],
+        ["/Relu_output_0_QuantizeLinear_Output"],
+        ["y"],
+    ]
+    assert nodes[2].name == "DequantizeLinear_0"  # unnamed: a generated name, its Q node's parameters
+    assert list(nodes[1].input) == ["/Relu_output_0", "/Relu_output_0_scale", "/Relu_output_0_zero_point"]
+    assert list(nodes[2].input[1:]) == ["/Relu_output_0_scale", "/Relu_output_0_zero_point"]
+
+
 def test_two_results_with_one_name_are_refused() -> None:
     module = parse("""
 func.func @main(%x: tensor<4xf32>) -> (tensor<4xf32> {onnx.name = "y"}, tensor<4xf32> {onnx.name = "y"}) {

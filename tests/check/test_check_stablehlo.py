@@ -158,6 +158,37 @@ def test_semantics_stablehlo_counts_tie_differences_and_matches_the_prediction(t
     assert onnx_rounding.outputs["q"].ours is not None and onnx_rounding.outputs["q"].ours.mismatches == 0
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("form", ["quantized", "integer"])
+def test_semantics_stablehlo_per_axis_unsigned(tmp_path: Path, dtype: type, form: str) -> None:
+    """Per-axis uint8, zero points 3 and 129 (both odd), f16 and f32 inputs. x / s is a tie in 7 of the 8
+    elements (row 0: 0.5 1.5 2.5 -0.5; row 1: 0.5 1.5 -0.5 and 40), and an odd zero point moves every tie:
+    7 differ, measured on the engine and predicted alike."""
+    require_module("jax")
+    elem_type = TensorProto.FLOAT16 if dtype is np.float16 else TensorProto.FLOAT
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quantize", axis=0)
+    graph = helper.make_graph(
+        [node],
+        "per_axis",
+        [helper.make_tensor_value_info("x", elem_type, [2, 4])],
+        [helper.make_tensor_value_info("q", TensorProto.UINT8, [2, 4])],
+        [
+            numpy_helper.from_array(np.array([0.5, 0.25], dtype), "s"),
+            numpy_helper.from_array(np.array([3, 129], np.uint8), "z"),
+        ],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    proto.ir_version = 10
+    path = tmp_path / "per_axis.onnx"
+    onnx.save(proto, str(path))
+    x = np.array([[0.25, 0.75, 1.25, -0.25], [0.125, 0.375, -0.125, 10.0]], dtype)
+    report = check(path, {"x": x}, backend="stablehlo", form=form, semantics="stablehlo")
+    layer = report.layers["quantize"]
+    assert (layer.mismatches, layer.predicted_mismatches, layer.verdict) == (7, 7, "pass")
+    exact = check(path, {"x": x}, backend="stablehlo", form=form)
+    assert exact.layers["quantize"].mismatches == 0 and exact.passed
+
+
 def test_semantics_stablehlo_with_zero_tolerance_exits_1(tmp_path: Path) -> None:
     require_module("jax")
     model = ties_model(tmp_path)

@@ -144,6 +144,7 @@ def _collect_pass(
         if progress is not None:
             progress(done, total)
 
+    report(0)  # the total shows while workers start and sessions load
     results = engine.run(shares, report)
     merged = results[0].observers
     for result in results[1:]:

@@ -25,11 +25,11 @@ from qconvert.calibrate.collect import ProgressCallback
 
 
 class SamplesPerSecondColumn(ProgressColumn):
-    """`123.4 samples/s`, from rich's smoothed speed of the task."""
+    """`123.4/s` (samples per second), from rich's smoothed speed of the task."""
 
     def render(self, task: Task) -> Text:
         speed = task.finished_speed or task.speed
-        return Text("" if speed is None else f"{speed:,.1f} samples/s", style="progress.data.speed")
+        return Text("" if speed is None else f"{speed:,.1f}/s", style="progress.data.speed")
 
 
 @contextlib.contextmanager
@@ -40,7 +40,7 @@ def progress_bar(enabled: bool, description: str = "calibrating") -> Iterator[Pr
         return
     progress = Progress(
         TextColumn("{task.description}"),
-        BarColumn(),
+        BarColumn(bar_width=24),
         MofNCompleteColumn(),
         TextColumn("samples"),
         SamplesPerSecondColumn(),

@@ -44,18 +44,21 @@ def save_onnx(
     if external_data is None:
         external_data = initializer_bytes(model) >= EXTERNAL_DATA_THRESHOLD
     data_name = f"{target.name}.data"
-    with tempfile.TemporaryDirectory(dir=folder, prefix=f".{target.name}.") as scratch:
-        scratch_model = Path(scratch) / target.name
-        try:
+    try:
+        with tempfile.TemporaryDirectory(dir=folder, prefix=f".{target.name}.") as scratch:
+            scratch_model = Path(scratch) / target.name
+            try:
+                if external_data:
+                    ir.save(model, scratch_model, external_data=data_name)
+                else:
+                    ir.save(model, scratch_model)
+            except ValueError as error:
+                raise InputError(f"cannot write '{target}': {error}") from None
+            if check:
+                check_proto(str(scratch_model))
             if external_data:
-                ir.save(model, scratch_model, external_data=data_name)
-            else:
-                ir.save(model, scratch_model)
-        except (OSError, ValueError) as error:
-            raise InputError(f"cannot write '{target}': {error}") from None
-        if check:
-            check_proto(str(scratch_model))
-        if external_data:
-            os.replace(Path(scratch) / data_name, folder / data_name)
-        os.replace(scratch_model, target)
+                os.replace(Path(scratch) / data_name, folder / data_name)
+            os.replace(scratch_model, target)
+    except OSError as error:  # an unwritable folder, a full disk, a directory in the way
+        raise InputError(f"cannot write '{target}': {error}") from None
     return target

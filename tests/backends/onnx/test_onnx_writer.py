@@ -567,6 +567,15 @@ def test_weights_near_the_protobuf_limit_go_to_external_data(
     assert got.tobytes() == want.tobytes()
 
 
+def test_an_unwritable_target_is_an_input_error(tmp_path: Path) -> None:
+    (tmp_path / "model.onnx").mkdir()  # a directory where the file should go
+    with pytest.raises(InputError, match="cannot write"):
+        save_onnx(import_onnx(MODELS / "digits_cnn.qdq.onnx"), tmp_path / "model.onnx")
+    with pytest.raises(InputError, match="does not exist"):
+        save_onnx(import_onnx(MODELS / "digits_cnn.qdq.onnx"), tmp_path / "missing" / "model.onnx")
+    assert os.listdir(tmp_path) == ["model.onnx"]
+
+
 def test_a_failed_save_leaves_the_existing_file_alone(tmp_path: Path) -> None:
     target = tmp_path / "model.onnx"
     target.write_bytes(b"previous")

@@ -53,7 +53,7 @@ def entropy_threshold(
 
 
 def kl_divergences(counts: np.ndarray, num_quantized_bins: int) -> np.ndarray:
-    """The KL divergence (float32 values in a float64 array) of each candidate window, smallest first."""
+    """The KL divergence (float32 values in a float64 array) of each candidate window, narrowest first."""
     histogram = np.asarray(counts, dtype=np.int64)
     num_bins = histogram.size
     zero_bin = num_bins // 2

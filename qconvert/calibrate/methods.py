@@ -96,7 +96,8 @@ class Method:
 
     def range(self, tensor: str, first: list[object], final: list[object]) -> TensorRange:
         """The `TensorRange` of `tensor` from its pass-1 observers and its last pass's observers."""
-        second = final[0] if self.needs_second_pass and final and final is not first else None
+        histograms = [observer for observer in final if isinstance(observer, HistogramObserver)]
+        second = histograms[0] if self.needs_second_pass and histograms else None
         result = self.compute_range(first[0], second)  # type: ignore[arg-type]
         extrema = _extrema(first[0])
         if result is None:

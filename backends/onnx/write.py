@@ -281,9 +281,9 @@ class Writer:
             self.has_qdq = True  # a run-time scale, or FNUZ storage: kept generic by the frontend
         absent_inputs = _positions(op.attributes.get("onnx.absent_inputs"))
         absent_outputs = _positions(op.attributes.get("onnx.absent_outputs"))
-        present = iter(op.operands)
+        operands = iter(op.operands)
         inputs: list[ir.Value | None] = [
-            None if position in absent_inputs else self.values[next(present)]
+            None if position in absent_inputs else self.values[next(operands)]
             for position in range(len(op.operands) + len(absent_inputs))
         ]
         count = len(op.results) + len(absent_outputs)

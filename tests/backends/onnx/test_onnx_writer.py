@@ -225,6 +225,33 @@ def test_generic_fnuz_quantize_linear_is_written_back_as_a_node() -> None:
     assert got.tobytes() == want.tobytes()
 
 
+def test_absent_optional_inputs_and_outputs_stay_absent() -> None:
+    helper = onnx.helper
+    graph = helper.make_graph(
+        [
+            helper.make_node("LayerNormalization", ["x", "s"], ["y", "", "inv"], name="ln"),
+            helper.make_node("Clip", ["y", "", "top"], ["c"], name="clip"),
+        ],
+        "absent",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 4])],
+        [
+            helper.make_tensor_value_info("c", onnx.TensorProto.FLOAT, [2, 4]),
+            helper.make_tensor_value_info("inv", onnx.TensorProto.FLOAT, None),
+        ],
+        [
+            numpy_helper.from_array(np.ones(4, np.float32), "s"),
+            numpy_helper.from_array(np.float32(0.5), "top"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    written = write_onnx(import_onnx(model))
+    layer_norm, clip = written.graph.node
+    assert layer_norm.output[1] == "" and layer_norm.output[2] == "inv" and clip.input[1] == ""
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    for want, got in zip(run_onnxruntime(model, {"x": x}), run_onnxruntime(written, {"x": x}), strict=True):
+        assert got.tobytes() == want.tobytes()
+
+
 def test_an_unknown_qconvert_op_is_refused() -> None:
     module = parse("""
 func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {

@@ -200,7 +200,14 @@ def _observe(
     for name in augmented.tensors:
         first = passes.firsts[name]
         final: list[object] = list(results[-1].observers.get(name, [])) if len(results) > 1 else [first]
-        tensor_range = method.range(name, [first], final)
+        try:
+            tensor_range = method.range(name, [first], final)
+        except InputError:
+            if name not in decision.keep_float:
+                raise
+            # No finite value at all (all Inf/NaN): it stays float. A placeholder range still attaches
+            # the tensor's name to the IR, which is how finalize recognises it as kept in float.
+            tensor_range = TensorRange(name, 0.0, 0.0, method=method.name)
         bounds = decision.clipped_ranges.get(name)
         if bounds is not None:  # a method that does not read pass 1's min/max (moving average): clip here
             tensor_range.min = max(tensor_range.min, bounds[0])

@@ -223,3 +223,34 @@ def test_float_min_mask_tensors_stay_float_by_default_and_clip_on_request(
     inputs = dict(np.load(data))
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     assert all(np.isfinite(o).all() for o in session.run(None, {k: v[:4] for k, v in inputs.items()}))
+
+
+def test_an_all_inf_tensor_stays_float_and_with_the_guard_off_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """y = Relu(x) + Log(x * 0): Log gives -Inf everywhere, and so does y."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "zero"], ["m"]),
+            helper.make_node("Log", ["m"], ["l"]),
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Add", ["r", "l"], ["y"]),
+        ],
+        "minus_infinity",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])],
+    )
+    model = tmp_path / "inf.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    np.savez(tmp_path / "x.npz", x=np.random.default_rng(2).random((8, 4), dtype=np.float32))
+    out = tmp_path / "inf.qdq.onnx"
+    arguments = ["calibrate", str(model), "--data", str(tmp_path / "x.npz"), "-o", str(out), "--quiet"]
+    assert main(arguments) == 0
+    assert "l: left in float (--sentinel keep): 32 -Inf in 32 values" in capsys.readouterr().err
+    quantized = {node.input[0] for node in onnx.load(out).graph.node if node.op_type == "QuantizeLinear"}
+    assert "r" in quantized and not quantized & {"l", "y"}
+    out.unlink()
+    assert main([*arguments, "--sentinel", "off"]) == 2
+    assert "tensor 'l': no finite value observed (0 NaN, 32 Inf of 32 elements)" in capsys.readouterr().err
+    assert not out.exists()

@@ -407,6 +407,24 @@ def _entry(attributes: Attribute | None, index: int) -> Attribute | None:
     return attributes.elements[index] if isinstance(attributes, ArrayAttr) else None
 
 
+def check_static_inputs(function: FuncOp) -> None:
+    """StableHLO here is static: one InputError naming every argument with a dynamic or unknown shape."""
+    arg_attrs = function.attributes.get("arg_attrs")
+    dynamic = []
+    for index, type_ in enumerate(function.function_type.inputs):
+        if isinstance(type_, RankedTensorType) and type_.has_static_shape():
+            continue
+        entry = _entry(arg_attrs, index)
+        name = dict(entry.entries).get("onnx.name") if isinstance(entry, DictionaryAttr) else None
+        label = name.value if isinstance(name, StringAttr) else f"#{index}"
+        dynamic.append(f"input '{label}' has type {type_}")
+    if dynamic:
+        raise InputError(
+            "cannot convert to StableHLO: static shapes needed, fix them with --input-shape NAME=D0xD1...: "
+            + "; ".join(dynamic)
+        )
+
+
 def lower_module(
     module: ModuleOp,
     form: Form = Form.QUANTIZED,
@@ -421,6 +439,7 @@ def lower_module(
     (`onnx.name`) are kept. The source module is not modified; weights are shared, not copied.
     """
     source = find_main(module)
+    check_static_inputs(source)
     context = LoweringContext(Builder(Block()), Form(form), Semantics(semantics), inline_weights)
     source_type = source.function_type
     arg_attrs, res_attrs = source.attributes.get("arg_attrs"), source.attributes.get("res_attrs")

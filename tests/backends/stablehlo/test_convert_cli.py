@@ -129,3 +129,12 @@ def test_convert_to_onnx_needs_an_output_path(tmp_path: Path, capsys: pytest.Cap
     model = save(quantize_model(), tmp_path)
     assert main(["convert", model, "--to", "onnx"]) == 2
     assert "give -o PATH" in capsys.readouterr().err
+
+
+def test_dynamic_input_names_the_input_and_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = save(quantize_model(), tmp_path)
+    assert main(["convert", model, "-o", str(tmp_path / "out.mlir")]) == 2
+    message = capsys.readouterr().err
+    assert "input 'x' has type tensor<?x16xf32>" in message and "--input-shape" in message

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qconvert.calibrate import placement
+from qconvert.calibrate.block_edit import BlockEdit
 from qconvert.calibrate.placement import Bias, Graph, Plan
 from qconvert.calibrate.ranges import STD_ATTR, TensorRange, calibrated_type, insert_calibrated_pair
 from qconvert.calibrate.scheme import Scheme
@@ -31,7 +32,7 @@ from qconvert.calibrate.tensor_names import CONSTANT_NAME_ATTR, TENSOR_NAME_ATTR
 from qconvert.errors import InputError
 from qconvert.interpret import constant_array
 from qconvert.ir.attributes import DenseElementsAttr, DictionaryAttr, FloatAttr, IntegerAttr, StringAttr
-from qconvert.ir.core import Builder, GenericOp, Operation, Value
+from qconvert.ir.core import GenericOp, Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.quant import DequantizeCastOp, StorageCastOp
@@ -100,6 +101,7 @@ class _Finalizer:
         self.initializer_params: dict[Value, Params] = {}
         self.activation_cache: dict[Value, Params] = {}
         self.uses_per_axis = False
+        self.edit = BlockEdit(graph.block)
 
     # Parameters ----------------------------------------------------------------------------------
     def activation_params(self, value: Value) -> Params | None:
@@ -239,13 +241,14 @@ class _Finalizer:
             )
         for node, upstream, output in self.plan.removed:
             output.replace_all_uses_with(upstream)
-            node.op.erase()
+            self.edit.erase(node.op)
         self.rewrite_activations()
         for value, params in self.initializer_params.items():
             self.quantize_constant(value, params)
         if self.scheme.quantize_bias:
             for bias in self.plan.biases:
                 self.quantize_bias(bias)
+        self.edit.commit()
 
     def rewrite_activations(self) -> None:
         graph = self.graph
@@ -256,8 +259,8 @@ class _Finalizer:
                     self.plan.notes.append(self._unshared_note(value))
                 dequantize = next(iter(quantize.result.uses))[0]
                 dequantize.result.replace_all_uses_with(quantize.input)
-                dequantize.erase()
-                quantize.erase()
+                self.edit.erase(dequantize)
+                self.edit.erase(quantize)
                 del graph.pairs[value]
                 continue
             quantize.result.type = with_element_type(value.type, self.uniform_type(value, params))
@@ -272,7 +275,10 @@ class _Finalizer:
             low, high = self.plan.ranges.get(value, (0.0, 1.0))
             name = graph.name(value)
             quantize = insert_calibrated_pair(
-                value, calibrated_type(element_type_of(value.type), TensorRange(name, low, high)), name
+                value,
+                calibrated_type(element_type_of(value.type), TensorRange(name, low, high)),
+                name,
+                self.edit,
             )
             quantize.result.type = with_element_type(value.type, self.uniform_type(value, params))
             graph.pairs[value] = quantize  # type: ignore[assignment]
@@ -307,7 +313,7 @@ class _Finalizer:
         result = self.emit_dequantized(producer, value, stored, self.uniform_type(value, params), name)
         value.replace_all_uses_with(result)
         if not value.has_uses:
-            producer.erase()
+            self.edit.erase(producer)
 
     def emit_dequantized(
         self,
@@ -327,23 +333,19 @@ class _Finalizer:
         if isinstance(storage_type, IntegerType) and not quant_type.is_signed:
             constant.attributes["onnx.elem_type"] = StringAttr(f"uint{storage_type.width}")
         quantized_type = with_element_type(value.type, quant_type)
-        builder = Builder.after(anchor)
-        builder.insert(constant)
         if isinstance(storage_type, FloatType):
             cast: Operation = GenericOp(FLOAT_STORAGE_CAST, [constant.result], [quantized_type])
         else:
             cast = StorageCastOp(constant.result, quantized_type)
-        builder.insert(cast)
-        dequantize = builder.insert(
-            DequantizeCastOp(
-                cast.results[0],
-                result_type or value.type,
-                attributes={
-                    "onnx.node_name": StringAttr(f"{name}_DequantizeLinear"),
-                    TENSOR_NAME_ATTR: StringAttr(name),
-                },
-            )
+        dequantize = DequantizeCastOp(
+            cast.results[0],
+            result_type or value.type,
+            attributes={
+                "onnx.node_name": StringAttr(f"{name}_DequantizeLinear"),
+                TENSOR_NAME_ATTR: StringAttr(name),
+            },
         )
+        self.edit.insert_after(anchor, constant, cast, dequantize)
         return dequantize.result
 
     def quantize_bias(self, bias: Bias) -> None:
@@ -386,13 +388,13 @@ class _Finalizer:
                 [bias.value.type],
                 {"to": IntegerAttr(ONNX_FLOAT16, I64), "onnx.node_name": StringAttr(f"{name}_Cast")},
             )
-            Builder.after(result.owner_op()).insert(cast)  # type: ignore[arg-type]
+            self.edit.insert_after(result.owner_op(), cast)
             result = cast.results[0]
         bias.node.op.set_operand(bias.index, result)
         if bias.beta != 1.0:
             bias.node.op.attributes["beta"] = FloatAttr(1.0, F32)
         if not bias.value.has_uses:
-            producer.erase()
+            self.edit.erase(producer)
 
 
 def quant_type_for(

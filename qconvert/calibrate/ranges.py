@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from qconvert.calibrate.tensor_names import TENSOR_NAME_ATTR, tensor_values
+from qconvert.calibrate.block_edit import BlockEdit
+from qconvert.calibrate.tensor_names import TENSOR_NAME_ATTR, main_function, tensor_values
 from qconvert.errors import InputError
 from qconvert.ir.attributes import FloatAttr, StringAttr
 from qconvert.ir.core import Builder, Operation, Value
@@ -240,6 +241,7 @@ def attach_ranges(
     if model is None and isinstance(ranges, CalibrationRanges):
         model = ranges.metadata.get("model")
     values = tensor_values(module, model)
+    edit = BlockEdit(main_function(module).regions[0].entry)
     unmatched = []
     for name, tensor_range in entries.items():
         value = values.get(name)
@@ -256,37 +258,44 @@ def attach_ranges(
                 f"tensor '{name}': range [{tensor_range.min}, {tensor_range.max}] is not a range "
                 f"(no finite value observed?)"
             )
-        quantize = insert_calibrated_pair(value, calibrated_type(expressed, tensor_range), name)
+        quantize = insert_calibrated_pair(value, calibrated_type(expressed, tensor_range), name, edit)
         if tensor_range.std is not None:
             quantize.attributes[STD_ATTR] = FloatAttr(tensor_range.std, F64)
+    edit.commit()
     return sorted(unmatched)
 
 
-def insert_calibrated_pair(value: Value, quant_type: CalibratedQuantizedType, name: str) -> Operation:
-    """qcast `value` to `quant_type` and dcast it back right after its definition; reroute its users."""
+def insert_calibrated_pair(
+    value: Value, quant_type: CalibratedQuantizedType, name: str, edit: BlockEdit | None = None
+) -> Operation:
+    """qcast `value` to `quant_type` and dcast it back right after its definition; reroute its users.
+
+    With `edit`, the two ops are recorded there (the caller commits); else they are inserted now.
+    """
     users = list(value.uses)
+    quantize = QuantizeCastOp(
+        value,
+        with_element_type(value.type, quant_type),
+        attributes={
+            "onnx.node_name": StringAttr(f"{name}_QuantizeLinear"),
+            TENSOR_NAME_ATTR: StringAttr(name),
+        },
+    )
+    dequantize = DequantizeCastOp(
+        quantize.result,
+        value.type,
+        attributes={"onnx.node_name": StringAttr(f"{name}_DequantizeLinear")},
+    )
     producer = value.owner_op()
-    if producer is not None:
-        builder = Builder.after(producer)
+    if edit is not None:
+        edit.insert_after(producer, quantize, dequantize)
     else:
-        builder = Builder.at_start(value.owner)  # type: ignore[attr-defined]  # a block argument
-    quantize = builder.insert(
-        QuantizeCastOp(
-            value,
-            with_element_type(value.type, quant_type),
-            attributes={
-                "onnx.node_name": StringAttr(f"{name}_QuantizeLinear"),
-                TENSOR_NAME_ATTR: StringAttr(name),
-            },
-        )
-    )
-    dequantize = builder.insert(
-        DequantizeCastOp(
-            quantize.result,
-            value.type,
-            attributes={"onnx.node_name": StringAttr(f"{name}_DequantizeLinear")},
-        )
-    )
+        if producer is not None:
+            builder = Builder.after(producer)
+        else:
+            builder = Builder.at_start(value.owner)  # type: ignore[attr-defined]  # a block argument
+        builder.insert(quantize)
+        builder.insert(dequantize)
     for owner, index in users:
         owner.set_operand(index, dequantize.result)
     return quantize

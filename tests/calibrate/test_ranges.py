@@ -174,3 +174,24 @@ def test_nan_range_is_refused_naming_the_tensor() -> None:
     ranges.add(TensorRange("image", float("nan"), float("nan")))
     with pytest.raises(InputError, match="tensor 'image'"):
         attach_ranges(module, ranges)
+
+
+def test_block_edit_applies_insertions_and_erasures_in_order() -> None:
+    from qconvert.calibrate.block_edit import BlockEdit
+    from qconvert.ir.core import Block, GenericOp
+    from qconvert.ir.types import F32
+
+    block = Block([F32])
+    first, second, last = (block.append(GenericOp(f"t.{n}", [], [F32])) for n in ("a", "b", "c"))
+    edit = BlockEdit(block)
+    new = {n: GenericOp(f"t.{n}", [], [F32]) for n in ("start", "x", "y", "z", "w")}
+    edit.insert_after(first, new["x"], new["y"])
+    edit.insert_after(first, new["z"])  # after the same anchor: after the earlier insertions
+    edit.insert_after(new["y"], new["w"])  # anchored to a pending op
+    edit.insert_after(None, new["start"])
+    edit.erase(first)  # its followers stay in its place
+    edit.insert_after(second)  # nothing to insert: a no-op
+    assert [op.name for op in block.ops] == ["t.a", "t.b", "t.c"]  # nothing changes before commit
+    edit.commit()
+    assert [op.name for op in block.ops] == ["t.start", "t.x", "t.y", "t.w", "t.z", "t.b", "t.c"]
+    assert all(op.parent is block for op in block.ops) and first.parent is None and last.parent is block

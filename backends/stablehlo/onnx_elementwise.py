@@ -43,20 +43,6 @@ def chlo_unary(ctx: LoweringContext, name: str, operand: Value) -> Value:
     return ctx.builder.insert(GenericOp(name, [operand], [operand.type], {})).result
 
 
-def exact_divide(ctx: LoweringContext, lhs: Value, rhs: Value) -> Value:
-    """lhs / rhs, correctly rounded like onnxruntime's Div.
-
-    XLA's algebraic simplifier rewrites `x / broadcast(c)` (and divisions by splat constants) into
-    `x * (1 / c)`, which is off by an ulp for about 3 elements in 4. An optimization_barrier on the
-    divisor hides its broadcast from that rewrite.
-    """
-    producer = rhs.owner_op()
-    if producer is not None and producer.name in ("stablehlo.broadcast_in_dim", "stablehlo.constant"):
-        barrier = GenericOp("stablehlo.optimization_barrier", [rhs], [rhs.type], {})
-        rhs = ctx.builder.insert(barrier).result
-    return hlo.divide(ctx.builder, lhs, rhs)
-
-
 def _binary(ctx: LoweringContext, op: Operation) -> tuple[Value, Value]:
     lhs, rhs = ctx.broadcast_operands(ctx.operands(op))
     return lhs, rhs
@@ -70,7 +56,7 @@ def zero_like(ctx: LoweringContext, value: Value) -> Value:
 def lower_arithmetic(ctx: LoweringContext, op: Operation) -> list[Value]:
     lhs, rhs = _binary(ctx, op)
     if op.name == "onnx.Div":
-        return [exact_divide(ctx, lhs, rhs)]
+        return [hlo.exact_divide(ctx.builder, lhs, rhs)]
     build = {"onnx.Add": hlo.add, "onnx.Sub": hlo.subtract, "onnx.Mul": hlo.multiply}
     return [build[op.name](ctx.builder, lhs, rhs)]
 

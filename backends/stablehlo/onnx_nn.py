@@ -21,7 +21,6 @@ from qconvert.ir.types import element_type_of
 
 from . import ops as hlo
 from .lowering import LoweringContext
-from .onnx_elementwise import exact_divide
 from .onnx_fold import lowers_folding, static_shape
 from .onnx_reduce import lowest, reduce_max, reduce_sum
 from .onnx_shape import normalize_axis, reverse
@@ -233,7 +232,7 @@ def softmax_last(ctx: LoweringContext, x: Value, axis: int) -> Value:
     peak = hlo.broadcast_in_dim(b, reduce_max(ctx, x, [axis]), shape, keep)
     exponentials = hlo.exponential(b, hlo.subtract(b, x, peak))
     total = reduce_sum(ctx, exponentials, [axis])
-    reciprocal = exact_divide(ctx, ctx.splat(1.0, element, hlo.tensor_type(total).shape), total)
+    reciprocal = hlo.exact_divide(ctx.builder, ctx.splat(1.0, element, hlo.tensor_type(total).shape), total)
     return hlo.multiply(b, exponentials, hlo.broadcast_in_dim(b, reciprocal, shape, keep))
 
 
@@ -286,14 +285,14 @@ def lower_layer_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
     reduced_shape = shape[:axis]
 
     def per_row(total: Value) -> Value:
-        return exact_divide(ctx, total, ctx.splat(count, element, reduced_shape))
+        return hlo.exact_divide(ctx.builder, total, ctx.splat(count, element, reduced_shape))
 
     mean = per_row(reduce_sum(ctx, x, axes))
     mean_square = per_row(reduce_sum(ctx, hlo.multiply(b, x, x), axes))
     variance = hlo.subtract(b, mean_square, hlo.multiply(b, mean, mean))
     deviation = hlo.sqrt(b, hlo.add(b, variance, ctx.splat(epsilon, element, reduced_shape)))
     centered = hlo.subtract(b, x, hlo.broadcast_in_dim(b, mean, shape, outer))
-    y = exact_divide(ctx, centered, hlo.broadcast_in_dim(b, deviation, shape, outer))
+    y = hlo.exact_divide(ctx.builder, centered, hlo.broadcast_in_dim(b, deviation, shape, outer))
     y = hlo.multiply(b, y, ctx.broadcast_to(scale, shape))
     if bias is not None:
         y = hlo.add(b, y, ctx.broadcast_to(bias, shape))
@@ -395,7 +394,7 @@ def lower_average_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
     counts = window_counts(shape[2:], kernel, strides, padding, extra, include_pad)
     out_shape = hlo.tensor_type(total).shape
     divisor = hlo.broadcast_in_dim(b, ctx.constant(counts, element), out_shape, list(range(2, len(shape))))
-    return [exact_divide(ctx, total, divisor)]
+    return [hlo.exact_divide(ctx.builder, total, divisor)]
 
 
 @lowers_folding("onnx.GlobalAveragePool", "onnx.GlobalMaxPool")
@@ -410,5 +409,5 @@ def lower_global_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
         element = element_type_of(x.type)
         count = int(np.prod(shape[2:]))
         total = reduce_sum(ctx, x, spatial)
-        reduced = exact_divide(ctx, total, ctx.splat(count, element, shape[:2]))
+        reduced = hlo.exact_divide(ctx.builder, total, ctx.splat(count, element, shape[:2]))
     return [hlo.reshape(b, reduced, [*shape[:2], *([1] * len(spatial))])]

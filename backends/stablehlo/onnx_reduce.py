@@ -15,7 +15,6 @@ from qconvert.ir.types import FloatType, IntegerType, Type, element_type_of
 
 from . import ops as hlo
 from .lowering import LoweringContext
-from .onnx_elementwise import exact_divide
 from .onnx_fold import constant_input, lowers_folding
 
 
@@ -76,7 +75,7 @@ def lower_reduce(ctx: LoweringContext, op: Operation) -> list[Value]:
             count = int(np.prod([shape[a] for a in axes], dtype=np.int64))
             element = element_type_of(x.type)
             divisor = ctx.splat(count, element, hlo.tensor_type(result).shape)
-            result = exact_divide(ctx, result, divisor)
+            result = hlo.exact_divide(ctx.builder, result, divisor)
     if int(ctx.attribute(op, "keepdims", 1)):  # type: ignore[arg-type]
         result = keep_dims(ctx, result, shape, axes)
     return [result]

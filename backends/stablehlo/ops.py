@@ -98,6 +98,18 @@ remainder = _binary("stablehlo.remainder")
 and_ = _binary("stablehlo.and")
 or_ = _binary("stablehlo.or")
 xor = _binary("stablehlo.xor")
+
+
+def exact_divide(b: Builder, lhs: Value, rhs: Value) -> Value:
+    """`lhs / rhs` correctly rounded on every engine, as onnxruntime divides.
+
+    XLA:CPU's simplifier rewrites a division by a constant or a broadcast (`x / broadcast(c)`) into
+    `x * (1 / c)`, an ulp off for many elements; an optimization_barrier on the divisor hides it.
+    """
+    barrier = b.insert(GenericOp("stablehlo.optimization_barrier", [rhs], [rhs.type], {})).result
+    return divide(b, lhs, barrier)
+
+
 shift_right_arithmetic = _binary("stablehlo.shift_right_arithmetic")
 atan2 = _binary("stablehlo.atan2")
 

@@ -159,7 +159,7 @@ def quantize_arithmetic(
     shape = hlo.tensor_type(x).shape
     storage = storage_element_type(quant_type)
     compute = _compute_type(quant_type)
-    quotient = hlo.divide(b, ctx.convert(x, compute), _scale(ctx, params, compute, shape))
+    quotient = hlo.exact_divide(b, ctx.convert(x, compute), _scale(ctx, params, compute, shape))
     low, high = params.storage_type_min, params.storage_type_max
     if isinstance(storage, FloatType):
         if saturate:  # stablehlo.clamp propagates NaN, as numpy's clip does in numerics

@@ -215,7 +215,7 @@ def _divide_by_constant(barrier: bool) -> str:
 
 
 def test_xla_divides_by_a_constant_with_a_reciprocal_unless_the_divisor_is_hidden(run: ModuleType) -> None:
-    """Engine fact the emitters rely on (onnx_elementwise.exact_divide): XLA:CPU's simplifier turns
+    """Engine fact the emitters rely on (ops.exact_divide): XLA:CPU's simplifier turns
     `x / splat(c)` (and `x / broadcast(c)`) into `x * (1 / c)`, off by an ulp for many x, which moves
     quantize ties; an optimization_barrier on the divisor keeps the correctly rounded division."""
     x = np.random.default_rng(0).uniform(-2, 2, 1000).astype(np.float32)

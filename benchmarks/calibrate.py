@@ -31,6 +31,7 @@ Usage: python benchmarks/calibrate.py [--samples 32,128,512] [--methods minmax,e
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -97,7 +98,8 @@ class NpzReader:
     def __len__(self) -> int:
         return len(self.starts)
 
-    def get_next(self) -> dict[str, np.ndarray] | None:
+    # onnxruntime annotates `-> dict` but ends calibration on None, as this does.
+    def get_next(self) -> dict[str, np.ndarray] | None:  # pyright: ignore[reportIncompatibleMethodOverride]
         if self.position >= self.end:
             return None
         first = self.starts[self.position]
@@ -116,7 +118,7 @@ def child_onnxruntime(args: argparse.Namespace) -> dict[str, Any]:
     from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
     from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
-    class Reader(NpzReader, CalibrationDataReader):  # onnxruntime checks isinstance
+    class Reader(NpzReader, CalibrationDataReader):  # pyright: ignore[reportIncompatibleMethodOverride]
         pass
 
     reader = Reader(Path(args.data), args.batch_size)
@@ -169,9 +171,10 @@ def build_model(folder: Path, quick: bool, mask_value: str) -> Path:
 def write_data(folder: Path, model: Path, samples: int) -> Path:
     import onnx
 
-    sys.path.insert(0, str(MODELS))
-    import build_bert_mask
-
+    spec = importlib.util.spec_from_file_location("build_bert_mask", MODELS / "build_bert_mask.py")
+    assert spec is not None and spec.loader is not None
+    build_bert_mask = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_bert_mask)
     path = folder / f"data_{samples}.npz"
     if not path.exists():
         graph = onnx.load(str(model), load_external_data=False).graph

@@ -20,27 +20,17 @@ sequence length) closes the batch early, so samples of different shapes are neve
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
-import zipfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, BinaryIO, cast
 
 import numpy as np
 from onnx import ModelProto, helper
 
+from qconvert.calibrate.data_sources import DataSource, Part, Source, StoredArray, resolve_source
 from qconvert.errors import InputError
 
 DEFAULT_BATCH_SIZE = 8
 CHUNK_BYTES = 16 << 20  # an .npz member is read this much at a time
-
-# What `--data` may be in Python: a path, a function returning an iterable of {input: array}, or a sequence
-# of such mappings (a list: it can be read twice; a bare generator cannot).
-DataSource = str | os.PathLike[str] | Callable[[], Iterable[Mapping[str, Any]]] | Sequence[Mapping[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,234 +107,8 @@ def choose_batch_size(inputs: Sequence[InputSpec], requested: int | None) -> tup
     return size, True
 
 
-# Arrays of a source, read lazily ----------------------------------------------------------------------------
-@dataclass(slots=True)
-class _Array:
-    """One stored array: where it comes from, its stored shape and dtype, a reader of its C-order data."""
-
-    where: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    # Yields consecutive pieces of the array flattened to (elements,) in C order, `max_bytes` at a time.
-    pieces: Callable[[int], Iterator[np.ndarray]]
-
-
-def _in_memory(where: str, array: np.ndarray) -> _Array:
-    def pieces(max_bytes: int) -> Iterator[np.ndarray]:
-        flat = np.ascontiguousarray(array).reshape(-1)
-        step = max(1, max_bytes // max(1, array.dtype.itemsize))
-        for start in range(0, flat.size, step):
-            yield flat[start : start + step]
-
-    return _Array(where, tuple(array.shape), array.dtype, pieces)
-
-
-def _npy_file(path: Path) -> _Array:
-    try:
-        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, EOFError) as error:
-        raise InputError(f"{path}: not a readable .npy array ({error})") from None
-    return _in_memory(str(path), mapped)
-
-
-def _read_header(stream: BinaryIO, where: str) -> tuple[tuple[int, ...], np.dtype, bool]:
-    version = np.lib.format.read_magic(stream)
-    if version == (1, 0):
-        shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(stream)
-    elif version == (2, 0):
-        shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(stream)
-    else:
-        raise InputError(
-            f"{where}: .npy format version {version} is not supported (save with numpy's default)"
-        )
-    if dtype.hasobject:
-        raise InputError(
-            f"{where}: holds Python objects (dtype {dtype}); calibration reads numeric arrays only"
-        )
-    return tuple(shape), dtype, fortran_order
-
-
-def _npz_member(path: Path, member: str) -> _Array:
-    """An .npz member: header read now, data streamed from the zip member when its pieces are iterated."""
-    where = f"{path}['{member.removesuffix('.npy')}']"
-    try:
-        with zipfile.ZipFile(path) as archive, archive.open(member) as stream:
-            shape, dtype, fortran_order = _read_header(stream, where)  # type: ignore[arg-type]
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
-        raise InputError(f"{where}: not a readable array ({error})") from None
-
-    def pieces(max_bytes: int) -> Iterator[np.ndarray]:
-        with zipfile.ZipFile(path) as archive, archive.open(member) as stream:
-            if fortran_order:  # rare: numpy writes C order unless asked; read it whole
-                whole = np.lib.format.read_array(stream, allow_pickle=False)  # type: ignore[arg-type]
-                yield np.ascontiguousarray(whole).reshape(-1)
-                return
-            _read_header(stream, where)  # type: ignore[arg-type]
-            total = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            step = max(dtype.itemsize, max_bytes // dtype.itemsize * dtype.itemsize)
-            done = 0
-            while done < total:
-                data = stream.read(min(step, total - done))  # whole items: read(n) stops early only at EOF
-                if len(data) % dtype.itemsize or not data:
-                    raise InputError(f"{where}: truncated ({done + len(data)} of {total} bytes)")
-                done += len(data)
-                yield np.frombuffer(data, dtype=dtype)
-
-    return _Array(where, shape, dtype, pieces)
-
-
-def _npz_file(path: Path) -> dict[str, _Array]:
-    try:
-        with zipfile.ZipFile(path) as archive:
-            members = [m for m in archive.namelist() if m.endswith(".npy")]
-    except (OSError, zipfile.BadZipFile) as error:
-        raise InputError(f"{path}: not a readable .npz archive ({error})") from None
-    return {member.removesuffix(".npy"): _npz_member(path, member) for member in members}
-
-
-# A "part" is what one file or one function item holds: arrays by input name.
-@dataclass(slots=True)
-class _Part:
-    where: str
-    arrays: dict[str, _Array]
-
-
-def _file_part(path: Path, inputs: Sequence[InputSpec]) -> _Part:
-    if path.suffix == ".npz":
-        return _Part(str(path), _npz_file(path))
-    if len(inputs) != 1:
-        names = [spec.name for spec in inputs]
-        raise InputError(
-            f"{path}: an .npy file holds one unnamed array, but the model has {len(inputs)} inputs {names}; "
-            "give .npz files with one array per input name"
-        )
-    return _Part(str(path), {inputs[0].name: _npy_file(path)})
-
-
-def _item_part(where: str, item: object, inputs: Sequence[InputSpec]) -> _Part:
-    if not isinstance(item, Mapping):
-        raise InputError(f"{where}: expected a mapping {{input name: array}}, got {type(item).__name__}")
-    arrays = {}
-    for name, value in item.items():
-        array = np.asarray(value)
-        if array.dtype.hasobject:
-            raise InputError(f"{where}: input '{name}' is not a numeric array (dtype {array.dtype})")
-        arrays[str(name)] = _in_memory(f"{where}['{name}']", array)
-    return _Part(where, arrays)
-
-
-# Sources -------------------------------------------------------------------------------------------------
-def _load_function(spec: str) -> Callable[[], Iterable[Mapping[str, Any]]]:
-    """`package.module:function` or `path/to/file.py:function` -> the function."""
-    module_name, _, function_name = spec.rpartition(":")
-    if not module_name or not function_name:
-        raise InputError(f"--data {spec}: expected a folder, an .npz file, or MODULE:FUNCTION")
-    try:
-        if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
-            path = Path(module_name)
-            if not path.is_file():
-                raise InputError(f"--data {spec}: no such Python file {path}")
-            unique = f"_qconvert_calibration_data_{abs(hash(str(path.resolve())))}"
-            module_spec = importlib.util.spec_from_file_location(unique, path)
-            if module_spec is None or module_spec.loader is None:
-                raise InputError(f"--data {spec}: cannot import {path}")
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[unique] = module
-            module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_name)
-    except InputError:
-        raise
-    except Exception as error:  # the user's module failed to import: say which and why
-        raise InputError(
-            f"--data {spec}: importing {module_name} failed: {type(error).__name__}: {error}"
-        ) from None
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise InputError(f"--data {spec}: {module_name} has no function '{function_name}'")
-    return cast(Callable[[], Iterable[Mapping[str, Any]]], function)
-
-
-def _folder_files(folder: Path) -> list[Path]:
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in (".npz", ".npy"))
-    if not files:
-        raise InputError(f"{folder}: dataset is empty (no .npz or .npy files in the folder)")
-    return files
-
-
-@dataclass(frozen=True)
-class _Source:
-    """A resolved `--data`: picklable, so worker processes re-open it themselves."""
-
-    label: str
-    kind: str  # "folder" | "npz" | "npy" | "function" | "sequence"
-    path: str | None = None
-    function_spec: str | None = None
-    function: Callable[[], Iterable[Mapping[str, Any]]] | None = None
-    items: Sequence[Mapping[str, Any]] | None = None
-
-    def parts(self, inputs: Sequence[InputSpec]) -> Iterator[_Part]:
-        if self.kind == "folder":
-            assert self.path is not None
-            for path in _folder_files(Path(self.path)):
-                yield _file_part(path, inputs)
-        elif self.kind in ("npz", "npy"):
-            assert self.path is not None
-            yield _file_part(Path(self.path), inputs)
-        elif self.kind == "sequence":
-            assert self.items is not None
-            for index, item in enumerate(self.items):
-                yield _item_part(f"{self.label} item {index}", item, inputs)
-        else:
-            function = self.function or _load_function(self.function_spec or "")
-            try:
-                iterable = function()
-                iterator = iter(iterable)
-            except Exception as error:
-                raise InputError(
-                    f"{self.label}: calling it failed: {type(error).__name__}: {error}"
-                ) from None
-            index = 0
-            while True:
-                try:
-                    item = next(iterator)
-                except StopIteration:
-                    return
-                except Exception as error:
-                    raise InputError(
-                        f"{self.label}: item {index} failed: {type(error).__name__}: {error}"
-                    ) from None
-                yield _item_part(f"{self.label} item {index}", item, inputs)
-                index += 1
-
-
-def resolve_source(data: DataSource) -> _Source:
-    """`--data` (or its Python equivalent) -> a re-openable source; InputError when it names nothing."""
-    if callable(data):
-        name = getattr(data, "__qualname__", repr(data))
-        return _Source(label=f"{getattr(data, '__module__', '?')}:{name}", kind="function", function=data)
-    if isinstance(data, Sequence) and not isinstance(data, str | bytes):
-        return _Source(label="data", kind="sequence", items=data)
-    if isinstance(data, Iterable) and not isinstance(data, str | bytes | os.PathLike):
-        raise InputError(
-            "data: an iterator can be read only once; pass a list, or a function returning the iterable"
-        )
-    text = os.fspath(data)  # type: ignore[arg-type]
-    path = Path(text)
-    if path.is_dir():
-        return _Source(label=text, kind="folder", path=text)
-    if path.is_file():
-        if path.suffix not in (".npz", ".npy"):
-            raise InputError(f"--data {text}: expected a folder, an .npz or .npy file, or MODULE:FUNCTION")
-        return _Source(label=text, kind=path.suffix[1:], path=text)
-    if ":" in text:
-        _load_function(text)  # fail now, with the reason, rather than in a worker
-        return _Source(label=text, kind="function", function_spec=text)
-    raise InputError(f"--data {text}: no such file or folder")
-
-
 # Checking a part against the model ------------------------------------------------------------------------
-def _samples_in(array: _Array, spec: InputSpec) -> tuple[int, tuple[int, ...]]:
+def _samples_in(array: StoredArray, spec: InputSpec) -> tuple[int, tuple[int, ...]]:
     """(number of samples, shape of one sample) by the rank rule; InputError naming input, file and shapes."""
     shape = array.shape
     sample_dims = spec.dims[1:]
@@ -373,7 +137,7 @@ def _samples_in(array: _Array, spec: InputSpec) -> tuple[int, tuple[int, ...]]:
     return count, tuple(sample_shape)
 
 
-def _check_part(part: _Part, inputs: Sequence[InputSpec]) -> tuple[int, dict[str, tuple[int, ...]]]:
+def _check_part(part: Part, inputs: Sequence[InputSpec]) -> tuple[int, dict[str, tuple[int, ...]]]:
     names = [spec.name for spec in inputs]
     missing = [n for n in names if n not in part.arrays]
     extra = sorted(set(part.arrays) - set(names))
@@ -397,7 +161,7 @@ def _check_part(part: _Part, inputs: Sequence[InputSpec]) -> tuple[int, dict[str
     return next(iter(counts.values())), sample_shapes
 
 
-def _sample_blocks(part: _Part, inputs: Sequence[InputSpec]) -> Iterator[dict[str, np.ndarray]]:
+def _sample_blocks(part: Part, inputs: Sequence[InputSpec]) -> Iterator[dict[str, np.ndarray]]:
     """The part's samples as blocks {input: array[n, *sample_shape]}, a few megabytes at a time."""
     count, sample_shapes = _check_part(part, inputs)
     if count == 0:
@@ -484,7 +248,7 @@ class Batch:
 class Dataset:
     """A calibration dataset bound to a model's inputs and a batch size; iterate `batches()` (re-iterable)."""
 
-    source: _Source
+    source: Source
     inputs: tuple[InputSpec, ...]
     batch_size: int
     fixed_batch: bool
@@ -493,11 +257,15 @@ class Dataset:
     def label(self) -> str:
         return self.source.label
 
+    @property
+    def input_names(self) -> list[str]:
+        return [spec.name for spec in self.inputs]
+
     def count_samples(self) -> int | None:
         """Samples in the source, from headers only (no data read); None when only iterating can tell."""
         if self.source.kind == "function":
             return None
-        return sum(_check_part(part, self.inputs)[0] for part in self.source.parts(self.inputs))
+        return sum(_check_part(part, self.inputs)[0] for part in self.source.parts(self.input_names))
 
     def batches(self, stats: DatasetStats | None = None) -> Iterator[Batch]:
         """Batches in a fixed order; NaN/Inf samples left out and counted in `stats`. InputError when the
@@ -530,7 +298,7 @@ class Dataset:
             stats.batches += 1
             return batch
 
-        for part in self.source.parts(self.inputs):
+        for part in self.source.parts(self.input_names):
             for block in _sample_blocks(part, self.inputs):
                 block_size = next(iter(block.values())).shape[0]
                 stats.samples_read += block_size

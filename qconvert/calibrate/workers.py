@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -259,7 +259,7 @@ class RayEngine:
         threads = max(1, (os.cpu_count() or 1) // workers) if not ray.is_initialized() else 0
         actor = ray.remote(num_cpus=1)(_RayWorker)
         model = ray.put(augmented)  # once, shared by the actors
-        self.actors = [actor.remote(model, threads) for _ in range(workers)]
+        self.actors: list[Any] = [actor.remote(model, threads) for _ in range(workers)]
 
     def run(self, shares: Sequence[Share], progress: Callable[[int], None]) -> list[ShareResult]:
         import ray
@@ -276,7 +276,7 @@ class RayEngine:
                 raise
             progress(finished.samples_reported)
         # Results come back read-only too (zero-copy); the parent merges into them, so copy.
-        return [copy.deepcopy(ray.get(reference)) for reference in references]
+        return [cast(ShareResult, copy.deepcopy(ray.get(reference))) for reference in references]
 
 
 @contextlib.contextmanager

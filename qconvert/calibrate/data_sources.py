@@ -1,0 +1,258 @@
+"""Where calibration data comes from: files and functions, opened lazily and re-openable in any process.
+
+NOTE: nothing here reads more than it is asked for. A `.npy` file is memory-mapped; an `.npz` member's
+header is read when the file is listed and its data streamed from the zip member in pieces when iterated
+(never the whole member at once, unless it is stored in Fortran order); a function is called again for
+every pass. A `Source` is picklable (a path, a `module:function` spec, a module-level function or a
+list), so worker processes re-open it themselves. Checking arrays against the model is dataset.py's job.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import zipfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+
+import numpy as np
+
+from qconvert.errors import InputError
+
+# What `--data` may be in Python: a path, a function returning an iterable of {input: array}, or a sequence
+# of such mappings (a list: it can be read twice; a bare generator cannot).
+DataSource = str | os.PathLike[str] | Callable[[], Iterable[Mapping[str, Any]]] | Sequence[Mapping[str, Any]]
+
+
+# Arrays of a source, read lazily ----------------------------------------------------------------------------
+@dataclass(slots=True)
+class StoredArray:
+    """One stored array: where it comes from, its stored shape and dtype, a reader of its C-order data."""
+
+    where: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    # Yields consecutive pieces of the array flattened to (elements,) in C order, `max_bytes` at a time.
+    pieces: Callable[[int], Iterator[np.ndarray]]
+
+
+def _in_memory(where: str, array: np.ndarray) -> StoredArray:
+    def pieces(max_bytes: int) -> Iterator[np.ndarray]:
+        flat = np.ascontiguousarray(array).reshape(-1)
+        step = max(1, max_bytes // max(1, array.dtype.itemsize))
+        for start in range(0, flat.size, step):
+            yield flat[start : start + step]
+
+    return StoredArray(where, tuple(array.shape), array.dtype, pieces)
+
+
+def _npy_file(path: Path) -> StoredArray:
+    try:
+        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise InputError(f"{path}: not a readable .npy array ({error})") from None
+    return _in_memory(str(path), mapped)
+
+
+def _read_header(stream: BinaryIO, where: str) -> tuple[tuple[int, ...], np.dtype, bool]:
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(stream)
+    elif version == (2, 0):
+        shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(stream)
+    else:
+        raise InputError(
+            f"{where}: .npy format version {version} is not supported (save with numpy's default)"
+        )
+    if dtype.hasobject:
+        raise InputError(
+            f"{where}: holds Python objects (dtype {dtype}); calibration reads numeric arrays only"
+        )
+    return tuple(shape), dtype, fortran_order
+
+
+def _npz_member(path: Path, member: str) -> StoredArray:
+    """An .npz member: header read now, data streamed from the zip member when its pieces are iterated."""
+    where = f"{path}['{member.removesuffix('.npy')}']"
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open(member) as stream:
+            shape, dtype, fortran_order = _read_header(stream, where)  # type: ignore[arg-type]
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        raise InputError(f"{where}: not a readable array ({error})") from None
+
+    def pieces(max_bytes: int) -> Iterator[np.ndarray]:
+        with zipfile.ZipFile(path) as archive, archive.open(member) as stream:
+            if fortran_order:  # rare: numpy writes C order unless asked; read it whole
+                whole = np.lib.format.read_array(stream, allow_pickle=False)  # type: ignore[arg-type]
+                yield np.ascontiguousarray(whole).reshape(-1)
+                return
+            _read_header(stream, where)  # type: ignore[arg-type]
+            total = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            step = max(dtype.itemsize, max_bytes // dtype.itemsize * dtype.itemsize)
+            done = 0
+            while done < total:
+                data = stream.read(min(step, total - done))  # whole items: read(n) stops early only at EOF
+                if len(data) % dtype.itemsize or not data:
+                    raise InputError(f"{where}: truncated ({done + len(data)} of {total} bytes)")
+                done += len(data)
+                yield np.frombuffer(data, dtype=dtype)
+
+    return StoredArray(where, shape, dtype, pieces)
+
+
+def _npz_file(path: Path) -> dict[str, StoredArray]:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = [m for m in archive.namelist() if m.endswith(".npy")]
+    except (OSError, zipfile.BadZipFile) as error:
+        raise InputError(f"{path}: not a readable .npz archive ({error})") from None
+    return {member.removesuffix(".npy"): _npz_member(path, member) for member in members}
+
+
+# A "part" is what one file or one function item holds: arrays by input name.
+@dataclass(slots=True)
+class Part:
+    where: str
+    arrays: dict[str, StoredArray]
+
+
+def _file_part(path: Path, inputs: Sequence[str]) -> Part:
+    if path.suffix == ".npz":
+        return Part(str(path), _npz_file(path))
+    if len(inputs) != 1:
+        names = list(inputs)
+        raise InputError(
+            f"{path}: an .npy file holds one unnamed array, but the model has {len(inputs)} inputs {names}; "
+            "give .npz files with one array per input name"
+        )
+    return Part(str(path), {inputs[0]: _npy_file(path)})
+
+
+def _item_part(where: str, item: object) -> Part:
+    if not isinstance(item, Mapping):
+        raise InputError(f"{where}: expected a mapping {{input name: array}}, got {type(item).__name__}")
+    arrays = {}
+    for name, value in item.items():
+        array = np.asarray(value)
+        if array.dtype.hasobject:
+            raise InputError(f"{where}: input '{name}' is not a numeric array (dtype {array.dtype})")
+        arrays[str(name)] = _in_memory(f"{where}['{name}']", array)
+    return Part(where, arrays)
+
+
+# Sources -------------------------------------------------------------------------------------------------
+def load_function(spec: str) -> Callable[[], Iterable[Mapping[str, Any]]]:
+    """`package.module:function` or `path/to/file.py:function` -> the function."""
+    module_name, _, function_name = spec.rpartition(":")
+    if not module_name or not function_name:
+        raise InputError(f"--data {spec}: expected a folder, an .npz file, or MODULE:FUNCTION")
+    try:
+        if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
+            path = Path(module_name)
+            if not path.is_file():
+                raise InputError(f"--data {spec}: no such Python file {path}")
+            unique = f"_qconvert_calibration_data_{abs(hash(str(path.resolve())))}"
+            module_spec = importlib.util.spec_from_file_location(unique, path)
+            if module_spec is None or module_spec.loader is None:
+                raise InputError(f"--data {spec}: cannot import {path}")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[unique] = module
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except InputError:
+        raise
+    except Exception as error:  # the user's module failed to import: say which and why
+        raise InputError(
+            f"--data {spec}: importing {module_name} failed: {type(error).__name__}: {error}"
+        ) from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise InputError(f"--data {spec}: {module_name} has no function '{function_name}'")
+    return cast(Callable[[], Iterable[Mapping[str, Any]]], function)
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in (".npz", ".npy"))
+    if not files:
+        raise InputError(f"{folder}: dataset is empty (no .npz or .npy files in the folder)")
+    return files
+
+
+@dataclass(frozen=True)
+class Source:
+    """A resolved `--data`: picklable, so worker processes re-open it themselves."""
+
+    label: str
+    kind: str  # "folder" | "npz" | "npy" | "function" | "sequence"
+    path: str | None = None
+    function_spec: str | None = None
+    function: Callable[[], Iterable[Mapping[str, Any]]] | None = None
+    items: Sequence[Mapping[str, Any]] | None = None
+
+    def parts(self, inputs: Sequence[str]) -> Iterator[Part]:
+        """What each file or item holds, in order; `inputs` (the model's input names) name a bare .npy."""
+        if self.kind == "folder":
+            assert self.path is not None
+            for path in _folder_files(Path(self.path)):
+                yield _file_part(path, inputs)
+        elif self.kind in ("npz", "npy"):
+            assert self.path is not None
+            yield _file_part(Path(self.path), inputs)
+        elif self.kind == "sequence":
+            assert self.items is not None
+            for index, item in enumerate(self.items):
+                yield _item_part(f"{self.label} item {index}", item)
+        else:
+            function = self.function or load_function(self.function_spec or "")
+            try:
+                iterable = function()
+                iterator = iter(iterable)
+            except Exception as error:
+                raise InputError(
+                    f"{self.label}: calling it failed: {type(error).__name__}: {error}"
+                ) from None
+            index = 0
+            while True:
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    return
+                except Exception as error:
+                    raise InputError(
+                        f"{self.label}: item {index} failed: {type(error).__name__}: {error}"
+                    ) from None
+                yield _item_part(f"{self.label} item {index}", item)
+                index += 1
+
+
+def resolve_source(data: DataSource) -> Source:
+    """`--data` (or its Python equivalent) -> a re-openable source; InputError when it names nothing."""
+    if callable(data):
+        name = getattr(data, "__qualname__", repr(data))
+        return Source(label=f"{getattr(data, '__module__', '?')}:{name}", kind="function", function=data)
+    if isinstance(data, Sequence) and not isinstance(data, str | bytes):
+        return Source(label="data", kind="sequence", items=data)
+    if isinstance(data, Iterable) and not isinstance(data, str | bytes | os.PathLike):
+        raise InputError(
+            "data: an iterator can be read only once; pass a list, or a function returning the iterable"
+        )
+    text = os.fspath(data)  # type: ignore[arg-type]
+    path = Path(text)
+    if path.is_dir():
+        return Source(label=text, kind="folder", path=text)
+    if path.is_file():
+        if path.suffix not in (".npz", ".npy"):
+            raise InputError(f"--data {text}: expected a folder, an .npz or .npy file, or MODULE:FUNCTION")
+        return Source(label=text, kind=path.suffix[1:], path=text)
+    if ":" in text:
+        load_function(text)  # fail now, with the reason, rather than in a worker
+        return Source(label=text, kind="function", function_spec=text)
+    raise InputError(f"--data {text}: no such file or folder")
+
+
+__all__ = ["DataSource", "Part", "Source", "StoredArray", "load_function", "resolve_source"]

@@ -250,7 +250,9 @@ class _RayWorker:
 class RayEngine:
     """`workers` Ray actors on a local Ray instance (or the cluster `ray.init` already connected to).
 
-    Progress moves when a share finishes: actors report nothing before."""
+    The model travels through Ray's object store, but the data source is re-opened by each actor: on a
+    cluster of several machines, its files (and a model's external data folder) must be at the same
+    path on every node. Progress moves when a share finishes: actors report nothing before."""
 
     def __init__(self, augmented: AugmentedModel, workers: int) -> None:
         import ray

@@ -174,6 +174,7 @@ def write_data(folder: Path, model: Path, samples: int) -> Path:
     spec = importlib.util.spec_from_file_location("build_bert_mask", MODELS / "build_bert_mask.py")
     assert spec is not None and spec.loader is not None
     build_bert_mask = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = build_bert_mask  # its dataclasses look their module up
     spec.loader.exec_module(build_bert_mask)
     path = folder / f"data_{samples}.npz"
     if not path.exists():

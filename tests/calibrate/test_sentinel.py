@@ -43,6 +43,7 @@ def load_builder() -> ModuleType:
     spec = importlib.util.spec_from_file_location("build_bert_mask", MODELS / "build_bert_mask.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 

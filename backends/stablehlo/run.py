@@ -9,6 +9,11 @@ Facts about jaxlib 0.10.2 this module relies on (see ../shared/engines/README.md
   that uses a quant type loads it. We do that once and keep the context (`_context`).
 - XLA rejects quant types ("can't be translated to XLA HLO"): `run_xla` first applies
   `stablehlo-legalize-quant-to-math`, which leaves `chlo` ops that XLA accepts.
+- XLA:CPU's simplifier rewrites `x / c` and `x / broadcast(y)` (also `x / exp(y)`, nested divisions) into
+  a multiplication by a reciprocal, an ulp off for many x. `run_xla` puts every floating-point division's
+  operands behind an `optimization_barrier` (`_divide_as_specified`), so XLA:CPU executes the program's
+  StableHLO semantics (divide correctly rounded, as the interpreter and onnxruntime); whoever compiles
+  our output with XLA directly gets XLA's reciprocal rewrite wherever the program has no barrier.
 - `DenseElementsAttr` converts to numpy only for byte-sized integers and f16/f32/f64; other element
   types (i4, i2, bf16, f8…) go through their printed form and qconvert's attribute parser.
 - Quant storage spelled `u8` (`!quant.uniform<u8:f32, ...>`) is parsed as signless i8, so both the
@@ -149,16 +154,94 @@ def uses_quant_types(text: str) -> bool:
     return _QUANT_TYPE.search(text) is not None
 
 
+def _run_pass(module: Any, pipeline: str, name: str) -> None:
+    """Run a pass pipeline on `module` in place (inside the cached context); failures are EngineErrors."""
+    jx = _jax()
+    try:
+        jx.passmanager.PassManager.parse(pipeline).run(module.operation)
+    except jx.ir.MLIRError as e:
+        raise EngineError(f"{name} failed:\n{_diagnostic_text(e)}") from None
+
+
 def legalize_quant_to_math(text: str) -> str:
     """Apply `stablehlo-legalize-quant-to-math`: quant-typed ops become integer/float StableHLO and CHLO."""
-    jx = _jax()
     module = _parse(text)
     with _context():
-        try:
-            jx.passmanager.PassManager.parse(QUANT_TO_MATH).run(module.operation)
-        except jx.ir.MLIRError as e:
-            raise EngineError(f"stablehlo-legalize-quant-to-math failed:\n{_diagnostic_text(e)}") from None
+        _run_pass(module, QUANT_TO_MATH, "stablehlo-legalize-quant-to-math")
         return str(module)
+
+
+# --- XLA: divisions as the spec says ------------------------------------------------------------------
+
+
+def _broadcast_to(value: Any, result_type: Any, dimensions: Sequence[int] | None) -> Any:
+    """`value` broadcast to `result_type` as chlo's implicit broadcasting does: along `dimensions` when
+    given, else aligned to the trailing dimensions (numpy's rule)."""
+    jx = _jax()
+    if value.type == result_type:
+        return value
+    rank = jx.ir.RankedTensorType(value.type).rank
+    result_rank = jx.ir.RankedTensorType(result_type).rank
+    mapped = list(dimensions) if dimensions is not None else list(range(result_rank - rank, result_rank))
+    return jx.stablehlo.BroadcastInDimOp(result_type, value, mapped).result
+
+
+def _expand_broadcast_divide(op: Any) -> Any | None:
+    """Replace a static-shaped `chlo.broadcast_divide` by explicit broadcasts and a `stablehlo.divide`
+    (what XLA would lower it to) and return the new divide; None (op kept) for dynamic shapes.
+
+    Only this chlo op is legalized: `chlo-legalize-to-stablehlo` would also rewrite ops XLA implements
+    natively (chlo.erf becomes a polynomial whose results differ from XLA's erf in the last bits)."""
+    jx = _jax()
+    result_type = op.results[0].type
+    lhs, rhs = op.operands
+    if not all(jx.ir.RankedTensorType(v.type).has_static_shape for v in (lhs, rhs, op.results[0])):
+        return None
+    # chlo's broadcast_dimensions map the lower-rank operand into the higher-rank one.
+    dimensions = None
+    if "broadcast_dimensions" in op.attributes:
+        dimensions = list(jx.ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
+    lhs_rank, rhs_rank = (jx.ir.RankedTensorType(v.type).rank for v in (lhs, rhs))
+    with jx.ir.InsertionPoint(op), op.location:
+        lhs = _broadcast_to(lhs, result_type, dimensions if lhs_rank < rhs_rank else None)
+        rhs = _broadcast_to(rhs, result_type, dimensions if rhs_rank < lhs_rank else None)
+        divide = jx.stablehlo.DivOp(lhs, rhs, results=[result_type])
+    op.results[0].replace_all_uses_with(divide.result)
+    op.erase()
+    return divide.operation
+
+
+def _divide_as_specified(module: Any) -> None:
+    """Put each floating-point division's operands behind one `stablehlo.optimization_barrier`.
+
+    XLA:CPU's algebraic simplifier turns `x / c` and `x / broadcast(y)` into `x * (1 / …)` (an ulp off
+    for many x, which moves quantize ties), and also rewrites `x / exp(y)`, `x / pow(y, z)` and nested
+    divisions; it cannot see through a barrier, so each division stays one correctly rounded divide, as
+    the StableHLO spec (and the interpreter, and onnxruntime) compute it. Integer division is left alone:
+    XLA keeps it exact. `stablehlo-legalize-quant-to-math` emits `chlo.broadcast_divide(x, scale)`, which
+    is first expanded so the barrier sits between the broadcast and the divide.
+    """
+    jx = _jax()
+    chlo_divides: list[Any] = []
+    divides: list[Any] = []
+
+    def collect(op: Any) -> Any:
+        if op.name == "chlo.broadcast_divide":
+            chlo_divides.append(op)
+        elif op.name == "stablehlo.divide":
+            divides.append(op)
+        return jx.ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)  # collect first: the rewrites below would disturb the walk
+    divides += [d for d in map(_expand_broadcast_divide, chlo_divides) if d is not None]
+    for op in divides:
+        element_type = jx.ir.ShapedType(op.results[0].type).element_type
+        if isinstance(element_type, jx.ir.IntegerType):
+            continue
+        with jx.ir.InsertionPoint(op), op.location:
+            barrier = jx.stablehlo.OptimizationBarrierOp(list(op.operands))
+        for index, value in enumerate(barrier.results):
+            op.operands[index] = value
 
 
 # --- numpy <-> MLIR attributes (the interpreter's values) ---------------------------------------------
@@ -288,23 +371,31 @@ _EXECUTABLES = _ExecutableCache()
 
 
 def xla_text(text: str) -> str:
-    """The text XLA compiles: verified, and with quant types legalized to math when there are any."""
-    if uses_quant_types(text):
-        return legalize_quant_to_math(text)
-    verify(text)
-    return text
+    """The text XLA compiles: verified, quant types legalized to math when there are any, and every
+    floating-point division made to divide as the spec says (`_divide_as_specified`)."""
+    module = _parse(text)
+    with _context():
+        if uses_quant_types(text):
+            _run_pass(module, QUANT_TO_MATH, "stablehlo-legalize-quant-to-math")
+        _divide_as_specified(module)
+        return str(module)
 
 
 def run_xla(text: str, inputs: Sequence[np.ndarray], entry: str = ENTRY) -> list[np.ndarray]:
-    """Compile `text` on XLA:CPU (after quant-to-math when it has quant types) and run it.
+    """Compile `text` on XLA:CPU (after quant-to-math when it has quant types, with divisions made exact:
+    `xla_text`) and run it.
 
     XLA compiles the function named `main`; inputs are numpy arrays of the argument types (ml_dtypes for
     int4/bf16/…); outputs come back as numpy arrays of the result types.
     """
     if entry != ENTRY:
         raise InputError(f"XLA runs the function @{ENTRY}, not @{entry}")
+    return _execute(_EXECUTABLES.get(text), inputs)
+
+
+def _execute(executable: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run a compiled XLA:CPU executable on numpy inputs."""
     jx = _jax()
-    executable = _EXECUTABLES.get(text)
     device = jx.backend.get_backend("cpu").local_devices()[0]
     try:
         # Without x64, device_put would narrow i64/f64 inputs to 32 bits.

@@ -214,14 +214,117 @@ def _divide_by_constant(barrier: bool) -> str:
       return %y : tensor<1000xf32> }}"""
 
 
+def _run_xla_as_written(run: ModuleType, text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """XLA:CPU on `text` exactly as given (no quant-to-math, no division barriers): what a user who
+    compiles our output with XLA gets."""
+    return run._execute(run._compile(text), inputs)
+
+
 def test_xla_divides_by_a_constant_with_a_reciprocal_unless_the_divisor_is_hidden(run: ModuleType) -> None:
     """Engine fact the emitters rely on (ops.exact_divide): XLA:CPU's simplifier turns
     `x / splat(c)` (and `x / broadcast(c)`) into `x * (1 / c)`, off by an ulp for many x, which moves
     quantize ties; an optimization_barrier on the divisor keeps the correctly rounded division."""
     x = np.random.default_rng(0).uniform(-2, 2, 1000).astype(np.float32)
     exact = x / np.float32(0.0123)
-    (rewritten,) = run.run_xla(_divide_by_constant(barrier=False), [x])
+    (rewritten,) = _run_xla_as_written(run, _divide_by_constant(barrier=False), [x])
     assert np.count_nonzero(rewritten != exact) > 100
     for engine in ("xla", "interpreter"):
         (divided,) = run.run(_divide_by_constant(barrier=True), [x], engine=engine)
         np.testing.assert_array_equal(divided, exact, err_msg=engine)
+    # run_xla puts the barrier in itself, so the program's division is exact there too.
+    (divided,) = run.run_xla(_divide_by_constant(barrier=False), [x])
+    np.testing.assert_array_equal(divided, exact)
+
+
+def _quantize_linear_ties() -> tuple[object, np.ndarray]:
+    """An ONNX QuantizeLinear (scale 0.0123, int8, zero point 0) and inputs heavy in ties: each k + 0.5
+    step of the scale, its float neighbours on both sides, and random values."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    scale = np.float32(0.0123)
+    ties = ((np.arange(-120, 120) + 0.5) * scale).astype(np.float32)
+    random = np.random.default_rng(0).uniform(-1.4, 1.4, 2000).astype(np.float32)
+    x = np.concatenate(
+        [ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf)), random]
+    )
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "scale", "zero_point"], ["q"])],
+        "quantize_ties",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
+        [helper.make_tensor_value_info("q", TensorProto.INT8, [x.size])],
+        [
+            numpy_helper.from_array(np.array(scale), "scale"),
+            numpy_helper.from_array(np.array(0, np.int8), "zero_point"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    return model, x
+
+
+def test_quantized_form_quantize_ties_match_onnxruntime_on_xla(run: ModuleType) -> None:
+    """The `quantized` form keeps stablehlo.uniform_quantize; quant-to-math turns it into
+    `chlo.broadcast_divide(x, scale)`, which XLA alone would turn into `x * (1 / scale)`."""
+    ort = require_module("onnxruntime")
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+    from qconvert.frontends.onnx import import_onnx
+
+    model, x = _quantize_linear_ties()
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {"x": x})
+    text = stablehlo_text(import_onnx(model), form="quantized", inline_weights=True)
+    assert "stablehlo.uniform_quantize" in text
+    (as_written,) = _run_xla_as_written(run, run.legalize_quant_to_math(text), [x])
+    assert np.count_nonzero(as_written != expected) > 50  # the case exercises XLA's rewrite
+    for engine in ("xla", "interpreter"):
+        (stored,) = run.run(text, [x], engine=engine)
+        np.testing.assert_array_equal(stored, expected, err_msg=engine)
+
+
+def test_per_axis_quantize_ties_on_xla_match_the_interpreter(run: ModuleType) -> None:
+    # Per-axis quant-to-math divides with broadcast_dimensions: the expansion must map the scales to dim 1.
+    quant = "!quant.uniform<i8:f32:1, {0.0123:1, 0.0371:-2}>"
+    text = f"""func.func @main(%x: tensor<600x2xf32>) -> tensor<600x2xi8> {{
+      %q = stablehlo.uniform_quantize %x : (tensor<600x2xf32>) -> tensor<600x2x{quant}>
+      %i = stablehlo.bitcast_convert %q : (tensor<600x2x{quant}>) -> tensor<600x2xi8>
+      return %i : tensor<600x2xi8> }}"""
+    scales = np.array([0.0123, 0.0371], np.float32)
+    ties = ((np.arange(-100, 100)[:, None] + 0.5) * scales).astype(np.float32)
+    x = np.concatenate(
+        [ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf))]
+    )
+    (expected,) = run.run_interpreter(text, [x])
+    (as_written,) = _run_xla_as_written(run, run.legalize_quant_to_math(text), [x])
+    assert np.count_nonzero(as_written != expected) > 10
+    (stored,) = run.run_xla(text, [x])
+    np.testing.assert_array_equal(stored, expected)
+
+
+DIVISIONS = """func.func @main(
+    %x: tensor<1000xf32>, %y: tensor<1000xf32>, %z: tensor<1000xf32>, %n: tensor<1000xi32>
+  ) -> (tensor<1000xf32>, tensor<1000xf32>, tensor<1000xi32>) {
+  %xy = stablehlo.divide %x, %y : tensor<1000xf32>
+  %xyz = stablehlo.divide %xy, %z : tensor<1000xf32>
+  %seven = stablehlo.constant dense<7> : tensor<1000xi32>
+  %n7 = stablehlo.divide %n, %seven : tensor<1000xi32>
+  return %xy, %xyz, %n7 : tensor<1000xf32>, tensor<1000xf32>, tensor<1000xi32> }"""
+
+
+def test_division_barriers_keep_other_results(run: ModuleType) -> None:
+    rng = np.random.default_rng(1)
+    x, y, z = ((rng.uniform(0.1, 3, 1000) * rng.choice([-1, 1], 1000)).astype(np.float32) for _ in range(3))
+    n = rng.integers(-1000, 1000, 1000, dtype=np.int32)
+    text = run.xla_text(DIVISIONS)
+    assert text.count("stablehlo.optimization_barrier") == 2  # float divisions only
+    quotient, nested, integer = run.run_xla(DIVISIONS, [x, y, z, n])
+    as_written = _run_xla_as_written(run, DIVISIONS, [x, y, z, n])
+    # A division by a non-constant tensor and an integer division were already exact: unchanged.
+    np.testing.assert_array_equal(quotient, as_written[0])
+    np.testing.assert_array_equal(quotient, x / y)
+    np.testing.assert_array_equal(integer, as_written[2])
+    np.testing.assert_array_equal(integer, np.sign(n) * (np.abs(n) // 7))  # truncates toward zero
+    # `(x / y) / z` is two correctly rounded divisions, as on the interpreter; XLA alone rewrites it to
+    # `x / (y * z)`, which differs for many elements. (The barrier must cover the dividend for this.)
+    assert np.count_nonzero(as_written[1] != (x / y) / z) > 50
+    np.testing.assert_array_equal(nested, (x / y) / z)
+    np.testing.assert_array_equal(nested, run.run_interpreter(DIVISIONS, [x, y, z, n])[1])

@@ -189,13 +189,18 @@ def test_semantics_stablehlo_per_axis_unsigned(tmp_path: Path, dtype: type, form
     assert exact.layers["quantize"].mismatches == 0 and exact.passed
 
 
-def test_semantics_stablehlo_with_zero_tolerance_exits_1(tmp_path: Path) -> None:
+def test_semantics_stablehlo_with_zero_tolerance_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     require_module("jax")
     model = ties_model(tmp_path)
     data = str(tmp_path / "ties.npz")
     report_path = tmp_path / "report.json"
+    assert main(["check", model, "--data", data, "--backend", "stablehlo", "--semantics", "stablehlo"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # explained differences, no tolerance: exit 0
+    assert "differences from onnxruntime due to stablehlo rounding semantics" in out
+    assert "│ quantize │ QuantizeLinear │ 4/4 │ 4 │ StableHLO" in out  # node, op, differing, predicted, why
     base = ["check", model, "--data", data, "--backend", "stablehlo", "--quiet"]
-    assert main([*base, "--semantics", "stablehlo"]) == 0  # explained differences, no tolerance
     code = main(
         [*base, "--semantics", "stablehlo", "--max-mismatch-fraction", "0", "--json", str(report_path)]
     )

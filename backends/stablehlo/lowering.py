@@ -188,6 +188,8 @@ class LoweringContext:
     pending_constants: dict[Value, Operation] = field(default_factory=dict)
     # A quantized value emitted as ONNX-exact arithmetic -> the float value it quantizes (for the fusion).
     quantize_sources: dict[Value, Value] = field(default_factory=dict)
+    # A float value dequantized by written-out arithmetic -> the quantized value it came from.
+    dequantize_sources: dict[Value, Value] = field(default_factory=dict)
 
     # Types ------------------------------------------------------------------------------------
     def convert_type(self, type_: Type) -> Type:

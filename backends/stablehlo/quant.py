@@ -265,6 +265,7 @@ def lower_dcast(ctx: LoweringContext, op: Operation) -> list[Value]:
     storage = hlo.bitcast_convert(ctx.builder, q, storage_type)
     result = dequantize_arithmetic(ctx, storage, quant_type, op.result.type)
     ctx.note(result, note)
+    ctx.dequantize_sources[result] = q
     return [result]
 
 
@@ -317,12 +318,12 @@ them on the storage integers)."""
 # - max pooling (reduce_window with a maximum body, -inf init): fused, see `_fuse_max_pool`.
 
 
-def _dequantized_source(value: Value) -> Value | None:
-    """The quantized value `value` was dequantized from by a `uniform_dequantize`, else None."""
+def _dequantized_source(value: Value, ctx: LoweringContext) -> Value | None:
+    """The quantized value `value` was dequantized from (uniform_dequantize or written out), else None."""
     producer = value.owner_op()
-    if producer is None or producer.name != "stablehlo.uniform_dequantize":
-        return None
-    return producer.operands[0]
+    if producer is not None and producer.name == "stablehlo.uniform_dequantize":
+        return producer.operands[0]
+    return ctx.dequantize_sources.get(value)
 
 
 def _quantizations(value: Value, ctx: LoweringContext) -> list[Value]:
@@ -350,7 +351,7 @@ def fuse_quantized_ops(block_ops: list[Operation], ctx: LoweringContext) -> int:
             continue
         # Max pooling's init and gather's indices are not data: they are rebuilt or kept as they are.
         data_operands = op.operands[:1] if is_max_pool or op.name == "stablehlo.gather" else op.operands
-        sources = [_dequantized_source(v) for v in data_operands]
+        sources = [_dequantized_source(v, ctx) for v in data_operands]
         if not sources or any(s is None for s in sources):
             continue
         quant_types = {element_type_of(s.type) for s in sources}  # type: ignore[union-attr]
@@ -359,6 +360,8 @@ def fuse_quantized_ops(block_ops: list[Operation], ctx: LoweringContext) -> int:
         (quant_type,) = quant_types
         if not isinstance(quant_type, UniformQuantizedType):
             continue  # per-axis data movement needs axis bookkeeping; not needed by ONNX activations
+        if is_max_pool and not quant_type.is_signed:
+            continue  # quant-to-math compares u8 storage as signed i8 (see NOTE_UNSIGNED)
         for quantized in _quantizations(op.result, ctx):
             if element_type_of(quantized.type) != quant_type:
                 continue

@@ -17,8 +17,9 @@ Decisions, one line each (measured on jaxlib 0.10.2 unless said otherwise):
   axis, and accepts f32 only (`engine_limitation`);
 - sub-channel (blocked) and float8 storage have no StableHLO quantized type: arithmetic in every form,
   block parameters expanded to full constants; f4E2M1FN is refused (no onnxruntime kernel to check it);
-- fusion: data-movement ops only (`DATA_MOVEMENT_OPS`, max pooling), never add / dot_general /
-  convolution (see the comment there).
+- fusion: data-movement ops only (`DATA_MOVEMENT_OPS`, and max pooling for signed storage: the engines
+  compare u8 storage as signed, max(200, 100) = 100), never add / dot_general / convolution (see the
+  comment there).
 
 When uniform_quantize equals ONNX's QuantizeLinear: StableHLO computes `rne(clamp(x / s + zp))`, ONNX
 `clamp(rne(x / s) + zp)`. With every zero point 0 the two agree for every non-NaN input (the bounds are

@@ -40,6 +40,7 @@ from qconvert.ir.attributes import BoolAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.quant_types import (
     UNIFORM_TYPES,
+    CalibratedQuantizedType,
     QuantizedType,
     UniformQuantizedPerAxisType,
     UniformQuantizedType,
@@ -75,6 +76,8 @@ def uniform_type(ctx: LoweringContext, type_: Type) -> QuantizedType:
     """The `!quant.uniform` element type of `type_` (per-tensor, per-axis or sub-channel), or
     `ctx.unsupported`; the container must be a static tensor."""
     element = element_type_of(type_)
+    if isinstance(element, CalibratedQuantizedType):
+        ctx.unsupported(f"{element} holds a calibrated range, not parameters: finalize the calibration first")
     if not isinstance(element, UNIFORM_TYPES):
         ctx.unsupported(f"no StableHLO lowering for the quantized type {element}")
     if isinstance(element.storage_type, FloatType) and element.storage_type.name not in FLOAT_STORAGE:

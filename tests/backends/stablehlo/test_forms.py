@@ -399,3 +399,18 @@ def test_data_movement_runs_on_quantized_values_bit_exact(run: ModuleType, engin
     outputs = run.run(print_module(module), [x], engine)
     for ours, expected in zip(outputs, onnxruntime_outputs(model, {"x": x}), strict=True):
         np.testing.assert_array_equal(ours, expected)
+
+
+def test_calibrated_types_ask_for_finalized_calibration() -> None:
+    from qconvert.backends.stablehlo.convert import convert_to_stablehlo
+
+    calibrated = "tensor<4x!quant.calibrated<f32<-1.0:1.0>>>"
+    text = f"""func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {{
+  %q = quant.qcast %x {{onnx.node_name = "x_QuantizeLinear"}} : tensor<4xf32> to {calibrated}
+  %y = quant.dcast %q : {calibrated} to tensor<4xf32>
+  return %y : tensor<4xf32>
+}}"""
+    with pytest.raises(
+        InputError, match="quant.qcast \\(node 'x_QuantizeLinear'\\): .*finalize the calibration"
+    ):
+        convert_to_stablehlo(parse_module(text))

@@ -411,6 +411,6 @@ def test_calibrated_types_ask_for_finalized_calibration() -> None:
   return %y : tensor<4xf32>
 }}"""
     with pytest.raises(
-        InputError, match="quant.qcast \\(node 'x_QuantizeLinear'\\): .*finalize the calibration"
+        InputError, match=r"quant\.qcast \(node 'x_QuantizeLinear'\): .*finalize the calibration"
     ):
         convert_to_stablehlo(parse_module(text))

@@ -28,7 +28,6 @@ TENSOR_NAME_ATTR = "onnx.tensor_name"
 CONSTANT_NAME_ATTR = "onnx.name"
 """On an `arith.constant`: the ONNX initializer (or Constant output) it came from."""
 
-_NOT_GENERIC = {"Constant", "QuantizeLinear", "DequantizeLinear"}
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -80,14 +79,21 @@ def tensor_values(
     if model is None:
         return values
     graph = _load(model).graph
-    nodes = [n for n in graph.node if not (n.domain in _DEFAULT_DOMAINS and n.op_type in _NOT_GENERIC)]
     ops = [op for op in block.ops if op.name.startswith("onnx.") and "onnx.node_name" in op.attributes]
-    if len(ops) != len(nodes):
-        raise InputError(
-            f"the module does not come from this model: {len(ops)} generic ops, {len(nodes)} matching nodes"
-        )
-    for node, op in zip(nodes, ops):
-        _check_same(node, op)
+    # Generic ops follow their nodes' order; a node lifted to something else (a Constant with a tensor
+    # value, Q/DQ with constant parameters, QOperator ops) has no generic op and is skipped.
+    position = 0
+    for node in graph.node:
+        if node.op_type == "Constant" and any(a.name == "value" for a in node.attribute):
+            continue
+        if position == len(ops) or not _same(node, ops[position]):
+            if node.domain in (*_DEFAULT_DOMAINS, "com.microsoft"):
+                continue  # lifted to a quant cast or a qconvert.* op; a wrong model leaves ops unmatched
+            raise InputError(
+                f"the module does not come from this model: node '{node.name}' ({node.op_type}) has no op"
+            )
+        op = ops[position]
+        position += 1
         inputs = [name for name in node.input if name]
         outputs = [name for name in node.output if name]
         for name, operand in zip(inputs, op.operands):
@@ -95,19 +101,21 @@ def tensor_values(
             _stamp_constant(operand, name)
         for name, result in zip(outputs, op.results):
             values.setdefault(name, result)
+    if position != len(ops):
+        op = ops[position]
+        raise InputError(
+            f"the module does not come from this model: op {op.name} "
+            f"('{op.attributes['onnx.node_name'].value}') matches no node"  # type: ignore[attr-defined]
+        )
     return values
 
 
-def _check_same(node: onnx.NodeProto, op: Operation) -> None:
+def _same(node: onnx.NodeProto, op: Operation) -> bool:
     expected = (
         f"onnx.{node.op_type}" if node.domain in _DEFAULT_DOMAINS else f"onnx.{node.domain}.{node.op_type}"
     )
     node_name = op.attributes["onnx.node_name"]
-    if op.name != expected or (isinstance(node_name, StringAttr) and node_name.value != node.name):
-        raise InputError(
-            f"the module does not come from this model: node '{node.name}' ({node.op_type}) lines up with "
-            f"op {op.name}"
-        )
+    return op.name == expected and isinstance(node_name, StringAttr) and node_name.value == node.name
 
 
 def _stamp_constant(value: Value, name: str) -> None:

@@ -195,3 +195,36 @@ def test_block_edit_applies_insertions_and_erasures_in_order() -> None:
     edit.commit()
     assert [op.name for op in block.ops] == ["t.start", "t.x", "t.y", "t.w", "t.z", "t.b", "t.c"]
     assert all(op.parent is block for op in block.ops) and first.parent is None and last.parent is block
+
+
+def test_tensor_values_follow_nodes_lifted_generically_or_not() -> None:
+    """A Constant with `value_float` stays a generic op, one with `value` becomes arith.constant, a
+    DequantizeLinear of a constant becomes quant casts: every tensor is still named."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [
+        helper.make_node("Constant", [], ["two"], name="", value_float=2.0),
+        helper.make_node("Constant", [], ["three"], name="", value=numpy_helper.from_array(np.float32(3.0))),
+        helper.make_node("DequantizeLinear", ["w_q", "w_s"], ["w"], name="dq"),
+        helper.make_node("Mul", ["x", "two"], ["a"], name=""),
+        helper.make_node("Mul", ["a", "three"], ["b"], name=""),
+        helper.make_node("Add", ["b", "w"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [
+            numpy_helper.from_array(np.array([1, 2, 3, 4], np.int8), "w_q"),
+            numpy_helper.from_array(np.float32(0.5), "w_s"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    module = import_onnx(model)
+    values = tensor_values(module, model)
+    assert {"x", "two", "three", "w", "a", "b", "y"} <= set(values)
+    assert values["two"].owner_op().name == "onnx.Constant"
+    assert values["three"].owner_op().name == "arith.constant"
+    assert isinstance(values["w"].owner_op(), DequantizeCastOp)
+    assert values["b"].owner_op().operands[0] is values["a"]

@@ -33,8 +33,8 @@ Methods (CLI names, `METHODS`), each reproducing onnxruntime's rule (reference �
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import ClassVar
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -55,6 +55,11 @@ class ObservedRange:
     avg: float | None = None
 
 
+# What pass 1 observes for a tensor: exact extremes (every method but moving-average) or per-batch means.
+FirstObserver = MinMaxObserver | MovingAverageMinMaxObserver
+Bounds = tuple[float, float]
+
+
 def _float32(value: float) -> float:
     return float(np.float32(value))
 
@@ -73,10 +78,10 @@ class Method:
     def first_pass_observer(self) -> MinMaxObserver | MovingAverageMinMaxObserver:
         return MinMaxObserver()
 
-    def second_pass_observer(self, first: MinMaxObserver) -> HistogramObserver | None:
+    def second_pass_observer(self, first: FirstObserver) -> HistogramObserver | None:
         return None
 
-    def compute_range(self, first: object, second: HistogramObserver | None) -> ObservedRange | None:
+    def compute_range(self, first: FirstObserver, second: HistogramObserver | None) -> ObservedRange | None:
         raise NotImplementedError
 
     # List adapters: one observer per pass, as api.py's generic loop hands them around.
@@ -85,20 +90,20 @@ class Method:
     def passes(self) -> int:
         return 2 if self.needs_second_pass else 1
 
-    def first_pass(self, tensor: str) -> list[object]:
+    def first_pass(self, tensor: str) -> list[Any]:
         return [self.first_pass_observer()]
 
-    def next_pass(self, number: int, tensor: str, previous: list[object]) -> list[object]:
+    def next_pass(self, number: int, tensor: str, previous: list[Any]) -> list[Any]:
         if number != 1:
             raise ValueError(f"method {self.name!r} has no pass {number + 1}")
-        second = self.second_pass_observer(previous[0])  # type: ignore[arg-type]
+        second = self.second_pass_observer(previous[0])
         return [] if second is None else [second]
 
-    def range(self, tensor: str, first: list[object], final: list[object]) -> TensorRange:
+    def range(self, tensor: str, first: list[Any], final: list[Any]) -> TensorRange:
         """The `TensorRange` of `tensor` from its pass-1 observers and its last pass's observers."""
         histograms = [observer for observer in final if isinstance(observer, HistogramObserver)]
         second = histograms[0] if self.needs_second_pass and histograms else None
-        result = self.compute_range(first[0], second)  # type: ignore[arg-type]
+        result = self.compute_range(first[0], second)
         extrema = _extrema(first[0])
         if result is None:
             raise InputError(
@@ -116,14 +121,15 @@ class Method:
         )
 
 
-def _extrema(first: object) -> MinMaxObserver:
-    return first.extrema if isinstance(first, MovingAverageMinMaxObserver) else first  # type: ignore[return-value]
+def _extrema(first: FirstObserver) -> MinMaxObserver:
+    return first.extrema if isinstance(first, MovingAverageMinMaxObserver) else first
 
 
-def _finite_range(first: MinMaxObserver) -> tuple[float, float] | None:
-    if first.minimum is None or first.maximum is None:
+def _finite_range(first: FirstObserver) -> Bounds | None:
+    extrema = _extrema(first)
+    if extrema.minimum is None or extrema.maximum is None:
         return None
-    return first.minimum, first.maximum
+    return extrema.minimum, extrema.maximum
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +139,7 @@ class MinMaxMethod(Method):
     name: ClassVar[str] = "minmax"
     symmetric: bool = False
 
-    def compute_range(self, first: MinMaxObserver, second: HistogramObserver | None) -> ObservedRange | None:
+    def compute_range(self, first: FirstObserver, second: HistogramObserver | None) -> ObservedRange | None:
         bounds = _finite_range(first)
         if bounds is None:
             return None
@@ -153,9 +159,9 @@ class MovingAverageMethod(Method):
     def first_pass_observer(self) -> MovingAverageMinMaxObserver:
         return MovingAverageMinMaxObserver()
 
-    def compute_range(
-        self, first: MovingAverageMinMaxObserver, second: HistogramObserver | None
-    ) -> ObservedRange | None:
+    def compute_range(self, first: FirstObserver, second: HistogramObserver | None) -> ObservedRange | None:
+        if not isinstance(first, MovingAverageMinMaxObserver):
+            raise TypeError(f"moving-average needs a MovingAverageMinMaxObserver, got {type(first).__name__}")
         low, high = first.average_minimum, first.average_maximum
         if low is None or high is None:
             return None
@@ -171,29 +177,32 @@ class _HistogramMethod(Method):
     needs_second_pass: ClassVar[bool] = True
     num_bins: int
 
-    def _histogram_range(self, first: MinMaxObserver) -> tuple[float, float, bool]:
+    def _histogram_range(self, bounds: Bounds) -> tuple[float, float, bool]:
         """(low, high, absolute) of the second-pass histogram; the default is onnxruntime's [-t, t]."""
-        bound = first.absolute_maximum
-        assert bound is not None
+        bound = _absolute_maximum(bounds)
         return -bound, bound, False
 
-    def second_pass_observer(self, first: MinMaxObserver) -> HistogramObserver | None:
+    def second_pass_observer(self, first: FirstObserver) -> HistogramObserver | None:
         bounds = _finite_range(first)
         if bounds is None or bounds[0] == bounds[1]:
             return None  # nothing to histogram: no finite value, or one constant
-        low, high, absolute = self._histogram_range(first)
+        low, high, absolute = self._histogram_range(bounds)
         return HistogramObserver(low, high, self.num_bins, absolute=absolute)
 
-    def compute_range(self, first: MinMaxObserver, second: HistogramObserver | None) -> ObservedRange | None:
+    def compute_range(self, first: FirstObserver, second: HistogramObserver | None) -> ObservedRange | None:
         bounds = _finite_range(first)
         if bounds is None:
             return None
         if second is None or second.total == 0:
             return ObservedRange(_float32(bounds[0]), _float32(bounds[1]))
-        return self._from_histogram(first, second)
+        return self._from_histogram(bounds, second)
 
-    def _from_histogram(self, first: MinMaxObserver, second: HistogramObserver) -> ObservedRange:
+    def _from_histogram(self, bounds: Bounds, second: HistogramObserver) -> ObservedRange:
         raise NotImplementedError
+
+
+def _absolute_maximum(bounds: Bounds) -> float:
+    return max(abs(bounds[0]), abs(bounds[1]))
 
 
 def percentile_range(
@@ -236,15 +245,15 @@ class PercentileMethod(_HistogramMethod):
         if not 0 <= self.percentile <= 100:
             raise ValueError(f"percentile must be in [0, 100], got {self.percentile}")
 
-    def _histogram_range(self, first: MinMaxObserver) -> tuple[float, float, bool]:
+    def _histogram_range(self, bounds: Bounds) -> tuple[float, float, bool]:
         if self.symmetric:
-            return 0.0, first.absolute_maximum, True  # type: ignore[return-value]
-        return first.minimum, first.maximum, False  # type: ignore[return-value]
+            return 0.0, _absolute_maximum(bounds), True
+        return bounds[0], bounds[1], False
 
-    def _from_histogram(self, first: MinMaxObserver, second: HistogramObserver) -> ObservedRange:
+    def _from_histogram(self, bounds: Bounds, second: HistogramObserver) -> ObservedRange:
         low, high = percentile_range(
-            second.counts, second.edges, first.minimum, first.maximum, self.percentile, self.symmetric
-        )  # type: ignore[arg-type]
+            second.counts, second.edges, bounds[0], bounds[1], self.percentile, self.symmetric
+        )
         return ObservedRange(_float32(low), _float32(high))
 
 
@@ -263,10 +272,10 @@ class EntropyMethod(_HistogramMethod):
                 f"got {self.num_quantized_bins} quantized bins for {self.num_bins} bins"
             )
 
-    def _from_histogram(self, first: MinMaxObserver, second: HistogramObserver) -> ObservedRange:
+    def _from_histogram(self, bounds: Bounds, second: HistogramObserver) -> ObservedRange:
         low, high = entropy_threshold(
-            second.counts, second.edges, first.minimum, first.maximum, self.num_quantized_bins
-        )  # type: ignore[arg-type]
+            second.counts, second.edges, bounds[0], bounds[1], self.num_quantized_bins
+        )
         return ObservedRange(_float32(low), _float32(high))
 
 
@@ -280,10 +289,10 @@ class MseMethod(_HistogramMethod):
     reduce_range: bool = False
     num_bins: int = 2048
 
-    def _histogram_range(self, first: MinMaxObserver) -> tuple[float, float, bool]:
-        return first.minimum, first.maximum, False  # type: ignore[return-value]
+    def _histogram_range(self, bounds: Bounds) -> tuple[float, float, bool]:
+        return bounds[0], bounds[1], False
 
-    def _from_histogram(self, first: MinMaxObserver, second: HistogramObserver) -> ObservedRange:
+    def _from_histogram(self, bounds: Bounds, second: HistogramObserver) -> ObservedRange:
         low, high = mse_range(
             second.counts,
             second.edges,
@@ -327,7 +336,7 @@ class DistributionMethod(_HistogramMethod):
         if self.scenario not in ("same", "p3"):
             raise ValueError(f"scenario must be 'same' or 'p3', got {self.scenario!r}")
 
-    def compute_range(self, first: MinMaxObserver, second: HistogramObserver | None) -> ObservedRange | None:
+    def compute_range(self, first: FirstObserver, second: HistogramObserver | None) -> ObservedRange | None:
         result = super(DistributionMethod, self).compute_range(first, second)
         if result is None or result.std is not None:
             return result
@@ -335,26 +344,27 @@ class DistributionMethod(_HistogramMethod):
         value = result.max
         if self.scenario == "p3":
             value = math.copysign(abs(value) ** (1 / 3), value)
-        return ObservedRange(result.min, result.max, std=_spread_fallback(first), avg=_float32(value))
+        bounds = (result.min, result.max)
+        return ObservedRange(result.min, result.max, std=_spread_fallback(bounds), avg=_float32(value))
 
-    def _from_histogram(self, first: MinMaxObserver, second: HistogramObserver) -> ObservedRange:
+    def _from_histogram(self, bounds: Bounds, second: HistogramObserver) -> ObservedRange:
         avg, std = histogram_avg_std(second.counts, second.edges.astype(np.float32), self.scenario)
         # One occupied bin has no measurable spread: onnxruntime's E[c²] - E[c]² then returns rounding
         # noise (or NaN), which would make the float8 scale arbitrary.
         if np.count_nonzero(second.counts) < 2 or not std > 0:
-            std = _spread_fallback(first)
+            std = _spread_fallback(bounds)
         low, high = _float32(second.low), _float32(second.high)
         return ObservedRange(low, high, std=_float32(std), avg=_float32(avg))
 
 
-def _spread_fallback(first: MinMaxObserver) -> float:
+def _spread_fallback(bounds: Bounds) -> float:
     """The std used when the data shows no spread: max|x| (1.0 for all zeros).
 
     float8 scales are `std / std(e4m3fn)`, so a zero std would be a zero scale (onnxruntime produces
     one, or NaN, for such a tensor). max|x| puts the values at about ±std(e4m3fn) ≈ ±100 on the float8
     grid, well inside its range.
     """
-    bound = first.absolute_maximum
+    bound = _absolute_maximum(bounds)
     return _float32(bound) if bound else 1.0
 
 
@@ -373,7 +383,8 @@ METHODS: dict[str, type[Method]] = {
 
 def method_options(name: str) -> tuple[str, ...]:
     """The option names `make_method(name, ...)` accepts (the method's dataclass fields)."""
-    return tuple(item.name for item in fields(_method_class(name)))
+    method = _method_class(name)
+    return tuple(item.name for item in fields(method)) if is_dataclass(method) else ()
 
 
 def make_method(name: str, **options: object) -> Method:

@@ -71,12 +71,12 @@ def _batches() -> list[dict[str, np.ndarray]]:
     ]
 
 
-class _Reader:
+class _Reader(calibrate.CalibrationDataReader):
     def __init__(self, batches: list[dict[str, np.ndarray]]) -> None:
         self.items = iter(batches)
 
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        return next(self.items, None)
+    def get_next(self) -> dict[str, np.ndarray]:
+        return next(self.items, {})  # onnxruntime stops at the first empty (falsy) batch
 
 
 def _intermediates(path: Path, names: list[str], batches: list[dict[str, np.ndarray]]) -> list[dict]:
@@ -254,8 +254,8 @@ def _quantization_mse(values: np.ndarray, low: float, high: float, quant_type: s
     pair = activation_params(low, high, quant_type, symmetric)
     storage_min, storage_max = full_range(quant_type)
     params = UniformParams(
-        scale=np.float64(pair.scale),
-        zero_point=np.int64(pair.zero_point),
+        scale=np.array(pair.scale, dtype=np.float64),
+        zero_point=np.array(pair.zero_point, dtype=np.int64),
         storage_dtype=STORAGE_DTYPES[quant_type],
         storage_type_min=storage_min,
         storage_type_max=storage_max,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable
 from dataclasses import astuple, fields
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,7 +34,7 @@ def _batches(seed: int) -> list[np.ndarray]:
     return batches
 
 
-def _observe_split(make: Callable[[], object], batches: list[np.ndarray], seed: int) -> object:
+def _observe_split(make: Callable[[], Any], batches: list[np.ndarray], seed: int) -> Any:
     """Deal the batches to 1..3 workers in a shuffled order, then merge the workers in a shuffled order."""
     rng = np.random.default_rng(seed + 1000)
     workers = [make() for _ in range(int(rng.integers(1, 4)))]

@@ -306,19 +306,24 @@ class MseMethod(_HistogramMethod):
 def histogram_avg_std(counts: np.ndarray, edges: np.ndarray, scenario: str = "same") -> tuple[float, float]:
     """onnxruntime's `_avg_std`: count-weighted mean and standard deviation of the bin centres.
 
-    Scenario "p3" first maps each centre c to sign(c)·|c|^(1/3). Centres are computed in the edges'
-    dtype, the sums in float64 (int64 counts times float), as onnxruntime does.
+    Scenario "p3" first maps each centre c to sign(c)·|c|^(1/3). Centres and their squares are computed
+    in the edges' dtype, the sums in float64 (int64 counts times float), as onnxruntime does; except
+    that halves are added (equal to halving the sum, without its overflow near the float max) and
+    squares that would overflow are taken in float64.
     """
     counts = np.asarray(counts)
     edges = np.asarray(edges)
-    centres = (edges[:-1] + edges[1:]) * 0.5
+    centres = edges[:-1] * 0.5 + edges[1:] * 0.5
     if scenario == "p3":
         centres = np.abs(centres) ** (1.0 / 3.0) * np.where(centres < 0, -1, 1).astype(centres.dtype)
     elif scenario != "same":
         raise ValueError(f"scenario must be 'same' or 'p3', got {scenario!r}")
+    largest = float(np.abs(centres).max()) if centres.size else 0.0
+    squares_fit = largest < math.sqrt(float(np.finfo(centres.dtype).max))
+    squares = centres**2 if squares_fit else centres.astype(np.float64) ** 2
     total = counts.sum()
     avg = (counts * centres).sum() / total
-    std = ((counts * centres**2).sum() / total - avg**2) ** 0.5
+    std = ((counts * squares).sum() / total - avg**2) ** 0.5
     return float(avg), float(std)
 
 

@@ -171,14 +171,15 @@ class MovingAverageMinMaxObserver:
 class HistogramObserver:
     """Counts of values in `num_bins` equal bins over the fixed range [low, high] (int64, exact).
 
-    Bin rule (what a value on an edge does): with `k = float32(num_bins / (high - low))`, a value x goes
-    to bin `clamp(floor(float32(float32(x - low) * k)), 0, num_bins - 1)`. So bin i holds
-    [low + i·w, low + (i+1)·w) (w = (high - low) / num_bins) except that a value within float32
+    Bin rule (what a value on an edge does): with `k = num_bins / (high - low)`, a value x goes to bin
+    `clamp(floor((x - low) * k), 0, num_bins - 1)`, each step rounded to float32 (float64 when the
+    width or k does not fit float32: a range spanning a float-min sentinel, or a subnormal width). So
+    bin i holds [low + i·w, low + (i+1)·w) (w = (high - low) / num_bins) except that a value within
     rounding of an interior edge may land in the neighbouring bin, the top edge `high` falls in the last
     bin, and values outside [low, high] (including ±Inf) clip to the end bins. NaN is not counted. The
     bin is a pure function of the value, so counts are order-independent and merge by addition.
-    float16/float64 inputs are converted to float32 first. `high == low` (a constant tensor) puts every
-    value in bin 0.
+    float16/float64 inputs are converted to the compute type first. `high == low` (a constant tensor)
+    puts every value in bin 0.
 
     `absolute=True` histograms |x| instead (low must then be 0): onnxruntime's symmetric Percentile.
     """
@@ -209,9 +210,14 @@ class HistogramObserver:
     def total(self) -> int:
         return int(self.counts.sum())
 
-    def _index_scale(self) -> np.float32:
+    def _compute_type(self) -> tuple[type[np.floating], float]:
+        """(float type of the bin arithmetic, k): float32 unless the width or k overflows it."""
         span = self.high - self.low
-        return np.float32(0.0) if span == 0 else np.float32(self.num_bins / span)
+        scale = 0.0 if span == 0 else self.num_bins / span
+        float32_max = float(np.finfo(np.float32).max)
+        if span > float32_max or scale > float32_max:
+            return np.float64, scale
+        return np.float32, scale
 
     def observe(self, values: np.ndarray) -> None:
         array = np.asarray(values)
@@ -220,26 +226,29 @@ class HistogramObserver:
         flat = array.reshape(-1)
         if flat.size == 0:
             return
-        convert = flat.dtype != np.float32  # per chunk: no full-size float32 copy of a float16 tensor
-        scale = self._index_scale()
-        low = np.float32(self.low)
-        zero = np.float32(0)
-        last = np.float32(self.num_bins - 1)
+        compute, scale_value = self._compute_type()
+        convert = flat.dtype != compute  # per chunk: no full-size copy of a float16 tensor
+        scale = compute(scale_value)
+        low = compute(self.low)
+        zero = compute(0)
+        last = compute(self.num_bins - 1)
         chunk = min(_HISTOGRAM_CHUNK, flat.size)
-        positions = np.empty(chunk, dtype=np.float32)
+        positions = np.empty(chunk, dtype=compute)
         indices = np.empty(chunk, dtype=np.intp)
         nan_count = 0
         for start in range(0, flat.size, chunk):
             part = flat[start : start + chunk]
             if convert:
-                part = part.astype(np.float32)
+                part = part.astype(compute)
             position = positions[: part.size]
             index = indices[: part.size]
-            if self.absolute:
-                np.abs(part, out=position)
-            else:
-                np.subtract(part, low, out=position)
-            np.multiply(position, scale, out=position)
+            # Values far outside the range may overflow to ±Inf, which clips to the end bin like them.
+            with np.errstate(over="ignore", invalid="ignore"):
+                if self.absolute:
+                    np.abs(part, out=position)
+                else:
+                    np.subtract(part, low, out=position)
+                np.multiply(position, scale, out=position)
             nans = int(np.count_nonzero(np.isnan(part)))
             if nans:
                 # fmax/fmin map NaN to the bound: NaN lands in bin 0 and is taken back out below.
@@ -247,7 +256,7 @@ class HistogramObserver:
                 np.fmin(position, last, out=position)
                 nan_count += nans
             else:
-                np.clip(position, zero, last, out=position)  # one pass; float32 bounds keep it float32
+                np.clip(position, zero, last, out=position)  # one pass; typed bounds keep the dtype
             index[...] = position  # truncation == floor on non-negative values
             self.counts += np.bincount(index, minlength=self.num_bins)
         self.counts[0] -= nan_count

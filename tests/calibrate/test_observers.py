@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 from collections.abc import Callable
 from dataclasses import astuple, fields
 from typing import Any
@@ -174,6 +175,21 @@ def test_histogram_of_float16_and_float64_is_that_of_their_float32_values() -> N
         via_float32.observe(typed.astype(np.float32))
         np.testing.assert_array_equal(direct.counts, via_float32.counts)
         assert direct.total == values.size
+
+
+def test_histogram_over_a_float_min_sentinel_range_bins_every_value() -> None:
+    # A range from -FLT_MAX to FLT_MAX (an unguarded float-min mask) is wider than float32 can hold:
+    # x - low would overflow, so the arithmetic runs in float64 and positive values keep their bins.
+    biggest = float(np.finfo(np.float32).max)
+    observer = HistogramObserver(-biggest, biggest, 2048)
+    values = np.array([-biggest, -1.0, 0.0, 1e37, 2e38, biggest], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        observer.observe(values)
+    width = 2 * biggest / 2048
+    expected = np.floor((values.astype(np.float64) + biggest) / width).clip(0, 2047).astype(int)
+    np.testing.assert_array_equal(np.nonzero(observer.counts)[0], np.unique(expected))
+    assert observer.total == values.size
 
 
 def test_histogram_refuses_mismatched_merge_and_bad_range() -> None:

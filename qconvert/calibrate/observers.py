@@ -236,29 +236,29 @@ class HistogramObserver:
         positions = np.empty(chunk, dtype=compute)
         indices = np.empty(chunk, dtype=np.intp)
         nan_count = 0
-        for start in range(0, flat.size, chunk):
-            part = flat[start : start + chunk]
-            if convert:
-                part = part.astype(compute)
-            position = positions[: part.size]
-            index = indices[: part.size]
-            # Values far outside the range may overflow to ±Inf, which clips to the end bin like them.
-            with np.errstate(over="ignore", invalid="ignore"):
+        # Values far outside the range may overflow to ±Inf, which clips to the end bin like them.
+        with np.errstate(over="ignore", invalid="ignore"):
+            for start in range(0, flat.size, chunk):
+                part = flat[start : start + chunk]
+                if convert:
+                    part = part.astype(compute)
+                position = positions[: part.size]
+                index = indices[: part.size]
                 if self.absolute:
                     np.abs(part, out=position)
                 else:
                     np.subtract(part, low, out=position)
                 np.multiply(position, scale, out=position)
-            nans = int(np.count_nonzero(np.isnan(part)))
-            if nans:
-                # fmax/fmin map NaN to the bound: NaN lands in bin 0 and is taken back out below.
-                np.fmax(position, zero, out=position)
-                np.fmin(position, last, out=position)
-                nan_count += nans
-            else:
-                np.clip(position, zero, last, out=position)  # one pass; typed bounds keep the dtype
-            index[...] = position  # truncation == floor on non-negative values
-            self.counts += np.bincount(index, minlength=self.num_bins)
+                nans = int(np.count_nonzero(np.isnan(part)))
+                if nans:
+                    # fmax/fmin map NaN to the bound: NaN lands in bin 0 and is taken back out below.
+                    np.fmax(position, zero, out=position)
+                    np.fmin(position, last, out=position)
+                    nan_count += nans
+                else:
+                    np.clip(position, zero, last, out=position)  # one pass; typed bounds keep the dtype
+                index[...] = position  # truncation == floor on non-negative values
+                self.counts += np.bincount(index, minlength=self.num_bins)
         self.counts[0] -= nan_count
 
     def merge(self, other: HistogramObserver) -> None:

@@ -195,7 +195,8 @@ def _expand_broadcast_divide(op: Any) -> Any | None:
     jx = _jax()
     result_type = op.results[0].type
     lhs, rhs = op.operands
-    if not all(jx.ir.RankedTensorType(v.type).has_static_shape for v in (lhs, rhs, op.results[0])):
+    values = (lhs, rhs, op.results[0])
+    if not all(isinstance(v.type, jx.ir.RankedTensorType) and v.type.has_static_shape for v in values):
         return None
     # chlo's broadcast_dimensions map the lower-rank operand into the higher-rank one.
     dimensions = None
@@ -215,11 +216,12 @@ def _divide_as_specified(module: Any) -> None:
     """Put each floating-point division's operands behind one `stablehlo.optimization_barrier`.
 
     XLA:CPU's algebraic simplifier turns `x / c` and `x / broadcast(y)` into `x * (1 / …)` (an ulp off
-    for many x, which moves quantize ties), and also rewrites `x / exp(y)`, `x / pow(y, z)` and nested
-    divisions; it cannot see through a barrier, so each division stays one correctly rounded divide, as
-    the StableHLO spec (and the interpreter, and onnxruntime) compute it. Integer division is left alone:
-    XLA keeps it exact. `stablehlo-legalize-quant-to-math` emits `chlo.broadcast_divide(x, scale)`, which
-    is first expanded so the barrier sits between the broadcast and the divide.
+    for many x, which moves quantize ties), and also rewrites `x / exp(y)`, `x / pow(y, z)` and, looking at
+    the dividend, `(x / y) / z` into `x / (y * z)`; it cannot see through a barrier, so each division stays
+    one correctly rounded divide, as the StableHLO spec (and the interpreter, and onnxruntime) compute it.
+    Integer division is left alone: XLA keeps it exact. `stablehlo-legalize-quant-to-math` emits
+    `chlo.broadcast_divide(x, scale)`, which is first expanded so the barrier sits between the broadcast
+    and the divide (a dynamic-shaped one is left to XLA).
     """
     jx = _jax()
     chlo_divides: list[Any] = []

@@ -191,7 +191,7 @@ def check_command(
 
     Exit 0 when every check passes, 1 when a comparison fails, 2 on bad input."""
     from qconvert.check import Tolerances, check
-    from qconvert.check_render import render
+    from qconvert.check.render import render
 
     tolerances = Tolerances(
         atol=atol, rtol=rtol, max_lsb=max_lsb, max_mismatch_fraction=max_mismatch_fraction, min_sqnr=min_sqnr

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import ModelProto, NodeProto, helper
 
-from qconvert.check_backends import CaseRun, NotRun
-from qconvert.check_nodes import NodeCase
+from qconvert.check.backends import CaseRun, NotRun
+from qconvert.check.nodes import NodeCase
 from qconvert.errors import QConvertError
 
 SEMANTICS_EXPLANATION = (

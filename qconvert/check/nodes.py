@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
 
-from qconvert.check_report import FAIL, NOT_RUN, PASS, LayerResult, compare
+from qconvert.check.report import FAIL, NOT_RUN, PASS, LayerResult, compare
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 QUANTIZATION_OPS = frozenset(

@@ -6,7 +6,7 @@ reason, never passed.
 
 - `interpreter`: the lifted IR on qconvert's own interpreter (`qconvert.interpret`), one case at a time.
 - `stablehlo`: the lifted IR converted to StableHLO (`--form`, `--semantics`) and run on jaxlib's
-  reference interpreter or XLA:CPU (`--engine`); see `check_stablehlo.py`.
+  reference interpreter or XLA:CPU (`--engine`); see `stablehlo.py`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any, Protocol
 import numpy as np
 from onnx import ModelProto
 
-from qconvert.check_nodes import NodeCase
-from qconvert.check_report import EVALUATED_BY_NUMERICS, EVALUATED_BY_REFERENCE
+from qconvert.check.nodes import NodeCase
+from qconvert.check.report import EVALUATED_BY_NUMERICS, EVALUATED_BY_REFERENCE
 from qconvert.errors import InputError
 
 BACKENDS = ("interpreter", "stablehlo")
@@ -57,7 +57,7 @@ class CheckBackend(Protocol):
 
     @property
     def feeds_weights(self) -> bool:
-        """Whether a Q/DQ's constant data input is fed at run time (see check_nodes.cut_model)."""
+        """Whether a Q/DQ's constant data input is fed at run time (see nodes.cut_model)."""
         ...
 
     def fused_groups(self) -> bool:
@@ -161,6 +161,6 @@ def make_backend(
     ):
         if value is not None and value not in allowed:
             raise InputError(f"unknown --{option} '{value}'; available: {', '.join(allowed)}")
-    from qconvert.check_stablehlo import StableHLOBackend
+    from qconvert.check.stablehlo import StableHLOBackend
 
     return StableHLOBackend(engine=engine or "xla", form=form or "quantized", semantics=semantics or "onnx")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from qconvert.check_report import (
+from qconvert.check.report import (
     EVALUATED_BY_NUMERICS,
     EVALUATED_BY_REFERENCE,
     FAIL,

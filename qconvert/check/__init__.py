@@ -1,19 +1,19 @@
 """Cross-validation against onnxruntime: per quantization node bit-exact, end to end beside the noise floor.
 
-Two verdicts, both in the `CheckReport` (check_report.py):
+Two verdicts, both in the `CheckReport` (report.py):
 
 - **Per node (decides pass/fail).** onnxruntime runs the source model with graph optimizations
-  disabled (the spec oracle), every intermediate tensor exposed as a graph output (check_oracle.py). Each
+  disabled (the spec oracle), every intermediate tensor exposed as a graph output (oracle.py). Each
   quantization node (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinear*, *Integer,
   com.microsoft QLinear* / QGemm / DynamicQuantizeMatMul) is then cut out as a one-node model, fed the
-  very inputs onnxruntime gave it, lifted with `import_onnx` and run by the backend (check_nodes.py,
-  check_backends.py). Its outputs must be bit-exact. With the interpreter backend, Q/DQ lift to
+  very inputs onnxruntime gave it, lifted with `import_onnx` and run by the backend (nodes.py,
+  backends.py). Its outputs must be bit-exact. With the interpreter backend, Q/DQ lift to
   `quant.qcast` / `quant.dcast` and QLinear* / *Integer / QGemm ... to quant-typed `qconvert.*` ops, all
   run on `qconvert.numerics`; nodes the frontend keeps generic (`onnx.*`) run on onnx's reference
   implementation, and the report says so (`evaluated_by`). With the stablehlo backend each case is
   converted to StableHLO and run on the chosen engine, and each `DequantizeLinear* -> op ->
   QuantizeLinear` group the `quantized` form fuses into one quantized op is checked too
-  (check_stablehlo.py). A node whose inputs onnxruntime's Python API cannot return (int4, bf16, float8
+  (stablehlo.py). A node whose inputs onnxruntime's Python API cannot return (int4, bf16, float8
   e5m2, ...), or that the backend cannot lower or run, is "not run" with the reason, never passed.
 - **End to end (reported; fails only with a tolerance).** The whole lifted module runs on the inputs;
   each graph output is compared with the oracle (elements, mismatches, max abs diff, max difference in
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 from onnx import ModelProto, numpy_helper
 
-from qconvert.check_backends import BACKENDS, CheckBackend, NotRun, make_backend
-from qconvert.check_nodes import (
+from qconvert.check.backends import BACKENDS, CheckBackend, NotRun, make_backend
+from qconvert.check.nodes import (
     broadcast_scale,
     cut_model,
     dequantize_lsb,
@@ -41,7 +41,7 @@ from qconvert.check_nodes import (
     node_cases,
     node_names,
 )
-from qconvert.check_oracle import (
+from qconvert.check.oracle import (
     RANDOM_SEED,
     check_arrays,
     element_types,
@@ -53,7 +53,7 @@ from qconvert.check_oracle import (
     run_session,
     typed_for_lift,
 )
-from qconvert.check_report import (
+from qconvert.check.report import (
     EVALUATED_BY_NUMERICS,
     EVALUATED_BY_REFERENCE,
     FAIL,

@@ -269,7 +269,7 @@ def _to_attribute(array: np.ndarray, tensor_type: Any, position: int) -> Any:
     element_type = ranked.element_type
     if list(array.shape) != list(ranked.shape):
         raise InputError(f"input {position}: shape {list(array.shape)} does not match {tensor_type}")
-    array = np.ascontiguousarray(array)
+    array = np.require(array, requirements="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
     if array.dtype == np.bool_:
         buffer = array
     else:

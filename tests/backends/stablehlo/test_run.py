@@ -107,6 +107,19 @@ def test_values_round_trip_through_both_engines(run: ModuleType, element: str, v
         np.testing.assert_array_equal(out, values)
 
 
+@pytest.mark.parametrize("engine", ["interpreter", "xla"])
+def test_rank_0_inputs_run_on_both_engines(run: ModuleType, engine: str) -> None:
+    """Scalar inputs (a GELU constant's dequantize in the encoder) keep their rank on the way in."""
+    text = """module {
+  func.func @main(%a: tensor<i8>, %b: tensor<f32>) -> (tensor<i8>, tensor<f32>) {
+    return %a, %b : tensor<i8>, tensor<f32>
+  }
+}"""
+    a, b = run.run(text, [np.array(-3, np.int8), np.array(1.5, np.float32)], engine=engine)
+    assert a.shape == () and b.shape == ()
+    assert int(a) == -3 and float(b) == 1.5
+
+
 def test_interpreter_runs_a_named_entry(run: ModuleType) -> None:
     text = """func.func @double(%x: tensor<2xi32>) -> tensor<2xi32> {
       %y = stablehlo.add %x, %x : tensor<2xi32>

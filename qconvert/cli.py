@@ -136,6 +136,9 @@ def convert_command(
     inline_weights: bool = typer.Option(
         False, "--inline-weights", help='weights inline as dense<"0x..."> (XLA refuses dense_resource)'
     ),
+    fuse_arithmetic: bool = typer.Option(
+        False, "--fuse-arithmetic", help="quantized form: also fuse add, dot_general, convolution"
+    ),
 ) -> None:
     """Convert an ONNX model to StableHLO MLIR text (or write it back as ONNX); every op that cannot be
     lowered is listed (exit 2)."""
@@ -149,6 +152,7 @@ def convert_command(
         input_shapes=_parse_input_shapes(input_shape),
         elide_weights=elide_weights,
         inline_weights=inline_weights,
+        fuse_arithmetic=fuse_arithmetic,
     )
     write(module, sys.stdout if output == "-" else output, to=to)
 

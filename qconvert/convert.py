@@ -35,6 +35,7 @@ def convert(
     input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     elide_weights: bool = False,
     inline_weights: bool = False,
+    fuse_arithmetic: bool = False,
 ) -> ModuleOp:
     """Lift `model` (ONNX path or ModelProto; a ModuleOp is used as it is) and lower it to `to`.
 
@@ -42,7 +43,8 @@ def convert(
     model (backends/onnx; `form` / `semantics` do not apply). StableHLO: `form` quantized | integer |
     qdq, `semantics` onnx | stablehlo (see backends/stablehlo/quant.py). `elide_weights` prints weights
     as `dense_resource<__elided__>`; `inline_weights` writes them as `dense<"0x...">` (what the engines
-    need). Raises InputError on bad
+    need). `fuse_arithmetic` (quantized form) also fuses add / dot_general / convolution
+    (backends/stablehlo/quant_fusion.py). Raises InputError on bad
     options and when ops cannot be lowered (all of them listed).
     """
     _choice("--to", to, TARGETS)
@@ -63,7 +65,9 @@ def convert(
     from qconvert.backends.stablehlo.convert import convert_to_stablehlo
     from qconvert.backends.stablehlo.convert import elide_weights as elide
 
-    converted = convert_to_stablehlo(module, form, semantics, inline_weights=inline_weights)
+    converted = convert_to_stablehlo(
+        module, form, semantics, inline_weights=inline_weights, fuse_arithmetic=fuse_arithmetic
+    )
     if elide_weights:
         elide(converted)
     return converted

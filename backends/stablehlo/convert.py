@@ -22,7 +22,7 @@ from qconvert.ir.attributes import DenseElementsAttr, DenseResourceAttr, OpaqueA
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.printer import print_module, write_module
 
-from . import quant
+from . import quant, quant_fusion
 from .lowering import Form, Semantics, find_main, lower_module
 
 
@@ -49,15 +49,19 @@ def convert_to_stablehlo(
     semantics: Semantics | str = Semantics.ONNX,
     *,
     inline_weights: bool = False,
+    fuse_arithmetic: bool = False,
 ) -> ModuleOp:
     """A new module holding `@main` as `stablehlo.*` ops in `form` (quantized, integer, qdq).
 
     `semantics="onnx"` (default) keeps every quantize ONNX-exact; `"stablehlo"` uses uniform_quantize
     everywhere. `inline_weights=True` writes `dense_resource` weights inline as `dense<"0x...">`, which
     the engines need (XLA refuses dense_resource; the interpreter misreads blobs parsed from text).
+    `fuse_arithmetic=True` (quantized form) also fuses add / dot_general / convolution (quant_fusion.py).
     Raises InputError listing every op that cannot be lowered.
     """
-    converted, _ = convert_with_stats(module, form, semantics, inline_weights=inline_weights)
+    converted, _ = convert_with_stats(
+        module, form, semantics, inline_weights=inline_weights, fuse_arithmetic=fuse_arithmetic
+    )
     return converted
 
 
@@ -67,13 +71,20 @@ def convert_with_stats(
     semantics: Semantics | str = Semantics.ONNX,
     *,
     inline_weights: bool = False,
+    fuse_arithmetic: bool = False,
 ) -> tuple[ModuleOp, ConversionStats]:
     """`convert_to_stablehlo` and what it did."""
     load_lowerings()
     form, semantics = Form(form), Semantics(semantics)
     converted, context = lower_module(module, form, semantics, inline_weights=inline_weights)
     ops = find_main(converted).body.ops
-    fused = quant.fuse_quantized_ops(ops, context) if form is Form.QUANTIZED else 0
+    fused = 0
+    if form is Form.QUANTIZED and fuse_arithmetic:
+        # Before the data-movement fusion, which would otherwise claim the quantizes of reshapes that the
+        # contractions' results feed.
+        fused += quant_fusion.fuse_arithmetic_ops(ops, context)
+    if form is Form.QUANTIZED:
+        fused += quant.fuse_quantized_ops(ops, context)
     erased = quant.erase_dead_ops(ops)
     return converted, ConversionStats(fused, erased)
 
@@ -84,9 +95,13 @@ def stablehlo_text(
     semantics: Semantics | str = Semantics.ONNX,
     *,
     inline_weights: bool = False,
+    fuse_arithmetic: bool = False,
 ) -> str:
     """The MLIR text of `convert_to_stablehlo(...)` (weights as a `dense_resource` section unless inlined)."""
-    return print_module(convert_to_stablehlo(module, form, semantics, inline_weights=inline_weights))
+    converted = convert_to_stablehlo(
+        module, form, semantics, inline_weights=inline_weights, fuse_arithmetic=fuse_arithmetic
+    )
+    return print_module(converted)
 
 
 ELIDED = "__elided__"

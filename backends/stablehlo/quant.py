@@ -17,9 +17,10 @@ Decisions, one line each (measured on jaxlib 0.10.2 unless said otherwise):
   axis, and accepts f32 only (`engine_limitation`);
 - sub-channel (blocked) and float8 storage have no StableHLO quantized type: arithmetic in every form,
   block parameters expanded to full constants; f4E2M1FN is refused (no onnxruntime kernel to check it);
-- fusion: data-movement ops only (`DATA_MOVEMENT_OPS`, and max pooling for signed storage: the engines
-  compare u8 storage as signed, max(200, 100) = 100), never add / dot_general / convolution (see the
-  comment there).
+- fusion: data-movement ops (`DATA_MOVEMENT_OPS`, and max pooling for signed storage: the engines
+  compare u8 storage as signed, max(200, 100) = 100); add / dot_general / convolution only on request
+  (`fuse_arithmetic=True`, quant_fusion.py), built through i32 accumulators rather than as
+  `stablehlo-legalize-qdq-to-quantized-op` writes them (see the comment there).
 
 When uniform_quantize equals ONNX's QuantizeLinear: StableHLO computes `rne(clamp(x / s + zp))`, ONNX
 `clamp(rne(x / s) + zp)`. With every zero point 0 the two agree for every non-NaN input (the bounds are
@@ -313,16 +314,19 @@ from, and the result quantized to, one and the same per-tensor type: exact in bo
 `quantize(dequantize(q)) == q` for equal parameters and these ops only move elements (the engines run
 them on the storage integers)."""
 
-# Not fused by default, each for a reason measured or read in quant-to-math (reference §3.4):
+# Not fused here, each for a reason measured or read in quant-to-math (reference §3.4); quant_fusion.py
+# (opt-in) fuses them in a form that avoids these:
 # - add: quant-to-math requantizes each operand to the result scale with its own rounding before adding
-#   in i32 (two roundings), onnxruntime adds the dequantized floats then quantizes once;
-# - dot_general / convolution: quant-to-math requantizes the i32 accumulator by a float multiply and a
-#   truncating convert (and assumes |s_l s_r / s_out - 1| <= 1e-3 per axis); onnxruntime quantizes the
-#   float result with round-half-even; besides, ONNX Conv/Gemm carry a bias add between op and quantize;
+#   in i32 (two roundings: 1 step off in 2 to 31 % of each tiny_encoder add's outputs, measured),
+#   onnxruntime adds the dequantized floats then quantizes once;
+# - dot_general / convolution straight to the i8 result type: quant-to-math requantizes the i32
+#   accumulator by a float multiply and a truncating convert (and assumes |s_l s_r / s_out - 1| <= 1e-3
+#   per axis); onnxruntime rounds half to even; besides, ONNX Conv/Gemm carry a bias add between op and
+#   quantize;
 # - max pooling (reduce_window with a maximum body, -inf init): fused, see `_fuse_max_pool`.
 
 
-def _dequantized_source(value: Value, ctx: LoweringContext) -> Value | None:
+def dequantized_source(value: Value, ctx: LoweringContext) -> Value | None:
     """The quantized value `value` was dequantized from (uniform_dequantize or written out), else None."""
     producer = value.owner_op()
     if producer is not None and producer.name == "stablehlo.uniform_dequantize":
@@ -330,7 +334,7 @@ def _dequantized_source(value: Value, ctx: LoweringContext) -> Value | None:
     return ctx.dequantize_sources.get(value)
 
 
-def _quantizations(value: Value, ctx: LoweringContext) -> list[Value]:
+def quantizations(value: Value, ctx: LoweringContext) -> list[Value]:
     """The quantized values computed from float `value` (uniform_quantize, or ONNX-exact arithmetic)."""
     found: list[Value] = [
         owner.result
@@ -355,7 +359,7 @@ def fuse_quantized_ops(block_ops: list[Operation], ctx: LoweringContext) -> int:
             continue
         # Max pooling's init and gather's indices are not data: they are rebuilt or kept as they are.
         data_operands = op.operands[:1] if is_max_pool or op.name == "stablehlo.gather" else op.operands
-        sources = [_dequantized_source(v, ctx) for v in data_operands]
+        sources = [dequantized_source(v, ctx) for v in data_operands]
         if not sources or any(s is None for s in sources):
             continue
         quant_types = {element_type_of(s.type) for s in sources}  # type: ignore[union-attr]
@@ -366,7 +370,7 @@ def fuse_quantized_ops(block_ops: list[Operation], ctx: LoweringContext) -> int:
             continue  # per-axis data movement needs axis bookkeeping; not needed by ONNX activations
         if is_max_pool and not quant_type.is_signed:
             continue  # quant-to-math compares u8 storage as signed i8 (see NOTE_UNSIGNED)
-        for quantized in _quantizations(op.result, ctx):
+        for quantized in quantizations(op.result, ctx):
             if element_type_of(quantized.type) != quant_type:
                 continue
             builder = Builder.before(op)

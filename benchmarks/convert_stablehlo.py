@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import import_onnx  # the model builder
 import parse_print  # the launcher and the row type
-from parse_print import Launcher, Row, Sample, child_env, last_line
+from parse_print import Launcher, Row, child_env, last_line, measure_command
 
 FORMS = [
     ("quantized", "onnx"),
@@ -45,18 +45,7 @@ FORMS = [
 
 
 def measure(tool: str, command: list[str], output: Path, repeat: int, env: dict[str, str]) -> Row:
-    row = Row("convert", tool, "ok")
-    for _ in range(repeat):
-        output.unlink(missing_ok=True)
-        try:
-            code, seconds, peak_mb, _, stderr = parse_print.run_child(command, env)
-        except TimeoutError:
-            return Row("convert", tool, "timeout", note=f"over {parse_print.TIMEOUT:.0f} s")
-        if code != 0 or not output.exists():
-            return Row("convert", tool, "failed", note=last_line(stderr) or f"exit {code}")
-        row.samples.append(Sample(seconds, peak_mb))
-    row.note = f"output {output.stat().st_size / 1e6:.1f} MB"
-    return row
+    return measure_command("convert", tool, command, output, repeat, env)
 
 
 def verified_by_jaxlib(path: Path) -> str:
@@ -126,24 +115,14 @@ def main(argv: list[str] | None = None) -> int:
         stage_child(*sys.argv[2:])
         return 0
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--model", type=Path, help="benchmark this ONNX model instead of building one")
-    parser.add_argument("--keep", type=Path, help="build the model into this folder and keep it")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per row (median seconds, max peak)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per run")
-    parser.add_argument("--json", type=Path, help="write every sample here")
+    import_onnx.add_model_arguments(parser)
     arguments = parser.parse_args(argv)
     parse_print.TIMEOUT = arguments.timeout
     parse_print.LAUNCH = launcher = Launcher()  # started first, while this process is small
     scratch = tempfile.TemporaryDirectory(prefix="qconvert-bench-convert-")
     try:
         work = Path(scratch.name)
-        if arguments.model is not None:
-            model = arguments.model.resolve()
-        else:
-            folder = arguments.keep.resolve() if arguments.keep else work
-            folder.mkdir(parents=True, exist_ok=True)
-            print(f"building the model in {folder} ...", file=sys.stderr)
-            _, model = import_onnx.build_model(folder)
+        _, model = import_onnx.model_to_benchmark(arguments, work)
         model_mb = model.stat().st_size / 1e6
         _, _, floor_mb, _, _ = launcher.run(["/bin/true"])
         env = child_env()

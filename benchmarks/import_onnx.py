@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import parse_print  # the launcher and the row type are shared
-from parse_print import Launcher, Row, Sample, child_env, last_line
+from parse_print import Launcher, Row, child_env, last_line, measure_command
 
 REPO = parse_print.REPO
 BUILD = [
@@ -60,19 +60,27 @@ def build_model(folder: Path) -> tuple[Path, Path]:
     return folder / f"{STEM}.onnx", folder / f"{STEM}.qdq.onnx"
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the benchmarks on this model (convert_stablehlo.py shares them)."""
+    parser.add_argument("--model", type=Path, help="benchmark this ONNX model instead of building one")
+    parser.add_argument("--keep", type=Path, help="build the model into this folder and keep it")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per row (median seconds, max peak)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per run")
+    parser.add_argument("--json", type=Path, help="write every sample here")
+
+
+def model_to_benchmark(arguments: argparse.Namespace, work: Path) -> tuple[Path | None, Path]:
+    """(float model or None, QDQ model): `--model` as given, else built into `--keep` or `work`."""
+    if arguments.model is not None:
+        return None, arguments.model.resolve()
+    folder = arguments.keep.resolve() if arguments.keep else work
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"building the model in {folder} ...", file=sys.stderr)
+    return build_model(folder)
+
+
 def measure(tool: str, command: list[str], output: Path, repeat: int, env: dict[str, str] | None) -> Row:
-    row = Row("import", tool, "ok")
-    for _ in range(repeat):
-        output.unlink(missing_ok=True)
-        try:
-            code, seconds, peak_mb, _, stderr = parse_print.run_child(command, env)
-        except TimeoutError:
-            return Row("import", tool, "timeout", note=f"over {parse_print.TIMEOUT:.0f} s")
-        if code != 0 or not output.exists():
-            return Row("import", tool, "failed", note=last_line(stderr) or f"exit {code}")
-        row.samples.append(Sample(seconds, peak_mb))
-    row.note = f"output {output.stat().st_size / 1e6:.1f} MB"
-    return row
+    return measure_command("import", tool, command, output, repeat, env)
 
 
 def check_output(path: Path, iree_opt: str | None) -> dict[str, str]:
@@ -132,25 +140,14 @@ def render(rows: list[Row], model_mb: float, float_mb: float | None, floor_mb: f
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--model", type=Path, help="benchmark this ONNX model instead of building one")
-    parser.add_argument("--keep", type=Path, help="build the model into this folder and keep it")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per tool (median seconds, max peak)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per run")
-    parser.add_argument("--json", type=Path, help="write every sample here")
+    add_model_arguments(parser)
     arguments = parser.parse_args(argv)
     parse_print.TIMEOUT = arguments.timeout
     parse_print.LAUNCH = launcher = Launcher()  # started first, while this process is small
     scratch = tempfile.TemporaryDirectory(prefix="qconvert-bench-import-")
     try:
         work = Path(scratch.name)
-        float_path: Path | None = None
-        if arguments.model is not None:
-            model = arguments.model.resolve()
-        else:
-            folder = arguments.keep.resolve() if arguments.keep else work
-            folder.mkdir(parents=True, exist_ok=True)
-            print(f"building the model in {folder} ...", file=sys.stderr)
-            float_path, model = build_model(folder)
+        float_path, model = model_to_benchmark(arguments, work)
         model_mb = model.stat().st_size / 1e6
         float_mb = float_path.stat().st_size / 1e6 if float_path is not None else None
         _, _, floor_mb, _, _ = launcher.run(["/bin/true"])

@@ -318,8 +318,11 @@ def measure_in_process(workload: str, source: Path, output: Path, repeat: int) -
 def measure_command(
     workload: str, tool: str, command: list[str], output: Path, repeat: int, env: dict[str, str] | None = None
 ) -> Row:
+    """Run `command` `repeat` times; it must exit 0 and write `output` (removed before each run, so a
+    stale file never passes for a run that wrote nothing)."""
     row = Row(workload, tool, "ok")
     for _ in range(repeat):
+        output.unlink(missing_ok=True)
         try:
             code, seconds, peak_mb, _, stderr = run_child(command, env)
         except TimeoutError:
@@ -327,6 +330,7 @@ def measure_command(
         if code != 0 or not output.exists():
             return Row(workload, tool, "failed", note=last_line(stderr) or f"exit {code}")
         row.samples.append(Sample(seconds, peak_mb))
+    row.note = f"output {output.stat().st_size / 1e6:.1f} MB"
     return row
 
 

@@ -28,6 +28,7 @@ import dataclasses
 
 import numpy as np
 
+from qconvert import numerics
 from qconvert.ir.attributes import Attribute, OpaqueAttr, StringAttr
 from qconvert.ir.core import Builder, GenericOp, Operation, Value
 from qconvert.ir.quant_types import QuantizedType, UniformQuantizedPerAxisType, UniformQuantizedType
@@ -171,7 +172,7 @@ def _accumulator_type(
 ) -> QuantizedType:
     """`i32:f32[:axis]` with scales f32(s_x * s_w) (what onnxruntime multiplies in f32), zero point 0.
     A bias must be `features` int32 values with zero point 0 and those scales (within SCALE_TOLERANCE)."""
-    scales = (np.float32(lhs.scale) * weight_scales.astype(np.float32)).astype(np.float64)
+    scales = numerics.accumulator_scale_onnxruntime(lhs.scale, weight_scales).astype(np.float64)
     if bias is not None:
         bias_type = element_type_of(bias.type)
         if hlo.tensor_type(bias).shape != (features,):
@@ -263,7 +264,7 @@ def requantize(
         acc_scales, axis = np.asarray(acc_type.scales, np.float64), [acc_type.quantized_dimension]
     else:
         acc_scales, axis = np.asarray([acc_type.scale], np.float64), None  # type: ignore[attr-defined]
-    multiplier = (acc_scales / np.float64(np.float32(output.scale))).astype(np.float32)
+    multiplier = numerics.requantize_multiplier_onnxruntime(acc_scales, output.scale)
     saved = ctx.builder
     ctx.builder = b
     try:

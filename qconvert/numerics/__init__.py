@@ -44,6 +44,8 @@ __all__ = [
     "dequantize",
     "float32_fma",
     "requantize_scale_onnxruntime",
+    "accumulator_scale_onnxruntime",
+    "requantize_multiplier_onnxruntime",
     "requantize_mlas",
     "scale_output_mlas",
     "qlinear_add_mlas",
@@ -576,6 +578,7 @@ def dequantize(q: np.ndarray, params: UniformParams, rounding: Rounding = Roundi
 
 # Re-exported so callers keep writing `numerics.requantize_mlas`.
 from .onnxruntime_kernels import (  # noqa: E402
+    accumulator_scale_onnxruntime,
     average_pool_float32,
     dynamic_quantize_parameters_onnxruntime,
     float32_fma,
@@ -586,6 +589,7 @@ from .onnxruntime_kernels import (  # noqa: E402
     quantize_linear_mlas,
     quantize_pool_onnxruntime,
     requantize_mlas,
+    requantize_multiplier_onnxruntime,
     requantize_scale_onnxruntime,
     scale_output_mlas,
     sigmoid_float32,

@@ -49,8 +49,19 @@ def requantize_scale_onnxruntime(
     onnxruntime qlinearconv.cc / qlinearmatmul.cc: `output_scales[i] = X_scale * W_scale[i] / Y_scale`.
     Per-channel when `weight_scale` has one entry per output channel.
     """
-    product = np.float32(input_scale) * np.asarray(weight_scale, np.float32)
-    return (product / np.float32(output_scale)).astype(np.float32)
+    accumulator_scale = accumulator_scale_onnxruntime(input_scale, weight_scale)
+    return requantize_multiplier_onnxruntime(accumulator_scale, output_scale)
+
+
+def accumulator_scale_onnxruntime(input_scale: float, weight_scale: np.ndarray) -> np.ndarray:
+    """`f32(s_in * s_w)`: the scale of QLinearConv / QLinearMatMul's int32 accumulator, as onnxruntime
+    multiplies it (float32, one rounding; per channel when `weight_scale` has one entry per channel)."""
+    return (np.float32(input_scale) * np.asarray(weight_scale, np.float32)).astype(np.float32)
+
+
+def requantize_multiplier_onnxruntime(accumulator_scale: np.ndarray, output_scale: float) -> np.ndarray:
+    """`f32(s_acc / s_out)` in float32: the multiplier `requantize_mlas` applies to the accumulator."""
+    return (np.asarray(accumulator_scale, np.float32) / np.float32(output_scale)).astype(np.float32)
 
 
 def requantize_mlas(

@@ -11,17 +11,20 @@ static quant type and stays a generic `onnx.QuantizeLinear` op, checked as such.
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from frontend.onnx_cases import (
     LIFTED_AS_QUANT,
+    ORT_CANNOT_RUN,
+    as_compared,
     bits_equal,
     constant_inputs_model,
     expected_outputs,
+    ort_opset,
     quantization_cases,
+    readable_outputs,
     rewrite_opset,
+    run_onnxruntime,
 )
-from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.frontends.onnx import import_onnx
 from qconvert.interpret import interpret
@@ -31,20 +34,6 @@ from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
 CASES = quantization_cases()
 DYNAMIC_SCALE_CASES = sorted(name for name in CASES if name.endswith("_expanded"))
 LIFTABLE = sorted(CASES)
-
-# Output types onnxruntime's Python API cannot hand back: read them through an appended node.
-INTEGER_VIA_DEQUANTIZE = {TensorProto.INT4, TensorProto.UINT4, TensorProto.INT2, TensorProto.UINT2}
-FLOAT_VIA_CAST = {
-    TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2FNUZ, TensorProto.FLOAT4E2M1,
-}  # fmt: skip
-ORT_CANNOT_RUN = {
-    "test_quantizelinear_float4e2m1": "onnxruntime 1.32 CPU has no QuantizeLinear kernel to float4e2m1 "
-    "(NOT_IMPLEMENTED at opsets 23-25)",
-    "test_dequantizelinear_float4e2m1": "onnxruntime 1.32 CPU has no DequantizeLinear kernel from float4e2m1 "
-    "(NOT_IMPLEMENTED at opsets 23-25)",
-    "test_convinteger_with_padding": "onnxruntime 1.32 ConvInteger supports only a per-tensor w_zero_point "
-    "(this case has one per output channel)",
-}
 
 
 def round_trip(case_name: str) -> tuple[object, object, dict[str, np.ndarray]]:
@@ -90,58 +79,6 @@ def test_run_time_scale_keeps_quantize_linear_generic(case_name: str) -> None:
 
 
 # onnxruntime ---------------------------------------------------------------------------------------
-def ort_opset(model: onnx.ModelProto) -> int:
-    """The lowest opset onnxruntime runs the case at: 21, or 23 / 25 for float4 / 2-bit types."""
-    types = {t.data_type for t in model.graph.initializer}
-    types |= {i.type.tensor_type.elem_type for i in (*model.graph.input, *model.graph.output)}
-    if types & {TensorProto.INT2, TensorProto.UINT2}:
-        return 25
-    if TensorProto.FLOAT4E2M1 in types:
-        return 23
-    return 21
-
-
-def readable_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Append DequantizeLinear(scale 1) / Cast(float) to outputs onnxruntime cannot return as numpy."""
-    graph = model.graph
-    for output in graph.output:
-        elem_type = output.type.tensor_type.elem_type
-        if elem_type not in INTEGER_VIA_DEQUANTIZE | FLOAT_VIA_CAST:
-            continue
-        raw = f"{output.name}__raw"
-        for node in graph.node:
-            node.output[:] = [raw if name == output.name else name for name in node.output]
-        if elem_type in INTEGER_VIA_DEQUANTIZE:
-            graph.initializer.append(
-                numpy_helper.from_array(np.array(1.0, np.float32), f"{output.name}__one")
-            )
-            graph.node.append(
-                helper.make_node("DequantizeLinear", [raw, f"{output.name}__one"], [output.name])
-            )
-        else:
-            graph.node.append(helper.make_node("Cast", [raw], [output.name], to=TensorProto.FLOAT))
-        output.type.tensor_type.elem_type = TensorProto.FLOAT
-    return model
-
-
-def as_compared(value: np.ndarray, elem_type: int) -> np.ndarray:
-    """Our output as onnxruntime shows it: float32 for the types read through readable_outputs."""
-    if elem_type in INTEGER_VIA_DEQUANTIZE | FLOAT_VIA_CAST:
-        return value.astype(np.float32)
-    if elem_type == TensorProto.FLOAT8E4M3FN:
-        return value.view(np.uint8)  # onnxruntime returns e4m3fn as its raw bytes
-    return value
-
-
-def run_onnxruntime(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the spec oracle
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, feed)
-
-
 @pytest.mark.parametrize("case_name", LIFTABLE)
 def test_node_case_interpretation_matches_onnxruntime(case_name: str) -> None:
     if case_name in ORT_CANNOT_RUN:

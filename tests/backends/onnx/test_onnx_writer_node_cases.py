@@ -10,32 +10,24 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
-from frontend.onnx_cases import constant_inputs_model, quantization_cases, rewrite_opset, to_array
-from onnx import TensorProto, helper, numpy_helper
+from frontend.onnx_cases import (
+    ORT_CANNOT_RUN,
+    constant_inputs_model,
+    ort_opset,
+    parameters_as_initializers,
+    qoperator_case_names,
+    quantization_cases,
+    readable_outputs,
+    rewrite_opset,
+    run_onnxruntime,
+)
+from onnx import helper, numpy_helper
 
 from qconvert.backends.onnx import write_onnx
 from qconvert.frontends.onnx import import_onnx
 
 CASES = quantization_cases()
-ORT_CANNOT_RUN = {
-    "test_quantizelinear_float4e2m1": "onnxruntime 1.32 CPU has no QuantizeLinear kernel to float4e2m1",
-    "test_dequantizelinear_float4e2m1": "onnxruntime 1.32 CPU has no DequantizeLinear kernel from float4e2m1",
-    "test_convinteger_with_padding": "onnxruntime 1.32 ConvInteger takes only a per-tensor w_zero_point",
-}
-# Types onnxruntime's Python API can neither take nor return: inputs become initializers, outputs are
-# read through a DequantizeLinear (scale 1) or a Cast to float appended to both models.
-DEQUANTIZE_TO_READ = {TensorProto.INT4, TensorProto.UINT4, TensorProto.INT2, TensorProto.UINT2}
-CAST_TO_READ = {TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2FNUZ}
-
-
-def ort_opset(model: onnx.ModelProto) -> int:
-    types = {t.data_type for t in model.graph.initializer}
-    types |= {i.type.tensor_type.elem_type for i in (*model.graph.input, *model.graph.output)}
-    if types & {TensorProto.INT2, TensorProto.UINT2}:
-        return 25
-    return 23 if TensorProto.FLOAT4E2M1 in types else 21
 
 
 def runnable(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> onnx.ModelProto:
@@ -51,36 +43,12 @@ def runnable(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> onnx.ModelP
             )
         graph.initializer.append(tensor)
     del graph.input[:]
-    for output in graph.output:
-        elem_type = output.type.tensor_type.elem_type
-        if elem_type not in DEQUANTIZE_TO_READ | CAST_TO_READ:
-            continue
-        raw = f"{output.name}__raw"
-        for node in graph.node:
-            node.output[:] = [raw if name == output.name else name for name in node.output]
-        if elem_type in DEQUANTIZE_TO_READ:
-            graph.initializer.append(
-                numpy_helper.from_array(np.array(1.0, np.float32), f"{output.name}__one")
-            )
-            graph.node.append(
-                helper.make_node("DequantizeLinear", [raw, f"{output.name}__one"], [output.name])
-            )
-        else:
-            graph.node.append(helper.make_node("Cast", [raw], [output.name], to=TensorProto.FLOAT))
-        output.type.tensor_type.elem_type = TensorProto.FLOAT
-    return copy
-
-
-def run_onnxruntime(model: onnx.ModelProto) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return [np.asarray(value) for value in session.run(None, {})]
+    return readable_outputs(copy)
 
 
 def assert_runs_as_the_original(original: onnx.ModelProto, written: onnx.ModelProto, feed: dict) -> None:
-    expected = run_onnxruntime(runnable(original, feed))
-    actual = run_onnxruntime(runnable(written, feed))
+    expected = run_onnxruntime(runnable(original, feed), {})
+    actual = run_onnxruntime(runnable(written, feed), {})
     for want, got in zip(expected, actual, strict=True):
         assert got.dtype == want.dtype and got.shape == want.shape
         assert got.tobytes() == want.tobytes(), f"ours {got!r}, original {want!r}"
@@ -104,32 +72,7 @@ def test_node_case_writes_back_and_runs_as_the_original(case_name: str) -> None:
 
 
 # The QOperator cases with their parameters as initializers take the frontend's qconvert.* path.
-QOPERATOR_DATA_INPUTS = {"QLinearConv": (0, 3), "QLinearMatMul": (0, 3), "MatMulInteger": (0, 1)}
-QOPERATOR_DATA_INPUTS |= {"ConvInteger": (0, 1), "DynamicQuantizeLinear": (0,)}
-QOPERATOR_CASES = sorted(
-    name
-    for name, case in CASES.items()
-    if not name.endswith("_expanded") and case.model.graph.node[0].op_type in QOPERATOR_DATA_INPUTS  # type: ignore[attr-defined]
-)
-
-
-def parameters_as_initializers(case: object) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """The case's model with every input but its data operands as an initializer, and the feed."""
-    model = onnx.ModelProto()
-    model.CopyFrom(case.model)  # type: ignore[attr-defined]
-    inputs, _ = case.data_sets[0]  # type: ignore[attr-defined]
-    graph = model.graph
-    data = QOPERATOR_DATA_INPUTS[graph.node[0].op_type]
-    kept, feed = [], {}
-    for position, (info, value) in enumerate(zip(list(graph.input), inputs)):
-        if position in data:
-            kept.append(info)
-            feed[info.name] = to_array(value)
-        else:
-            graph.initializer.append(numpy_helper.from_array(to_array(value), info.name))
-    del graph.input[:]
-    graph.input.extend(kept)
-    return model, feed
+QOPERATOR_CASES = qoperator_case_names()
 
 
 @pytest.mark.parametrize("case_name", QOPERATOR_CASES)

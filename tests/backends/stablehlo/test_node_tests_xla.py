@@ -23,18 +23,22 @@ import pytest
 from conftest import require_module
 from frontend.onnx_cases import (
     LIFTED_AS_QUANT,
+    ORT_CANNOT_RUN,
+    as_compared,
     bits_equal,
     constant_inputs_model,
     expected_outputs,
+    ort_opset,
+    parameters_as_initializers,
     quantization_cases,
+    readable_outputs,
     rewrite_opset,
-    to_tensor,
+    run_onnxruntime,
 )
 from onnx import ModelProto
 
 from qconvert.errors import InputError
 from qconvert.frontends.onnx import import_onnx
-from qconvert.frontends.onnx.qoperator import LIFTERS
 
 pytestmark = pytest.mark.engine
 
@@ -145,23 +149,15 @@ def test_node_case_runs_on_xla_bit_exactly(
             assert bits_equal(ours, theirs), f"{info.name}: XLA {ours!r}, onnxruntime {theirs!r}"
 
 
-def as_compared(value: np.ndarray, elem_type: int) -> np.ndarray:
-    from frontend.test_onnx_node_tests import as_compared as frontend_as_compared
-
-    return frontend_as_compared(value, elem_type)
-
-
 def _onnxruntime(case_name: str) -> dict[str, np.ndarray] | None:
     """onnxruntime's outputs for a Q/DQ case, read the way the frontend tests read them (float32 for
     types its Python API cannot return); None where onnxruntime has no kernel."""
-    from frontend.test_onnx_node_tests import ORT_CANNOT_RUN, ort_opset, readable_outputs, run_onnxruntime
-
     if case_name in ORT_CANNOT_RUN:
         return None
     model, feed = constant_inputs_model(CASES[case_name], data_inputs=0)
     model = rewrite_opset(model, ort_opset(model))
     names = [o.name for o in model.graph.output]
-    return dict(zip(names, (np.asarray(v) for v in run_onnxruntime(readable_outputs(model), feed))))
+    return dict(zip(names, run_onnxruntime(readable_outputs(model), feed)))
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -176,30 +172,12 @@ def test_listed_case_still_cannot_be_converted(
         convert(stablehlo_text, model, form)
 
 
-def constant_parameters_model(case_name: str) -> ModelProto:
-    """The case's QOperator node with its scale / zero-point inputs as initializers (as in a real model)."""
-    case = CASES[case_name]
-    node = case.model.graph.node[0]  # type: ignore[attr-defined]
-    constant = set(LIFTERS[(node.domain, node.op_type)][1])
-    model = ModelProto()
-    model.CopyFrom(case.model)  # type: ignore[attr-defined]
-    inputs, _ = case.data_sets[0]  # type: ignore[attr-defined]
-    kept = []
-    for position, (info, value) in enumerate(zip(list(model.graph.input), inputs)):
-        if position in constant:
-            model.graph.initializer.append(to_tensor(value, info.name))
-        else:
-            kept.append(info)  # a data input: stays a graph input
-    del model.graph.input[:]
-    model.graph.input.extend(kept)
-    return model
-
-
 @pytest.mark.parametrize("case_name", sorted(QOPERATOR_NOT_LOWERED))
 def test_qoperator_case_with_constant_scales_has_no_lowering_yet(
     stablehlo: tuple[Callable[..., str], Callable[..., list[np.ndarray]]], case_name: str
 ) -> None:
     stablehlo_text, _ = stablehlo
     op = QOPERATOR_NOT_LOWERED[case_name]
+    model, _ = parameters_as_initializers(CASES[case_name])  # constant scales, as in a real model
     with pytest.raises(InputError, match=rf"{re.escape(op)}: no StableHLO lowering for this op"):
-        convert(stablehlo_text, constant_parameters_model(case_name), "integer")
+        convert(stablehlo_text, model, "integer")

@@ -1,12 +1,16 @@
-"""Shared by the calibration tests: the same batches, onnxruntime's MinMax ranges, Q/DQ parameter readers.
+"""Shared by the calibration tests: the same batches, onnxruntime's MinMax ranges, Q/DQ parameter readers, the
+bert_mask model's builder.
 
 NOTE: not a test module; tests/calibrate/test_minmax_parity.py explains the comparison.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import onnx
@@ -30,6 +34,16 @@ ZERO_POINT_TYPES = {
     "uint4": onnx.TensorProto.UINT4,
     "int32": onnx.TensorProto.INT32,
 }
+
+
+def load_bert_mask_builder() -> ModuleType:
+    """models/build_bert_mask.py as a module (models/ is a folder of scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location("build_bert_mask", MODELS / "build_bert_mask.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def batches(model_name: str, count: int = 4) -> list[dict[str, np.ndarray]]:

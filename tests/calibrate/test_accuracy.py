@@ -18,16 +18,14 @@ defaults (MinMax ranges, sentinel guard on). A method onnxruntime cannot run cou
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from calibrate.parity_support import load_bert_mask_builder
 from conftest import require_module
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
 
@@ -126,18 +124,8 @@ def test_digits_default_calibration_is_at_least_onnxruntimes_best(
 # bert_mask
 
 
-def load_builder() -> ModuleType:
-    """models/build_bert_mask.py as a module (models/ is a folder of scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("build_bert_mask", MODELS / "build_bert_mask.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def bert_data() -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
-    build_bert_mask = load_builder()
+    build_bert_mask = load_bert_mask_builder()
     return list(build_bert_mask.calibration_data()), list(build_bert_mask.evaluation_data())
 
 

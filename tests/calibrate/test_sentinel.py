@@ -9,16 +9,15 @@ derived from the graph, not from the detector.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import onnx
 import pytest
+from calibrate.parity_support import load_bert_mask_builder
 from conftest import require_module
 from onnx import numpy_helper
 
@@ -36,16 +35,6 @@ from qconvert.errors import InputError
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
 FLOAT_MIN = float(np.finfo(np.float32).min)
-
-
-def load_builder() -> ModuleType:
-    """models/build_bert_mask.py as a module (models/ is a folder of scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("build_bert_mask", MODELS / "build_bert_mask.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def observed(*arrays: np.ndarray) -> MagnitudeObserver:
@@ -250,7 +239,7 @@ def test_bert_mask_model_flags_exactly_the_mask_and_masked_scores() -> None:
     from qconvert.calibrate.collect import augment_model, collect, load_float_model
     from qconvert.calibrate.dataset import open_dataset
 
-    build_bert_mask = load_builder()
+    build_bert_mask = load_bert_mask_builder()
     model, base_dir = load_float_model(MODELS / "bert_mask.onnx")
     expected = mask_tensors(model)
     layers = sum(1 for n in model.graph.node if n.op_type == "Softmax")
@@ -276,7 +265,7 @@ def test_unknown_policy_is_an_input_error() -> None:
 
 
 def test_bert_mask_data_has_padded_and_full_rows_in_every_batch() -> None:
-    build_bert_mask = load_builder()
+    build_bert_mask = load_bert_mask_builder()
     for source in (build_bert_mask.calibration_data, build_bert_mask.evaluation_data):
         for batch in source():
             lengths = batch["attention_mask"].sum(1)

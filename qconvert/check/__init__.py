@@ -35,7 +35,6 @@ from qconvert.check.nodes import (
     broadcast_scale,
     cut_model,
     dequantize_lsb,
-    fused_group_cases,
     is_quantization_node,
     judge,
     node_cases,
@@ -121,11 +120,12 @@ def check(
             f"onnx shape inference failed ({inference_error.message}); types from onnxruntime"
         )
 
-    cases = node_cases(model, values, types, constants, unreturnable, runner.feeds_weights)
+    # Every fused group holds Q/DQ nodes: no case at all means the model has no quantization node.
+    cases = node_cases(
+        model, values, types, constants, unreturnable, runner.feeds_weights, runner.fused_groups()
+    )
     if not cases:
         report.notes.append("the model has no quantization node: nothing was checked per node")
-    if runner.fused_groups():
-        cases += fused_group_cases(model, values, types, constants, unreturnable, runner.feeds_weights)
     runnable = [case for case in cases if case.reason is None]
     with _progress(show_progress) as bar:
         task = bar.add_task("per node", total=len(runnable))

@@ -124,9 +124,12 @@ def dequantize_lsb(
 
 
 # Per node ------------------------------------------------------------------------------------------
+def _domain(node: NodeProto) -> str:
+    return "" if node.domain in DEFAULT_DOMAINS else node.domain
+
+
 def is_quantization_node(node: NodeProto) -> bool:
-    domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
-    return (domain, node.op_type) in QUANTIZATION_OPS
+    return (_domain(node), node.op_type) in QUANTIZATION_OPS
 
 
 def node_names(model: ModelProto) -> list[str]:
@@ -213,22 +216,36 @@ def node_cases(
     constants: set[str],
     unreturnable: Mapping[str, str],
     feed_weights: bool = False,
+    fused_groups: bool = False,
 ) -> list[NodeCase]:
-    """One case per quantization node of `model`, in graph order (`feed_weights`: see `cut_model`)."""
-    cases = []
-    for node, name in zip(model.graph.node, node_names(model)):
-        if not is_quantization_node(node):
-            continue
-        domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
-        case = NodeCase(name=name, op_type=node.op_type, domain=domain, nodes=[node])
-        case.reason = _missing_value([node], values, unreturnable)
+    """One case per quantization node of `model` in graph order, then (`fused_groups`) one per fused group
+    (`_fused_group_cases`); each cut out of the model (`feed_weights`: see `cut_model`), or given the
+    reason it cannot run."""
+    cases = _single_node_cases(model)
+    if fused_groups:
+        cases += _fused_group_cases(model, values, types)
+    for case in cases:
+        case.reason = _missing_value(case.nodes, values, unreturnable)
         if case.reason is None:
-            case.compared = [o for o in node.output if o]
             case.model, case.feeds = cut_model(
-                model, [node], case.compared, values, types, constants, feed_weights
+                model, case.nodes, case.compared, values, types, constants, feed_weights
             )
-        cases.append(case)
     return cases
+
+
+def _single_node_cases(model: ModelProto) -> list[NodeCase]:
+    """One case per quantization node, comparing all its outputs."""
+    return [
+        NodeCase(
+            name=name,
+            op_type=node.op_type,
+            domain=_domain(node),
+            nodes=[node],
+            compared=[o for o in node.output if o],
+        )
+        for node, name in zip(model.graph.node, node_names(model))
+        if is_quantization_node(node)
+    ]
 
 
 def _is_integer(name: str, values: Mapping[str, np.ndarray], types: Mapping[str, int]) -> bool:
@@ -238,13 +255,8 @@ def _is_integer(name: str, values: Mapping[str, np.ndarray], types: Mapping[str,
     return types.get(name) in INTEGER_TYPES
 
 
-def fused_group_cases(
-    model: ModelProto,
-    values: Mapping[str, np.ndarray],
-    types: Mapping[str, int],
-    constants: set[str],
-    unreturnable: Mapping[str, str],
-    feed_weights: bool = False,
+def _fused_group_cases(
+    model: ModelProto, values: Mapping[str, np.ndarray], types: Mapping[str, int]
 ) -> list[NodeCase]:
     """One case per `DequantizeLinear* -> op -> QuantizeLinear` group: every float input of the op comes
     from a DequantizeLinear (a float operand of any other origin blocks upstream's fusion too; integer
@@ -280,16 +292,11 @@ def fused_group_cases(
         case = NodeCase(
             name=f"{names[index]} (fused)",
             op_type=node.op_type,
-            domain="" if node.domain in DEFAULT_DOMAINS else node.domain,
+            domain=_domain(node),
             nodes=nodes,
+            compared=[nodes[-1].output[0]],
             group=[names[m] for m in members],
         )
-        case.reason = _missing_value(nodes, values, unreturnable)
-        if case.reason is None:
-            case.compared = [nodes[-1].output[0]]
-            case.model, case.feeds = cut_model(
-                model, nodes, case.compared, values, types, constants, feed_weights
-            )
         cases.append(case)
     return cases
 

@@ -180,6 +180,9 @@ def check_command(
     semantics: str | None = typer.Option(
         None, "--semantics", help="stablehlo: onnx (default) or stablehlo rounding for quantize"
     ),
+    fuse_arithmetic: bool = typer.Option(
+        False, "--fuse-arithmetic", help="stablehlo, quantized form: also fuse and check add/dot/conv groups"
+    ),
     json_path: str | None = typer.Option(None, "--json", help="write the report as JSON to this path"),
     atol: float | None = typer.Option(None, "--atol", help="end to end: |ours - ref| <= atol + rtol |ref|"),
     rtol: float | None = typer.Option(None, "--rtol", help="end to end: relative tolerance (with --atol)"),
@@ -207,6 +210,7 @@ def check_command(
         engine=engine,
         form=form,
         semantics=semantics,
+        fuse_arithmetic=fuse_arithmetic,
         tolerances=tolerances,
         input_shapes=_parse_input_shapes(input_shape),
         show_progress=not quiet,

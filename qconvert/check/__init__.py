@@ -32,6 +32,7 @@ from onnx import ModelProto, numpy_helper
 
 from qconvert.check.backends import BACKENDS, CheckBackend, NotRun, make_backend
 from qconvert.check.nodes import (
+    NodeCase,
     broadcast_scale,
     cut_model,
     dequantize_lsb,
@@ -78,19 +79,23 @@ def check(
     engine: str | None = None,
     form: str | None = None,
     semantics: str | None = None,
+    fuse_arithmetic: bool = False,
 ) -> CheckReport:
     """Check `model_path` against onnxruntime, per quantization node (bit-exact) and end to end.
 
     `inputs`: an `.npz` path, a dict of arrays by graph input name, or None for seeded random inputs.
     `engine` (interpreter | xla), `form` (quantized | integer) and `semantics` (onnx | stablehlo) choose
     how the stablehlo backend runs (defaults xla, quantized, onnx); the interpreter backend takes none.
+    `fuse_arithmetic` (stablehlo, quantized form): the conversion also fuses add / dot_general /
+    convolution, and each such fused `DequantizeLinear* -> Conv/MatMul/Gemm/Add -> QuantizeLinear` group
+    is a layer of its own in the per-node verdict.
     `show_progress` draws a progress bar on stderr over the nodes. Raises `InputError` for a bad model,
     bad inputs, an unknown backend or an option the backend does not take.
     """
     from qconvert.frontends.onnx.load import load
 
     tolerances = tolerances or Tolerances()
-    runner = make_backend(backend, engine, form, semantics)
+    runner = make_backend(backend, engine, form, semantics, fuse_arithmetic)
     model, inference_error = load(model_path, input_shapes)
     if isinstance(inputs, (str, os.PathLike)):
         feeds, inputs_source = load_inputs(model, inputs), str(inputs)
@@ -142,9 +147,27 @@ def check(
             continue
         predicted = runner.predicted_mismatches(case, values)
         report.layers[case.name] = judge(case, run.outputs, values, run.evaluated_by, predicted)
+    if fuse_arithmetic:
+        report.notes.append(_arithmetic_note(cases, report))
 
     _end_to_end(report, runner, model, feeds, values, types, tolerances)
     return report
+
+
+ARITHMETIC_OPS = frozenset({"Conv", "MatMul", "Gemm", "Add"})  # what --fuse-arithmetic fuses
+
+
+def _arithmetic_note(cases: Sequence[NodeCase], report: CheckReport) -> str:
+    """How many arithmetic groups were fused and checked as layers, and how many were left unfused."""
+    candidates = [case for case in cases if case.group is not None and case.op_type in ARITHMETIC_OPS]
+    fused = [case for case in candidates if case.name in report.layers]
+    note = (
+        f"--fuse-arithmetic: {len(fused)} of {len(candidates)} DequantizeLinear -> Conv/MatMul/Gemm/Add ->"
+        " QuantizeLinear groups fused and checked as layers (the others' nodes are checked one by one)"
+    )
+    if report.engine == "interpreter" and any(case.op_type == "Conv" for case in fused):
+        note += "; jaxlib's StableHLO interpreter wraps i8 convolutions (a known bug): fused Convs fail on it"
+    return note
 
 
 def _end_to_end(

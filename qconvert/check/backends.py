@@ -144,13 +144,19 @@ class InterpreterBackend:
 
 
 def make_backend(
-    backend: str, engine: str | None = None, form: str | None = None, semantics: str | None = None
+    backend: str,
+    engine: str | None = None,
+    form: str | None = None,
+    semantics: str | None = None,
+    fuse_arithmetic: bool = False,
 ) -> CheckBackend:
-    """The backend named `backend`; InputError for an unknown name or an option it does not take."""
+    """The backend named `backend`; InputError for an unknown name or an option it does not take
+    (`fuse_arithmetic` only in the stablehlo backend's quantized form: the integer form fuses nothing)."""
     if backend not in BACKENDS:
         raise InputError(f"unknown backend '{backend}'; available: {', '.join(BACKENDS)}")
     if backend == "interpreter":
         given = [f"--{n} {v}" for n, v in (("engine", engine), ("form", form), ("semantics", semantics)) if v]
+        given += ["--fuse-arithmetic"] if fuse_arithmetic else []
         if given:
             raise InputError(f"{', '.join(given)}: only the stablehlo backend takes these options")
         return InterpreterBackend()
@@ -161,6 +167,15 @@ def make_backend(
     ):
         if value is not None and value not in allowed:
             raise InputError(f"unknown --{option} '{value}'; available: {', '.join(allowed)}")
+    if fuse_arithmetic and form == "integer":
+        raise InputError(
+            "--fuse-arithmetic fuses quantized ops: it takes the quantized form, not --form integer"
+        )
     from qconvert.check.stablehlo import StableHLOBackend
 
-    return StableHLOBackend(engine=engine or "xla", form=form or "quantized", semantics=semantics or "onnx")
+    return StableHLOBackend(
+        engine=engine or "xla",
+        form=form or "quantized",
+        semantics=semantics or "onnx",
+        fuse_arithmetic=fuse_arithmetic,
+    )

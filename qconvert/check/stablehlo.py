@@ -4,7 +4,9 @@ Per node: every case (a quantization node, or a `DequantizeLinear* -> op -> Quan
 lifted with `import_onnx`, converted with `convert_to_stablehlo(form, semantics)` and run on the chosen
 engine (`interpreter`: `stablehlo.eval_module`; `xla`: XLA:CPU after quant-to-math) on the inputs
 onnxruntime gave it. A group is kept in the report only when the `quantized` form fuses it into one
-quantized StableHLO op (in the `integer` form the same groups run written out in integer ops).
+quantized StableHLO op (in the `integer` form the same groups run written out in integer ops). With
+`fuse_arithmetic` (quantized form only) the conversion also fuses add / dot_general / convolution, so each
+`DequantizeLinear(x, w, int32 bias) -> Conv/MatMul/Gemm/Add -> QuantizeLinear` group it fuses is a case too.
 
 Compiling dominates a small XLA run, so the cases run side by side in one module: each case's values
 renamed apart (`c12/x`), nothing shared, every case's outputs returned (measured on tiny_encoder's 184
@@ -37,21 +39,23 @@ SEMANTICS_EXPLANATION = (
 ENGINE_NAMES = {"interpreter": "the StableHLO interpreter", "xla": "XLA:CPU"}
 
 
-def _convert(model: ModelProto, form: str, semantics: str) -> str:
+def _convert(model: ModelProto, form: str, semantics: str, fuse_arithmetic: bool = False) -> str:
     """`model` lifted and converted to StableHLO text that the engines run: weights inline (`dense<...>`;
     the engines refuse or misread `dense_resource`), which the small models `check` cuts out afford."""
     from qconvert.backends.stablehlo.convert import stablehlo_text
     from qconvert.frontends.onnx import import_onnx
 
-    return stablehlo_text(import_onnx(model, resource_threshold=0), form, semantics)
+    module = import_onnx(model, resource_threshold=0)
+    return stablehlo_text(module, form, semantics, fuse_arithmetic=fuse_arithmetic)
 
 
-def fused_op_count(model: ModelProto, semantics: str) -> int:
+def fused_op_count(model: ModelProto, semantics: str, fuse_arithmetic: bool = False) -> int:
     """How many quantized ops the `quantized` form fuses out of `model`'s dequantize -> op -> quantize."""
     from qconvert.backends.stablehlo.convert import convert_with_stats
     from qconvert.frontends.onnx import import_onnx
 
-    _, stats = convert_with_stats(import_onnx(model, resource_threshold=0), "quantized", semantics)
+    module = import_onnx(model, resource_threshold=0)
+    _, stats = convert_with_stats(module, "quantized", semantics, fuse_arithmetic=fuse_arithmetic)
     return stats.fused_ops
 
 
@@ -100,6 +104,7 @@ class StableHLOBackend:
     semantics: str = "onnx"
     name: str = "stablehlo"
     feeds_weights: bool = True  # else XLA constant-folds every weight's dequantize (seconds per model)
+    fuse_arithmetic: bool = False  # also fuse add / dot_general / convolution groups (quant_fusion.py)
     fused: dict[str, int] = field(default_factory=dict)  # group case -> ops the quantized form fuses
 
     @property
@@ -118,7 +123,7 @@ class StableHLOBackend:
         """The case's StableHLO text, or why it cannot be lowered."""
         assert case.model is not None
         try:
-            return _convert(case.model, self.form, self.semantics)
+            return _convert(case.model, self.form, self.semantics, self.fuse_arithmetic)
         except QConvertError as error:
             return NotRun(f"the backend cannot lower it: {error.message}")
         except Exception as error:  # a converter bug: never a pass, and the rest of the report still runs
@@ -139,7 +144,7 @@ class StableHLOBackend:
         model, inputs, outputs = side_by_side(cases)
         feeds = {f"c{i}/{name}": array for i, case in enumerate(cases) for name, array in case.feeds.items()}
         try:
-            text = _convert(model, self.form, self.semantics)
+            text = _convert(model, self.form, self.semantics, self.fuse_arithmetic)
             results = dict(zip(outputs, self._run_text(text, [feeds[name] for name in inputs])))
         except Exception:  # any failure: each case runs on its own next, and says why it fails
             return None
@@ -185,7 +190,7 @@ class StableHLOBackend:
         """The quantized ops the `quantized` form makes of a group (0: not fused, or not lowerable)."""
         assert case.model is not None
         try:
-            return fused_op_count(case.model, self.semantics)
+            return fused_op_count(case.model, self.semantics, self.fuse_arithmetic)
         except Exception:  # not lowerable: nothing fused, and the end-to-end run says why
             return 0
 
@@ -212,7 +217,7 @@ class StableHLOBackend:
 
     def run_model(self, model: ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
-            text = _convert(model, self.form, self.semantics)
+            text = _convert(model, self.form, self.semantics, self.fuse_arithmetic)
         except QConvertError as error:
             raise NotRun(f"the backend cannot lower the whole model: {error.message}") from None
         except Exception as error:  # a converter bug: reported, never a pass

@@ -108,6 +108,104 @@ def test_end_to_end_reported_beside_the_noise_floor(
         assert output.verdict == "pass"  # no tolerance given: reported, not judged
 
 
+# --fuse-arithmetic ------------------------------------------------------------------------------------
+ARITHMETIC_OPS = {"Conv", "MatMul", "Gemm", "Add"}
+
+
+def arithmetic_groups(model: onnx.ModelProto) -> tuple[set[str], set[str]]:
+    """Read off the ONNX graph: the Conv/MatMul/Gemm/Add nodes whose every input is a DequantizeLinear's
+    output and whose output feeds exactly one QuantizeLinear, and of those the ones StableHLO cannot fuse
+    (a contraction whose rhs zero point is not 0: the spec's quantized dot_general/convolution need 0)."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    initializers = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    candidates, unfusable = set(), set()
+    for node in model.graph.node:
+        dequantizes = [producers.get(name) for name in node.input]
+        users = consumers.get(node.output[0], [])
+        if (
+            node.op_type in ARITHMETIC_OPS
+            and all(d is not None and d.op_type == "DequantizeLinear" for d in dequantizes)
+            and [u.op_type for u in users] == ["QuantizeLinear"]
+        ):
+            candidates.add(node.name)
+            rhs = dequantizes[1]
+            assert rhs is not None
+            zero_point = initializers.get(rhs.input[2]) if len(rhs.input) > 2 else None
+            if node.op_type != "Add" and zero_point is not None and np.any(zero_point != 0):
+                unfusable.add(node.name)
+    return candidates, unfusable
+
+
+@pytest.fixture(scope="module")
+def fused_reports() -> dict[str, CheckReport]:
+    require_module("jax")
+    return {
+        name: check(*sample(name), backend="stablehlo", engine="xla", fuse_arithmetic=True)
+        for name in QDQ_NODE_COUNTS
+    }
+
+
+@pytest.mark.parametrize("name", sorted(QDQ_NODE_COUNTS))
+def test_fuse_arithmetic_checks_each_fused_contraction_and_add_alone_on_xla(
+    fused_reports: dict[str, CheckReport],
+    reports: dict[tuple[str, str, str], CheckReport],
+    name: str,
+) -> None:
+    """`fuse_arithmetic=True`: each `DequantizeLinear* -> Conv/MatMul/Gemm/Add -> QuantizeLinear` group
+    the conversion fuses is a layer run alone on XLA:CPU with onnxruntime's inputs, bit-exact against
+    onnxruntime's QuantizeLinear output; without it no such group is a layer (it is not fused)."""
+    report = fused_reports[name]
+    model = onnx.load(sample(name)[0])
+    candidates, unfusable = arithmetic_groups(model)
+    fused = {
+        layer.group[-2]: layer
+        for layer in report.layers.values()
+        if layer.group is not None and layer.op_type in ARITHMETIC_OPS
+    }
+    assert len(fused) > 0
+    assert set(fused) == candidates - unfusable
+    for layer in fused.values():
+        assert (layer.verdict, layer.mismatches, layer.max_lsb_diff) == ("pass", 0, 0), layer.node
+        assert layer.elements > 0 and layer.evaluated_by == "StableHLO (quantized form) on XLA:CPU"
+    node_ops = {n.name: n for n in model.graph.node}
+    initializers = {t.name: t for t in model.graph.initializer}
+    for layer in fused.values():
+        if layer.op_type in ("Conv", "Gemm"):  # input, weight and int32 bias dequantizes, all in the group
+            assert layer.group is not None and len(layer.group) == 5
+            bias = node_ops[layer.group[2]]
+            assert bias.op_type == "DequantizeLinear"
+            assert initializers[bias.input[0]].data_type == TensorProto.INT32
+    singles = [layer for layer in report.layers.values() if layer.group is None]
+    assert len(singles) == QDQ_NODE_COUNTS[name] and report.passed
+    assert any(
+        note.startswith(f"--fuse-arithmetic: {len(fused)} of {len(candidates)} ") for note in report.notes
+    )
+    unfused = reports[(name, "xla", "quantized")]
+    assert not [x for x in unfused.layers.values() if x.group is not None and x.op_type in ARITHMETIC_OPS]
+    for output in report.outputs.values():  # the whole model converted with the flag, end to end
+        assert output.ours is not None and output.ours.mismatches == 0, output.name
+
+
+def test_cli_fuse_arithmetic_lists_the_fused_groups(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    require_module("jax")
+    model, data = sample("digits_cnn")
+    report_path = tmp_path / "report.json"
+    args = ["check", model, "--data", data, "--backend", "stablehlo", "--engine", "xla", "--fuse-arithmetic"]
+    assert main([*args, "--json", str(report_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--fuse-arithmetic: 3 of 3 DequantizeLinear -> Conv/MatMul/Gemm/Add -> QuantizeLinear" in out
+    layers = json.loads(report_path.read_text())["layers"]
+    for node in ("/conv1/Conv", "/conv2/Conv", "/fc/Gemm"):
+        layer = layers[f"{node} (fused)"]
+        assert layer["verdict"] == "pass" and layer["mismatches"] == 0 and node in layer["fused_group"]
+
+
 # --semantics stablehlo --------------------------------------------------------------------------------
 def ties_model(path: Path) -> str:
     """x -> QuantizeLinear(s 0.5, zp 3, int8) -> q, and DequantizeLinear(q) -> y: every input is a tie."""
@@ -261,6 +359,11 @@ def test_cli_json_report_of_the_stablehlo_backend(tmp_path: Path, capsys: pytest
         (["--backend", "stablehlo", "--engine", "gpu"], "unknown --engine 'gpu'"),
         (["--backend", "stablehlo", "--form", "qdq"], "unknown --form 'qdq'"),
         (["--backend", "stablehlo", "--semantics", "tf"], "unknown --semantics 'tf'"),
+        (["--fuse-arithmetic"], "--fuse-arithmetic: only the stablehlo backend takes these options"),
+        (
+            ["--backend", "stablehlo", "--form", "integer", "--fuse-arithmetic"],
+            "--fuse-arithmetic fuses quantized ops: it takes the quantized form, not --form integer",
+        ),
     ],
 )
 def test_cli_bad_backend_options_exit_2(

@@ -69,6 +69,16 @@ def quantize(
     onnx.checker.check_model(model, full_check=True)
 
 
+def finish_export(float_path: Path, script: str, infer_shapes: bool = True) -> None:
+    """Rewrite torch.onnx.export's file: named after its build script, shapes inferred (strict), checked."""
+    model = onnx.load(str(float_path))
+    model.producer_name = f"qconvert/models/{script} (torch.onnx.export)"
+    if infer_shapes:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(float_path))
+
+
 def session(path: Path) -> ort.InferenceSession:
     """A single-threaded CPU session with graph optimizations disabled (the spec oracle)."""
     opts = ort.SessionOptions()

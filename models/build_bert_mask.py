@@ -222,8 +222,8 @@ def train(model: Any, config: EncoderConfig) -> tuple[Any, float]:
 
 
 def export(model: Any, config: EncoderConfig, float_path: Path) -> None:
-    import onnx
     import torch
+    from _common import finish_export  # here: the data generators above must import without onnx/torch
 
     data = random_batch(np.random.default_rng(SEED), 2, config.seq, config.vocab)
     dummy = (torch.from_numpy(data["input_ids"]), torch.from_numpy(data["attention_mask"]))
@@ -240,11 +240,7 @@ def export(model: Any, config: EncoderConfig, float_path: Path) -> None:
             opset_version=OPSET,
             dynamo=False,
         )
-    m = onnx.load(str(float_path))
-    m.producer_name = "qconvert/models/build_bert_mask.py (torch.onnx.export)"
-    m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
-    onnx.checker.check_model(m, full_check=True)
-    onnx.save(m, str(float_path))
+    finish_export(float_path, "build_bert_mask.py")
 
 
 def build(config: EncoderConfig, out: Path, stem: str = STEM) -> Path:

@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 import torch
-from _common import HERE, describe, op_counts, quantize, session
+from _common import HERE, describe, finish_export, op_counts, quantize, session
 from onnxruntime.quantization import QuantFormat
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
@@ -92,10 +91,7 @@ def export(model: DigitsCNN, float_path: Path) -> None:
         opset_version=OPSET,
         dynamo=False,
     )
-    m = onnx.load(str(float_path))
-    m.producer_name = "qconvert/models/build_cnn.py (torch.onnx.export)"
-    onnx.checker.check_model(m, full_check=True)
-    onnx.save(m, str(float_path))
+    finish_export(float_path, "build_cnn.py", infer_shapes=False)  # the committed model has no value_info
 
 
 def batches_of(x: np.ndarray) -> list[np.ndarray]:

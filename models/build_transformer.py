@@ -28,9 +28,8 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import onnx
 import torch
-from _common import HERE, cosine, describe, op_counts, quantize, session
+from _common import HERE, cosine, describe, finish_export, op_counts, quantize, session
 from onnxruntime.quantization import QuantFormat
 from torch import nn
 
@@ -137,11 +136,7 @@ def export(model: TinyEncoder, float_path: Path) -> None:
             opset_version=OPSET,
             dynamo=False,
         )
-    m = onnx.load(str(float_path))
-    m.producer_name = "qconvert/models/build_transformer.py (torch.onnx.export)"
-    m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
-    onnx.checker.check_model(m, full_check=True)
-    onnx.save(m, str(float_path))
+    finish_export(float_path, "build_transformer.py")
 
 
 def main(argv: list[str] | None = None) -> int:

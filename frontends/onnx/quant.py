@@ -25,13 +25,10 @@ import numpy as np
 
 from qconvert.errors import InputError, VerifyError
 from qconvert.ir.quant_types import (
-    DenseParameters,
     QuantizedType,
     UniformQuantizedPerAxisType,
-    UniformQuantizedSubChannelType,
     UniformQuantizedType,
-    float_dtype,
-    wrap_to_width,
+    blocked_type,
 )
 from qconvert.ir.types import DYNAMIC, FloatType, IntegerType
 from qconvert.numerics import storage_range
@@ -142,9 +139,7 @@ def quant_type_of(
     }
     try:
         if block_size > 0:
-            return _blocked_type(
-                node, scale, zero_points, storage_type, expressed, input_shape, axis, block_size, common
-            )
+            return _blocked_type(node, scale, zero_points, input_shape, axis, block_size, common)
         if block_size < 0:
             raise node.error(f"block_size must be >= 0, got {block_size}")
         if scale.size == 1 and scale.ndim <= 1:
@@ -180,8 +175,6 @@ def _blocked_type(
     node: NodeRef,
     scale: np.ndarray,
     zero_points: np.ndarray,
-    storage_type: IntegerType | FloatType,
-    expressed: FloatType,
     input_shape: tuple[int, ...] | None,
     axis: int,
     block_size: int,
@@ -205,12 +198,11 @@ def _blocked_type(
             f"block_size {block_size} does not divide input dimension {input_shape[blocked_axis]}: a ragged "
             f"last block is not representable in the IR's sub-channel type (not supported yet)"
         )
-    dimensions = tuple(d for d in range(rank) if d == blocked_axis or input_shape[d] > 1)
-    blocks = tuple(block_size if d == blocked_axis else 1 for d in dimensions)
-    return UniformQuantizedSubChannelType(
+    return blocked_type(
         **common,
-        scales=DenseParameters(scale.astype(np.float64).astype(float_dtype(expressed))),
-        zero_points=DenseParameters(wrap_to_width(zero_points, storage_type.width)),
-        quantized_dimensions=dimensions,
-        block_sizes=blocks,
+        scales=scale,
+        zero_points=zero_points,
+        tensor_shape=input_shape,
+        axis=blocked_axis,
+        block_size=block_size,
     )

@@ -37,13 +37,11 @@ from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.quant import DequantizeCastOp, StorageCastOp
 from qconvert.ir.quant_types import (
-    DenseParameters,
     QuantizedType,
     UniformQuantizedPerAxisType,
-    UniformQuantizedSubChannelType,
     UniformQuantizedType,
+    blocked_type,
     float_dtype,
-    wrap_to_width,
 )
 from qconvert.ir.types import (
     F32,
@@ -412,16 +410,16 @@ def quant_type_for(
     common = {"storage_type": storage, "expressed_type": expressed, "is_signed": is_signed}
     if params.block_size:
         owner.uses_per_axis = True
-        rank = len(shape)
-        axis = params.axis
-        assert axis is not None
-        dimensions = tuple(d for d in range(rank) if d == axis or shape[d] > 1)
-        return UniformQuantizedSubChannelType(
-            **common,
-            scales=DenseParameters(params.scale.astype(float_dtype(expressed))),
-            zero_points=DenseParameters(wrap_to_width(params.zero_point, storage.width)),
-            quantized_dimensions=dimensions,
-            block_sizes=tuple(params.block_size if d == axis else 1 for d in dimensions),
+        assert params.axis is not None
+        return blocked_type(
+            storage_type=storage,
+            expressed_type=expressed,
+            is_signed=is_signed,
+            scales=params.scale,
+            zero_points=params.zero_point,
+            tensor_shape=shape,
+            axis=params.axis,
+            block_size=params.block_size,
         )
     if params.axis is not None:
         owner.uses_per_axis = True

@@ -294,6 +294,32 @@ class UniformQuantizedSubChannelType(QuantizedType):
         return tuple(zip(self.quantized_dimensions, self.block_sizes, strict=True))
 
 
+def blocked_type(
+    *,
+    storage_type: IntegerType | FloatType,
+    expressed_type: FloatType,
+    is_signed: bool,
+    scales: np.ndarray,
+    zero_points: np.ndarray,
+    tensor_shape: tuple[int, ...],
+    axis: int,
+    block_size: int,
+) -> UniformQuantizedSubChannelType:
+    """The sub-channel type of ONNX blocked quantization (`scales` / `zero_points` shaped like the tensor,
+    `ceil(size / block_size)` along `axis`): `axis` is listed with `block_size`, every other dimension
+    of size > 1 with block size 1 (a size-1 dimension needs no entry)."""
+    dimensions = tuple(d for d in range(len(tensor_shape)) if d == axis or tensor_shape[d] > 1)
+    return UniformQuantizedSubChannelType(
+        storage_type=storage_type,
+        expressed_type=expressed_type,
+        is_signed=is_signed,
+        scales=DenseParameters(np.asarray(scales).astype(float_dtype(expressed_type))),
+        zero_points=DenseParameters(wrap_to_width(zero_points, storage_type.width)),
+        quantized_dimensions=dimensions,
+        block_sizes=tuple(block_size if d == axis else 1 for d in dimensions),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class CalibratedQuantizedType(Type):
     """`!quant.calibrated<f32<-0.998:1.2321>>`: an observed [min, max] range, not yet quantized."""

@@ -23,7 +23,6 @@ Usage: python benchmarks/convert_stablehlo.py [--model PATH] [--keep DIR] [--rep
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -34,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import import_onnx  # the model builder
 import parse_print  # the launcher and the row type
-from parse_print import Launcher, Row, child_env, last_line, measure_command
+from parse_print import Row, child_env, last_line, measure_command
 
 FORMS = [
     ("quantized", "onnx"),
@@ -114,11 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) == 5 and sys.argv[1] == "--stage-child":
         stage_child(*sys.argv[2:])
         return 0
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    import_onnx.add_model_arguments(parser)
-    arguments = parser.parse_args(argv)
-    parse_print.TIMEOUT = arguments.timeout
-    parse_print.LAUNCH = launcher = Launcher()  # started first, while this process is small
+    arguments = import_onnx.parse_model_arguments(__doc__, argv)
+    launcher = parse_print.start_launcher(arguments.timeout)
     scratch = tempfile.TemporaryDirectory(prefix="qconvert-bench-convert-")
     try:
         work = Path(scratch.name)

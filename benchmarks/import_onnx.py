@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import parse_print  # the launcher and the row type are shared
-from parse_print import Launcher, Row, child_env, last_line, measure_command
+from parse_print import Row, child_env, last_line, measure_command
 
 REPO = parse_print.REPO
 BUILD = [
@@ -60,13 +60,15 @@ def build_model(folder: Path) -> tuple[Path, Path]:
     return folder / f"{STEM}.onnx", folder / f"{STEM}.qdq.onnx"
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+def parse_model_arguments(doc: str | None, argv: list[str] | None) -> argparse.Namespace:
     """The options of the benchmarks on this model (convert_stablehlo.py shares them)."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     parser.add_argument("--model", type=Path, help="benchmark this ONNX model instead of building one")
     parser.add_argument("--keep", type=Path, help="build the model into this folder and keep it")
     parser.add_argument("--repeat", type=int, default=3, help="runs per row (median seconds, max peak)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per run")
     parser.add_argument("--json", type=Path, help="write every sample here")
+    return parser.parse_args(argv)
 
 
 def model_to_benchmark(arguments: argparse.Namespace, work: Path) -> tuple[Path | None, Path]:
@@ -139,11 +141,8 @@ def render(rows: list[Row], model_mb: float, float_mb: float | None, floor_mb: f
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    add_model_arguments(parser)
-    arguments = parser.parse_args(argv)
-    parse_print.TIMEOUT = arguments.timeout
-    parse_print.LAUNCH = launcher = Launcher()  # started first, while this process is small
+    arguments = parse_model_arguments(__doc__, argv)
+    launcher = parse_print.start_launcher(arguments.timeout)
     scratch = tempfile.TemporaryDirectory(prefix="qconvert-bench-import-")
     try:
         work = Path(scratch.name)

@@ -272,6 +272,14 @@ class Launcher:
 LAUNCH: Launcher | None = None
 
 
+def start_launcher(timeout: float) -> Launcher:
+    """Start the launcher `run_child` spawns through (first, while this process is small), `timeout` a run."""
+    global LAUNCH, TIMEOUT
+    TIMEOUT = timeout
+    LAUNCH = Launcher()
+    return LAUNCH
+
+
 def run_child(command: list[str], env: dict[str, str] | None = None) -> tuple[int, float, float, str, str]:
     assert LAUNCH is not None
     return LAUNCH.run(command, env)
@@ -377,13 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.ops < 1 or arguments.scales < 1 or arguments.repeat < 1 or arguments.timeout <= 0:
         parser.error("--ops, --scales, --repeat and --timeout must be positive")
 
-    global LAUNCH, TIMEOUT
-    TIMEOUT = arguments.timeout
-    LAUNCH = Launcher()
+    launcher = start_launcher(arguments.timeout)
     try:
         return run_benchmark(arguments)
     finally:
-        LAUNCH.close()
+        launcher.close()
 
 
 def run_benchmark(arguments: argparse.Namespace) -> int:

@@ -91,6 +91,11 @@ def import_command(
         help="weights of at least this many elements print as dense_resource blobs (0: all inline)",
     ),
     input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
+    ranges: str | None = typer.Option(
+        None,
+        "--ranges",
+        help="a `qconvert calibrate --ranges` JSON: each observed value gets its !quant.calibrated range",
+    ),
 ) -> None:
     """Lift an ONNX model into the quant-dialect IR and write its text, weights as `dense_resource`
     blobs (parse it with `qconvert opt --allow-unregistered-dialect`)."""
@@ -105,6 +110,10 @@ def import_command(
     if resource_threshold < 0:
         raise InputError(f"--resource-threshold {resource_threshold}: expected 0 or more elements")
     module = import_onnx(model, _parse_input_shapes(input_shape), resource_threshold=resource_threshold)
+    if ranges is not None:
+        from qconvert.calibrate.ranges import CalibrationRanges, attach_ranges
+
+        attach_ranges(module, CalibrationRanges.load(ranges), model)
     if elide_weights:
         elide(module)
     if output == "-":

@@ -254,3 +254,28 @@ def test_an_all_inf_tensor_stays_float_and_with_the_guard_off_is_an_error(
     assert main([*arguments, "--sentinel", "off"]) == 2
     assert "tensor 'l': no finite value observed (0 NaN, 32 Inf of 32 elements)" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_import_with_ranges_prints_each_range_as_a_calibrated_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from qconvert.calibrate.ranges import CalibrationRanges, calibrated_type
+    from qconvert.ir.parser import ParserOptions, parse_module
+    from qconvert.ir.printer import print_module, print_type
+    from qconvert.ir.types import F32
+
+    data, ranges = save_npz(tmp_path / "data.npz", digit_batches(2)), tmp_path / "ranges.json"
+    out = tmp_path / "out.onnx"
+    flags = ["-o", str(out), "--ranges", str(ranges), "--quiet"]
+    assert main(["calibrate", str(DIGITS), "--data", str(data), *flags]) == 0
+    capsys.readouterr()
+    mlir = tmp_path / "calibrated.mlir"
+    assert main(["import", str(DIGITS), "--ranges", str(ranges), "--elide-weights", "-o", str(mlir)]) == 0
+    text = mlir.read_text()
+    saved = CalibrationRanges.load(ranges).ranges
+    assert text.count("quant.qcast") == len(saved) > 0
+    for tensor_range in saved.values():
+        quantized = print_type(calibrated_type(F32, tensor_range))
+        assert f'onnx.tensor_name = "{tensor_range.name}"}} : ' in text and quantized in text
+    parsed = parse_module(text, options=ParserOptions(allow_unregistered_dialect=True))
+    assert print_module(parsed) == text  # the calibrated IR parses back to the same text

@@ -222,9 +222,7 @@ MODELS = Path(__file__).resolve().parents[3] / "models"
 # form on both engines, the encoder runs the two forms with most arithmetic on XLA and verifies the third.
 MODEL_CASES = [
     *(pytest.param("digits_cnn", f, e, id=f"digits_cnn-{f}-{e}") for f in FORMS for e in ENGINES),
-    pytest.param("tiny_encoder", "quantized", "xla", id="tiny_encoder-quantized-xla"),
-    pytest.param("tiny_encoder", "integer", "xla", id="tiny_encoder-integer-xla"),
-    pytest.param("tiny_encoder", "qdq", None, id="tiny_encoder-qdq-verify"),
+    *(pytest.param("tiny_encoder", f, e, id=f"tiny_encoder-{f}-{e}") for f in FORMS for e in ENGINES),
 ]
 
 

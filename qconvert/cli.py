@@ -99,9 +99,8 @@ def import_command(
 ) -> None:
     """Lift an ONNX model into the quant-dialect IR and write its text, weights as `dense_resource`
     blobs (parse it with `qconvert opt --allow-unregistered-dialect`)."""
-    import os
-    import tempfile
 
+    from qconvert.atomic_file import atomic_text_file
     from qconvert.errors import InputError
     from qconvert.frontends.onnx import import_onnx
     from qconvert.frontends.onnx.summary import elide_weights as elide
@@ -119,18 +118,8 @@ def import_command(
     if output == "-":
         write_module(module, sys.stdout)
         return
-    folder = os.path.dirname(os.path.abspath(output))
-    with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False, encoding="utf-8") as f:
-        try:
-            write_module(module, f)  # streamed: each weight is read only while it is written
-        except BaseException:
-            f.close()
-            os.unlink(f.name)
-            raise
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(f.name, 0o666 & ~umask)  # a temporary file is 0600; the output gets the usual mode
-    os.replace(f.name, output)  # no partial output file on failure
+    with atomic_text_file(output) as stream:
+        write_module(module, stream)  # streamed: each weight is read only while it is written
 
 
 @app.command("convert")

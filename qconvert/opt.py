@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qconvert.atomic_file import atomic_text_file
 from qconvert.errors import Diagnostic, InputError, Location, QConvertError
 from qconvert.ir.core import Operation
 from qconvert.ir.parser import ParserOptions, parse_module
@@ -291,17 +292,8 @@ def main(arguments: Sequence[str]) -> int:
         print(message, file=sys.stderr)
     if options.output_path is not None and options.output_path != "-":
         if result.exit_code == 0:  # never leave a partial output behind
-            write_atomically(Path(options.output_path), result.output)
+            with atomic_text_file(options.output_path) as stream:
+                stream.write(result.output)
     else:
         sys.stdout.write(result.output)
     return result.exit_code
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename: no partial output file on failure."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        temporary.write_text(text, encoding="utf-8")
-        temporary.replace(path)
-    finally:
-        temporary.unlink(missing_ok=True)

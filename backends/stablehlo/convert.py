@@ -14,10 +14,10 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
-import tempfile
 from dataclasses import dataclass
 from typing import IO
 
+from qconvert.atomic_file import atomic_text_file
 from qconvert.ir.attributes import DenseElementsAttr, DenseResourceAttr, OpaqueAttr
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.printer import print_module, write_module
@@ -127,15 +127,5 @@ def write_stablehlo(converted: ModuleOp, output: str | IO[str]) -> None:
     if not isinstance(output, str):
         write_module(converted, output)
         return
-    folder = os.path.dirname(os.path.abspath(output))
-    with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False, encoding="utf-8") as f:
-        try:
-            write_module(converted, f)
-        except BaseException:
-            f.close()
-            os.unlink(f.name)
-            raise
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(f.name, 0o666 & ~umask)  # a temporary file is 0600; the output gets the usual mode
-    os.replace(f.name, output)
+    with atomic_text_file(output) as stream:
+        write_module(converted, stream)

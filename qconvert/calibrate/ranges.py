@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from qconvert.atomic_file import atomic_text_file
 from qconvert.calibrate.block_edit import BlockEdit
 from qconvert.calibrate.tensor_names import TENSOR_NAME_ATTR, main_function, tensor_values
 from qconvert.errors import InputError
@@ -117,16 +117,9 @@ class CalibrationRanges:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write JSON atomically (temp file, then rename): no partial file on failure."""
-        target = Path(path)
         text = json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n"
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-        try:
-            with os.fdopen(handle, "w") as stream:
-                stream.write(text)
-            os.replace(temporary, target)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        with atomic_text_file(path) as stream:
+            stream.write(text)
 
     @classmethod
     def from_json(cls, data: object, source: str = "<ranges>") -> CalibrationRanges:

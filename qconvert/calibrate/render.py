@@ -115,19 +115,9 @@ def render(result: CalibrationResult, stdout: TextIO, stderr: TextIO, quiet: boo
 def write_json(result: CalibrationResult, path: str) -> None:
     """`--json PATH`: the result as JSON, written atomically (temp file, then rename)."""
     import json
-    import os
-    import tempfile
-    from pathlib import Path
 
-    target = Path(path)
-    handle, temporary = tempfile.mkstemp(
-        prefix=f".{target.name}.", dir=target.parent if str(target.parent) else "."
-    )
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(result.to_json(), stream, indent=1, allow_nan=False)
-            stream.write("\n")
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    from qconvert.atomic_file import atomic_text_file
+
+    with atomic_text_file(path) as stream:
+        json.dump(result.to_json(), stream, indent=1, allow_nan=False)
+        stream.write("\n")

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from qconvert.atomic_file import atomic_text_file
 
 EVALUATED_BY_NUMERICS = "quant-typed ops (qconvert.numerics)"
 EVALUATED_BY_REFERENCE = "onnx reference implementation (generic onnx.* op)"
@@ -183,11 +184,9 @@ class CheckReport:
 
     def write_json(self, path: str | os.PathLike[str]) -> None:
         """Write the JSON report atomically (a temporary file in the same folder, then a rename)."""
-        folder = os.path.dirname(os.path.abspath(path))
         text = json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
-        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False, encoding="utf-8") as f:
-            f.write(text)
-        os.replace(f.name, path)
+        with atomic_text_file(path) as stream:
+            stream.write(text)
 
 
 def _finite(value: float) -> float | None:

@@ -11,6 +11,7 @@ is our IR, printed by our printer (`print_module` / `write_module`); jaxlib pars
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import pkgutil
@@ -26,6 +27,7 @@ from . import quant, quant_fusion
 from .lowering import Form, Semantics, find_main, lower_module
 
 
+@functools.cache  # `check` converts one small model per node: list the package once, not each time
 def load_lowerings() -> None:
     """Import every `onnx_*.py` module of this package, so that their `@lowers` registrations exist."""
     package = __name__.rpartition(".")[0]

@@ -5,7 +5,8 @@ NOTE: the steps are this package's modules, composed in this order:
 2. `collect.collect_passes` runs the float model once per batch per pass over the tensors onnxruntime's
    `quantize_static` calibrates (float inputs/outputs of the op types to quantize): one pass for min/max
    methods, two for histogram methods (exact min/max, then histograms over a range fixed by pass 1),
-   with a `sentinel.MagnitudeObserver` beside pass 1's observers on every tensor;
+   with a `sentinel.MagnitudeObserver` beside pass 1's observers on every tensor (histogram methods'
+   aligned histograms give the guard the same per-octave view, so they need none);
 3. `sentinel.sentinel_guard` flags ranges a mask or padding value dominates and, by policy, keeps those
    tensors in float or clips their range (a clipped tensor's histogram pass spans the clipped range);
    `methods` turns each tensor's observers into its range;
@@ -18,6 +19,7 @@ only after every step succeeded: the ranges JSON first, the model last.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -31,8 +33,10 @@ from qconvert.calibrate.collect import (
     ObserverTable,
     ProgressCallback,
     augment_model,
+    calibration_tensors,
     collect_passes,
     load_float_model,
+    value_preserving_sources,
 )
 from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
 from qconvert.calibrate.methods import Method, make_method
@@ -44,6 +48,7 @@ from qconvert.calibrate.sentinel import (
     SentinelDecision,
     SentinelFinding,
     SentinelPolicy,
+    needs_magnitude_observer,
     sentinel_guard,
 )
 from qconvert.errors import InputError
@@ -129,11 +134,13 @@ class _Passes:
     def __init__(
         self,
         tensors: Sequence[str],
+        sources: Mapping[str, str],
         method: Method,
         sentinel: SentinelPolicy | str,
         overrides: Mapping[str, str] | Sequence[str] | None,
     ) -> None:
-        self.tensors = tensors
+        self.tensors = tensors  # observed; each of `sources` (tensor -> observed one) shares its observers
+        self.sources = sources
         self.method = method
         self.sentinel = sentinel
         self.overrides = overrides
@@ -142,10 +149,20 @@ class _Passes:
         self.firsts: dict[str, object] = {}  # tensor -> pass 1's method observer (clipped if so decided)
 
     def first(self, _: Mapping[str, list] | None) -> ObserverTable:
-        table = {name: [*self.method.first_pass(name), MagnitudeObserver()] for name in self.tensors}
+        table: dict[str, list] = {}
+        for name in self.tensors:
+            observers = self.method.first_pass(name)
+            if needs_magnitude_observer(observers):
+                observers = [*observers, MagnitudeObserver()]
+            table[name] = observers
         return cast(ObserverTable, table)
 
+    def with_sources(self, table: Mapping[str, list]) -> dict[str, list]:
+        """`table` with every tensor that shares another's observers, in graph order."""
+        return {**table, **{name: table[source] for name, source in self.sources.items() if source in table}}
+
     def guard(self, first_pass: Mapping[str, list]) -> SentinelDecision:
+        first_pass = self.with_sources(first_pass)
         self.findings, self.decision = sentinel_guard(first_pass, self.sentinel, self.overrides)
         for name, observers in first_pass.items():
             bounds = self.decision.clipped_ranges.get(name)
@@ -186,8 +203,11 @@ def _observe(
     op_types = (
         DEFAULT_OP_TYPES if scheme.op_types_to_quantize is None else scheme.op_types_to_quantize
     ) - scheme.op_types_to_exclude
-    augmented = augment_model(model, base_dir, op_types=op_types)
-    passes = _Passes(augmented.tensors, method, sentinel, sentinel_overrides)
+    tensors = list(calibration_tensors(model, op_types))
+    sources = value_preserving_sources(model, tensors)
+    observed = [name for name in tensors if name not in sources]
+    augmented = augment_model(model, base_dir, observed, op_types=op_types)
+    passes = _Passes(augmented.tensors, sources, method, sentinel, sentinel_overrides)
     started = time.perf_counter()
     results = collect_passes(
         augmented, dataset, passes.makers(), workers=workers, engine=engine, progress=progress
@@ -197,11 +217,17 @@ def _observe(
     stats = results[0].stats
     reasons = {finding.tensor: finding.reason for finding in passes.findings}
     ranges: dict[str, TensorRange] = {}
-    for name in augmented.tensors:
+    last_pass = passes.with_sources(results[-1].observers)
+    # A tensor sharing its source's observers shares its range (an entropy search costs milliseconds).
+    computed: dict[tuple[int, ...], TensorRange] = {}
+    for name in tensors:
         first = passes.firsts[name]
-        final: list[object] = list(results[-1].observers.get(name, [])) if len(results) > 1 else [first]
+        final: list[object] = list(last_pass.get(name, [])) if len(results) > 1 else [first]
+        key = (id(first), *map(id, final))
         try:
-            tensor_range = method.range(name, [first], final)
+            if key not in computed:
+                computed[key] = method.range(name, [first], final)
+            tensor_range = dataclasses.replace(computed[key], name=name)
         except InputError:
             if name not in decision.keep_float:
                 raise

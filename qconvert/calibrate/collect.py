@@ -38,6 +38,9 @@ from qconvert.calibrate.workers import (
 from qconvert.errors import InputError
 
 FLOAT_TYPES: dict[int, str] = {TensorProto.FLOAT: "f32", TensorProto.FLOAT16: "f16"}
+# Ops whose (first) output holds exactly their first input's values, rearranged: every observer sees the
+# same multiset in each batch, so the output shares its input's observers instead of being observed.
+VALUE_PRESERVING_OPS = frozenset({"Flatten", "Identity", "Reshape", "Squeeze", "Transpose", "Unsqueeze"})
 # progress(samples done, total samples or None when unknown)
 ProgressCallback = Callable[[int, int | None], None]
 
@@ -65,6 +68,23 @@ def calibration_tensors(model: ModelProto, op_types: Collection[str] | None = No
             if kind.HasField("tensor_type") and kind.tensor_type.elem_type in FLOAT_TYPES:
                 tensors[name] = FLOAT_TYPES[kind.tensor_type.elem_type]
     return tensors
+
+
+def value_preserving_sources(model: ModelProto, tensors: Collection[str]) -> dict[str, str]:
+    """Tensor -> the tensor it rearranges (through VALUE_PRESERVING_OPS), for those among `tensors` whose
+    chain of such ops leads back to another of `tensors`; that one's observers serve both."""
+    calibrated = set(tensors)
+    producers = {node.output[0]: node for node in model.graph.node if node.output}
+    sources: dict[str, str] = {}
+    for name in tensors:
+        source = name
+        while (node := producers.get(source)) is not None and node.op_type in VALUE_PRESERVING_OPS:
+            if not node.input or node.input[0] not in calibrated:
+                break
+            source = node.input[0]
+        if source != name:
+            sources[name] = source
+    return sources
 
 
 def load_float_model(source: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto, Path | None]:
@@ -224,6 +244,7 @@ __all__ = [
     "ProgressCallback",
     "augment_model",
     "calibration_tensors",
+    "value_preserving_sources",
     "collect",
     "collect_passes",
     "load_float_model",

@@ -22,17 +22,20 @@ from typing import Self
 
 import numpy as np
 
+from qconvert.calibrate.observers import (
+    FLOAT32_EXPONENT_FIELDS,
+    HUGE_EXPONENT,
+    HUGE_MAGNITUDE,
+    AlignedHistogramObserver,
+)
 from qconvert.errors import InputError
 
 # index = float32 bits >> 23: sign bit * 256 + biased exponent field (0: zero or subnormal, 255: Inf/NaN)
-MAGNITUDE_BINS = 512
+MAGNITUDE_BINS = FLOAT32_EXPONENT_FIELDS
 _SIGN = 256
 _INF_FIELD = 255
-# |x| >= 2**100 (1.27e30): the float-min / float-max class. No trained activation gets there; masks
-# built from torch.finfo(float32).min (3.4e38) and "large negative" constants (-1e30, -1e38) do.
-HUGE_EXPONENT = 100
-_HUGE_FIELD = HUGE_EXPONENT + 127
-HUGE_MAGNITUDE = 2.0**HUGE_EXPONENT
+_EXPONENT_BIAS = 127
+_HUGE_FIELD = HUGE_EXPONENT + _EXPONENT_BIAS
 
 # Isolated-cluster rule (a -10000 padding mask added to scores of magnitude ~10): a group of values at most
 # MAX_CLUSTER_OCTAVES octaves wide, separated from everything smaller by at least MIN_GAP_OCTAVES empty
@@ -97,6 +100,50 @@ class MagnitudeObserver:
         self.counts += counts
         self.ordinary_min = min(self.ordinary_min, lo)
         self.ordinary_max = max(self.ordinary_max, hi)
+
+    @classmethod
+    def from_aligned(cls, histogram: AlignedHistogramObserver) -> Self:
+        """The same view read off an aligned histogram, so histogram methods need no magnitude pass.
+
+        Bins of width w = 2**e have edges at multiples of w, and so does every octave boundary 2**j with
+        j >= e: a bin k >= 1 lies inside octave floor(log2 k) + e, a bin k <= -2 (|x| in (m·w, (m+1)·w],
+        m = -k-1) inside octave floor(log2 m) + e except |x| = (m+1)·w exactly, a power of two counted one
+        octave low. Bins 0 and -1 (0 < |x| < w) go to the octave just below w. That lumping never changes
+        the isolated-cluster rule: w is below 2·span / (max_bins - 1), so the lumped octave lies at least
+        8 octaves under a cluster of the top 3 octaves, and any gap it shortens stays 6 or wider.
+        """
+        view = cls()
+        counts = view.counts
+        if histogram.huge_counts is not None:
+            counts += histogram.huge_counts
+        counts[_INF_FIELD] += histogram.positive_inf_count
+        counts[_SIGN + _INF_FIELD] += histogram.negative_inf_count
+        counts[0] += histogram.zero_count
+        nonzero = histogram.ordinary_count - histogram.zero_count
+        constant = histogram.ordinary_minimum
+        if histogram.exponent is None and constant is not None and nonzero:
+            counts[int(np.float32(constant).view(np.uint32)) >> 23] += nonzero
+        elif histogram.exponent is not None:
+            bins = np.arange(histogram.first_bin, histogram.first_bin + histogram.counts.size)
+            magnitude = np.where(bins >= 0, bins, -bins - 1)  # m: the bin's |x| is about m·w to (m+1)·w
+            octave = np.frexp(np.maximum(magnitude, 1).astype(np.float64))[1] - 1  # floor(log2 m)
+            octave[magnitude == 0] = -1  # below w
+            field = np.clip(octave + histogram.exponent + _EXPONENT_BIAS, 0, _INF_FIELD - 1)
+            field[bins < 0] += _SIGN
+            bin_counts = histogram.counts.copy()
+            if histogram.first_bin <= 0 < histogram.first_bin + bin_counts.size:
+                bin_counts[-histogram.first_bin] -= histogram.zero_count  # zeros sit in bin 0
+            np.add.at(counts, field, bin_counts)
+        view.nan_count = histogram.nan_count
+        if histogram.ordinary_minimum is not None and histogram.ordinary_maximum is not None:
+            view.ordinary_min, view.ordinary_max = histogram.ordinary_minimum, histogram.ordinary_maximum
+        if histogram.minimum is not None and histogram.maximum is not None:
+            view.minimum, view.maximum = histogram.minimum, histogram.maximum
+        if histogram.negative_inf_count:
+            view.minimum = -math.inf
+        if histogram.positive_inf_count:
+            view.maximum = math.inf
+        return view
 
     def merge(self, other: Self) -> None:
         self.counts += other.counts
@@ -332,14 +379,21 @@ def apply_sentinel_policy(
 # Wiring into the calibration passes (qconvert/calibrate/api.py)
 
 
+def needs_magnitude_observer(observers: Sequence[object]) -> bool:
+    """Whether pass 1 needs a MagnitudeObserver beside `observers` (an aligned histogram gives the view)."""
+    return not any(isinstance(observer, AlignedHistogramObserver) for observer in observers)
+
+
 def magnitude_observers(table: Mapping[str, Sequence[object]]) -> dict[str, MagnitudeObserver]:
-    """The MagnitudeObserver of each tensor of a pass's observer table (pass 1 puts one beside MinMax)."""
+    """The per-octave view of each tensor of pass 1: its MagnitudeObserver, or its aligned histogram's."""
     found: dict[str, MagnitudeObserver] = {}
     for name, observers in table.items():
-        for observer in observers:
-            if isinstance(observer, MagnitudeObserver):
-                found[name] = observer
-                break
+        magnitude = [o for o in observers if isinstance(o, MagnitudeObserver)]
+        aligned = [o for o in observers if isinstance(o, AlignedHistogramObserver)]
+        if magnitude:
+            found[name] = magnitude[0]
+        elif aligned:
+            found[name] = MagnitudeObserver.from_aligned(aligned[0])
     return found
 
 

@@ -51,13 +51,17 @@ class AugmentedModel:
 
 
 def make_session(augmented: AugmentedModel, threads: int = 0) -> Any:
-    """An onnxruntime CPU session without graph optimizations (the calibrator's), `threads` 0 = default."""
+    """An onnxruntime CPU session without graph optimizations (the calibrator's), `threads` 0 = default.
+
+    Its threads do not spin between ops: the observers run beside it and need those cores.
+    """
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
     options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if augmented.external_data_folder is not None:
         options.add_session_config_entry(
             "session.model_external_initializers_file_folder_path", augmented.external_data_folder
@@ -88,11 +92,13 @@ class ShareResult:
     seconds: float = 0.0
 
 
-def observe_share(session: Any, share: Share, report: Callable[[int], None]) -> ShareResult:
+def observe_share(session: Any, share: Share, report: Callable[[int], None], threads: int = 1) -> ShareResult:
     """Run the model on the share's batches, feeding its observers; `report(samples)` after each batch.
 
     onnxruntime runs batch k+1 on a helper thread (it releases the GIL) while batch k is observed, so
-    at most two batches of intermediates are alive; batches are still observed in order.
+    at most two batches of intermediates are alive. Batch k's tensors are observed by `threads` threads
+    (numpy releases the GIL in its loops), the largest first; every observer still sees its batches in
+    order, one at a time, so the result does not depend on `threads`.
     """
     started = time.perf_counter()
     names = list(share.observers)
@@ -107,27 +113,39 @@ def observe_share(session: Any, share: Share, report: Callable[[int], None]) -> 
                 f"{share.dataset.label}: onnxruntime failed on batch {batch.index}: {error}"
             ) from None
 
-    def observe(batch: Batch, outputs: Future[list[np.ndarray]]) -> None:
-        for name, values in zip(names, outputs.result()):
-            if values.size == 0:
-                continue  # nothing to observe (a zero-size dim), and min/max of nothing is undefined
-            for observer in share.observers[name]:
-                observer.observe(values)
+    def observe_tensor(name: str, values: np.ndarray) -> None:
+        for observer in share.observers[name]:
+            observer.observe(values)
+
+    def observe(batch: Batch, outputs: Future[list[np.ndarray]], pool: ThreadPoolExecutor | None) -> None:
+        # A zero-size dim leaves nothing to observe (and min/max of nothing is undefined).
+        tensors = [(name, values) for name, values in zip(names, outputs.result()) if values.size]
+        tensors.sort(key=lambda item: item[1].size, reverse=True)
+        if pool is None:
+            for name, values in tensors:
+                observe_tensor(name, values)
+        else:
+            for future in [pool.submit(observe_tensor, name, values) for name, values in tensors]:
+                future.result()
         result.batches_run += 1
         result.samples_reported += batch.size
         report(batch.size)
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnxruntime") as runner:
+    with contextlib.ExitStack() as stack:
+        runner = stack.enter_context(ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnxruntime"))
+        pool = None
+        if threads > 1:
+            pool = stack.enter_context(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe"))
         pending: tuple[Batch, Future[list[np.ndarray]]] | None = None
         for batch in share.dataset.batches(stats):
             if batch.index % share.count != share.index:
                 continue
             running = (batch, runner.submit(run, batch))
             if pending is not None:
-                observe(*pending)
+                observe(*pending, pool)
             pending = running
         if pending is not None:
-            observe(*pending)
+            observe(*pending, pool)
     if share.index == 0:  # samples read but not run: counted once, by the first share
         result.samples_reported += stats.excluded + stats.dropped_tail
         report(stats.excluded + stats.dropped_tail)
@@ -156,7 +174,8 @@ class InProcessEngine:
     def run(self, shares: Sequence[Share], progress: Callable[[int], None]) -> list[ShareResult]:
         if self.session is None:
             self.session = make_session(self.augmented)
-        return [observe_share(self.session, share, progress) for share in shares]
+        threads = os.cpu_count() or 1
+        return [observe_share(self.session, share, progress, threads) for share in shares]
 
 
 # State of a worker process (set by its initializer): the model, its session once built, the progress queue.
@@ -172,7 +191,7 @@ def _run_in_worker(share: Share) -> ShareResult:
     if state["session"] is None:
         state["session"] = make_session(state["augmented"], state["threads"])
     messages = state["messages"]
-    return observe_share(state["session"], share, lambda samples: messages.put(samples))
+    return observe_share(state["session"], share, lambda samples: messages.put(samples), state["threads"])
 
 
 def _check_picklable(dataset: Dataset) -> None:
@@ -244,7 +263,7 @@ class _RayWorker:
             self.session = make_session(self.augmented, self.threads)
         # Ray hands numpy arrays over zero-copy from its object store, read-only: observe into a copy.
         share = Share(share.dataset, copy.deepcopy(share.observers), share.index, share.count)
-        return observe_share(self.session, share, lambda samples: None)
+        return observe_share(self.session, share, lambda samples: None, max(1, self.threads))
 
 
 class RayEngine:

@@ -11,14 +11,18 @@ from onnx import TensorProto, helper
 from onnxruntime.quantization.calibrate import CalibrationDataReader, MinMaxCalibrater
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
+from qconvert.calibrate.api import calibrate
 from qconvert.calibrate.collect import (
+    VALUE_PRESERVING_OPS,
     augment_model,
     calibration_tensors,
     collect,
     collect_passes,
     load_float_model,
+    value_preserving_sources,
 )
 from qconvert.calibrate.dataset import open_dataset
+from qconvert.calibrate.methods import make_method
 from qconvert.calibrate.observers import HistogramObserver, MinMaxObserver
 from qconvert.errors import InputError
 
@@ -89,6 +93,31 @@ def test_same_tensors_and_bit_identical_minmax_as_onnxruntime_calibrator(
             np.float32(high),
         ), name
     assert result.batches == len(batches)
+
+
+@pytest.mark.parametrize("method", ["minmax", "entropy"])
+def test_rearranged_tensors_share_their_sources_observers_and_get_the_same_ranges(
+    method: str, tmp_path: Path
+) -> None:
+    """Reshape/Transpose outputs are not exposed nor observed: their source's observers serve them. Their
+    ranges equal those of observing every tensor directly (same multiset of values per batch)."""
+    model_path = MODELS / "tiny_encoder.onnx"
+    model, folder = load_float_model(model_path)
+    data = encoder_data(tmp_path)
+    result = calibrate(model_path, data, method=method)
+    tensors = list(result.ranges.ranges)
+    sources = value_preserving_sources(model, tensors)
+    producers = {node.output[0]: node.op_type for node in model.graph.node}
+    assert len(sources) >= 4 and {producers[name] for name in sources} <= VALUE_PRESERVING_OPS
+    assert {producers[name] for name in sources} >= {"Reshape", "Transpose"}
+
+    chosen = make_method(method)
+    augmented = augment_model(model, folder, tensors)
+    direct = collect(augmented, open_dataset(data, model), {n: chosen.first_pass(n) for n in tensors})
+    for name in tensors:
+        expected = chosen.range(name, direct.observers[name], direct.observers[name])
+        ours = result.ranges.ranges[name]
+        assert (ours.name, ours.min, ours.max) == (name, expected.min, expected.max), name
 
 
 def test_tensors_are_float_node_inputs_and_outputs_never_initializers() -> None:

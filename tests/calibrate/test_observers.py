@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from qconvert.calibrate.observers import (
+    HUGE_MAGNITUDE,
     AlignedHistogramObserver,
     HistogramObserver,
     MinMaxObserver,
@@ -232,11 +233,15 @@ def test_observers_pickle() -> None:
 
 
 def _check_aligned(observer: AlignedHistogramObserver, values: np.ndarray) -> None:
-    """The bins are np.histogram's over the observer's exact edges, and the exponent is the smallest that
-    fits [min, max] in max_bins bins (np.histogram's bins are [a, b) with exact edge comparisons; no value
-    reaches the last edge, which lies above the maximum)."""
+    """The bins are np.histogram's of the ordinary values (finite, below HUGE_MAGNITUDE) over the
+    observer's exact edges, and the exponent is the smallest that fits their [min, max] in max_bins bins
+    (np.histogram's bins are [a, b) with exact edge comparisons; no value reaches the last edge, which lies
+    above the maximum)."""
     finite = values[np.isfinite(values)].astype(np.float64)
     assert (observer.minimum, observer.maximum) == (finite.min(), finite.max())
+    finite = finite[np.abs(finite) < HUGE_MAGNITUDE]
+    assert (observer.ordinary_minimum, observer.ordinary_maximum) == (finite.min(), finite.max())
+    assert observer.zero_count == np.count_nonzero(finite == 0)
     assert observer.exponent is not None
     edges = observer.edges
     assert edges[0] <= finite.min() and finite.max() < edges[-1]
@@ -284,16 +289,47 @@ def test_aligned_histogram_from_a_constant_to_a_range_and_back_to_none() -> None
 
 
 def test_aligned_histogram_bins_tiny_and_huge_values_exactly() -> None:
-    # A float-min sentinel makes the bins 2**117 wide: the smallest subnormals must still land on their
-    # side of zero (-1e-45 in bin -1, not 0), so such widths are computed in float64.
-    biggest = float(np.finfo(np.float32).max)
-    values = np.array([-biggest, -1e-45, 0.0, -0.0, 1e-45, 5.0, 1e37], np.float32)
+    # Bins 2**85 wide: the smallest subnormals must still land on their side of zero (-1e-45 in bin -1,
+    # not 0), so such widths are computed in float64.
+    values = np.array([-1e29, -1e-45, 0.0, -0.0, 1e-45, 5.0, 1e27], np.float32)
     observer = AlignedHistogramObserver(max_bins=64)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         observer.observe(values)
     _check_aligned(observer, values)
-    assert observer.exponent is not None and observer.exponent > 100
+    assert observer.exponent is not None and observer.exponent > 80 and observer.huge_count == 0
+
+
+def test_aligned_histogram_counts_huge_sentinels_apart_and_bins_the_rest() -> None:
+    # A float-min mask (and float-max) would make the bins 2**117 wide: they are counted per octave
+    # instead, stay in minimum/maximum, and the bins keep the ordinary values' resolution.
+    biggest = float(np.finfo(np.float32).max)
+    batches = [
+        np.array([-biggest, -3.0, 0.0, 2.5], np.float32),
+        np.array([-biggest, -biggest, 1e31, 1.25], np.float32),
+        np.array([0.5, -0.75], np.float32),
+    ]
+    observer = AlignedHistogramObserver(max_bins=64)
+    for batch in batches:
+        observer.observe(batch)
+    everything = np.concatenate(batches)
+    _check_aligned(observer, everything)
+    assert observer.exponent is not None and observer.exponent < -2
+    assert observer.huge_count == 4 and observer.ordinary_count == 6 == observer.total
+    huge = everything[np.abs(everything) >= HUGE_MAGNITUDE]
+    expected = np.bincount(huge.view(np.uint32) >> 23, minlength=512)
+    assert observer.huge_counts is not None
+    np.testing.assert_array_equal(observer.huge_counts, expected)
+    split = AlignedHistogramObserver(max_bins=64)
+    split.observe(batches[2])
+    rest = AlignedHistogramObserver(max_bins=64)
+    rest.observe(batches[1])
+    rest.observe(batches[0])
+    split.merge(rest)
+    assert _state(split) == _state(observer)
+    only_huge = AlignedHistogramObserver(max_bins=64)
+    only_huge.observe(np.array([-biggest], np.float32))
+    assert only_huge.ordinary_minimum is None and only_huge.exponent is None and only_huge.huge_count == 1
     # A range one float32 step wide far from zero: bins of 2**-30 around 1000.
     close = np.array([1000.0, np.nextafter(np.float32(1000.0), np.float32(2000.0))], np.float32)
     narrow = AlignedHistogramObserver(max_bins=4097)

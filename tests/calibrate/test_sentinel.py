@@ -21,6 +21,7 @@ from calibrate.parity_support import load_bert_mask_builder
 from conftest import require_module
 from onnx import numpy_helper
 
+from qconvert.calibrate.observers import AlignedHistogramObserver
 from qconvert.calibrate.sentinel import (
     HUGE_MAGNITUDE,
     MagnitudeObserver,
@@ -166,6 +167,62 @@ def test_genuine_heavy_tails_and_large_dense_activations_are_not_flagged() -> No
         constant=np.full(100, -10000.0, np.float32),
     )
     assert found == {}
+
+
+@pytest.mark.parametrize("max_bins", [257, 4097])
+def test_an_aligned_histogram_gives_the_guard_the_same_findings(scores: np.ndarray, max_bins: int) -> None:
+    """Histogram methods run no MagnitudeObserver: the guard reads the octaves off their aligned bins
+    (`MagnitudeObserver.from_aligned`). Same tensors, reasons and fractions as the exact observer, on every
+    case above, each observed in two batches and merged. The robust ranges are the same too, except where
+    the bulk lies below one bin of the whole range: then its edge is that bin's (the histogram has nothing
+    finer to offer): with the methods' 4097 bins (width 4 here) only for a bulk of ±0.01 under a -10000
+    mask, with 257 bins (width 64) also for scores of ±10."""
+    rng = np.random.default_rng(3)
+    with_inf = np.where(padding_mask(-1.0) < 0, -np.inf, scores).astype(np.float32)
+    with_nan = scores.copy()
+    with_nan[0, 0, 0, :3] = np.nan
+    cases = {
+        "float_min_mask": padding_mask(FLOAT_MIN),
+        "float_min_masked": scores + padding_mask(FLOAT_MIN),
+        "mask": padding_mask(-10000.0),
+        "masked": scores + padding_mask(-10000.0),
+        "masked_small": scores / 1000 + padding_mask(-10000.0),  # the bulk far below one bin
+        "with_inf": with_inf,
+        "with_nan": with_nan,
+        "only_inf": np.full(8, np.inf, np.float32),
+        "laplace": rng.laplace(size=100_000).astype(np.float32),
+        "student_t3": rng.standard_t(3, size=100_000).astype(np.float32),
+        "relu_mlp": (np.maximum(rng.standard_normal(100_000), 0) * 40).astype(np.float32),
+        "tiny_outliers": np.concatenate([rng.standard_normal(10_000), [1e-30, -3e-28]]).astype(np.float32),
+        "constant": np.full(100, -10000.0, np.float32),
+        "zeros_and_cluster": np.concatenate([np.zeros(1000), np.full(10, 5000.0)]).astype(np.float32),
+    }
+    exact = {name: observed(values) for name, values in cases.items()}
+    aligned, widths = {}, {}
+    for name, values in cases.items():
+        halves = [AlignedHistogramObserver(max_bins=max_bins) for _ in range(2)]
+        halves[0].observe(values.reshape(-1)[::2])
+        halves[1].observe(values.reshape(-1)[1::2])
+        halves[0].merge(halves[1])
+        aligned[name] = MagnitudeObserver.from_aligned(halves[0])
+        widths[name] = halves[0].width or 0.0
+    expected = find_sentinels(exact)
+    assert {f.tensor for f in expected} >= {"float_min_masked", "masked", "masked_small"}
+    found = find_sentinels(aligned)
+    assert [(f.tensor, f.reason, f.sentinel_fraction) for f in found] == [
+        (f.tensor, f.reason, f.sentinel_fraction) for f in expected
+    ]
+    coarser = []
+    for ours, theirs in zip(found, expected, strict=True):
+        if ours.robust_range == theirs.robust_range:
+            continue
+        assert ours.robust_range is not None and theirs.robust_range is not None
+        (low, high), (exact_low, exact_high) = ours.robust_range, theirs.robust_range
+        width = widths[ours.tensor]
+        assert low <= exact_low and high >= exact_high
+        assert low in (exact_low, -width) and high in (exact_high, width)
+        coarser.append(ours.tensor)
+    assert coarser == (["masked_small"] if max_bins == 4097 else ["masked", "masked_small"])
 
 
 # ----------------------------------------------------------------------------------------------------------

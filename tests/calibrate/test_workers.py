@@ -12,7 +12,8 @@ from conftest import require_module
 from qconvert.calibrate.api import calibrate
 from qconvert.calibrate.collect import AugmentedModel, augment_model, collect_passes, load_float_model
 from qconvert.calibrate.dataset import Dataset, open_dataset
-from qconvert.calibrate.observers import HistogramObserver, MinMaxObserver
+from qconvert.calibrate.observers import AlignedHistogramObserver, HistogramObserver, MinMaxObserver
+from qconvert.calibrate.workers import Share, make_session, observe_share
 from qconvert.errors import InputError
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -96,6 +97,25 @@ def test_calibrate_with_two_workers_saves_the_same_ranges_json(method: str, tmp_
         saved.append(json.loads(ranges.read_text())["tensors"])
     assert saved[0] == saved[1]
     assert len(saved[0]) == 9 and all(entry["method"] == method for entry in saved[0].values())
+
+
+def test_observer_threads_give_bit_identical_aligned_histograms(tmp_path: Path) -> None:
+    """One process observes each batch's tensors on several threads: every observer still sees its
+    batches in order, so 1 and 3 threads give the same state."""
+    augmented, dataset = encoder_setup(tmp_path)
+    states = []
+    for threads in (1, 3):
+        observers = {name: [AlignedHistogramObserver(max_bins=257)] for name in augmented.tensors}
+        share = Share(dataset, observers, 0, 1)
+        result = observe_share(make_session(augmented), share, lambda samples: None, threads)
+        assert result.batches_run == 7
+        states.append(
+            {
+                name: (o.minimum, o.maximum, o.count, o.exponent, o.first_bin, o.counts.tobytes())
+                for name, (o,) in result.observers.items()
+            }
+        )
+    assert states[0] == states[1]
 
 
 def test_a_lambda_cannot_go_to_worker_processes_and_says_so() -> None:

@@ -40,8 +40,8 @@ histogram gets enough bins that its bins are never wider than those (`_max_bins`
 
 A range the sentinel guard clipped (api.py hands `compute_range` pass 1's observer with its min/max
 replaced) is read from the same bins, those outside folded into the end bins: as fine as the bins over
-the full range allow, so a float-min sentinel leaves it little resolution (entropy then falls back to the
-clipped min/max).
+the ordinary range allow. Float-min style values (|x| >= 2**100) are never binned, so they cost the bins
+no resolution; a -10000 padding cluster is binned, so the clipped bulk gets the bins of the whole range.
 """
 
 from __future__ import annotations

@@ -1,0 +1,119 @@
+"""What the vectorised entropy search relies on to stay bit-identical to onnxruntime while fast.
+
+- `np.add.reduceat` over rows laid out as the search lays them out ([0.0, row..., leftovers]) sums each
+  row exactly as `np.sum` does (numpy's pairwise order depends on the length, so this is checked for
+  every length the search meets, on the installed numpy, with the ufunc buffer size the search sets);
+- every candidate's KL divergence, not only the chosen window, equals the value onnxruntime computes:
+  its own `entropy` function is wrapped to record what it returns, then called through unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnxruntime.quantization import calibrate
+
+from qconvert.calibrate import entropy
+from qconvert.calibrate.entropy import kl_divergences
+
+
+def _reduceat_row_sums(rows: list[np.ndarray]) -> np.ndarray:
+    """Each row's sum the way `entropy._block_divergences` computes it."""
+    width = max(row.size for row in rows) + 1
+    buffer = np.full(len(rows) * width + 1, np.float32(np.nan))  # leftovers hold anything
+    grid = buffer[:-1].reshape(len(rows), width)
+    grid[:, 0] = 0
+    for grid_row, row in zip(grid, rows, strict=True):
+        grid_row[1 : row.size + 1] = row
+    starts = np.arange(len(rows)) * width
+    lengths = np.array([row.size for row in rows])
+    segments = np.stack([starts, starts + lengths + 1], axis=1).ravel()
+    with np.errstate(invalid="ignore"):
+        np.setbufsize(entropy._UNBUFFERED)
+        return np.add.reduceat(buffer, segments)[::2]
+
+
+@pytest.mark.parametrize("magnitudes", ["positive", "signed"])
+def test_reduceat_with_a_leading_zero_sums_every_length_as_np_sum(magnitudes: str) -> None:
+    rng = np.random.default_rng(0 if magnitudes == "positive" else 1)
+    lengths = [*range(1, 4201), 8191, 8192, 8193, 16385, 40_000]
+    rows = []
+    for length in lengths:
+        row = rng.standard_normal(length) * 10.0 ** rng.uniform(-3, 3, length)
+        rows.append((np.abs(row) if magnitudes == "positive" else row).astype(np.float32))
+    expected = np.array([np.sum(row) for row in rows], dtype=np.float32)
+    for first in range(0, len(rows), 128):  # blocks of rows, as the search makes them
+        block = rows[first : first + 128]
+        got = _reduceat_row_sums(block)
+        assert got.tobytes() == expected[first : first + len(block)].tobytes(), first
+
+
+def test_reduceat_rows_are_independent_of_their_neighbours_and_alignment() -> None:
+    rng = np.random.default_rng(2)
+    row = rng.random(1537, dtype=np.float32)
+    expected = np.sum(row)
+    for neighbours in range(1, 9):  # shifts the row's offset in the buffer by the neighbours' widths
+        rows = [rng.random(int(rng.integers(1, 2000)), dtype=np.float32) for _ in range(neighbours)]
+        assert _reduceat_row_sums([*rows, row])[-1] == expected
+
+
+def _onnxruntime_divergences(monkeypatch: pytest.MonkeyPatch, histogram: tuple, num_quantized_bins: int):
+    """The KL of every candidate whose distributions onnxruntime could smooth, in its order."""
+    recorded: list[float] = []
+    original = calibrate.entropy
+
+    def recording(pk, qk, *args, **kwargs):
+        value = original(pk, qk, *args, **kwargs)
+        recorded.append(float(value))
+        return value
+
+    monkeypatch.setattr(calibrate, "entropy", recording)
+    collector = calibrate.HistogramCollector("entropy", False, 1, num_quantized_bins, 99.999, "same")
+    collector.get_entropy_threshold(histogram, num_quantized_bins)
+    monkeypatch.setattr(calibrate, "entropy", original)
+    return np.array(recorded)
+
+
+def _histogram(values: np.ndarray, num_bins: int) -> tuple:
+    collector = calibrate.HistogramCollector("entropy", False, num_bins, 128, 99.999, "same")
+    collector.collect({"t": [values.astype(np.float32)]})
+    return collector.histogram_dict["t"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "num_bins", "num_quantized_bins"), [(0, 768, 128), (1, 1001, 128), (2, 400, 16)]
+)
+def test_every_candidate_divergence_equals_onnxruntime(
+    monkeypatch: pytest.MonkeyPatch, kind: int, num_bins: int, num_quantized_bins: int
+) -> None:
+    rng = np.random.default_rng(40 + kind)
+    if kind == 0:  # normal with outliers: most wide windows are empty bins
+        values = rng.standard_normal(50_000)
+        values[:3] = [25.0, -14.0, 9.0]
+    elif kind == 1:  # ReLU output
+        values = np.maximum(rng.standard_normal(50_000), 0)
+    else:  # heavy tails
+        values = rng.standard_t(3, 20_000)
+    histogram = _histogram(values, num_bins)
+    theirs = _onnxruntime_divergences(monkeypatch, histogram, num_quantized_bins)
+    ours = kl_divergences(histogram[0], num_quantized_bins)
+    assert theirs.size > 0
+    assert ours[np.isfinite(ours)].tobytes() == theirs.tobytes()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_every_candidate_divergence_equals_onnxruntime_on_small_histograms(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    # One-bin windows, a single merged bin, merged bins of size 0, odd bin counts.
+    rng = np.random.default_rng(seed)
+    for case in range(25):
+        num_bins = int(rng.integers(2, 80))
+        num_quantized_bins = int(rng.integers(1, num_bins + 1))
+        if num_quantized_bins // 2 > num_bins // 2:
+            continue
+        values = rng.standard_normal(int(rng.integers(1, 300))) * rng.uniform(0.1, 3)
+        histogram = _histogram(np.round(values) if case % 2 else values, num_bins)
+        theirs = _onnxruntime_divergences(monkeypatch, histogram, num_quantized_bins)
+        ours = kl_divergences(histogram[0], num_quantized_bins)
+        assert ours[np.isfinite(ours)].tobytes() == theirs.tobytes(), (num_bins, num_quantized_bins, case)

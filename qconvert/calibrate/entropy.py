@@ -25,12 +25,15 @@ candidates `i = h .. z`:
 from __future__ import annotations
 
 import functools
+import itertools
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 _SMOOTHING_EPSILON = 1e-4
-# Candidates per vectorised block: 128 rows of p and 128 of q, up to ~2048 float32 each, fit in L2.
+# Candidates per vectorised block: 128 rows of p and 128 of q, up to ~2048 float32 each (~2 MiB);
+# 96 to 256 measured alike, 64 slower (numpy's per-call cost), 384 slower (cache).
 _CANDIDATE_BLOCK = 128
 # numpy's smallest ufunc buffer: with its default 8192, numpy copies each row's broadcast value (a
 # row sum, a correction) to lengthen rows shorter than that, which doubles the cost of those operations.
@@ -63,29 +66,27 @@ def kl_divergences(counts: np.ndarray, num_quantized_bins: int) -> np.ndarray:
     """The KL divergence (float32 values in a float64 array) of each candidate window, narrowest first."""
     histogram = np.asarray(counts, dtype=np.int64)
     num_bins = histogram.size
-    zero_bin = num_bins // 2
-    half_quantized = num_quantized_bins // 2
-    if num_quantized_bins < 1 or half_quantized > zero_bin:
+    if num_quantized_bins < 1 or num_quantized_bins // 2 > num_bins // 2:
         raise ValueError(
             f"the entropy search needs 1 <= num_quantized_bins <= num_bins ({num_bins}), "
             f"got {num_quantized_bins}"
         )
     tables = _Tables(histogram)
-    half_windows = np.arange(half_quantized, zero_bin + 1)
-    divergences = np.empty(half_windows.size, dtype=np.float64)
-    buffers = _Buffers(min(half_windows.size, _CANDIDATE_BLOCK), num_bins + 1)
-    for first in range(0, half_windows.size, _CANDIDATE_BLOCK):
-        block = half_windows[first : first + _CANDIDATE_BLOCK]
-        divergences[first : first + block.size] = _block_divergences(
-            tables, block, num_quantized_bins, buffers
-        )
+    candidates = _candidates(tables, num_quantized_bins)
+    divergences = np.empty(candidates.starts.size, dtype=np.float64)
+    buffers = _Buffers(min(divergences.size, _CANDIDATE_BLOCK), num_bins + 1)
+    for first in range(0, divergences.size, _CANDIDATE_BLOCK):
+        block = slice(first, first + _CANDIDATE_BLOCK)
+        divergences[block] = _block_divergences(tables, candidates, block, buffers)
+    divergences[~candidates.ok] = np.inf  # smoothing fails on an all-zero distribution
     return divergences
 
 
 class _Tables:
-    """Per-histogram lookups shared by every block: prefix sums of counts, of non-zero and zero bins, and
+    """Per-histogram lookups shared by every block: prefix sums of counts, of non-zero and zero bins;
     windows of the counts as float32 (onnxruntime's astype(float32)): row s of `windows` starts at bin
-    s - 1 (a zero before bin 0), and zeros follow the last bin, so any row can read `num_bins + 1`."""
+    s - 1 (a zero before bin 0), and zeros follow the last bin, so any row can read `num_bins + 1`; and
+    the q value of every run of m bins, per m."""
 
     def __init__(self, histogram: np.ndarray) -> None:
         self.histogram = histogram
@@ -95,11 +96,23 @@ class _Tables:
         padded = np.zeros(2 * histogram.size + 2, dtype=np.float32)
         padded[1 : histogram.size + 1] = histogram
         self.windows = as_strided(padded, (histogram.size + 1, histogram.size + 1), 2 * padded.strides)
+        self._quotients: dict[int, np.ndarray] = {}
+
+    def quotients(self, merged: int, starts: np.ndarray, num_quantized_bins: int) -> np.ndarray:
+        """(row r, j): the q value of bins [starts[r] + j·merged, starts[r] + (j+1)·merged), for starts one
+        apart and decreasing: a strided view of every such run's value (computed once per size)."""
+        if merged not in self._quotients:
+            sums = self.prefix[merged:] - self.prefix[:-merged]
+            norms = self.nonzero_prefix[merged:] - self.nonzero_prefix[:-merged]
+            self._quotients[merged] = _quotient(sums, norms)
+        runs = self._quotients[merged][starts[-1] :]
+        step = runs.strides[0]
+        return as_strided(runs, (starts.size, num_quantized_bins), (step, step * merged))[::-1]
 
 
 class _Buffers:
     """float32 space every block reuses (fresh arrays would cost page faults each time): p's rows above
-    q's in one buffer, so that one reduceat and one division serve both, and a row of epsilons."""
+    q's in one buffer, so that one reduceat and one division serve both, and epsilons as large as p."""
 
     def __init__(self, num_rows: int, width: int) -> None:
         self.pq = np.empty(2 * num_rows * width + 1, dtype=np.float32)  # + 1: reduceat's last index
@@ -112,19 +125,31 @@ def _prefix(values: np.ndarray) -> np.ndarray:
     return prefix
 
 
-def _block_divergences(
-    tables: _Tables, half_windows: np.ndarray, num_quantized_bins: int, buffers: _Buffers
-) -> np.ndarray:
-    """KL of each candidate of one block (consecutive half windows). Row r holds 0.0 then its candidate's
-    `lengths[r]` values; past that it holds values that only the ignored reduceat segments read."""
+@dataclass(frozen=True)
+class _Candidates:
+    """Per candidate window: its first bin and length; p's smoothing correction and smoothed end bins
+    (the outside counts folded in); q's merged size and smoothed values (one per merged bin, then the
+    tail's); whether onnxruntime could smooth both p and q."""
+
+    starts: np.ndarray
+    lengths: np.ndarray
+    p_correction: np.ndarray
+    p_first: np.ndarray
+    p_last: np.ndarray
+    merged: np.ndarray
+    q_values: np.ndarray
+    ok: np.ndarray
+
+
+def _candidates(tables: _Tables, num_quantized_bins: int) -> _Candidates:
+    """Everything about each candidate but its full-length rows, for all candidates at once."""
     histogram, prefix = tables.histogram, tables.prefix
     num_bins = histogram.size
     zero_bin = num_bins // 2
-    rows = np.arange(half_windows.size)
+    half_windows = np.arange(num_quantized_bins // 2, zero_bin + 1)
     starts = zero_bin - half_windows
     ends = np.minimum(zero_bin + half_windows + 1, num_bins)
     lengths = ends - starts
-    width = int(lengths.max()) + 1
     has_last = lengths > 1  # p's last bin is another bin than its first
 
     # p's end bins with the outside counts folded in (int64 as onnxruntime), and p's zero count.
@@ -135,30 +160,59 @@ def _block_divergences(
     last_changed = np.where(has_last, (last_bin == 0).astype(np.int64) - (histogram[ends - 1] == 0), 0)
     p_zeros = tables.zero_prefix[ends] - tables.zero_prefix[starts] + first_changed + last_changed
 
-    # Quantized bins from the window without outliers (the last one also sums the tail up to the end);
-    # non-zero counts of p per merged bin (the histogram's, corrected where the outliers changed p's
-    # end bins: the first is in merged bin 0, the last in bin Q - 1 when there is no tail).
+    # Quantized bins: merged bin j of the window starting at s sums bins [s + j·m, s + (j+1)·m) (the last
+    # one also the tail up to the end); onnxruntime assigns `sum / norm` (float64, norm = p's non-zero
+    # count there) into an int64 q, truncating, where the norm is not 0 (a zero norm means a zero sum,
+    # but for the tail). Away from p's end bins that depends on the run of bins only (tables.quotients);
+    # the first and last merged bins are redone with p's end bins (the last bin is in merged bin Q - 1
+    # when there is no tail) and the tail.
     merged = lengths // num_quantized_bins
-    boundaries = starts[:, None] + np.arange(num_quantized_bins + 1) * merged[:, None]
-    norms = np.diff(tables.nonzero_prefix.take(boundaries), axis=1)
-    boundaries[:, -1] = ends
-    sums = np.diff(prefix.take(boundaries), axis=1)
-    norms[:, 0] -= first_changed
-    norms[:, -1] -= np.where(lengths == num_quantized_bins * merged, last_changed, 0)
-    # onnxruntime assigns `sum / norm` (float64) into an int64 array (truncation toward zero) where the
-    # norm is not 0; a zero norm means zero counts, hence a zero sum, except in the last bin (its tail).
-    spread = np.trunc(sums / np.maximum(norms, 1))
-    spread[:, -1] *= norms[:, -1] != 0
-    spread_zeros = spread == 0
-    q_zeros = np.count_nonzero(spread_zeros, axis=1) * merged + (lengths - num_quantized_bins * merged)
+    tail = lengths - num_quantized_bins * merged
+    spread = np.zeros((starts.size, num_quantized_bins))
+    for size, group in _runs(merged):
+        if size:
+            spread[group] = tables.quotients(size, starts[group], num_quantized_bins)
+    nonzero_prefix = tables.nonzero_prefix
+    last_start = starts + (num_quantized_bins - 1) * merged
+    last_norm = nonzero_prefix[last_start + merged] - nonzero_prefix[last_start]
+    last_norm -= np.where(tail == 0, last_changed, 0)
+    if num_quantized_bins == 1:
+        last_norm -= first_changed
+    else:
+        first_norm = nonzero_prefix[starts + merged] - nonzero_prefix[starts] - first_changed
+        spread[:, 0] = _quotient(prefix[starts + merged] - prefix[starts], first_norm)
+    spread[:, -1] = _quotient(prefix[ends] - prefix[last_start], last_norm)
+    q_zeros = np.count_nonzero(spread == 0, axis=1) * merged + tail
 
     # Smoothing: count + correction where the count is non-zero, epsilon where it is zero, computed as
     # max(count + correction, epsilon) since a count of 1 or more stays above epsilon (checked per row).
-    # q has one value per merged bin (each repeated `merged` times), then epsilon for the tail.
-    epsilon = np.float32(_SMOOTHING_EPSILON)
+    # q's tail (column Q) is all zeros: epsilon.
     p_correction = _correction(p_zeros, lengths)
-    q_values = np.full((rows.size, num_quantized_bins + 1), epsilon)
-    _smooth(spread.astype(np.float32), _correction(q_zeros, lengths), out=q_values[:, :-1])
+    q_values = np.full((starts.size, num_quantized_bins + 1), np.float32(_SMOOTHING_EPSILON))
+    with np.errstate():
+        np.setbufsize(_UNBUFFERED)
+        _smooth(spread.astype(np.float32), _correction(q_zeros, lengths), out=q_values[:, :-1])
+    return _Candidates(
+        starts=starts,
+        lengths=lengths,
+        p_correction=p_correction,
+        p_first=_smoothed(first_bin, p_correction),
+        p_last=_smoothed(last_bin, p_correction),
+        merged=merged,
+        q_values=q_values,
+        ok=(p_zeros < lengths) & (q_zeros < lengths),
+    )
+
+
+def _block_divergences(
+    tables: _Tables, candidates: _Candidates, block: slice, buffers: _Buffers
+) -> np.ndarray:
+    """KL of the candidates of one block, whose rows are `width` wide: 0.0, the candidate's `length`
+    values, then values that only the ignored reduceat segments read (candidates that could not be
+    smoothed get values that kl_divergences replaces)."""
+    starts, lengths = candidates.starts[block], candidates.lengths[block]
+    rows = np.arange(starts.size)
+    width = int(lengths[-1]) + 1  # the widest window is the last
     windows = tables.windows[starts[-1] : starts[0] + 1, :width][::-1]  # column c: window bin c - 1
     pq = buffers.pq[: 2 * rows.size * width].reshape(2 * rows.size, width)
     p, q = pq[: rows.size], pq[rows.size :]
@@ -167,10 +221,11 @@ def _block_divergences(
     segments = np.concatenate([segments, segments + rows.size * width])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # values past the lengths
         np.setbufsize(_UNBUFFERED)
-        _smooth(windows, p_correction, out=p, epsilons=buffers.epsilon[: p.size].reshape(p.shape))
-        p[:, 1] = _smoothed(first_bin, p_correction)
-        p[rows, lengths] = _smoothed(last_bin, p_correction)
-        _expand(q_values, merged, q)
+        epsilons = buffers.epsilon[: p.size].reshape(p.shape)
+        _smooth(windows, candidates.p_correction[block], out=p, epsilons=epsilons)
+        p[:, 1] = candidates.p_first[block]
+        p[rows, lengths] = candidates.p_last[block]
+        _expand(candidates.q_values[block], candidates.merged[block], q)
 
         # Normalised (onnxruntime divides each element by the float32 sum), then KL = sum(p·log(p / q)).
         pq[:, 0] = 0
@@ -180,11 +235,18 @@ def _block_divergences(
         np.log(q, out=q)
         q *= p
         q[:, 0] = 0
-        kl = np.add.reduceat(sums_space, segments[2 * rows.size :])[::2]
-    divergences = np.full(half_windows.size, np.inf)
-    ok = (p_zeros < lengths) & (q_zeros < lengths)  # smoothing fails on an all-zero distribution
-    divergences[ok] = kl[ok]
-    return divergences
+        return np.add.reduceat(sums_space, segments[2 * rows.size :])[::2]
+
+
+def _quotient(sums: np.ndarray, norms: np.ndarray) -> np.ndarray:
+    """onnxruntime's q value of a merged bin: trunc(sum / norm) in float64, 0 where the norm is 0."""
+    return np.where(norms != 0, np.trunc(sums / np.maximum(norms, 1)), 0.0)
+
+
+def _runs(merged: np.ndarray) -> list[tuple[int, slice]]:
+    """(merged size, rows) of each run of rows with one merged size (it grows with the row)."""
+    edges = [0, *(np.flatnonzero(np.diff(merged)) + 1).tolist(), merged.size]
+    return [(int(merged[first]), slice(first, end)) for first, end in itertools.pairwise(edges)]
 
 
 def _smooth(
@@ -210,24 +272,17 @@ def _expand(values: np.ndarray, merged: np.ndarray, out: np.ndarray) -> None:
     """Row r of `out` from column 1: values[r, j] repeated merged[r] times for each merged bin j, then
     values[r, -1] (the tail's) to the end. Column 0 gets any of the row's values."""
     num_quantized_bins = values.shape[1] - 1
-    first = 0
-    sizes, counts = np.unique(merged, return_counts=True)
-    for size, count in zip(sizes.tolist(), counts.tolist(), strict=True):
-        rows = slice(first, first + count)  # merged grows with the row
-        first += count
-        if size < 8:  # a broadcast copy of so few elements at a time is slower than take
-            np.take(
-                values[rows],
-                _expansion(num_quantized_bins, size, out.shape[1]),
-                axis=1,
-                out=out[rows],
-                mode="clip",
-            )
+    for size, rows in _runs(merged):
+        # The fastest of numpy's ways for each size (measured): take for 2..4, repeat for more.
+        if 2 <= size <= 4:
+            columns = _expansion(num_quantized_bins, size, out.shape[1])
+            np.take(values[rows], columns, axis=1, out=out[rows], mode="clip")
             continue
         main = num_quantized_bins * size
-        out[rows, 1 : main + 1].reshape(count, num_quantized_bins, size)[...] = values[rows, :-1, None]
+        out[rows, 1 : main + 1] = (
+            values[rows, :-1] if size == 1 else np.repeat(values[rows, :-1], size, axis=1)
+        )
         out[rows, main + 1 :] = values[rows, -1:]
-        out[rows, 0] = 0
 
 
 @functools.lru_cache(maxsize=64)

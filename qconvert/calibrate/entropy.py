@@ -3,13 +3,15 @@
 NOTE: the result equals onnxruntime's `HistogramCollector.get_entropy_threshold` bit for bit on the same
 histogram (tests/calibrate/test_methods.py runs it): the KL curve is flat near its minimum, so
 neighbouring candidates often differ in the last float32 bits and any change of arithmetic moves the
-pick. Everything is vectorised over blocks of candidates, one row each, with onnxruntime's dtypes and
-operation order. Its three float32 `np.sum`s per candidate use numpy's pairwise summation, whose blocks
-depend on the length (zero padding would change the rounding); one `np.add.reduceat` call sums every
-row of a block at once in that order: reduceat adds a segment's first element to numpy's pairwise sum
-of the rest, so each row starts with a 0.0 column and its segment is [0.0, row...] (the columns past
-the row's length form segments of their own, ignored). tests/calibrate/test_entropy_speed.py checks
-this against `np.sum` for every length up to 4200 (and a few longer) on the installed numpy.
+pick. Everything is vectorised with onnxruntime's dtypes and operation order: what each candidate needs
+per merged bin or per window (end bins, corrections, q's values) for all candidates at once, then the
+full-length p and q rows for blocks of candidates, one row each. onnxruntime's three float32 `np.sum`s
+per candidate use numpy's pairwise summation, whose blocks depend on the length (zero padding would
+change the rounding); one `np.add.reduceat` call sums every row of a block at once in that order:
+reduceat adds a segment's first element to numpy's pairwise sum of the rest, so each row starts with a
+0.0 column and its segment is [0.0, row...] (the columns past the row's length form segments of their
+own, ignored). tests/calibrate/test_entropy_speed.py checks this against `np.sum` for every length up
+to 4200 (and a few longer) on the installed numpy, and every candidate's KL against onnxruntime's.
 
 The algorithm (reference §2.3), for `nb` bins, zero bin `z = nb // 2`, `Q` quantized bins, `h = Q // 2`,
 candidates `i = h .. z`:

@@ -26,8 +26,10 @@ candidates `i = h .. z`:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -191,8 +193,7 @@ def _candidates(tables: _Tables, num_quantized_bins: int) -> _Candidates:
     # q's tail (column Q) is all zeros: epsilon.
     p_correction = _correction(p_zeros, lengths)
     q_values = np.full((starts.size, num_quantized_bins + 1), np.float32(_SMOOTHING_EPSILON))
-    with np.errstate():
-        np.setbufsize(_UNBUFFERED)
+    with _unbuffered():
         _smooth(spread.astype(np.float32), _correction(q_zeros, lengths), out=q_values[:, :-1])
     return _Candidates(
         starts=starts,
@@ -221,8 +222,8 @@ def _block_divergences(
     # Row r's segment is [r·width, r·width + lengths[r] + 1); the rest of the row is a segment of its own.
     segments = np.stack([rows * width, rows * width + lengths + 1], axis=1).ravel()
     segments = np.concatenate([segments, segments + rows.size * width])
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # values past the lengths
-        np.setbufsize(_UNBUFFERED)
+    # Values past the lengths may overflow or be 0 / 0; they are never read.
+    with _unbuffered(), np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         epsilons = buffers.epsilon[: p.size].reshape(p.shape)
         _smooth(windows, candidates.p_correction[block], out=p, epsilons=epsilons)
         p[:, 1] = candidates.p_first[block]
@@ -238,6 +239,16 @@ def _block_divergences(
         q *= p
         q[:, 0] = 0
         return np.add.reduceat(sums_space, segments[2 * rows.size :])[::2]
+
+
+@contextlib.contextmanager
+def _unbuffered() -> Iterator[None]:
+    """numpy's smallest ufunc buffer, restored after (numpy 1.x's errstate does not restore it)."""
+    previous = np.setbufsize(_UNBUFFERED)
+    try:
+        yield
+    finally:
+        np.setbufsize(previous)
 
 
 def _quotient(sums: np.ndarray, norms: np.ndarray) -> np.ndarray:

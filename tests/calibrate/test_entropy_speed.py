@@ -28,8 +28,7 @@ def _reduceat_row_sums(rows: list[np.ndarray]) -> np.ndarray:
     starts = np.arange(len(rows)) * width
     lengths = np.array([row.size for row in rows])
     segments = np.stack([starts, starts + lengths + 1], axis=1).ravel()
-    with np.errstate(invalid="ignore"):
-        np.setbufsize(entropy._UNBUFFERED)
+    with entropy._unbuffered(), np.errstate(invalid="ignore"):
         return np.add.reduceat(buffer, segments)[::2]
 
 

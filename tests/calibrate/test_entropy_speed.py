@@ -4,7 +4,9 @@
   row exactly as `np.sum` does (numpy's pairwise order depends on the length, so this is checked for
   every length the search meets, on the installed numpy, with the ufunc buffer size the search sets);
 - every candidate's KL divergence, not only the chosen window, equals the value onnxruntime computes:
-  its own `entropy` function is wrapped to record what it returns, then called through unchanged.
+  its own `entropy` function is wrapped to record what it returns, then called through unchanged;
+- smoothing as max(count + correction, 1e-4) equals onnxruntime's `smooth_distribution`, including
+  the rows (2 non-zero counts among 19,999 zeros) where it must not be used.
 """
 
 from __future__ import annotations
@@ -116,3 +118,21 @@ def test_every_candidate_divergence_equals_onnxruntime_on_small_histograms(
         theirs = _onnxruntime_divergences(monkeypatch, histogram, num_quantized_bins)
         ours = kl_divergences(histogram[0], num_quantized_bins)
         assert ours[np.isfinite(ours)].tobytes() == theirs.tobytes(), (num_bins, num_quantized_bins, case)
+
+
+@pytest.mark.parametrize(("nonzero", "zeros"), [(5, 3), (2, 19_999), (3, 29_990), (1, 9_998)])
+def test_smoothing_equals_onnxruntime_even_where_the_correction_nears_minus_one(
+    nonzero: int, zeros: int
+) -> None:
+    # The search smooths as max(count + correction, 1e-4); where 1 + correction < 1e-4 (about 10^4
+    # zeros per non-zero count) a count of 1 would be clamped, so those rows take the exact path.
+    from onnxruntime.quantization.quant_utils import smooth_distribution
+
+    rng = np.random.default_rng(zeros)
+    counts = np.zeros(nonzero + zeros, dtype=np.int64)
+    counts[rng.choice(counts.size, nonzero, replace=False)] = rng.integers(1, 3, nonzero)
+    theirs = smooth_distribution(counts)
+    correction = entropy._correction(np.array([zeros]), np.array([counts.size]))
+    ours = np.empty((1, counts.size), dtype=np.float32)
+    entropy._smooth(counts.astype(np.float32)[None, :], correction, out=ours)
+    assert ours[0].tobytes() == theirs.tobytes()

@@ -100,16 +100,13 @@ class _Tables:
         padded = np.zeros(2 * histogram.size + 2, dtype=np.float32)
         padded[1 : histogram.size + 1] = histogram
         self.windows = as_strided(padded, (histogram.size + 1, histogram.size + 1), 2 * padded.strides)
-        self._quotients: dict[int, np.ndarray] = {}
 
     def quotients(self, merged: int, starts: np.ndarray, num_quantized_bins: int) -> np.ndarray:
         """(row r, j): the q value of bins [starts[r] + j·merged, starts[r] + (j+1)·merged), for starts one
-        apart and decreasing: a strided view of every such run's value (computed once per size)."""
-        if merged not in self._quotients:
-            sums = self.prefix[merged:] - self.prefix[:-merged]
-            norms = self.nonzero_prefix[merged:] - self.nonzero_prefix[:-merged]
-            self._quotients[merged] = _quotient(sums, norms)
-        runs = self._quotients[merged][starts[-1] :]
+        apart and decreasing: a strided view of the value of every run of `merged` bins."""
+        sums = self.prefix[merged:] - self.prefix[:-merged]
+        norms = self.nonzero_prefix[merged:] - self.nonzero_prefix[:-merged]
+        runs = _quotient(sums, norms)[starts[-1] :]
         step = runs.strides[0]
         return as_strided(runs, (starts.size, num_quantized_bins), (step, step * merged))[::-1]
 

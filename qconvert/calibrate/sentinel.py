@@ -8,9 +8,10 @@ real score lands on the zero point, attention turns uniform, and the model colla
 Pass 1 runs a `MagnitudeObserver` on every tensor: counts per float32 (sign, binary exponent), i.e. per
 octave, plus NaN counts and the exact min/max of the ordinary values. It is exact and mergeable by
 addition, and costs one `bincount` per batch. Histogram methods skip it: their aligned histograms give the
-same octaves (`MagnitudeObserver.from_aligned`), which halves their per-element work. `find_sentinels` reads those counts; `apply_sentinel_policy`
-turns findings plus the user's policy and per-tensor overrides into `keep_float` names (finalize leaves them
-in float) and clipped ranges, with one warning per tensor saying why.
+same octaves (`MagnitudeObserver.from_aligned`), which halves their per-element work. `find_sentinels`
+reads those counts; `apply_sentinel_policy` turns findings plus the user's policy and per-tensor overrides
+into `keep_float` names (finalize leaves them in float) and clipped ranges, with one warning per tensor
+saying why.
 """
 
 from __future__ import annotations

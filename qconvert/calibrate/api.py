@@ -23,6 +23,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -218,18 +219,24 @@ def _observe(
     reasons = {finding.tensor: finding.reason for finding in passes.findings}
     ranges: dict[str, TensorRange] = {}
     last_pass = passes.with_sources(results[-1].observers)
-    # A tensor sharing its source's observers shares its range (an entropy search costs milliseconds).
-    computed: dict[tuple[int, ...], TensorRange] = {}
+    observers: dict[str, tuple[list[object], list[object]]] = {}
     for name in tensors:
         first = passes.firsts[name]
-        final: list[object] = list(last_pass.get(name, [])) if len(results) > 1 else [first]
-        key = (id(first), *map(id, final))
+        observers[name] = [first], list(last_pass.get(name, [])) if len(results) > 1 else [first]
+    # One range per distinct set of observers (a tensor sharing its source's observers shares its range),
+    # on every core: an entropy search takes milliseconds, most of them in numpy loops without the GIL.
+    jobs: dict[tuple[int, ...], Future[TensorRange]] = {}
+    with ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="range") as pool:
+        for name, (first, final) in observers.items():
+            key = tuple(map(id, first + final))
+            if key not in jobs:
+                jobs[key] = pool.submit(method.range, name, first, final)
+    for name, (first, final) in observers.items():
         try:
-            if key not in computed:
-                computed[key] = method.range(name, [first], final)
-            tensor_range = dataclasses.replace(computed[key], name=name)
+            tensor_range = dataclasses.replace(jobs[tuple(map(id, first + final))].result(), name=name)
         except InputError:
             if name not in decision.keep_float:
+                method.range(name, first, final)  # raises, naming this tensor
                 raise
             # No finite value at all (all Inf/NaN): it stays float. A placeholder range still attaches
             # the tensor's name to the IR, which is how finalize recognises it as kept in float.

@@ -2,14 +2,15 @@
 
 NOTE: the steps are this package's modules, composed in this order:
 1. `dataset.open_dataset` binds `data` to the model's inputs (names, dtypes, ranks, batch size);
-2. `collect.collect_passes` runs the float model once per batch per pass over the tensors onnxruntime's
-   `quantize_static` calibrates (float inputs/outputs of the op types to quantize): one pass for min/max
-   methods, two for histogram methods (exact min/max, then histograms over a range fixed by pass 1),
-   with a `sentinel.MagnitudeObserver` beside pass 1's observers on every tensor (histogram methods'
-   aligned histograms give the guard the same per-octave view, so they need none);
+2. `collect.collect_passes` runs the float model once per batch over the tensors onnxruntime's
+   `quantize_static` calibrates (float inputs/outputs of the op types to quantize); a tensor that only
+   rearranges another (Reshape, Transpose, ...: `collect.value_preserving_sources`) shares its observers.
+   Every method here takes one pass (histogram methods bin at power-of-two widths, no range needed first),
+   with a `sentinel.MagnitudeObserver` beside the method's observers (histogram methods' aligned
+   histograms give the guard the same per-octave view, so they need none);
 3. `sentinel.sentinel_guard` flags ranges a mask or padding value dominates and, by policy, keeps those
-   tensors in float or clips their range (a clipped tensor's histogram pass spans the clipped range);
-   `methods` turns each tensor's observers into its range;
+   tensors in float or clips their range; `methods` turns each tensor's observers into its range (on
+   every core: an entropy search takes milliseconds);
 4. `ranges.attach_ranges` puts `!quant.calibrated` on the lifted IR, `finalize.finalize(scheme)` makes
    it `!quant.uniform` Q/DQ, `backends.onnx.save_onnx` writes the model (temp file, then rename).
 `load_ranges` skips 1-3 and reuses a ranges JSON with the tensors it kept in float. Files are written

@@ -25,7 +25,7 @@ threads (getrusage(RUSAGE_SELF) at its end), which a busy machine disturbs far l
 that fails shows `failed` and its error, never a time.
 
 Usage: python benchmarks/calibrate.py [--samples 32,128,512] [--methods minmax,entropy,percentile,...]
-       [--quick] [--mask-value -10000|float-min] [--keep DIR] [--json PATH]
+       [--repeat R] [--quick] [--mask-value -10000|float-min] [--keep DIR] [--json PATH]
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import json
 import math
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -218,22 +219,29 @@ def ort_stride(samples: int, batch: int, per_sample: int, limit_gb: float) -> in
     return max(d for d in range(1, batches + 1) if batches % d == 0 and d <= fits)
 
 
-def measure(command: list[str], row: Row, result_path: Path) -> Row:
+def measure(command: list[str], row: Row, result_path: Path, repeat: int = 1) -> Row:
+    """Run `command` `repeat` times: the median of each time, the largest peak; any failure fails the row."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    try:
-        code, seconds, peak_mb, _, stderr = parse_print.run_child(command, env)
-    except TimeoutError:
-        row.status = "timeout"
-        return row
-    if code != 0:
-        row.status = "failed"
-        error = f"after {seconds:.1f} s, peak {peak_mb:.0f} MB: {parse_print.last_line(stderr)}"
-        row.note = (row.note + "; " if row.note else "") + error
-        return row
-    reply = json.loads(result_path.read_text())
-    row.seconds, row.peak_mb, row.calibrate_seconds = seconds, peak_mb, reply["calibrate_seconds"]
-    row.cpu_seconds = reply["cpu_seconds"]
+    runs: list[tuple[float, float, float, float]] = []  # seconds, calibrate s, cpu s, peak MB
+    for _ in range(repeat):
+        result_path.unlink(missing_ok=True)
+        try:
+            code, seconds, peak_mb, _, stderr = parse_print.run_child(command, env)
+        except TimeoutError:
+            row.status = "timeout"
+            return row
+        if code != 0:
+            row.status = "failed"
+            error = f"after {seconds:.1f} s, peak {peak_mb:.0f} MB: {parse_print.last_line(stderr)}"
+            row.note = (row.note + "; " if row.note else "") + error
+            return row
+        reply = json.loads(result_path.read_text())
+        runs.append((seconds, reply["calibrate_seconds"], reply["cpu_seconds"], peak_mb))
+    row.seconds, row.calibrate_seconds, row.cpu_seconds = (
+        statistics.median(run[k] for run in runs) for k in range(3)
+    )
+    row.peak_mb = max(run[3] for run in runs)
     return row
 
 
@@ -301,7 +309,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
                     else:
                         row = Row("qconvert", method, n, "ok")
                         command = [*script, "--child", "qconvert", "--method", method, *common]
-                    rows.append(measure(command, row, result))
+                    rows.append(measure(command, row, result, args.repeat))
                     r = rows[-1]
                     shown = f"{r.seconds:.1f} s, {r.peak_mb:.0f} MB" if r.seconds is not None else r.status
                     print(f"  {n} {method} {tool}: {shown} {r.note}", flush=True)
@@ -328,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         "--ort-memory-gb", type=float, default=6.0, help="stride onnxruntime above this estimate"
     )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run (default 3600)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per row: median times, largest peak")
     parser.add_argument("--keep", type=Path, default=None, help="build the model and data here (reused)")
     parser.add_argument("--model", default=None, help="another model (inputs input_ids, attention_mask)")
     parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON")

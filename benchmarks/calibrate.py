@@ -347,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stride", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}: expected 1 or more")
     if args.child:
         reply = child_onnxruntime(args) if args.child == "onnxruntime" else child_qconvert(args)
         args.result.write_text(json.dumps(reply))

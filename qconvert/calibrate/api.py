@@ -7,7 +7,7 @@ NOTE: the steps are this package's modules, composed in this order:
    rearranges another (Reshape, Transpose, ...: `collect.value_preserving_sources`) shares its observers.
    Every method here takes one pass (histogram methods bin at power-of-two widths, no range needed first),
    with a `sentinel.MagnitudeObserver` beside the method's observers (histogram methods' aligned
-   histograms give the guard the same per-octave view, so they need none);
+   histograms give the guard its per-octave view, so they need none unless a tensor may be clipped);
 3. `sentinel.sentinel_guard` flags ranges a mask or padding value dominates and, by policy, keeps those
    tensors in float or clips their range; `methods` turns each tensor's observers into its range (on
    every core: an entropy search takes milliseconds);
@@ -154,13 +154,13 @@ class _Passes:
         table: dict[str, list] = {}
         for name in self.tensors:
             observers = self.method.first_pass(name)
-            if needs_magnitude_observer(observers):
+            if needs_magnitude_observer(observers, self.sentinel, self.overrides):
                 observers = [*observers, MagnitudeObserver()]
             table[name] = observers
         return cast(ObserverTable, table)
 
     def with_sources(self, table: Mapping[str, list]) -> dict[str, list]:
-        """`table` with every tensor that shares another's observers, in graph order."""
+        """`table` and, after its tensors, every tensor that shares one of their observers."""
         return {**table, **{name: table[source] for name, source in self.sources.items() if source in table}}
 
     def guard(self, first_pass: Mapping[str, list]) -> SentinelDecision:
@@ -223,7 +223,7 @@ def _observe(
     observers: dict[str, tuple[list[object], list[object]]] = {}
     for name in tensors:
         first = passes.firsts[name]
-        observers[name] = [first], list(last_pass.get(name, [])) if len(results) > 1 else [first]
+        observers[name] = ([first], list(last_pass.get(name, [])) if len(results) > 1 else [first])
     # One range per distinct set of observers (a tensor sharing its source's observers shares its range),
     # on every core: an entropy search takes milliseconds, most of them in numpy loops without the GIL.
     jobs: dict[tuple[int, ...], Future[TensorRange]] = {}

@@ -242,11 +242,12 @@ __all__ = [
     "ENGINES",
     "ObserverTable",
     "ProgressCallback",
+    "VALUE_PRESERVING_OPS",
     "augment_model",
     "calibration_tensors",
-    "value_preserving_sources",
     "collect",
     "collect_passes",
     "load_float_model",
     "make_session",
+    "value_preserving_sources",
 ]

@@ -42,6 +42,8 @@ A range the sentinel guard clipped (api.py hands `compute_range` pass 1's observ
 replaced) is read from the same bins, those outside folded into the end bins: as fine as the bins over
 the ordinary range allow. Float-min style values (|x| >= 2**100) are never binned, so they cost the bins
 no resolution; a -10000 padding cluster is binned, so the clipped bulk gets the bins of the whole range.
+With `--sentinel off` (or a `quantize` override) those huge values still stay out of the bins: a histogram
+method's range is then read from the other values and the huge ones saturate (minmax keeps them in).
 """
 
 from __future__ import annotations

@@ -68,16 +68,15 @@ def batch_extrema(values: np.ndarray) -> BatchExtrema:
     )
 
 
+# `+ 0.0` makes -0.0 0.0: min(0.0, -0.0) is whichever came first, and merges must not depend on order.
 def _min_or_none(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    return a if b is None else min(a, b)
+    value = (b if a is None else a) if a is None or b is None else min(a, b)
+    return None if value is None else value + 0.0
 
 
 def _max_or_none(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    return a if b is None else max(a, b)
+    value = (b if a is None else a) if a is None or b is None else max(a, b)
+    return None if value is None else value + 0.0
 
 
 @dataclass(slots=True)
@@ -322,10 +321,10 @@ class AlignedHistogramObserver(MinMaxObserver):
     give the sentinel guard its per-octave view without a pass of its own (`MagnitudeObserver.from_aligned`).
 
     Resolution: the ordinary range spans between about max_bins / 2 and max_bins bins (exactly: the width
-    is below 2·(maximum - minimum) / (max_bins - 1)). NaN and ±Inf are counted (as MinMaxObserver), never
-    binned. An ordinary constant (ordinary_minimum == ordinary_maximum) has no exponent and no bins.
-    float16 and float64 values are binned as their float32 values (float64 past float32's range counts as
-    ±Inf), and the min/max are those float32 values too.
+    is below 2·(ordinary_maximum - ordinary_minimum) / (max_bins - 1)). NaN and ±Inf are counted (as
+    MinMaxObserver), never binned. An ordinary constant (ordinary_minimum == ordinary_maximum) has no
+    exponent and no bins. float16 and float64 values are binned as their float32 values (float64 past
+    float32's range counts as ±Inf), and the min/max are those float32 values too.
     """
 
     max_bins: int = 4097
@@ -460,9 +459,10 @@ class AlignedHistogramObserver(MinMaxObserver):
     def _bin(self, flat: np.ndarray) -> None:
         """Count finite float32/float16 values into the current bins."""
         assert self.exponent is not None
-        # x · 2**-e is exact in float32 when e <= 0 (it only grows, staying below ~2**38); for e > 0 tiny
-        # values could underflow (a tiny negative value would reach -0.0 and bin 0), so use float64 there.
-        compute = np.float32 if self.exponent <= 0 else np.float64
+        # x · 2**-e is exact in float32 when -126 <= e <= 0 (the product stays below ~2**38); for e > 0
+        # tiny values could underflow (a tiny negative value would reach -0.0 and bin 0), and below -126
+        # 2**-e itself overflows float32 (a range narrower than ~1e-35), so use float64 there.
+        compute = np.float32 if -126 <= self.exponent <= 0 else np.float64
         scale = compute(math.ldexp(1.0, -self.exponent))
         first = compute(self.first_bin)  # |first_bin| < 2**38 with 24 significant bits: exact in float32
         size = self.counts.size

@@ -7,8 +7,9 @@ real score lands on the zero point, attention turns uniform, and the model colla
 
 Pass 1 runs a `MagnitudeObserver` on every tensor: counts per float32 (sign, binary exponent), i.e. per
 octave, plus NaN counts and the exact min/max of the ordinary values. It is exact and mergeable by
-addition, and costs one `bincount` per batch. Histogram methods skip it: their aligned histograms give the
-same octaves (`MagnitudeObserver.from_aligned`), which halves their per-element work. `find_sentinels`
+addition, and costs one `bincount` per batch. Histogram methods skip it unless a tensor may be clipped:
+their aligned histograms give the same octaves (`MagnitudeObserver.from_aligned`, exceptions there), which
+halves their per-element work. `find_sentinels`
 reads those counts; `apply_sentinel_policy` turns findings plus the user's policy and per-tensor overrides
 into `keep_float` names (finalize leaves them in float) and clipped ranges, with one warning per tensor
 saying why.
@@ -108,11 +109,15 @@ class MagnitudeObserver:
         """The same view read off an aligned histogram, so histogram methods need no magnitude pass.
 
         Bins of width w = 2**e have edges at multiples of w, and so does every octave boundary 2**j with
-        j >= e: a bin k >= 1 lies inside octave floor(log2 k) + e, a bin k <= -2 (|x| in (m·w, (m+1)·w],
-        m = -k-1) inside octave floor(log2 m) + e except |x| = (m+1)·w exactly, a power of two counted one
-        octave low. Bins 0 and -1 (0 < |x| < w) go to the octave just below w. That lumping never changes
-        the isolated-cluster rule: w is below 2·span / (max_bins - 1), so the lumped octave lies at least
-        8 octaves under a cluster of the top 3 octaves, and any gap it shortens stays 6 or wider.
+        j >= e: a bin k >= 1 lies inside octave floor(log2 k) + e, a bin k <= -2 (x in [k·w, (k+1)·w),
+        |x| in (m·w, (m+1)·w], m = -k-1) inside octave floor(log2 m) + e except x = -(m+1)·w exactly: a
+        negative power of two is counted one octave low, which can move a gap's edge by one octave (the
+        one way this view and the exact observer disagree on a finding). Bins 0 and -1 (0 < |x| <= w, zeros
+        counted apart) go to the octave just below w. That lumping does not change the isolated-cluster
+        rule when max_bins >= MIN_ALIGNED_BINS_FOR_OCTAVES: w is below 2·span / (max_bins - 1), so the
+        lumped octave lies at least 8 octaves under a cluster of the top 3, and any gap it shortens stays
+        6 or wider. The bulk range (for clipping) is coarser when the bulk lies within those two bins:
+        `needs_magnitude_observer` keeps the exact observer for clipping.
         """
         view = cls()
         counts = view.counts
@@ -373,7 +378,7 @@ def apply_sentinel_policy(
         elif action is SentinelAction.CLIP:
             decision.warnings.append(f"{name}: clip override ignored, the tensor has no sentinel")
         elif finding is not None:
-            decision.warnings.append(f"{name}: quantized with its full observed range ({source}): {why}")
+            decision.warnings.append(f"{name}: quantized anyway ({source}): {why}")
     return decision
 
 
@@ -381,9 +386,29 @@ def apply_sentinel_policy(
 # Wiring into the calibration passes (qconvert/calibrate/api.py)
 
 
-def needs_magnitude_observer(observers: Sequence[object]) -> bool:
-    """Whether pass 1 needs a MagnitudeObserver beside `observers` (an aligned histogram gives the view)."""
-    return not any(isinstance(observer, AlignedHistogramObserver) for observer in observers)
+# Below this many bins the octave just under one bin may lie within 6 octaves of a cluster in the top 3:
+# `MagnitudeObserver.from_aligned`'s lumping could then hide a gap.
+MIN_ALIGNED_BINS_FOR_OCTAVES = 1025
+
+
+def needs_magnitude_observer(
+    observers: Sequence[object],
+    policy: SentinelPolicy | str = SentinelPolicy.KEEP,
+    overrides: Mapping[str, object] | Sequence[str] | None = None,
+) -> bool:
+    """Whether pass 1 needs an exact MagnitudeObserver beside `observers`.
+
+    Not when they hold an aligned histogram of enough bins and the guard only decides keep-or-quantize:
+    `MagnitudeObserver.from_aligned` then reaches the same findings (but for values exactly at a negative
+    power of two). Clipping needs the exact bulk range, which a bulk inside one bin hides."""
+    if parse_policy(policy) is SentinelPolicy.OFF and not overrides:
+        return False
+    if parse_policy(policy) is SentinelPolicy.CLIP or overrides:
+        return True
+    return not any(
+        isinstance(observer, AlignedHistogramObserver) and observer.max_bins >= MIN_ALIGNED_BINS_FOR_OCTAVES
+        for observer in observers
+    )
 
 
 def magnitude_observers(table: Mapping[str, Sequence[object]]) -> dict[str, MagnitudeObserver]:

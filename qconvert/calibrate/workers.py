@@ -102,6 +102,9 @@ def observe_share(session: Any, share: Share, report: Callable[[int], None], thr
     """
     started = time.perf_counter()
     names = list(share.observers)
+    observers = [id(observer) for table in share.observers.values() for observer in table]
+    if threads > 1 and len(set(observers)) != len(observers):
+        raise ValueError("an observer listed under two tensors would be fed by two threads at once")
     stats = DatasetStats()
     result = ShareResult(share.observers, stats)
 

@@ -11,6 +11,7 @@ from onnx import TensorProto, helper
 from onnxruntime.quantization.calibrate import CalibrationDataReader, MinMaxCalibrater
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
+from qconvert.calibrate import api
 from qconvert.calibrate.api import calibrate
 from qconvert.calibrate.collect import (
     VALUE_PRESERVING_OPS,
@@ -97,19 +98,28 @@ def test_same_tensors_and_bit_identical_minmax_as_onnxruntime_calibrator(
 
 @pytest.mark.parametrize("method", ["minmax", "entropy"])
 def test_rearranged_tensors_share_their_sources_observers_and_get_the_same_ranges(
-    method: str, tmp_path: Path
+    method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Reshape/Transpose outputs are not exposed nor observed: their source's observers serve them. Their
     ranges equal those of observing every tensor directly (same multiset of values per batch)."""
     model_path = MODELS / "tiny_encoder.onnx"
     model, folder = load_float_model(model_path)
     data = encoder_data(tmp_path)
+    exposed: list[str] = []
+
+    def recording_augment(*args, **kwargs):
+        augmented = augment_model(*args, **kwargs)
+        exposed.extend(augmented.tensors)
+        return augmented
+
+    monkeypatch.setattr(api, "augment_model", recording_augment)
     result = calibrate(model_path, data, method=method)
     tensors = list(result.ranges.ranges)
     sources = value_preserving_sources(model, tensors)
     producers = {node.output[0]: node.op_type for node in model.graph.node}
     assert len(sources) >= 4 and {producers[name] for name in sources} <= VALUE_PRESERVING_OPS
     assert {producers[name] for name in sources} >= {"Reshape", "Transpose"}
+    assert exposed and not set(exposed) & set(sources)  # neither exposed by the model nor observed
 
     chosen = make_method(method)
     augmented = augment_model(model, folder, tensors)

@@ -300,6 +300,25 @@ def test_aligned_histogram_bins_tiny_and_huge_values_exactly() -> None:
     assert observer.exponent is not None and observer.exponent > 80 and observer.huge_count == 0
 
 
+def test_aligned_histogram_of_a_range_narrower_than_float32_can_scale() -> None:
+    # Widths below 2**-126: 2**-e overflows float32, so the bins are computed in float64.
+    for values in ([0.0, 1e-36], [0.0, 5e-45], [1e-38, 2e-38, 3e-38]):
+        array = np.array(values, np.float32)
+        observer = AlignedHistogramObserver(max_bins=4097)
+        observer.observe(array)
+        _check_aligned(observer, array)
+        assert observer.exponent is not None and observer.exponent < -126
+
+
+def test_signed_zero_extremes_do_not_depend_on_the_order() -> None:
+    one, other = AlignedHistogramObserver(max_bins=16), AlignedHistogramObserver(max_bins=16)
+    one.observe(np.array([-0.0, 1.0], np.float32))
+    one.observe(np.array([0.0, 2.0], np.float32))
+    other.observe(np.array([0.0, 2.0], np.float32))
+    other.observe(np.array([-0.0, 1.0], np.float32))
+    assert _state(one) == _state(other) and str(one.minimum) == "0.0"
+
+
 def test_aligned_histogram_counts_huge_sentinels_apart_and_bins_the_rest() -> None:
     # A float-min mask (and float-max) would make the bins 2**117 wide: they are counted per octave
     # instead, stay in minimum/maximum, and the bins keep the ordinary values' resolution.

@@ -21,7 +21,7 @@ from calibrate.parity_support import load_bert_mask_builder
 from conftest import require_module
 from onnx import numpy_helper
 
-from qconvert.calibrate.observers import AlignedHistogramObserver
+from qconvert.calibrate.observers import AlignedHistogramObserver, MinMaxObserver
 from qconvert.calibrate.sentinel import (
     HUGE_MAGNITUDE,
     MagnitudeObserver,
@@ -29,6 +29,7 @@ from qconvert.calibrate.sentinel import (
     SentinelFinding,
     apply_sentinel_policy,
     find_sentinels,
+    needs_magnitude_observer,
     parse_overrides,
 )
 from qconvert.errors import InputError
@@ -225,6 +226,30 @@ def test_an_aligned_histogram_gives_the_guard_the_same_findings(scores: np.ndarr
     assert coarser == (["masked_small"] if max_bins == 4097 else ["masked", "masked_small"])
 
 
+def test_the_aligned_view_reads_a_negative_power_of_two_one_octave_low() -> None:
+    """The one documented disagreement: -65536 sits on a bin's lower edge, so the aligned view counts it in
+    the octave below and sees a 5-octave gap where the exact observer sees 6. Positive +65536 is exact."""
+    rng = np.random.default_rng(7)
+    bulk = rng.uniform(-1000, 1000, 20_000).astype(np.float32)
+    for value, aligned_flags in ((-65536.0, False), (65536.0, True)):
+        values = np.concatenate([bulk, np.full(50, value, np.float32)])
+        histogram = AlignedHistogramObserver(max_bins=4097)
+        histogram.observe(values)
+        exact = find_sentinels({"t": observed(values)})
+        assert len(exact) == 1
+        assert bool(find_sentinels({"t": MagnitudeObserver.from_aligned(histogram)})) is aligned_flags
+
+
+def test_histogram_methods_skip_the_magnitude_observer_only_when_the_view_suffices() -> None:
+    fine, coarse = [AlignedHistogramObserver(max_bins=4097)], [AlignedHistogramObserver(max_bins=257)]
+    assert not needs_magnitude_observer(fine)
+    assert needs_magnitude_observer(coarse)  # lumping could hide a gap
+    assert needs_magnitude_observer(fine, "clip")  # clipping needs the exact bulk range
+    assert needs_magnitude_observer(fine, "keep", ["t=clip"])
+    assert not needs_magnitude_observer([MinMaxObserver()], "off")  # no guard at all
+    assert needs_magnitude_observer([MinMaxObserver()])
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Policy
 
@@ -259,7 +284,7 @@ def test_off_policy_and_overrides() -> None:
     )
     assert decision.clipped_ranges == {"scores_plus_mask": (-9.0, 7.5)}
     assert decision.keep_float == {"other"}  # a user may keep any tensor in float
-    assert any("all_inf" in w and "full observed range" in w for w in decision.warnings)
+    assert any("all_inf" in w and "quantized anyway" in w for w in decision.warnings)
 
 
 @pytest.mark.parametrize("item", ["noequals", "=keep", "x=drop"])

@@ -100,8 +100,9 @@ def test_calibrate_with_two_workers_saves_the_same_ranges_json(method: str, tmp_
 
 
 def test_observer_threads_give_bit_identical_aligned_histograms(tmp_path: Path) -> None:
-    """One process observes each batch's tensors on several threads: every observer still sees its
-    batches in order, so 1 and 3 threads give the same state."""
+    """One process observes each batch's tensors on several threads: no batch is lost or observed twice,
+    so 1 and 3 threads give the same state (every observer here is order-independent, so this cannot
+    see a reordering; none of ours depends on the order)."""
     augmented, dataset = encoder_setup(tmp_path)
     states = []
     for threads in (1, 3):

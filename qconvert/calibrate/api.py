@@ -226,15 +226,15 @@ def _observe(
         observers[name] = ([first], list(last_pass.get(name, [])) if len(results) > 1 else [first])
     # One range per distinct set of observers (a tensor sharing its source's observers shares its range),
     # on every core: an entropy search takes milliseconds, most of them in numpy loops without the GIL.
+    keys = {name: tuple(map(id, first + final)) for name, (first, final) in observers.items()}
     jobs: dict[tuple[int, ...], Future[TensorRange]] = {}
     with ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="range") as pool:
         for name, (first, final) in observers.items():
-            key = tuple(map(id, first + final))
-            if key not in jobs:
-                jobs[key] = pool.submit(method.range, name, first, final)
+            if keys[name] not in jobs:
+                jobs[keys[name]] = pool.submit(method.range, name, first, final)
     for name, (first, final) in observers.items():
         try:
-            tensor_range = dataclasses.replace(jobs[tuple(map(id, first + final))].result(), name=name)
+            tensor_range = dataclasses.replace(jobs[keys[name]].result(), name=name)
         except InputError:
             if name not in decision.keep_float:
                 method.range(name, first, final)  # raises, naming this tensor

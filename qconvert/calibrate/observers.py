@@ -26,6 +26,9 @@ HUGE_EXPONENT = 100
 HUGE_MAGNITUDE = 2.0**HUGE_EXPONENT
 # float32 bits >> 23: sign bit * 256 + biased exponent field (0: zero or subnormal, 255: Inf/NaN)
 FLOAT32_EXPONENT_FIELDS = 512
+# bincount over 64 Ki elements at a time keeps its temporaries (the shifted uint32 and bincount's intp copy)
+# in cache: measured 1.5-2x faster than one call over 4M floats.
+_FIELD_CHUNK = 1 << 16
 
 # 32 Ki float32 elements (128 KiB) per step keeps the histogram's temporaries in L2; measured fastest of
 # 8 Ki..128 Ki on 10M floats.
@@ -69,6 +72,15 @@ def batch_extrema(values: np.ndarray) -> BatchExtrema:
 
 
 # `+ 0.0` makes -0.0 0.0: min(0.0, -0.0) is whichever came first, and merges must not depend on order.
+def exponent_field_counts(values: np.ndarray) -> np.ndarray:
+    """int64 counts of `values` (as float32) per `bits >> 23`, i.e. per sign and octave (NaN in field 255)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).reshape(-1).view(np.uint32)
+    counts = np.zeros(FLOAT32_EXPONENT_FIELDS, dtype=np.int64)
+    for start in range(0, bits.size, _FIELD_CHUNK):
+        counts += np.bincount(bits[start : start + _FIELD_CHUNK] >> 23, minlength=FLOAT32_EXPONENT_FIELDS)
+    return counts
+
+
 def _min_or_none(a: float | None, b: float | None) -> float | None:
     value = (b if a is None else a) if a is None or b is None else min(a, b)
     return None if value is None else value + 0.0
@@ -382,7 +394,7 @@ class AlignedHistogramObserver(MinMaxObserver):
         low, high = batch.minimum, batch.maximum
         if -low >= HUGE_MAGNITUDE or high >= HUGE_MAGNITUDE:  # only a batch holding a sentinel pays
             huge = np.abs(flat) >= HUGE_MAGNITUDE
-            self._count_huge(flat[huge])
+            self._add_huge(exponent_field_counts(flat[huge]))
             flat = flat[~huge]
             if flat.size == 0:
                 return
@@ -411,10 +423,6 @@ class AlignedHistogramObserver(MinMaxObserver):
             self._add(other._snapshot())
 
     # Internals: a snapshot is (exponent, first_bin, counts, constant value, its count), enough to re-bin.
-
-    def _count_huge(self, values: np.ndarray) -> None:
-        fields = values.astype(np.float32).view(np.uint32) >> 23
-        self._add_huge(np.bincount(fields, minlength=FLOAT32_EXPONENT_FIELDS))
 
     def _add_huge(self, counts: np.ndarray) -> None:
         if self.huge_counts is None:

@@ -30,6 +30,7 @@ from qconvert.calibrate.observers import (
     HUGE_EXPONENT,
     HUGE_MAGNITUDE,
     AlignedHistogramObserver,
+    exponent_field_counts,
 )
 from qconvert.errors import InputError
 
@@ -48,10 +49,6 @@ _HUGE_FIELD = HUGE_EXPONENT + _EXPONENT_BIAS
 MIN_GAP_OCTAVES = 6
 MAX_CLUSTER_OCTAVES = 3
 MIN_BULK_FRACTION = 1e-3
-
-# bincount over 64 Ki elements at a time keeps its temporaries (the shifted uint32 and bincount's intp copy)
-# in cache: measured 1.5-2x faster than one call over 4M floats.
-_CHUNK = 1 << 16
 
 
 class MagnitudeObserver:
@@ -73,10 +70,7 @@ class MagnitudeObserver:
         x = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
         if x.size == 0:
             return
-        bits = x.view(np.uint32)
-        counts = np.zeros(MAGNITUDE_BINS, dtype=np.int64)
-        for start in range(0, bits.size, _CHUNK):
-            counts += np.bincount(bits[start : start + _CHUNK] >> 23, minlength=MAGNITUDE_BINS)
+        counts = exponent_field_counts(x)
         lo, hi = float(x.min()), float(x.max())
         special = counts[_INF_FIELD] + counts[_SIGN + _INF_FIELD]
         huge = counts[_HUGE_FIELD:_INF_FIELD].sum() + counts[_SIGN + _HUGE_FIELD : _SIGN + _INF_FIELD].sum()
@@ -401,9 +395,10 @@ def needs_magnitude_observer(
     Not when they hold an aligned histogram of enough bins and the guard only decides keep-or-quantize:
     `MagnitudeObserver.from_aligned` then reaches the same findings (but for values exactly at a negative
     power of two). Clipping needs the exact bulk range, which a bulk inside one bin hides."""
-    if parse_policy(policy) is SentinelPolicy.OFF and not overrides:
+    policy = parse_policy(policy)
+    if policy is SentinelPolicy.OFF and not overrides:
         return False
-    if parse_policy(policy) is SentinelPolicy.CLIP or overrides:
+    if policy is SentinelPolicy.CLIP or overrides:
         return True
     return not any(
         isinstance(observer, AlignedHistogramObserver) and observer.max_bins >= MIN_ALIGNED_BINS_FOR_OCTAVES

@@ -18,13 +18,17 @@ so `peak MB` is that process's own ru_maxrss (os.wait4; the launcher's floor is 
   `set_range(start, end)` windows, one `collect_data` per window, and the row says `strided`.
 - `qconvert <method>`: `qconvert.calibrate(model, data, method=...)` with one worker, ranges only (no model
   written), also in its own process.
+- `METHOD@BINS` (e.g. `entropy@2048`): both tools with `num_bins=BINS`. Plain `entropy` compares each
+  tool's defaults, which are not the same work: onnxruntime's 128 bins with 128 quantized bins leave its
+  KL search one candidate (the MinMax range), qconvert's 2048 search. `entropy@2048` makes onnxruntime
+  search at qconvert's resolution (its search is a Python loop per candidate: minutes, whatever N).
 
 `seconds` is the whole process (start-up, imports, model load, session, calibration); `calibrate s` is the
 calibration alone as the child measured it (wall); `cpu s` is the child's user + system CPU time over all its
 threads (getrusage(RUSAGE_SELF) at its end), which a busy machine disturbs far less than wall time. A tool
 that fails shows `failed` and its error, never a time.
 
-Usage: python benchmarks/calibrate.py [--samples 32,128,512] [--methods minmax,entropy,percentile,...]
+Usage: python benchmarks/calibrate.py [--samples 32,128,512] [--methods minmax,entropy,entropy@2048,...]
        [--repeat R] [--quick] [--mask-value -10000|float-min] [--keep DIR] [--json PATH]
 """
 
@@ -124,6 +128,7 @@ def child_onnxruntime(args: argparse.Namespace) -> dict[str, Any]:
 
     reader = Reader(Path(args.data), args.batch_size)
     op_types = sorted(set(QLinearOpsRegistry) | set(QDQRegistry))  # quantize_static's default
+    extra_options = {"num_bins": args.num_bins} if args.num_bins else {}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         calibrator = create_calibrator(
@@ -131,6 +136,7 @@ def child_onnxruntime(args: argparse.Namespace) -> dict[str, Any]:
             op_types,
             augmented_model_path=str(Path(tmp) / "augmented.onnx"),
             calibrate_method=CalibrationMethod[args.method],
+            extra_options=extra_options,
         )
         if args.stride:
             for start in range(0, len(reader), args.stride):
@@ -146,8 +152,11 @@ def child_onnxruntime(args: argparse.Namespace) -> dict[str, Any]:
 def child_qconvert(args: argparse.Namespace) -> dict[str, Any]:
     import qconvert.calibrate.api as api
 
+    options = {"num_bins": args.num_bins} if args.num_bins else None
     started = time.perf_counter()
-    result = api.calibrate(args.model, args.data, method=args.method, batch_size=args.batch_size)
+    result = api.calibrate(
+        args.model, args.data, method=args.method, method_options=options, batch_size=args.batch_size
+    )
     seconds = time.perf_counter() - started
     return {"calibrate_seconds": seconds, "cpu_seconds": cpu_seconds(), "tensors": len(result.ranges.ranges)}
 
@@ -247,7 +256,7 @@ def measure(command: list[str], row: Row, result_path: Path, repeat: int = 1) ->
 
 def print_table(rows: list[Row]) -> None:
     header = (
-        f"{'samples':>7}  {'method':<12} {'tool':<12} {'seconds':>8} {'calibrate s':>11} {'cpu s':>7} "
+        f"{'samples':>7}  {'method':<17} {'tool':<12} {'seconds':>8} {'calibrate s':>11} {'cpu s':>7} "
         f"{'peak MB':>8}  note"
     )
     print(header)
@@ -257,15 +266,20 @@ def print_table(rows: list[Row]) -> None:
         cal = f"{r.calibrate_seconds:11.1f}" if r.calibrate_seconds is not None else " " * 11
         cpu = f"{r.cpu_seconds:7.1f}" if r.cpu_seconds is not None else " " * 7
         mb = f"{r.peak_mb:8.0f}" if r.peak_mb is not None else " " * 8
-        print(f"{r.samples:>7}  {r.method:<12} {r.tool:<12} {sec} {cal} {cpu} {mb}  {r.note}")
+        print(f"{r.samples:>7}  {r.method:<17} {r.tool:<12} {sec} {cal} {cpu} {mb}  {r.note}")
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
     samples = [32] if args.quick else [int(s) for s in args.samples.split(",")]
     methods = [m.strip() for m in args.methods.split(",")]
     for m in methods:
-        if m not in METHODS:
-            print(f"--methods: unknown method {m!r} (expected {', '.join(METHODS)})", file=sys.stderr)
+        name, _, bins = m.partition("@")
+        if name not in METHODS or (bins and not (bins.isdigit() and name in HISTOGRAM_METHODS)):
+            print(
+                f"--methods: unknown method {m!r} (expected {', '.join(METHODS)}; a histogram method may "
+                "take @BINS)",
+                file=sys.stderr,
+            )
             return 2
     tools = [t.strip() for t in args.tools.split(",")]
     parse_print.TIMEOUT = args.timeout
@@ -283,7 +297,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
         )
         for n in samples:
             data = write_data(keep, model, n)
-            for method in methods:
+            for token in methods:
+                method, _, bins = token.partition("@")
                 for tool in tools:
                     result = keep / "result.json"
                     result.unlink(missing_ok=True)
@@ -295,10 +310,10 @@ def run_benchmark(args: argparse.Namespace) -> int:
                         "--batch-size",
                         str(args.batch_size),
                     ]
-                    common += ["--result", str(result)]
+                    common += ["--result", str(result), "--num-bins", bins or "0"]
                     script = [sys.executable, str(Path(__file__).resolve())]
                     if tool == "onnxruntime":
-                        row = Row("onnxruntime", METHODS[method], n, "ok")
+                        row = Row("onnxruntime", METHODS[method] + (f"@{bins}" if bins else ""), n, "ok")
                         stride = None
                         if method in HISTOGRAM_METHODS:
                             stride = ort_stride(n, args.batch_size, per_sample, args.ort_memory_gb)
@@ -307,12 +322,12 @@ def run_benchmark(args: argparse.Namespace) -> int:
                         command = [*script, "--child", "onnxruntime", "--method", METHODS[method], *common]
                         command += ["--stride", str(stride or 0)]
                     else:
-                        row = Row("qconvert", method, n, "ok")
+                        row = Row("qconvert", token, n, "ok")
                         command = [*script, "--child", "qconvert", "--method", method, *common]
                     rows.append(measure(command, row, result, args.repeat))
                     r = rows[-1]
                     shown = f"{r.seconds:.1f} s, {r.peak_mb:.0f} MB" if r.seconds is not None else r.status
-                    print(f"  {n} {method} {tool}: {shown} {r.note}", flush=True)
+                    print(f"  {n} {token} {tool}: {shown} {r.note}", flush=True)
         print()
         print_table(rows)
         if args.json:
@@ -325,7 +340,12 @@ def run_benchmark(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--samples", default="32,128,512", help="comma-separated N (default 32,128,512)")
-    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated qconvert method names")
+    parser.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help="comma-separated qconvert method names; METHOD@BINS runs a histogram method with num_bins=BINS "
+        "in both tools (entropy@2048: onnxruntime searches at qconvert's default resolution)",
+    )
     parser.add_argument("--tools", default="onnxruntime,qconvert", help="which side(s) to run")
     parser.add_argument("--quick", action="store_true", help="N = 32 only, a 2-layer 128-wide model")
     parser.add_argument("--batch-size", type=int, default=8, help="samples per batch, both tools (default 8)")
@@ -345,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     parser.add_argument("--stride", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--num-bins", type=int, default=0, help=argparse.SUPPRESS)  # 0: the tool's default
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.repeat < 1:

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from onnx import ModelProto
 
@@ -54,6 +54,9 @@ from qconvert.calibrate.sentinel import (
     sentinel_guard,
 )
 from qconvert.errors import InputError
+
+if TYPE_CHECKING:
+    from qconvert.frontends.onnx.load import LoadedModel
 
 KEEP_FLOAT_KEY = "keep_float"  # ranges metadata: tensor -> why it stays float (reapplied by load_ranges)
 
@@ -186,8 +189,7 @@ class _Passes:
 
 
 def _observe(
-    model: ModelProto,
-    base_dir: Path | None,
+    loaded: LoadedModel,
     data: DataSource,
     method: Method,
     scheme: Scheme,
@@ -201,6 +203,7 @@ def _observe(
 ) -> _Observed:
     from qconvert.calibrate.placement import DEFAULT_OP_TYPES
 
+    model = loaded.model
     dataset = open_dataset(data, model, batch_size)
     op_types = (
         DEFAULT_OP_TYPES if scheme.op_types_to_quantize is None else scheme.op_types_to_quantize
@@ -208,7 +211,7 @@ def _observe(
     tensors = list(calibration_tensors(model, op_types))
     sources = value_preserving_sources(model, tensors)
     observed = [name for name in tensors if name not in sources]
-    augmented = augment_model(model, base_dir, observed, op_types=op_types)
+    augmented = augment_model(loaded, observed, op_types=op_types)
     passes = _Passes(augmented.tensors, sources, method, sentinel, sentinel_overrides)
     started = time.perf_counter()
     results = collect_passes(
@@ -323,7 +326,7 @@ def calibrate(
         folder = Path(out).parent
         if not folder.is_dir():
             raise InputError(f"--out {out}: folder '{folder}' does not exist")
-    float_model, base_dir = load_float_model(model)
+    loaded = load_float_model(model)
     model_label = str(model) if not isinstance(model, ModelProto) else "<ModelProto>"
     result: CalibrationResult
     if load_ranges is not None:
@@ -338,8 +341,7 @@ def calibrate(
             raise InputError("calibrate needs --data (or --load-ranges to reuse saved ranges)")
         chosen_method = _method(method, chosen, method_options or {})
         observed = _observe(
-            float_model,
-            base_dir,
+            loaded,
             data,
             chosen_method,
             chosen,

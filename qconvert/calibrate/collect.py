@@ -19,8 +19,9 @@ import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 from onnx import ModelProto, TensorProto
 from onnx.external_data_helper import uses_external_data
 
@@ -36,6 +37,9 @@ from qconvert.calibrate.workers import (
     open_engine,
 )
 from qconvert.errors import InputError
+
+if TYPE_CHECKING:
+    from qconvert.frontends.onnx.load import LoadedModel
 
 FLOAT_TYPES: dict[int, str] = {TensorProto.FLOAT: "f32", TensorProto.FLOAT16: "f16"}
 # Ops whose (first) output holds exactly their first input's values, rearranged: every observer sees the
@@ -87,24 +91,41 @@ def value_preserving_sources(model: ModelProto, tensors: Collection[str]) -> dic
     return sources
 
 
-def load_float_model(source: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto, Path | None]:
-    """The model with inferred types, external data checked but not read, and its folder."""
+# Float weights of at least this many bytes leave the proto on load: shape inference then copies a
+# small model, and the augmented model hands them to onnxruntime in place instead of serialized.
+DETACHED_WEIGHT_BYTES = 1024
+_DETACHED_TYPES: dict[int, np.dtype] = {
+    TensorProto.FLOAT: np.dtype("<f4"),
+    TensorProto.FLOAT16: np.dtype("<f2"),
+    TensorProto.DOUBLE: np.dtype("<f8"),
+}
+# The location a detached initializer points at in the augmented model: onnxruntime replaces only
+# initializers marked external, and these are replaced before any location is read.
+DETACHED_LOCATION = "qconvert-detached-weight"
+
+
+def load_float_model(source: str | os.PathLike[str] | ModelProto) -> LoadedModel:
+    """The model with inferred types and its large float weights detached (`LoadedModel.detached`);
+    external data is checked but not read."""
     from qconvert.frontends.onnx.load import load_model
 
-    loaded = load_model(source)
+    def detach(tensor: TensorProto) -> bool:
+        return tensor.data_type in _DETACHED_TYPES and len(tensor.raw_data) >= DETACHED_WEIGHT_BYTES
+
+    loaded = load_model(source, detach=detach)
     if loaded.inference_error is not None:
         raise loaded.inference_error
-    return loaded.model, loaded.base_dir
+    return loaded
 
 
 def augment_model(
-    model: ModelProto,
-    base_dir: Path | None,
+    loaded: LoadedModel,
     tensors: Sequence[str] | None = None,
     op_types: Collection[str] | None = None,
 ) -> AugmentedModel:
-    """`model` (types inferred) with `tensors` (default: all of `calibration_tensors(model, op_types)`)
-    as extra outputs."""
+    """The loaded model with `tensors` (default: all of `calibration_tensors(model, op_types)`) as
+    extra outputs; its detached weights go to onnxruntime beside it (`AugmentedModel.weights`)."""
+    model = loaded.model
     types = calibration_tensors(model, op_types)
     if tensors is not None:
         unknown = [name for name in tensors if name not in types]
@@ -126,8 +147,16 @@ def augment_model(
         if name not in present:
             graph.output.append(infos[name])
     has_external = any(uses_external_data(tensor) for tensor in graph.initializer)
-    folder = str(base_dir) if has_external and base_dir is not None else None
-    return AugmentedModel(augmented.SerializeToString(), folder, tuple(types), types)
+    folder = str(loaded.base_dir) if has_external and loaded.base_dir is not None else None
+    weights: dict[str, np.ndarray] = {}
+    for tensor in graph.initializer:
+        data = loaded.detached.get(tensor.name)
+        if data is None:
+            continue
+        weights[tensor.name] = np.frombuffer(data, _DETACHED_TYPES[tensor.data_type]).reshape(tensor.dims)
+        tensor.data_location = TensorProto.EXTERNAL
+        tensor.external_data.add(key="location", value=DETACHED_LOCATION)
+    return AugmentedModel(augmented.SerializeToString(), folder, tuple(types), types, weights)
 
 
 # Public entry point ------------------------------------------------------------------------------------
@@ -239,6 +268,7 @@ def collect_passes(
 __all__ = [
     "AugmentedModel",
     "CollectResult",
+    "DETACHED_WEIGHT_BYTES",
     "ENGINES",
     "ObserverTable",
     "ProgressCallback",

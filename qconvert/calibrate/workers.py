@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -40,20 +40,25 @@ ObserverTable = dict[str, list[Observer]]
 class AugmentedModel:
     """The float model with every calibrated tensor as a graph output, serialized for onnxruntime.
 
-    `model_bytes` never holds external data: a model with external data keeps it in its own folder
-    (`external_data_folder`), which onnxruntime reads directly, so a model over 2 GB is never copied.
+    `model_bytes` holds no large weight: float initializers of the source model travel beside it as
+    arrays (`weights`), which onnxruntime reads in place, and a model with external data keeps it in its
+    own folder (`external_data_folder`), which onnxruntime reads directly. So a model over 2 GB is never
+    copied, and a small one is not serialized and parsed once more for its weights.
     """
 
     model_bytes: bytes
     external_data_folder: str | None
     tensors: tuple[str, ...]  # calibrated tensors, in graph order
     element_types: dict[str, str]  # tensor -> "f32" | "f16"
+    weights: dict[str, np.ndarray] = field(default_factory=dict)  # initializer -> its data
 
 
-def make_session(augmented: AugmentedModel, threads: int = 0) -> Any:
-    """An onnxruntime CPU session without graph optimizations (the calibrator's), `threads` 0 = default.
+def make_session(augmented: AugmentedModel, threads: int = 1) -> Any:
+    """An onnxruntime CPU session without graph optimizations (the calibrator's), with `threads` intra-op
+    threads (0: onnxruntime's default, one per core).
 
-    Its threads do not spin between ops: the observers run beside it and need those cores.
+    One thread by default: `observe_share` runs batches side by side instead. More threads do not spin
+    between ops: the observers run beside them and need those cores.
     """
     import onnxruntime as ort
 
@@ -66,10 +71,16 @@ def make_session(augmented: AugmentedModel, threads: int = 0) -> Any:
         options.add_session_config_entry(
             "session.model_external_initializers_file_folder_path", augmented.external_data_folder
         )
+    # onnxruntime reads these buffers for as long as the session lives: the session keeps them.
+    weights = [ort.OrtValue.ortvalue_from_numpy(array) for array in augmented.weights.values()]
+    if weights:
+        options.add_external_initializers(list(augmented.weights), weights)
     try:
-        return ort.InferenceSession(augmented.model_bytes, options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(augmented.model_bytes, options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own exception types for any invalid model
         raise InputError(f"onnxruntime cannot load the model: {error}") from None
+    session.qconvert_weights = weights
+    return session
 
 
 # One share of one pass -----------------------------------------------------------------------------------
@@ -95,10 +106,13 @@ class ShareResult:
 def observe_share(session: Any, share: Share, report: Callable[[int], None], threads: int = 1) -> ShareResult:
     """Run the model on the share's batches, feeding its observers; `report(samples)` after each batch.
 
-    onnxruntime runs batch k+1 on a helper thread (it releases the GIL) while batch k is observed, so
-    at most two batches of intermediates are alive. Batch k's tensors are observed by `threads` threads
-    (numpy releases the GIL in its loops), the largest first; every observer still sees its batches in
-    order, one at a time, so the result does not depend on `threads`.
+    `threads` is the number of cores this share may use. Batch k's tensors are observed by that many
+    threads (numpy releases the GIL in its loops), the largest first, while onnxruntime runs batch k+1 on
+    a helper thread (it releases the GIL too), so at most two batches of intermediates are alive. Runs
+    get one intra-op thread each and up to `threads` helpers: when onnxruntime is the slower side, batch
+    k+2 starts as soon as batch k is observed, beside k+1, so the model then runs on every core, and a
+    one-thread session spends less CPU per batch than one that splits each op across cores. Every
+    observer still sees its batches in order, one at a time, so the result does not depend on `threads`.
     """
     started = time.perf_counter()
     names = list(share.observers)
@@ -135,7 +149,7 @@ def observe_share(session: Any, share: Share, report: Callable[[int], None], thr
         report(batch.size)
 
     with contextlib.ExitStack() as stack:
-        runner = stack.enter_context(ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnxruntime"))
+        runner = stack.enter_context(ThreadPoolExecutor(threads, thread_name_prefix="onnxruntime"))
         pool = None
         if threads > 1:
             pool = stack.enter_context(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe"))
@@ -166,7 +180,7 @@ class Engine(Protocol):
 
 
 class InProcessEngine:
-    """One share, here: onnxruntime gets every core."""
+    """One share, here, on every core."""
 
     workers = 1
 
@@ -192,7 +206,7 @@ def _start_worker(augmented: AugmentedModel, threads: int, messages: Any) -> Non
 def _run_in_worker(share: Share) -> ShareResult:
     state = _worker_state
     if state["session"] is None:
-        state["session"] = make_session(state["augmented"], state["threads"])
+        state["session"] = make_session(state["augmented"])
     messages = state["messages"]
     return observe_share(state["session"], share, lambda samples: messages.put(samples), state["threads"])
 
@@ -217,7 +231,7 @@ def _raise_from_share(error: BaseException) -> None:
 
 
 class ProcessEngine:
-    """`workers` spawned processes, each with its own session (`os.cpu_count() // workers` threads)."""
+    """`workers` spawned processes, each with its own session and `os.cpu_count() // workers` cores."""
 
     def __init__(self, augmented: AugmentedModel, workers: int) -> None:
         self.workers = workers
@@ -262,8 +276,8 @@ class _RayWorker:
         self.session: Any = None
 
     def run(self, share: Share) -> ShareResult:
-        if self.session is None:
-            self.session = make_session(self.augmented, self.threads)
+        if self.session is None:  # on a cluster (threads 0) the actor cannot know its cores: the default
+            self.session = make_session(self.augmented, 1 if self.threads else 0)
         # Ray hands numpy arrays over zero-copy from its object store, read-only: observe into a copy.
         share = Share(share.dataset, copy.deepcopy(share.observers), share.index, share.count)
         return observe_share(self.session, share, lambda samples: None, max(1, self.threads))

@@ -78,12 +78,13 @@ def test_same_tensors_and_bit_identical_minmax_as_onnxruntime_calibrator(
     model_name: str, make_data, op_types: list[str] | None, tmp_path: Path
 ) -> None:
     model_path = MODELS / f"{model_name}.onnx"
-    model, folder = load_float_model(model_path)
+    loaded = load_float_model(model_path)
+    model = loaded.model
     dataset = open_dataset(make_data(tmp_path), model)
     batches = [batch.arrays for batch in dataset.batches()]
     reference = onnxruntime_minmax(model_path, batches, tmp_path, op_types)
 
-    augmented = augment_model(model, folder, op_types=op_types)
+    augmented = augment_model(loaded, op_types=op_types)
     assert set(augmented.tensors) == reference["selected"]
     result = collect(augmented, dataset, {name: [MinMaxObserver()] for name in augmented.tensors})
     for name in augmented.tensors:
@@ -103,7 +104,8 @@ def test_rearranged_tensors_share_their_sources_observers_and_get_the_same_range
     """Reshape/Transpose outputs are not exposed nor observed: their source's observers serve them. Their
     ranges equal those of observing every tensor directly (same multiset of values per batch)."""
     model_path = MODELS / "tiny_encoder.onnx"
-    model, folder = load_float_model(model_path)
+    loaded = load_float_model(model_path)
+    model = loaded.model
     data = encoder_data(tmp_path)
     exposed: list[str] = []
 
@@ -122,7 +124,7 @@ def test_rearranged_tensors_share_their_sources_observers_and_get_the_same_range
     assert exposed and not set(exposed) & set(sources)  # neither exposed by the model nor observed
 
     chosen = make_method(method)
-    augmented = augment_model(model, folder, tensors)
+    augmented = augment_model(loaded, tensors)
     direct = collect(augmented, open_dataset(data, model), {n: chosen.first_pass(n) for n in tensors})
     for name in tensors:
         expected = chosen.range(name, direct.observers[name], direct.observers[name])
@@ -131,7 +133,7 @@ def test_rearranged_tensors_share_their_sources_observers_and_get_the_same_range
 
 
 def test_tensors_are_float_node_inputs_and_outputs_never_initializers() -> None:
-    model, _ = load_float_model(MODELS / "digits_cnn.onnx")
+    model = load_float_model(MODELS / "digits_cnn.onnx").model
     tensors = calibration_tensors(model)
     initializers = {t.name for t in model.graph.initializer}
     assert not set(tensors) & initializers
@@ -139,7 +141,7 @@ def test_tensors_are_float_node_inputs_and_outputs_never_initializers() -> None:
     assert set(tensors.values()) == {"f32"}
 
 
-def test_a_model_with_external_data_is_read_in_place_with_identical_values(tmp_path: Path) -> None:
+def test_weights_are_read_in_place_external_or_detached_with_identical_values(tmp_path: Path) -> None:
     folder = tmp_path / "external"
     folder.mkdir()
     onnx.save(
@@ -152,14 +154,16 @@ def test_a_model_with_external_data_is_read_in_place_with_identical_values(tmp_p
     data = digits_data(tmp_path, 16)
     results = []
     for path in (MODELS / "digits_cnn.onnx", folder / "model.onnx"):
-        model, base = load_float_model(path)
-        augmented = augment_model(model, base)
-        results.append(
-            collect(augmented, open_dataset(data, model), {n: [MinMaxObserver()] for n in augmented.tensors})
-        )
+        loaded = load_float_model(path)
+        augmented = augment_model(loaded)
+        observers = {n: [MinMaxObserver()] for n in augmented.tensors}
+        results.append(collect(augmented, open_dataset(data, loaded.model), observers))
         if path.parent == folder:
-            assert augmented.external_data_folder == str(folder)
+            assert augmented.external_data_folder == str(folder) and not augmented.weights
             assert len(augmented.model_bytes) < (folder / "model.data").stat().st_size  # weights not copied
+        else:  # the embedded weights travel beside the proto, not serialized in it
+            assert augmented.external_data_folder is None and len(augmented.weights) >= 2
+            assert len(augmented.model_bytes) < sum(w.nbytes for w in augmented.weights.values())
     for name, (embedded,) in results[0].observers.items():
         (external,) = results[1].observers[name]
         assert (embedded.minimum, embedded.maximum) == (external.minimum, external.maximum)
@@ -172,15 +176,15 @@ def test_a_model_without_float_activations_is_refused() -> None:
         [helper.make_tensor_value_info(n, TensorProto.INT32, [2]) for n in ("a", "b")],
         [helper.make_tensor_value_info("c", TensorProto.INT32, [2])],
     )
-    model, _ = load_float_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    loaded = load_float_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     with pytest.raises(InputError, match=r"no float \(f32/f16\) activations to calibrate"):
-        augment_model(model, None)
+        augment_model(loaded)
 
 
 def test_two_passes_seed_histograms_from_exact_minmax_and_progress_spans_both(tmp_path: Path) -> None:
-    model, folder = load_float_model(MODELS / "digits_cnn.onnx")
-    augmented = augment_model(model, folder, ["/conv1/Conv_output_0"])
-    dataset = open_dataset(digits_data(tmp_path, 24), model)
+    loaded = load_float_model(MODELS / "digits_cnn.onnx")
+    augmented = augment_model(loaded, ["/conv1/Conv_output_0"])
+    dataset = open_dataset(digits_data(tmp_path, 24), loaded.model)
     seen: list[tuple[int, int | None]] = []
 
     def second(previous):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +23,11 @@ MODELS = Path(__file__).resolve().parents[2] / "models"
 
 def encoder_setup(tmp_path: Path, samples: int = 14) -> tuple[AugmentedModel, Dataset]:
     """tiny_encoder (MatMul, Softmax, LayerNormalization, Erf) on 7 batches: odd, so the shares differ."""
-    model, folder = load_float_model(MODELS / "tiny_encoder.onnx")
+    loaded = load_float_model(MODELS / "tiny_encoder.onnx")
+    model = loaded.model
     path = tmp_path / "ids.npz"
     np.savez(path, input_ids=np.random.default_rng(9).integers(0, 32, (samples, 16), dtype=np.int64))
-    return augment_model(model, folder), open_dataset(path, model)
+    return augment_model(loaded), open_dataset(path, model)
 
 
 def minmax_then_histogram(augmented: AugmentedModel, dataset: Dataset, workers: int, engine: str = "local"):
@@ -116,6 +119,59 @@ def test_observer_threads_give_bit_identical_aligned_histograms(tmp_path: Path) 
                 for name, (o,) in result.observers.items()
             }
         )
+    assert states[0] == states[1]
+
+
+class CountingSession:
+    """The real onnxruntime session, slowed by `delay` seconds per run; records how many runs overlap."""
+
+    def __init__(self, session: object, delay: float) -> None:
+        self.session, self.delay = session, delay
+        self.running = 0
+        self.at_start: list[int] = []  # runs in flight as each run starts, itself included
+        self.lock = threading.Lock()
+
+    def run(self, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        with self.lock:
+            self.running += 1
+            self.at_start.append(self.running)
+        try:
+            time.sleep(self.delay)
+            return self.session.run(names, feeds)  # type: ignore[attr-defined]
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+class SlowObserver(AlignedHistogramObserver):
+    def observe(self, values: np.ndarray) -> None:
+        time.sleep(0.002)
+        super().observe(values)
+
+
+@pytest.mark.parametrize("slower", ["onnxruntime", "observers"])
+def test_onnxruntime_runs_batches_side_by_side_only_when_it_is_the_slower_side(
+    slower: str, tmp_path: Path
+) -> None:
+    """Slow runs (0.1 s each) against fast observers: batches run two at a time on two threads. Slow
+    observers (2 ms per tensor, a few dozen tensors per batch) against fast runs: one batch ahead, never
+    two running. The same state either way."""
+    augmented, dataset = encoder_setup(tmp_path)
+    states = []
+    for threads in (1, 2):
+        kind = SlowObserver if slower == "observers" else AlignedHistogramObserver
+        observers = {name: [kind(max_bins=257)] for name in augmented.tensors}
+        session = CountingSession(make_session(augmented), 0.1 if slower == "onnxruntime" else 0.0)
+        result = observe_share(session, Share(dataset, observers, 0, 1), lambda samples: None, threads)
+        assert result.batches_run == 7
+        if threads == 2:
+            # The first two run together either way (nothing to observe yet); after that, runs overlap
+            # only when onnxruntime is the slower side.
+            assert session.at_start[:2] == [1, 2]
+            assert max(session.at_start[2:]) == (2 if slower == "onnxruntime" else 1), session.at_start
+        else:
+            assert set(session.at_start) == {1}
+        states.append({n: (o.count, o.exponent, o.counts.tobytes()) for n, (o,) in result.observers.items()})
     assert states[0] == states[1]
 
 

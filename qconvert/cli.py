@@ -110,7 +110,8 @@ def import_command(
         raise InputError(f"--resource-threshold {resource_threshold}: expected 0 or more elements")
     module = import_onnx(model, _parse_input_shapes(input_shape), resource_threshold=resource_threshold)
     if ranges is not None:
-        from qconvert.calibrate.ranges import CalibrationRanges, attach_ranges
+        from qconvert.calibrate.attach import attach_ranges
+        from qconvert.calibrate.ranges import CalibrationRanges
 
         attach_ranges(module, CalibrationRanges.load(ranges), model)
     if elide_weights:

@@ -11,7 +11,7 @@ NOTE: the steps are this package's modules, composed in this order:
 3. `sentinel.sentinel_guard` flags ranges a mask or padding value dominates and, by policy, keeps those
    tensors in float or clips their range; `methods` turns each tensor's observers into its range (on
    every core: an entropy search takes milliseconds);
-4. `ranges.attach_ranges` puts `!quant.calibrated` on the lifted IR, `finalize.finalize(scheme)` makes
+4. `attach.attach_ranges` puts `!quant.calibrated` on the lifted IR, `finalize.finalize(scheme)` makes
    it `!quant.uniform` Q/DQ, `backends.onnx.save_onnx` writes the model (temp file, then rename).
 `load_ranges` skips 1-3 and reuses a ranges JSON with the tensors it kept in float. Files are written
 only after every step succeeded: the ranges JSON first, the model last.
@@ -43,7 +43,7 @@ from qconvert.calibrate.collect import (
 from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
 from qconvert.calibrate.methods import Method, make_method
 from qconvert.calibrate.observers import MinMaxObserver
-from qconvert.calibrate.ranges import CalibrationRanges, TensorRange, attach_ranges
+from qconvert.calibrate.ranges import CalibrationRanges, TensorRange
 from qconvert.calibrate.scheme import Scheme
 from qconvert.calibrate.sentinel import (
     MagnitudeObserver,
@@ -397,6 +397,7 @@ def _finalize(
     result: CalibrationResult,
 ):
     """The lifted model with the ranges attached and finalized to Q/DQ (not written yet)."""
+    from qconvert.calibrate.attach import attach_ranges
     from qconvert.calibrate.finalize import finalize
     from qconvert.frontends.onnx import import_onnx
 

@@ -1,7 +1,7 @@
 """Finalize a calibrated module: `!quant.calibrated` ranges become `!quant.uniform` Q/DQ, weights quantized.
 
 NOTE: `finalize(module, scheme)` takes the lifted float IR with calibrated qcast/dcast pairs
-(ranges.attach_ranges) and rewrites it in place into the QDQ form the ONNX frontend lifts a QDQ model
+(attach.attach_ranges) and rewrites it in place into the QDQ form the ONNX frontend lifts a QDQ model
 into, following onnxruntime's `quantize_static` (QDQ format) decisions and numbers:
 - placement.py decides which tensors get Q/DQ (onnxruntime's op quantizers, graph order);
 - a chosen activation keeps its pair, the calibrated type replaced by the `!quant.uniform` type of
@@ -24,9 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from qconvert.calibrate import placement
+from qconvert.calibrate.attach import STD_ATTR, calibrated_type, insert_calibrated_pair
 from qconvert.calibrate.block_edit import BlockEdit
 from qconvert.calibrate.placement import Bias, Graph, Plan
-from qconvert.calibrate.ranges import STD_ATTR, TensorRange, calibrated_type, insert_calibrated_pair
+from qconvert.calibrate.ranges import TensorRange
 from qconvert.calibrate.scheme import Scheme
 from qconvert.calibrate.tensor_names import CONSTANT_NAME_ATTR, TENSOR_NAME_ATTR
 from qconvert.errors import InputError

@@ -259,7 +259,8 @@ def test_an_all_inf_tensor_stays_float_and_with_the_guard_off_is_an_error(
 def test_import_with_ranges_prints_each_range_as_a_calibrated_type(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    from qconvert.calibrate.ranges import CalibrationRanges, calibrated_type
+    from qconvert.calibrate.attach import calibrated_type
+    from qconvert.calibrate.ranges import CalibrationRanges
     from qconvert.ir.parser import ParserOptions, parse_module
     from qconvert.ir.printer import print_module, print_type
     from qconvert.ir.types import F32

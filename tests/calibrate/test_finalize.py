@@ -11,8 +11,9 @@ from calibrate.parity_support import MODELS, batches, finalized_qdq, minmax_rang
 from conftest import require_module
 from onnx import TensorProto, helper, numpy_helper
 
+from qconvert.calibrate.attach import attach_ranges
 from qconvert.calibrate.finalize import finalize
-from qconvert.calibrate.ranges import CalibrationRanges, TensorRange, attach_ranges
+from qconvert.calibrate.ranges import CalibrationRanges, TensorRange
 from qconvert.calibrate.scheme import Scheme
 from qconvert.errors import InputError
 from qconvert.frontends.onnx import import_onnx

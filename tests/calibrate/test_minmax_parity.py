@@ -43,8 +43,8 @@ from calibrate.parity_support import (
 )
 from conftest import require_module
 
+from qconvert.calibrate.attach import attach_ranges
 from qconvert.calibrate.finalize import finalize
-from qconvert.calibrate.ranges import attach_ranges
 from qconvert.calibrate.scheme import Scheme
 from qconvert.frontends.onnx import import_onnx
 

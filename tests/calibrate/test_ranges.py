@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qconvert.calibrate.ranges import CalibrationRanges, TensorRange, attach_ranges
+from qconvert.calibrate.attach import attach_ranges
+from qconvert.calibrate.ranges import CalibrationRanges, TensorRange
 from qconvert.calibrate.tensor_names import tensor_values
 from qconvert.errors import InputError
 from qconvert.frontends.onnx import import_onnx

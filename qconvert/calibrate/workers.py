@@ -226,7 +226,11 @@ def _raise_from_share(error: BaseException) -> None:
     if isinstance(error, QConvertError):
         raise InputError(error.message) from None
     if isinstance(error, BrokenProcessPool):
-        raise RuntimeError("a calibration worker process died (out of memory?)") from None
+        raise RuntimeError(
+            "a calibration worker process died: out of memory, or a script that calls calibrate with "
+            "workers > 1 outside `if __name__ == \"__main__\":` (worker processes are spawned: they "
+            "import the script again)"
+        ) from None
     raise RuntimeError(f"calibration worker failed: {type(error).__name__}: {error}") from None
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -186,3 +188,18 @@ def test_a_data_error_found_in_worker_processes_comes_back_as_an_input_error(tmp
     np.savez(path, image=np.full((16, 1, 8, 8), np.nan, np.float32))
     with pytest.raises(InputError, match=r"nan\.npz: all 16 samples contain NaN/Inf \('image': 16\)"):
         calibrate(MODELS / "digits_cnn.onnx", path, workers=2)
+
+
+def test_a_script_without_a_main_guard_gets_told_why_its_workers_died(tmp_path: Path) -> None:
+    """Spawned workers import the calling script again; one that calibrates at module level makes each
+    worker fail to start. The error says so instead of blaming memory alone."""
+    data = tmp_path / "images.npz"
+    np.savez(data, image=np.zeros((16, 1, 8, 8), np.float32))
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from qconvert.calibrate import calibrate\n"
+        f"calibrate({str(MODELS / 'digits_cnn.onnx')!r}, {str(data)!r}, workers=2)\n"
+    )
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert 'outside `if __name__ == "__main__":`' in run.stderr.splitlines()[-1]

@@ -274,7 +274,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
     methods = [m.strip() for m in args.methods.split(",")]
     for m in methods:
         name, _, bins = m.partition("@")
-        if name not in METHODS or (bins and not (bins.isdigit() and name in HISTOGRAM_METHODS)):
+        bins_ok = not bins or (bins.isdigit() and int(bins) > 0 and name in HISTOGRAM_METHODS)
+        if name not in METHODS or not bins_ok:
             print(
                 f"--methods: unknown method {m!r} (expected {', '.join(METHODS)}; a histogram method may "
                 "take @BINS)",

@@ -15,6 +15,7 @@ histograms) the merged result is bit-identical to one process.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -92,7 +93,7 @@ def value_preserving_sources(model: ModelProto, tensors: Collection[str]) -> dic
 
 
 # Float weights of at least this many bytes leave the proto on load: shape inference then copies a
-# small model, and the augmented model hands them to onnxruntime in place instead of serialized.
+# small model, and the augmented model hands them to onnxruntime as arrays instead of serialized.
 DETACHED_WEIGHT_BYTES = 1024
 _DETACHED_TYPES: dict[int, np.dtype] = {
     TensorProto.FLOAT: np.dtype("<f4"),
@@ -110,7 +111,12 @@ def load_float_model(source: str | os.PathLike[str] | ModelProto) -> LoadedModel
     from qconvert.frontends.onnx.load import load_model
 
     def detach(tensor: TensorProto) -> bool:
-        return tensor.data_type in _DETACHED_TYPES and len(tensor.raw_data) >= DETACHED_WEIGHT_BYTES
+        dtype = _DETACHED_TYPES.get(tensor.data_type)
+        if dtype is None:
+            return False
+        size = math.prod(tensor.dims) * dtype.itemsize
+        # A raw_data of the wrong length stays in the proto, for onnxruntime to refuse by name.
+        return size >= DETACHED_WEIGHT_BYTES and len(tensor.raw_data) == size
 
     loaded = load_model(source, detach=detach)
     if loaded.inference_error is not None:

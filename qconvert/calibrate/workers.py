@@ -40,10 +40,11 @@ ObserverTable = dict[str, list[Observer]]
 class AugmentedModel:
     """The float model with every calibrated tensor as a graph output, serialized for onnxruntime.
 
-    `model_bytes` holds no large weight: float initializers of the source model travel beside it as
-    arrays (`weights`), which onnxruntime reads in place, and a model with external data keeps it in its
-    own folder (`external_data_folder`), which onnxruntime reads directly. So a model over 2 GB is never
-    copied, and a small one is not serialized and parsed once more for its weights.
+    `model_bytes` holds none of the main graph's large float initializers stored as raw_data: they travel
+    beside it as arrays (`weights`) that onnxruntime takes as external initializers, and a model with
+    external data keeps it in its own folder (`external_data_folder`), which onnxruntime reads directly.
+    So a model over 2 GB is never copied into a proto, and no model's weights are serialized and parsed
+    once more. (onnxruntime still copies the arrays into its own initializers.)
     """
 
     model_bytes: bytes
@@ -57,8 +58,8 @@ def make_session(augmented: AugmentedModel, threads: int = 1) -> Any:
     """An onnxruntime CPU session without graph optimizations (the calibrator's), with `threads` intra-op
     threads (0: onnxruntime's default, one per core).
 
-    One thread by default: `observe_share` runs batches side by side instead. More threads do not spin
-    between ops: the observers run beside them and need those cores.
+    `observe_share` runs two batches side by side, so its callers give each run half the cores. The
+    threads do not spin between ops: the observers run beside them and need those cores.
     """
     import onnxruntime as ort
 
@@ -71,7 +72,7 @@ def make_session(augmented: AugmentedModel, threads: int = 1) -> Any:
         options.add_session_config_entry(
             "session.model_external_initializers_file_folder_path", augmented.external_data_folder
         )
-    # onnxruntime reads these buffers for as long as the session lives: the session keeps them.
+    # onnxruntime's API wants these buffers to outlive the session (it copies them today): it keeps them.
     weights = [ort.OrtValue.ortvalue_from_numpy(array) for array in augmented.weights.values()]
     if weights:
         options.add_external_initializers(list(augmented.weights), weights)
@@ -103,16 +104,22 @@ class ShareResult:
     seconds: float = 0.0
 
 
+def run_threads(threads: int) -> int:
+    """Intra-op threads of a session that `observe_share` runs on `threads` cores (two runs at once)."""
+    return max(1, threads // 2)
+
+
 def observe_share(session: Any, share: Share, report: Callable[[int], None], threads: int = 1) -> ShareResult:
     """Run the model on the share's batches, feeding its observers; `report(samples)` after each batch.
 
     `threads` is the number of cores this share may use. Batch k's tensors are observed by that many
     threads (numpy releases the GIL in its loops), the largest first, while onnxruntime runs batch k+1 on
-    a helper thread (it releases the GIL too), so at most two batches of intermediates are alive. Runs
-    get one intra-op thread each and up to `threads` helpers: when onnxruntime is the slower side, batch
-    k+2 starts as soon as batch k is observed, beside k+1, so the model then runs on every core, and a
-    one-thread session spends less CPU per batch than one that splits each op across cores. Every
-    observer still sees its batches in order, one at a time, so the result does not depend on `threads`.
+    a helper thread (it releases the GIL too), so at most two batches of intermediates are alive. There
+    are two such helpers (one with a single core) and the session has half the cores (`run_threads`):
+    when onnxruntime is the slower side, batch k+2 starts as soon as batch k is observed, beside k+1, so
+    the model then uses every core, and two runs on half the cores each spend less CPU than one run on
+    all of them. Every observer still sees its batches in order, one at a time, so the result does not
+    depend on `threads`.
     """
     started = time.perf_counter()
     names = list(share.observers)
@@ -149,7 +156,7 @@ def observe_share(session: Any, share: Share, report: Callable[[int], None], thr
         report(batch.size)
 
     with contextlib.ExitStack() as stack:
-        runner = stack.enter_context(ThreadPoolExecutor(threads, thread_name_prefix="onnxruntime"))
+        runner = stack.enter_context(ThreadPoolExecutor(min(threads, 2), thread_name_prefix="onnxruntime"))
         pool = None
         if threads > 1:
             pool = stack.enter_context(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe"))
@@ -189,9 +196,9 @@ class InProcessEngine:
         self.session: Any = None
 
     def run(self, shares: Sequence[Share], progress: Callable[[int], None]) -> list[ShareResult]:
-        if self.session is None:
-            self.session = make_session(self.augmented)
         threads = os.cpu_count() or 1
+        if self.session is None:
+            self.session = make_session(self.augmented, run_threads(threads))
         return [observe_share(self.session, share, progress, threads) for share in shares]
 
 
@@ -206,7 +213,7 @@ def _start_worker(augmented: AugmentedModel, threads: int, messages: Any) -> Non
 def _run_in_worker(share: Share) -> ShareResult:
     state = _worker_state
     if state["session"] is None:
-        state["session"] = make_session(state["augmented"])
+        state["session"] = make_session(state["augmented"], run_threads(state["threads"]))
     messages = state["messages"]
     return observe_share(state["session"], share, lambda samples: messages.put(samples), state["threads"])
 
@@ -228,7 +235,7 @@ def _raise_from_share(error: BaseException) -> None:
     if isinstance(error, BrokenProcessPool):
         raise RuntimeError(
             "a calibration worker process died: out of memory, or a script that calls calibrate with "
-            "workers > 1 outside `if __name__ == \"__main__\":` (worker processes are spawned: they "
+            'workers > 1 outside `if __name__ == "__main__":` (worker processes are spawned: they '
             "import the script again)"
         ) from None
     raise RuntimeError(f"calibration worker failed: {type(error).__name__}: {error}") from None
@@ -281,7 +288,7 @@ class _RayWorker:
 
     def run(self, share: Share) -> ShareResult:
         if self.session is None:  # on a cluster (threads 0) the actor cannot know its cores: the default
-            self.session = make_session(self.augmented, 1 if self.threads else 0)
+            self.session = make_session(self.augmented, run_threads(self.threads) if self.threads else 0)
         # Ray hands numpy arrays over zero-copy from its object store, read-only: observe into a copy.
         share = Share(share.dataset, copy.deepcopy(share.observers), share.index, share.count)
         return observe_share(self.session, share, lambda samples: None, max(1, self.threads))

@@ -141,32 +141,48 @@ def test_tensors_are_float_node_inputs_and_outputs_never_initializers() -> None:
     assert set(tensors.values()) == {"f32"}
 
 
-def test_weights_are_read_in_place_external_or_detached_with_identical_values(tmp_path: Path) -> None:
-    folder = tmp_path / "external"
-    folder.mkdir()
-    onnx.save(
-        onnx.load(str(MODELS / "digits_cnn.onnx")),
-        str(folder / "model.onnx"),
-        save_as_external_data=True,
-        location="model.data",
-        size_threshold=0,
-    )
+def test_weights_external_detached_or_both_give_identical_values(tmp_path: Path) -> None:
+    """Weights kept in a proto, in an external-data file (read by onnxruntime from the model's folder),
+    detached on load and handed over as arrays, or some of each: the same min/max everywhere."""
+    folders = {"external": 0, "mixed": 2048}  # size_threshold: mixed keeps fc.weight (1280 B) inline
+    for kind, threshold in folders.items():
+        (tmp_path / kind).mkdir()
+        onnx.save(
+            onnx.load(str(MODELS / "digits_cnn.onnx")),
+            str(tmp_path / kind / "model.onnx"),
+            save_as_external_data=True,
+            location="model.data",
+            size_threshold=threshold,
+        )
     data = digits_data(tmp_path, 16)
     results = []
-    for path in (MODELS / "digits_cnn.onnx", folder / "model.onnx"):
+    for path in (MODELS / "digits_cnn.onnx", *(tmp_path / kind / "model.onnx" for kind in folders)):
         loaded = load_float_model(path)
         augmented = augment_model(loaded)
         observers = {n: [MinMaxObserver()] for n in augmented.tensors}
         results.append(collect(augmented, open_dataset(data, loaded.model), observers))
-        if path.parent == folder:
-            assert augmented.external_data_folder == str(folder) and not augmented.weights
-            assert len(augmented.model_bytes) < (folder / "model.data").stat().st_size  # weights not copied
+        if path.parent.name == "external":
+            assert augmented.external_data_folder == str(path.parent) and not augmented.weights
+            assert len(augmented.model_bytes) < (path.parent / "model.data").stat().st_size  # not copied
+        elif path.parent.name == "mixed":
+            assert augmented.external_data_folder == str(path.parent)
+            assert set(augmented.weights) == {"fc.weight"}
         else:  # the embedded weights travel beside the proto, not serialized in it
             assert augmented.external_data_folder is None and len(augmented.weights) >= 2
             assert len(augmented.model_bytes) < sum(w.nbytes for w in augmented.weights.values())
     for name, (embedded,) in results[0].observers.items():
-        (external,) = results[1].observers[name]
-        assert (embedded.minimum, embedded.maximum) == (external.minimum, external.maximum)
+        for other in results[1:]:
+            (theirs,) = other.observers[name]
+            assert (embedded.minimum, embedded.maximum) == (theirs.minimum, theirs.maximum)
+
+
+def test_a_weight_whose_raw_data_does_not_fit_its_shape_is_refused_by_name(tmp_path: Path) -> None:
+    model = onnx.load(str(MODELS / "digits_cnn.onnx"))
+    (weight,) = [t for t in model.graph.initializer if t.name == "fc.weight"]
+    weight.raw_data = weight.raw_data[:-4]
+    onnx.save(model, str(tmp_path / "corrupt.onnx"))
+    with pytest.raises(InputError, match=r"onnxruntime cannot load the model: .*'fc\.weight': raw_data"):
+        calibrate(tmp_path / "corrupt.onnx", digits_data(tmp_path, 8))
 
 
 def test_a_model_without_float_activations_is_refused() -> None:

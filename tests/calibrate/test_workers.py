@@ -156,14 +156,16 @@ def test_onnxruntime_runs_batches_side_by_side_only_when_it_is_the_slower_side(
     slower: str, tmp_path: Path
 ) -> None:
     """Slow runs (0.1 s each) against fast observers: batches run two at a time on two threads. Slow
-    observers (2 ms per tensor, a few dozen tensors per batch) against fast runs: one batch ahead, never
-    two running. The same state either way."""
+    observers (2 ms per tensor, ~80 tensors per batch) against faster runs (20 ms): one batch ahead,
+    never two running after the start. The same state either way."""
     augmented, dataset = encoder_setup(tmp_path)
     states = []
     for threads in (1, 2):
         kind = SlowObserver if slower == "observers" else AlignedHistogramObserver
         observers = {name: [kind(max_bins=257)] for name in augmented.tensors}
-        session = CountingSession(make_session(augmented), 0.1 if slower == "onnxruntime" else 0.0)
+        # 20 ms runs against ~80 ms of observing: still the faster side, but long enough that the first
+        # two runs overlap however late the second helper thread gets a core.
+        session = CountingSession(make_session(augmented), 0.1 if slower == "onnxruntime" else 0.02)
         result = observe_share(session, Share(dataset, observers, 0, 1), lambda samples: None, threads)
         assert result.batches_run == 7
         if threads == 2:

@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import pickle
 import queue
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -206,7 +207,9 @@ class InProcessEngine:
 _worker_state: dict[str, Any] = {}
 
 
-def _start_worker(augmented: AugmentedModel, threads: int, messages: Any) -> None:
+def _start_worker(model_path: str, threads: int, messages: Any) -> None:
+    with open(model_path, "rb") as file:  # the pickle ProcessEngine wrote for its own workers
+        augmented = pickle.load(file)
     _worker_state.update(augmented=augmented, threads=threads, messages=messages, session=None)
 
 
@@ -242,10 +245,20 @@ def _raise_from_share(error: BaseException) -> None:
 
 
 class ProcessEngine:
-    """`workers` spawned processes, each with its own session and `os.cpu_count() // workers` cores."""
+    """`workers` spawned processes, each with its own session and `os.cpu_count() // workers` cores.
+
+    The workers read the model from a temporary file, not from their start-up arguments: spawn writes
+    those into a pipe the new process reads only after importing the caller's script again, and a
+    process that dies first (a script calling calibrate outside `if __name__ == "__main__":`) would
+    leave a model larger than the pipe's buffer half written and this process waiting forever.
+    """
 
     def __init__(self, augmented: AugmentedModel, workers: int) -> None:
         self.workers = workers
+        self.folder = tempfile.TemporaryDirectory(prefix="qconvert-calibrate-")
+        model_path = os.path.join(self.folder.name, "augmented.pickle")
+        with open(model_path, "wb") as file:
+            pickle.dump(augmented, file, protocol=pickle.HIGHEST_PROTOCOL)
         context = multiprocessing.get_context("spawn")
         self.messages = context.Queue()
         threads = max(1, (os.cpu_count() or 1) // workers)
@@ -253,7 +266,7 @@ class ProcessEngine:
             workers,
             mp_context=context,
             initializer=_start_worker,
-            initargs=(augmented, threads, self.messages),
+            initargs=(model_path, threads, self.messages),
         )
 
     def run(self, shares: Sequence[Share], progress: Callable[[int], None]) -> list[ShareResult]:
@@ -276,6 +289,7 @@ class ProcessEngine:
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.messages.close()
+        self.folder.cleanup()
 
 
 class _RayWorker:

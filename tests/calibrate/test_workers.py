@@ -194,14 +194,15 @@ def test_a_data_error_found_in_worker_processes_comes_back_as_an_input_error(tmp
 
 def test_a_script_without_a_main_guard_gets_told_why_its_workers_died(tmp_path: Path) -> None:
     """Spawned workers import the calling script again; one that calibrates at module level makes each
-    worker fail to start. The error says so instead of blaming memory alone."""
-    data = tmp_path / "images.npz"
-    np.savez(data, image=np.zeros((16, 1, 8, 8), np.float32))
+    worker fail to start. The error says so instead of blaming memory alone, and it comes: tiny_encoder
+    (430 KB) used to leave this process waiting forever on a half-written spawn pipe."""
+    data = tmp_path / "ids.npz"
+    np.savez(data, input_ids=np.zeros((16, 16), np.int64))
     script = tmp_path / "unguarded.py"
     script.write_text(
         "from qconvert.calibrate import calibrate\n"
-        f"calibrate({str(MODELS / 'digits_cnn.onnx')!r}, {str(data)!r}, workers=2)\n"
+        f"calibrate({str(MODELS / 'tiny_encoder.onnx')!r}, {str(data)!r}, workers=2)\n"
     )
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert run.returncode != 0
     assert 'outside `if __name__ == "__main__":`' in run.stderr.splitlines()[-1]

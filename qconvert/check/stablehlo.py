@@ -39,24 +39,23 @@ SEMANTICS_EXPLANATION = (
 ENGINE_NAMES = {"interpreter": "the StableHLO interpreter", "xla": "XLA:CPU"}
 
 
-def _convert(model: ModelProto, form: str, semantics: str, fuse_arithmetic: bool = False) -> str:
-    """`model` lifted and converted to StableHLO text that the engines run: weights inline (`dense<...>`;
-    the engines refuse or misread `dense_resource`), which the small models `check` cuts out afford."""
-    from qconvert.backends.stablehlo.convert import stablehlo_text
-    from qconvert.frontends.onnx import import_onnx
-
-    module = import_onnx(model, resource_threshold=0)
-    return stablehlo_text(module, form, semantics, fuse_arithmetic=fuse_arithmetic)
-
-
-def fused_op_count(model: ModelProto, semantics: str, fuse_arithmetic: bool = False) -> int:
-    """How many quantized ops the `quantized` form fuses out of `model`'s dequantize -> op -> quantize."""
+def _convert_counting(
+    model: ModelProto, form: str, semantics: str, fuse_arithmetic: bool = False
+) -> tuple[str, int]:
+    """`model` lifted and converted to StableHLO text that the engines run, and how many quantized ops
+    the conversion fused (only the `quantized` form fuses). Weights are inline (`dense<...>`; the engines
+    refuse or misread `dense_resource`), which the small models `check` cuts out afford."""
     from qconvert.backends.stablehlo.convert import convert_with_stats
     from qconvert.frontends.onnx import import_onnx
+    from qconvert.ir.printer import print_module
 
     module = import_onnx(model, resource_threshold=0)
-    _, stats = convert_with_stats(module, "quantized", semantics, fuse_arithmetic=fuse_arithmetic)
-    return stats.fused_ops
+    converted, stats = convert_with_stats(module, form, semantics, fuse_arithmetic=fuse_arithmetic)
+    return print_module(converted), stats.fused_ops
+
+
+def _convert(model: ModelProto, form: str, semantics: str, fuse_arithmetic: bool = False) -> str:
+    return _convert_counting(model, form, semantics, fuse_arithmetic)[0]
 
 
 def _renamed(node: NodeProto, prefix: str) -> NodeProto:
@@ -164,12 +163,15 @@ class StableHLOBackend:
         runs: dict[str, CaseRun | NotRun] = {}
         texts: dict[str, str] = {}
         for case in cases:
+            lowered: str | NotRun | None = None
             if case.group is not None:
-                self.fused[case.name] = self._fused_op_count(case)
+                # In the quantized form, the conversion that counts the fused ops is the one to run.
+                lowered, self.fused[case.name] = self._fused_op_count(case)
                 if not self.fused[case.name]:
                     advance(1)
                     continue  # not fused: its nodes are checked one by one
-            lowered = self._lower(case)
+            if lowered is None:
+                lowered = self._lower(case)
             if isinstance(lowered, NotRun):
                 runs[case.name] = lowered
                 advance(1)
@@ -186,13 +188,15 @@ class StableHLOBackend:
             advance(1)
         return runs
 
-    def _fused_op_count(self, case: NodeCase) -> int:
-        """The quantized ops the `quantized` form makes of a group (0: not fused, or not lowerable)."""
+    def _fused_op_count(self, case: NodeCase) -> tuple[str | None, int]:
+        """The quantized ops the `quantized` form makes of a group (0: not fused, or not lowerable), and
+        the text of that conversion when it is this check's form (else None)."""
         assert case.model is not None
         try:
-            return fused_op_count(case.model, self.semantics, self.fuse_arithmetic)
+            text, fused = _convert_counting(case.model, "quantized", self.semantics, self.fuse_arithmetic)
         except Exception:  # not lowerable: nothing fused, and the end-to-end run says why
-            return 0
+            return None, 0
+        return (text if self.form == "quantized" else None), fused
 
     def keep_case(self, case: NodeCase) -> bool:
         return case.group is None or self.fused.get(case.name, 0) > 0

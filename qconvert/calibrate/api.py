@@ -20,12 +20,11 @@ only after every step succeeded: the ranges JSON first, the model last.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -237,7 +236,7 @@ def _observe(
                 jobs[keys[name]] = pool.submit(method.range, name, first, final)
     for name, (first, final) in observers.items():
         try:
-            tensor_range = dataclasses.replace(jobs[keys[name]].result(), name=name)
+            tensor_range = replace(jobs[keys[name]].result(), name=name)
         except InputError:
             if name not in decision.keep_float:
                 method.range(name, first, final)  # raises, naming this tensor

@@ -71,7 +71,6 @@ def batch_extrema(values: np.ndarray) -> BatchExtrema:
     )
 
 
-# `+ 0.0` makes -0.0 0.0: min(0.0, -0.0) is whichever came first, and merges must not depend on order.
 def exponent_field_counts(values: np.ndarray) -> np.ndarray:
     """int64 counts of `values` (as float32) per `bits >> 23`, i.e. per sign and octave (NaN in field 255)."""
     bits = np.ascontiguousarray(values, dtype=np.float32).reshape(-1).view(np.uint32)
@@ -81,14 +80,15 @@ def exponent_field_counts(values: np.ndarray) -> np.ndarray:
     return counts
 
 
+# `+ 0.0` makes -0.0 0.0: min(0.0, -0.0) is whichever came first, and merges must not depend on order.
 def _min_or_none(a: float | None, b: float | None) -> float | None:
-    value = (b if a is None else a) if a is None or b is None else min(a, b)
-    return None if value is None else value + 0.0
+    values = [value for value in (a, b) if value is not None]
+    return min(values) + 0.0 if values else None
 
 
 def _max_or_none(a: float | None, b: float | None) -> float | None:
-    value = (b if a is None else a) if a is None or b is None else max(a, b)
-    return None if value is None else value + 0.0
+    values = [value for value in (a, b) if value is not None]
+    return max(values) + 0.0 if values else None
 
 
 @dataclass(slots=True)

@@ -9,10 +9,9 @@ Pass 1 runs a `MagnitudeObserver` on every tensor: counts per float32 (sign, bin
 octave, plus NaN counts and the exact min/max of the ordinary values. It is exact and mergeable by
 addition, and costs one `bincount` per batch. Histogram methods skip it unless a tensor may be clipped:
 their aligned histograms give the same octaves (`MagnitudeObserver.from_aligned`, exceptions there), which
-halves their per-element work. `find_sentinels`
-reads those counts; `apply_sentinel_policy` turns findings plus the user's policy and per-tensor overrides
-into `keep_float` names (finalize leaves them in float) and clipped ranges, with one warning per tensor
-saying why.
+halves their per-element work. `find_sentinels` reads those counts; `apply_sentinel_policy` turns findings
+plus the user's policy and per-tensor overrides into `keep_float` names (finalize leaves them in float)
+and clipped ranges, with one warning per tensor saying why.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from onnx.external_data_helper import load_external_data_for_model, uses_externa
 
 from qconvert.errors import InputError
 
-from .qoperator import infer_contrib_shapes
+MICROSOFT_DOMAIN = "com.microsoft"
 
 
 def _external_tensors(model: ModelProto) -> list[TensorProto]:
@@ -138,7 +138,12 @@ def load_model(
     inference_error = None
     try:
         model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-        model = infer_contrib_shapes(model)  # com.microsoft QOperator outputs, then downstream again
+        if any(node.domain == MICROSOFT_DOMAIN for node in model.graph.node):
+            # com.microsoft QOperator outputs, then downstream again; imported here as it imports the IR,
+            # which reading a float model for calibration does not need
+            from .qoperator import infer_contrib_shapes
+
+            model = infer_contrib_shapes(model)
     except Exception as error:  # onnx raises InferenceError, ValidationError or RuntimeError
         inference_error = InputError(f"shape inference failed: {error}")
     if external and load_external_data:

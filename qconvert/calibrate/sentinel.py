@@ -7,11 +7,12 @@ real score lands on the zero point, attention turns uniform, and the model colla
 
 Pass 1 runs a `MagnitudeObserver` on every tensor: counts per float32 (sign, binary exponent), i.e. per
 octave, plus NaN counts and the exact min/max of the ordinary values. It is exact and mergeable by
-addition, and costs one `bincount` per batch. Histogram methods skip it unless a tensor may be clipped:
-their aligned histograms give the same octaves (`MagnitudeObserver.from_aligned`, exceptions there), which
-halves their per-element work. `find_sentinels` reads those counts; `apply_sentinel_policy` turns findings
-plus the user's policy and per-tensor overrides into `keep_float` names (finalize leaves them in float)
-and clipped ranges, with one warning per tensor saying why.
+addition, and costs one counting pass per batch (`counting.exponent_field_counts`). Histogram methods skip
+it unless a tensor may be clipped: their aligned histograms give the same octaves
+(`MagnitudeObserver.from_aligned`, exceptions there), which saves them that pass. `find_sentinels` reads
+those counts; `apply_sentinel_policy` turns findings plus the user's policy and per-tensor overrides into
+`keep_float` names (finalize leaves them in float) and clipped ranges, with one warning per tensor saying
+why.
 """
 
 from __future__ import annotations
@@ -24,13 +25,8 @@ from typing import Self
 
 import numpy as np
 
-from qconvert.calibrate.observers import (
-    FLOAT32_EXPONENT_FIELDS,
-    HUGE_EXPONENT,
-    HUGE_MAGNITUDE,
-    AlignedHistogramObserver,
-    exponent_field_counts,
-)
+from qconvert.calibrate.counting import FLOAT32_EXPONENT_FIELDS, exponent_field_counts
+from qconvert.calibrate.observers import HUGE_EXPONENT, HUGE_MAGNITUDE, AlignedHistogramObserver
 from qconvert.errors import InputError
 
 # index = float32 bits >> 23: sign bit * 256 + biased exponent field (0: zero or subnormal, 255: Inf/NaN)

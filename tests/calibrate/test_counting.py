@@ -1,0 +1,208 @@
+"""The C counting loops (`_counting.c`) give the numpy loops' counts bin for bin (calibrate/counting.py).
+
+Each case counts the same values twice, with the C extension and with `_counting` set to None (the numpy
+loops that define the result), and compares every bin and the zero count. The cases aim at the edges of
+the C arithmetic: values just below a bin edge far from the first bin (where `y - first` rounds up), tiny
+negative values next to zero, subnormals, -0.0, bins far from zero, exponents outside float32's exact
+range, and the ends of the bins. Without the extension the tests skip (and fail under CI's
+QCONVERT_REQUIRE_ENGINES=1, where the package is built with a compiler).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import require_module
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qconvert.calibrate import counting
+from qconvert.calibrate.observers import AlignedHistogramObserver, aligned_bin, aligned_exponent
+
+
+@pytest.fixture(scope="module")
+def c_counting() -> object:
+    return require_module("qconvert.calibrate._counting")
+
+
+def numpy_counts(values: np.ndarray, exponent: int, first_bin: int, size: int) -> tuple[np.ndarray, int]:
+    saved = counting._counting
+    counting._counting = None
+    try:
+        counts = np.zeros(size, dtype=np.int64)
+        zeros = counting.add_aligned_bin_counts(values, exponent, first_bin, counts)
+    finally:
+        counting._counting = saved
+    return counts, zeros
+
+
+def both_counts(values: np.ndarray, max_bins: int = 4097) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(C counts, numpy counts, C zeros, numpy zeros) over the aligned bins of `values`' range."""
+    low, high = float(values.min()), float(values.max())
+    exponent = aligned_exponent(low, high, max_bins)
+    first = aligned_bin(low, exponent)
+    size = aligned_bin(high, exponent) - first + 1
+    expected, expected_zeros = numpy_counts(values, exponent, first, size)
+    counts = np.zeros(size, dtype=np.int64)
+    zeros = counting.add_aligned_bin_counts(values, exponent, first, counts)
+    return counts, expected, zeros, expected_zeros
+
+
+def assert_same(values: np.ndarray, max_bins: int = 4097) -> None:
+    counts, expected, zeros, expected_zeros = both_counts(np.asarray(values, dtype=np.float32), max_bins)
+    assert zeros == expected_zeros
+    np.testing.assert_array_equal(counts, expected)
+    assert counts.sum() == values.size
+
+
+def test_the_extension_is_what_runs(c_counting: object) -> None:
+    assert counting.HAVE_C_COUNTING
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        # bulk near zero with tiny values of both signs: floor(-tiny / w) is bin -1, not bin 0
+        np.concatenate([np.linspace(-3, 5, 4001), [-1e-30, 1e-30, -1e-45, 1e-45, -0.0, 0.0, 0.0]]),
+        # away from zero (the first bin is 4095): values one float32 step below each bin edge
+        np.nextafter(np.float32(1024) + np.arange(4000, dtype=np.float32) / 4, np.float32(0)),
+        # a range of 1e-40 (subnormals): exponents below -126, where float32 arithmetic would not be exact
+        np.array([1e-40, 2e-40, 3e-40, -1e-40, 0.0], dtype=np.float32),
+        # huge values: exponents above 0
+        np.array([-3e38, 3e38, 1e30, -1e20, 0.0, 7.0], dtype=np.float32),
+        # one bin's width apart: only the ends of the bins
+        np.array([0.5, 0.75], dtype=np.float32),
+    ],
+    ids=["tiny-signs", "far-offset", "subnormal", "huge", "two-values"],
+)
+def test_edge_values_land_in_the_numpy_bins(c_counting: object, values: np.ndarray) -> None:
+    assert_same(np.asarray(values, dtype=np.float32))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=2, max_size=300),
+    st.sampled_from([3, 17, 4097, 40000]),
+)
+def test_any_finite_values_land_in_the_numpy_bins(
+    c_counting: object, values: list[float], max_bins: int
+) -> None:
+    array = np.array(values, dtype=np.float32)
+    if array.min() == array.max():
+        return  # a constant has no bins
+    assert_same(array, max_bins)
+
+
+def test_bins_at_every_scale(c_counting: object) -> None:
+    # 200 ranges from 1e-30 to 1e30 wide, centred anywhere: 20000 values each, ends included
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        scale = 10.0 ** rng.uniform(-30, 30)
+        centre = rng.normal() * scale * 10.0 ** rng.uniform(0, 6)
+        values = (centre + scale * rng.standard_normal(20000)).astype(np.float32)
+        assert_same(values)
+
+
+def test_exponent_fields_match_numpy(c_counting: object) -> None:
+    rng = np.random.default_rng(3)
+    values = np.concatenate(
+        [
+            (rng.standard_normal(100_003) * 10.0 ** rng.integers(-40, 38, 100_003)).astype(np.float32),
+            np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, -3.4e38, 1e-45], dtype=np.float32),
+        ]
+    )
+    fields = counting.exponent_field_counts(values)
+    saved = counting._counting
+    counting._counting = None
+    try:
+        expected = counting.exponent_field_counts(values)
+    finally:
+        counting._counting = saved
+    np.testing.assert_array_equal(fields, expected)
+    assert fields.sum() == values.size
+
+
+def test_values_outside_the_bins_are_refused_and_leave_the_counts(c_counting: object) -> None:
+    counts = np.zeros(8, dtype=np.int64)
+    inside = np.array([0.0, 1.0, 7.5], dtype=np.float32)
+    for bad in (8.0, -0.5, np.nan, np.inf):
+        with pytest.raises(ValueError, match="outside the bins"):
+            counting.add_aligned_bin_counts(np.append(inside, np.float32(bad)), 0, 0, counts)
+    assert not counts.any()
+
+
+def test_wrong_buffers_are_refused(c_counting: object) -> None:
+    module = c_counting
+    with pytest.raises(TypeError, match="values must hold float32"):
+        module.aligned_bin_counts(np.zeros(4, dtype=np.float64), 0, 0, np.zeros(4, dtype=np.int64))
+    with pytest.raises(TypeError, match="counts must hold int64"):
+        module.aligned_bin_counts(np.zeros(4, dtype=np.float32), 0, 0, np.zeros(4, dtype=np.int32))
+    with pytest.raises(ValueError, match="512 entries"):
+        module.exponent_field_counts(np.zeros(4, dtype=np.float32), np.zeros(4, dtype=np.int64))
+    read_only = np.zeros(4, dtype=np.int64)
+    read_only.flags.writeable = False
+    with pytest.raises((BufferError, TypeError, ValueError)):
+        module.aligned_bin_counts(np.zeros(4, dtype=np.float32), 0, 0, read_only)
+
+
+def test_observers_agree_with_and_without_the_extension(c_counting: object) -> None:
+    rng = np.random.default_rng(11)
+    batches = [
+        rng.standard_normal(50_000).astype(np.float32) * 3,
+        np.concatenate([rng.standard_normal(1000), [-10000.0] * 64, [0.0] * 10]).astype(np.float32),
+        rng.standard_normal(30_000).astype(np.float32) * 40,
+    ]
+
+    def observe() -> AlignedHistogramObserver:
+        observer = AlignedHistogramObserver()
+        for batch in batches:
+            observer.observe(batch)
+        return observer
+
+    with_c = observe()
+    saved = counting._counting
+    counting._counting = None
+    try:
+        without = observe()
+    finally:
+        counting._counting = saved
+    assert (with_c.exponent, with_c.first_bin, with_c.zero_count) == (
+        without.exponent,
+        without.first_bin,
+        without.zero_count,
+    )
+    np.testing.assert_array_equal(with_c.counts, without.counts)
+
+
+def test_counting_releases_the_gil(c_counting: object) -> None:
+    # The main thread notes the time as often as it can while another thread counts. With the GIL held
+    # by the count, the main thread could not run during it: one gap as long as the count.
+    values = np.random.default_rng(0).standard_normal(1 << 25).astype(np.float32)
+    exponent = aligned_exponent(float(values.min()), float(values.max()), 4097)
+    first = aligned_bin(float(values.min()), exponent)
+    counts = np.zeros(aligned_bin(float(values.max()), exponent) - first + 1, dtype=np.int64)
+    window: list[float] = []
+    done = threading.Event()
+
+    def count() -> None:
+        window.append(time.perf_counter())
+        for _ in range(4):
+            counting.add_aligned_bin_counts(values, exponent, first, counts)
+        window.append(time.perf_counter())
+        done.set()
+
+    worker = threading.Thread(target=count)
+    stamps = [time.perf_counter()]
+    worker.start()
+    while not done.is_set():
+        stamps.append(time.perf_counter())
+    worker.join()
+    assert counts.sum() == 4 * values.size
+    start, end = window
+    inside = [start, *(t for t in stamps if start < t < end), end]
+    longest_gap = max(b - a for a, b in itertools.pairwise(inside))
+    assert longest_gap < 0.5 * (end - start), (longest_gap, end - start)

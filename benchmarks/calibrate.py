@@ -17,7 +17,9 @@ so `peak MB` is that process's own ru_maxrss (os.wait4; the launcher's floor is 
   `--ort-memory-gb`, the run is chunked the way quantize_static's `CalibStridedMinMax` does it: the reader's
   `set_range(start, end)` windows, one `collect_data` per window, and the row says `strided`.
 - `qconvert <method>`: `qconvert.calibrate(model, data, method=...)` with one worker, ranges only (no model
-  written), also in its own process.
+  written), also in its own process. `--tools ...,qconvert-numpy` adds the same with the observers' numpy
+  counting loops instead of the C ones (`qconvert/calibrate/counting.py`), as an install without a C
+  compiler runs.
 - `METHOD@BINS` (e.g. `entropy@2048`): both tools with `num_bins=BINS`. Plain `entropy` compares each
   tool's defaults, which are not the same work: onnxruntime's 128 bins with 128 quantized bins leave its
   KL search one candidate (the MinMax range), qconvert's 2048 search. `entropy@2048` makes onnxruntime
@@ -64,6 +66,7 @@ METHODS = {
     "distribution": "Distribution",
 }
 HISTOGRAM_METHODS = {"entropy", "percentile", "distribution"}
+TOOLS = ("onnxruntime", "qconvert", "qconvert-numpy")
 MODEL_ARGS = ["--layers", "6", "--hidden", "384", "--heads", "12", "--seq", "64", "--train-steps", "0"]
 QUICK_MODEL_ARGS = ["--layers", "2", "--hidden", "128", "--heads", "4", "--seq", "64", "--train-steps", "0"]
 DATA_SEED = 5
@@ -151,6 +154,10 @@ def child_onnxruntime(args: argparse.Namespace) -> dict[str, Any]:
 
 def child_qconvert(args: argparse.Namespace) -> dict[str, Any]:
     import qconvert.calibrate.api as api
+    import qconvert.calibrate.counting as counting
+
+    if args.child == "qconvert-numpy":  # as installed without a C compiler
+        counting._counting = None
 
     options = {"num_bins": args.num_bins} if args.num_bins else None
     started = time.perf_counter()
@@ -256,7 +263,7 @@ def measure(command: list[str], row: Row, result_path: Path, repeat: int = 1) ->
 
 def print_table(rows: list[Row]) -> None:
     header = (
-        f"{'samples':>7}  {'method':<17} {'tool':<12} {'seconds':>8} {'calibrate s':>11} {'cpu s':>7} "
+        f"{'samples':>7}  {'method':<17} {'tool':<14} {'seconds':>8} {'calibrate s':>11} {'cpu s':>7} "
         f"{'peak MB':>8}  note"
     )
     print(header)
@@ -266,7 +273,7 @@ def print_table(rows: list[Row]) -> None:
         cal = f"{r.calibrate_seconds:11.1f}" if r.calibrate_seconds is not None else " " * 11
         cpu = f"{r.cpu_seconds:7.1f}" if r.cpu_seconds is not None else " " * 7
         mb = f"{r.peak_mb:8.0f}" if r.peak_mb is not None else " " * 8
-        print(f"{r.samples:>7}  {r.method:<17} {r.tool:<12} {sec} {cal} {cpu} {mb}  {r.note}")
+        print(f"{r.samples:>7}  {r.method:<17} {r.tool:<14} {sec} {cal} {cpu} {mb}  {r.note}")
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
@@ -283,6 +290,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
             )
             return 2
     tools = [t.strip() for t in args.tools.split(",")]
+    if not set(tools) <= set(TOOLS):
+        print(f"--tools: expected some of {', '.join(TOOLS)}, got {args.tools!r}", file=sys.stderr)
+        return 2
     parse_print.TIMEOUT = args.timeout
     parse_print.LAUNCH = parse_print.Launcher()
     rows: list[Row] = []
@@ -323,8 +333,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
                         command = [*script, "--child", "onnxruntime", "--method", METHODS[method], *common]
                         command += ["--stride", str(stride or 0)]
                     else:
-                        row = Row("qconvert", token, n, "ok")
-                        command = [*script, "--child", "qconvert", "--method", method, *common]
+                        row = Row(tool, token, n, "ok")
+                        command = [*script, "--child", tool, "--method", method, *common]
                     rows.append(measure(command, row, result, args.repeat))
                     r = rows[-1]
                     shown = f"{r.seconds:.1f} s, {r.peak_mb:.0f} MB" if r.seconds is not None else r.status
@@ -347,7 +357,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated qconvert method names; METHOD@BINS runs a histogram method with num_bins=BINS "
         "in both tools (entropy@2048: onnxruntime searches at qconvert's default resolution)",
     )
-    parser.add_argument("--tools", default="onnxruntime,qconvert", help="which side(s) to run")
+    parser.add_argument(
+        "--tools",
+        default="onnxruntime,qconvert",
+        help="which side(s) to run: onnxruntime, qconvert, qconvert-numpy (qconvert's numpy counting loops, "
+        "as installed without a C compiler)",
+    )
     parser.add_argument("--quick", action="store_true", help="N = 32 only, a 2-layer 128-wide model")
     parser.add_argument("--batch-size", type=int, default=8, help="samples per batch, both tools (default 8)")
     parser.add_argument(
@@ -362,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="another model (inputs input_ids, attention_mask)")
     parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON")
     # child mode
-    parser.add_argument("--child", choices=["onnxruntime", "qconvert"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=TOOLS, help=argparse.SUPPRESS)
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     parser.add_argument("--stride", type=int, default=0, help=argparse.SUPPRESS)

@@ -2,9 +2,10 @@
 
 NOTE: each count has two implementations with one result. The numpy loops here define it; `_counting.c`,
 built with the package where a C compiler is found (setuptools' optional extension), does the same count
-in one loop, about 4x faster per element and without the GIL, so the observer threads run side by side.
-Every element goes through one of these (about a billion per 128 samples of a small BERT), which is why
-they are not plain numpy. tests/calibrate/test_counting.py checks both bin for bin, edge values included;
+in one loop, 2-3x faster per element and without the GIL. Every element of every calibrated tensor goes
+through one of these (about a billion per 128 samples of a small BERT), which is why they are not plain
+numpy: `benchmarks/calibrate.py --tools qconvert,qconvert-numpy` ran Distribution on 128 samples in 4.2 s
+with them and 5.7 s without. tests/calibrate/test_counting.py checks both bin for bin, edge values included;
 `HAVE_C_COUNTING` says which one runs (CI prints it).
 """
 

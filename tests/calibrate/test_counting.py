@@ -126,10 +126,12 @@ def test_exponent_fields_match_numpy(c_counting: object) -> None:
     assert fields.sum() == values.size
 
 
-def test_values_outside_the_bins_are_refused_and_leave_the_counts(c_counting: object) -> None:
-    counts = np.zeros(8, dtype=np.int64)
-    inside = np.array([0.0, 1.0, 7.5], dtype=np.float32)
-    for bad in (8.0, -0.5, np.nan, np.inf):
+@pytest.mark.parametrize("size", [8, 20_000], ids=["four-lanes", "one-lane"])
+def test_values_outside_the_bins_are_refused_and_leave_the_counts(c_counting: object, size: int) -> None:
+    counts = np.zeros(size, dtype=np.int64)
+    # the bad value comes after a whole chunk of good ones, which must not be counted either
+    inside = np.tile(np.array([0.0, 1.0, 7.5], dtype=np.float32), 3000)
+    for bad in (float(size), -0.5, np.nan, np.inf):
         with pytest.raises(ValueError, match="outside the bins"):
             counting.add_aligned_bin_counts(np.append(inside, np.float32(bad)), 0, 0, counts)
     assert not counts.any()

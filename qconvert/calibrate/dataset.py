@@ -113,11 +113,12 @@ def _samples_in(array: StoredArray, spec: InputSpec) -> tuple[int, tuple[int, ..
     shape = array.shape
     sample_dims = spec.dims[1:]
     if len(shape) == spec.rank - 1:
-        count, sample_shape = 1, shape
+        count, sample_shape, reading = 1, shape, "one sample"
     elif len(shape) == spec.rank:
-        count, sample_shape = shape[0], shape[1:]
+        count, sample_shape, reading = shape[0], shape[1:], f"{shape[0]} samples"
     elif len(shape) == spec.rank + 1:
         count, sample_shape = shape[0] * shape[1], shape[2:]
+        reading = f"{shape[0]} batches of {shape[1]} samples"
     else:
         raise InputError(
             f"{array.where}: input '{spec.name}' has rank {len(shape)} (shape {list(shape)}); the model "
@@ -131,7 +132,7 @@ def _samples_in(array: StoredArray, spec: InputSpec) -> tuple[int, tuple[int, ..
     ]
     if mismatch:
         raise InputError(
-            f"{array.where}: input '{spec.name}' has shape {list(shape)}, whose samples are "
+            f"{array.where}: input '{spec.name}' has shape {list(shape)}, read as {reading} of shape "
             f"{list(sample_shape)}; the model takes {spec.shown()} (dim {mismatch[0]} differs)"
         )
     return count, tuple(sample_shape)

@@ -173,7 +173,17 @@ def test_wrong_rank_and_wrong_static_dim_are_refused(tmp_path: Path) -> None:
     np.save(tmp_path / "rank.npy", np.zeros((8, 8), dtype=np.float32))
     expect_error(tmp_path / "rank.npy", DIGITS, "rank.npy", "'image' has rank 2", "give rank 3")
     np.save(tmp_path / "dim.npy", np.zeros((8, 1, 8, 7), dtype=np.float32))
-    expect_error(tmp_path / "dim.npy", DIGITS, "dim.npy", "shape [8, 1, 8, 7]", "dim 3 differs")
+    expect_error(
+        tmp_path / "dim.npy",
+        DIGITS,
+        "dim.npy",
+        "shape [8, 1, 8, 7], read as 8 samples of shape [1, 8, 7]",
+        "dim 3",
+    )
+    np.save(tmp_path / "one.npy", np.zeros((1, 8, 7), dtype=np.float32))
+    expect_error(tmp_path / "one.npy", DIGITS, "read as one sample of shape [1, 8, 7]", "dim 3 differs")
+    np.save(tmp_path / "stack.npy", np.zeros((2, 4, 1, 8, 7), dtype=np.float32))
+    expect_error(tmp_path / "stack.npy", DIGITS, "read as 2 batches of 4 samples of shape [1, 8, 7]")
 
 
 def test_npy_for_a_two_input_model_asks_for_npz(tmp_path: Path) -> None:

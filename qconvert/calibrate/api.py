@@ -200,13 +200,9 @@ def _observe(
     sentinel_overrides: Mapping[str, str] | Sequence[str] | None,
     progress: ProgressCallback | None,
 ) -> _Observed:
-    from qconvert.calibrate.placement import DEFAULT_OP_TYPES
-
     model = loaded.model
     dataset = open_dataset(data, model, batch_size)
-    op_types = (
-        DEFAULT_OP_TYPES if scheme.op_types_to_quantize is None else scheme.op_types_to_quantize
-    ) - scheme.op_types_to_exclude
+    op_types = scheme.quantized_op_types
     tensors = list(calibration_tensors(model, op_types))
     sources = value_preserving_sources(model, tensors)
     observed = [name for name in tensors if name not in sources]

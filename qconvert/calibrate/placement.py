@@ -42,16 +42,6 @@ from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
 from qconvert.ir.quant_types import CalibratedQuantizedType
 from qconvert.ir.types import F16, F32, element_type_of
 
-# onnxruntime's default op list for QDQ: the QLinear and QDQ registry keys (quantize.py).
-DEFAULT_OP_TYPES = frozenset(
-    {
-        "Add", "ArgMax", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "ConvTranspose",
-        "CumSum", "EmbedLayerNormalization", "Flatten", "Gather", "GatherElements", "Gemm",
-        "GlobalAveragePool", "InstanceNormalization", "LayerNormalization", "LeakyRelu", "MatMul",
-        "MaxPool", "Mul", "Pad", "Relu", "Reshape", "Resize", "Sigmoid", "Slice", "Softmax", "Split",
-        "Squeeze", "TopK", "Transpose", "Unsqueeze", "Where",
-    }
-)  # fmt: skip
 DIRECT_8BIT = frozenset(
     {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "AveragePool", "Slice", "TopK"}
 )
@@ -188,9 +178,7 @@ class Planner:
         self.opset = opset
         self.plan = Plan()
         self.keep_float = set(scheme.keep_float)
-        self.op_types = (
-            DEFAULT_OP_TYPES if scheme.op_types_to_quantize is None else scheme.op_types_to_quantize
-        ) - scheme.op_types_to_exclude
+        self.op_types = scheme.quantized_op_types
         self.bias_keys: set[Value] = set()
 
     # Marking primitives (onnxruntime's quantize_*_tensor) ------------------------------------------

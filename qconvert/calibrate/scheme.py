@@ -25,6 +25,17 @@ ORT_QUANT_TYPE_NAMES = {
     "QFLOAT8E4M3FN": "float8e4m3fn",
 }
 
+# onnxruntime's default op list for QDQ: the QLinear and QDQ registry keys (quantize.py).
+DEFAULT_OP_TYPES = frozenset(
+    {
+        "Add", "ArgMax", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "ConvTranspose",
+        "CumSum", "EmbedLayerNormalization", "Flatten", "Gather", "GatherElements", "Gemm",
+        "GlobalAveragePool", "InstanceNormalization", "LayerNormalization", "LeakyRelu", "MatMul",
+        "MaxPool", "Mul", "Pad", "Relu", "Reshape", "Resize", "Sigmoid", "Slice", "Softmax", "Split",
+        "Squeeze", "TopK", "Transpose", "Unsqueeze", "Where",
+    }
+)  # fmt: skip
+
 # Storage kinds the ONNX Q/DQ ops accept only from opset 21 (below, onnxruntime switches to
 # com.microsoft Q/DQ; we raise the opset instead, see finalize).
 OPSET21_TYPES = frozenset({"int16", "uint16", "int4", "uint4"})
@@ -91,6 +102,13 @@ class Scheme:
         if self.weight_symmetric is not None:
             return self.weight_symmetric
         return is_signed(self.weight_type)
+
+    @property
+    def quantized_op_types(self) -> frozenset[str]:
+        """The op types whose tensors are calibrated and quantized: the selection (default onnxruntime's
+        list) without the excluded ones."""
+        selected = DEFAULT_OP_TYPES if self.op_types_to_quantize is None else self.op_types_to_quantize
+        return selected - self.op_types_to_exclude
 
     @property
     def needs_opset21(self) -> bool:

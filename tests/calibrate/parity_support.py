@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 from conftest import require_module
 
-from qconvert.calibrate.placement import DEFAULT_OP_TYPES
 from qconvert.calibrate.ranges import CalibrationRanges, TensorRange
+from qconvert.calibrate.scheme import DEFAULT_OP_TYPES
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
 from qconvert.ir.quant_types import UniformQuantizedPerAxisType, UniformQuantizedSubChannelType
 from qconvert.ir.types import element_type_of

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -218,3 +220,17 @@ def test_two_passes_seed_histograms_from_exact_minmax_and_progress_spans_both(tm
     assert counts.total == extrema.count == 24 * 16 * 8 * 8
     assert seen[-1] == (48, 48) and all(total == 48 for _, total in seen)
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+
+
+def test_computing_ranges_imports_neither_the_ir_nor_the_lifter() -> None:
+    # Ranges alone (no model written) need the ONNX loader and the observers: the IR and the lifter are
+    # a tenth of a second of imports that every ranges-only run (benchmarks/calibrate.py's) would pay.
+    script = (
+        "import sys; import qconvert.calibrate.api as api; "
+        f"api.calibrate({str(MODELS / 'digits_cnn.onnx')!r}, {str(MODELS / 'digits_cnn.inputs.npz')!r}); "
+        "heavy = ('qconvert.ir', 'qconvert.frontends.onnx.lift'); "
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

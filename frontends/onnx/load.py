@@ -135,14 +135,14 @@ def load_model(
             if tensor.HasField("raw_data") and tensor.name not in detached and detach(tensor):
                 detached[tensor.name] = tensor.raw_data
                 tensor.ClearField("raw_data")
+    contrib = any(node.domain == MICROSOFT_DOMAIN for node in model.graph.node)
+    if contrib:
+        # Imported here: it imports the IR, which reading a float model for calibration does not need.
+        from .qoperator import infer_contrib_shapes
     inference_error = None
     try:
         model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-        if any(node.domain == MICROSOFT_DOMAIN for node in model.graph.node):
-            # com.microsoft QOperator outputs, then downstream again; imported here as it imports the IR,
-            # which reading a float model for calibration does not need
-            from .qoperator import infer_contrib_shapes
-
+        if contrib:  # com.microsoft QOperator outputs, then downstream again
             model = infer_contrib_shapes(model)
     except Exception as error:  # onnx raises InferenceError, ValidationError or RuntimeError
         inference_error = InputError(f"shape inference failed: {error}")

@@ -53,12 +53,13 @@ from qconvert.ir.types import RankedTensorType, Type, with_element_type
 
 from . import attributes as attrs
 from .dtypes import BY_NAME, ELEMENT_TYPES, UNKNOWN_ELEMENT
+from .load import MICROSOFT_DOMAIN
 from .quant import NodeRef, check_storage, quant_type_of
 
 if TYPE_CHECKING:
     from .lift import Lifter
 
-MS = "com.microsoft"
+MS = MICROSOFT_DOMAIN
 F32 = BY_NAME["float"].ir_type
 
 

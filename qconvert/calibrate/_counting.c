@@ -23,8 +23,9 @@
 #include <string.h>
 
 /* gcc builds a baseline, an AVX2 and an AVX-512 version of each loop and picks one at load time: the
- * baseline x86-64 has no vector float64 -> int conversion with the range this needs. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+ * baseline x86-64 has no vector float64 -> int conversion with the range this needs. The x86-64-v3/v4
+ * names exist from gcc 11; the choice at load time needs glibc's ifunc. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && defined(__x86_64__) && defined(__GLIBC__)
 #define VECTOR_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 #else
 #define VECTOR_CLONES
@@ -37,16 +38,19 @@ enum {
 };
 
 /* Bin indices of one chunk; returns how many of its values are zero, and 0 in *outside when every index
- * is in [0, size). `y - first` may round up to the next integer (when y is just below it and much smaller
- * than first): its floor is then one too many, which the exact comparison `t + first > y` catches.
- * Out-of-range values (and NaN) come out as -1 or `size`, so the conversion never overflows. */
+ * is in [0, size). `y - first` is exact but when y and first are both negative and |y| < |first| / 2
+ * (Sterbenz); there it may round up to the next integer, its floor is then one too many, and the exact
+ * comparison `t + first > y` catches that. Values outside the bins (and NaN, ±Inf) come out below 0 or
+ * as `size`; the clamps keep the conversion in range. */
 VECTOR_CLONES
 static int64_t bin_indices(const float *x, Py_ssize_t n, double scale, double first, int32_t size,
                            int32_t *indices, int *outside) {
     int64_t zeros = 0;
     int32_t low = 0, high = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        double y = (double)x[i] * scale; /* exact: float32 times a power of two, in float64's range */
+        /* Exact: float32 times a power of two, in float64's range (so a compiler fusing the product into
+         * the subtraction below as a multiply-add changes nothing). */
+        double y = (double)x[i] * scale;
         double offset = y - first;
         offset = offset >= -1.0 ? offset : -1.0; /* also NaN */
         offset = offset <= (double)size ? offset : (double)size;
@@ -173,12 +177,14 @@ static PyObject *aligned_bin_counts(PyObject *module, PyObject *args) {
         return NULL;
     }
     Py_ssize_t size = counts.len / 8;
-    /* The index arithmetic is int32 and float64: keep bins and first_bin where both are exact. */
-    if (size < 1 || size > INT32_MAX - 1 || first_bin > (1LL << 52) || first_bin < -(1LL << 52)) {
+    /* The index arithmetic is int32 and float64: keep bins, first_bin and the scale where all are exact
+     * (float32 values times 2**-exponent stay normal float64 numbers for |exponent| <= 800). */
+    if (size < 1 || size > INT32_MAX - 1 || first_bin > (1LL << 52) || first_bin < -(1LL << 52) ||
+        exponent > 800 || exponent < -800) {
         PyBuffer_Release(&values);
         PyBuffer_Release(&counts);
-        PyErr_Format(PyExc_ValueError, "aligned_bin_counts: unsupported bins (%zd from %lld)", size,
-                     first_bin);
+        PyErr_Format(PyExc_ValueError, "aligned_bin_counts: unsupported bins (%zd from %lld, width 2**%d)",
+                     size, first_bin, exponent);
         return NULL;
     }
     int64_t zeros = 0;

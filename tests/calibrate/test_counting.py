@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,8 +60,12 @@ def assert_same(values: np.ndarray, max_bins: int = 4097) -> None:
     assert counts.sum() == values.size
 
 
-def test_the_extension_is_what_runs(c_counting: object) -> None:
+def test_the_extension_is_what_runs_and_is_built_from_the_current_source(c_counting: object) -> None:
     assert counting.HAVE_C_COUNTING
+    source = Path(counting.__file__).with_name("_counting.c")
+    built = Path(c_counting.__file__)  # type: ignore[attr-defined]
+    if source.exists():  # an editable install builds once: a later edit needs `pip install -e . --no-deps`
+        assert built.stat().st_mtime >= source.stat().st_mtime, f"{built.name} is older than {source.name}"
 
 
 @pytest.mark.parametrize(
@@ -70,14 +75,17 @@ def test_the_extension_is_what_runs(c_counting: object) -> None:
         np.concatenate([np.linspace(-3, 5, 4001), [-1e-30, 1e-30, -1e-45, 1e-45, -0.0, 0.0, 0.0]]),
         # away from zero (the first bin is 4095): values one float32 step below each bin edge
         np.nextafter(np.float32(1024) + np.arange(4000, dtype=np.float32) / 4, np.float32(0)),
+        # a negative first bin far from zero with tiny negative values: y - first rounds up to the next
+        # integer (|y| < |first| / 2), which the C loop corrects
+        np.array([-1e6, -3.0, -1e-20, -1e-30, -(2.0**-60), 1e-30, 0.0], dtype=np.float32),
         # a range of 1e-40 (subnormals): exponents below -126, where float32 arithmetic would not be exact
         np.array([1e-40, 2e-40, 3e-40, -1e-40, 0.0], dtype=np.float32),
         # huge values: exponents above 0
         np.array([-3e38, 3e38, 1e30, -1e20, 0.0, 7.0], dtype=np.float32),
-        # one bin's width apart: only the ends of the bins
+        # two values: the first and the last of the bins
         np.array([0.5, 0.75], dtype=np.float32),
     ],
-    ids=["tiny-signs", "far-offset", "subnormal", "huge", "two-values"],
+    ids=["tiny-signs", "far-offset", "negative-first", "subnormal", "huge", "two-values"],
 )
 def test_edge_values_land_in_the_numpy_bins(c_counting: object, values: np.ndarray) -> None:
     assert_same(np.asarray(values, dtype=np.float32))
@@ -181,9 +189,9 @@ def test_observers_agree_with_and_without_the_extension(c_counting: object) -> N
 
 
 def test_counting_releases_the_gil(c_counting: object) -> None:
-    # The main thread notes the time as often as it can while another thread counts. With the GIL held
-    # by the count, the main thread could not run during it: one gap as long as the count.
-    values = np.random.default_rng(0).standard_normal(1 << 25).astype(np.float32)
+    # The main thread notes the time as often as it can while another thread makes one long count. With
+    # the GIL held by the count, the main thread could not run during it: one gap as long as the count.
+    values = np.random.default_rng(0).standard_normal(1 << 25, dtype=np.float32)
     exponent = aligned_exponent(float(values.min()), float(values.max()), 4097)
     first = aligned_bin(float(values.min()), exponent)
     counts = np.zeros(aligned_bin(float(values.max()), exponent) - first + 1, dtype=np.int64)
@@ -192,8 +200,7 @@ def test_counting_releases_the_gil(c_counting: object) -> None:
 
     def count() -> None:
         window.append(time.perf_counter())
-        for _ in range(4):
-            counting.add_aligned_bin_counts(values, exponent, first, counts)
+        counting.add_aligned_bin_counts(values, exponent, first, counts)
         window.append(time.perf_counter())
         done.set()
 
@@ -203,8 +210,15 @@ def test_counting_releases_the_gil(c_counting: object) -> None:
     while not done.is_set():
         stamps.append(time.perf_counter())
     worker.join()
-    assert counts.sum() == 4 * values.size
+    assert counts.sum() == values.size
     start, end = window
     inside = [start, *(t for t in stamps if start < t < end), end]
     longest_gap = max(b - a for a, b in itertools.pairwise(inside))
     assert longest_gap < 0.5 * (end - start), (longest_gap, end - start)
+
+
+def test_exponents_past_float64s_exact_range_are_refused(c_counting: object) -> None:
+    counts = np.zeros(4, dtype=np.int64)
+    with pytest.raises(ValueError, match="width 2\\*\\*2000"):
+        c_counting.aligned_bin_counts(np.zeros(2, dtype=np.float32), 2000, 0, counts)  # type: ignore[attr-defined]
+    assert not counts.any()

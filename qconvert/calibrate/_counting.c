@@ -160,6 +160,19 @@ static int get_buffer(PyObject *object, Py_buffer *view, char kind, const char *
     return 0;
 }
 
+/* Both buffers of a call, or none (and the error set). */
+static int get_values_and_counts(PyObject *values_object, PyObject *counts_object, Py_buffer *values,
+                                 Py_buffer *counts) {
+    if (get_buffer(values_object, values, 'f', "values") != 0) {
+        return -1;
+    }
+    if (get_buffer(counts_object, counts, 'q', "counts") != 0) {
+        PyBuffer_Release(values);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *aligned_bin_counts(PyObject *module, PyObject *args) {
     PyObject *values_object, *counts_object;
     int exponent;
@@ -169,11 +182,7 @@ static PyObject *aligned_bin_counts(PyObject *module, PyObject *args) {
         return NULL;
     }
     Py_buffer values, counts;
-    if (get_buffer(values_object, &values, 'f', "values") != 0) {
-        return NULL;
-    }
-    if (get_buffer(counts_object, &counts, 'q', "counts") != 0) {
-        PyBuffer_Release(&values);
+    if (get_values_and_counts(values_object, counts_object, &values, &counts) != 0) {
         return NULL;
     }
     Py_ssize_t size = counts.len / 8;
@@ -212,11 +221,7 @@ static PyObject *exponent_field_counts(PyObject *module, PyObject *args) {
         return NULL;
     }
     Py_buffer values, counts;
-    if (get_buffer(values_object, &values, 'f', "values") != 0) {
-        return NULL;
-    }
-    if (get_buffer(counts_object, &counts, 'q', "counts") != 0) {
-        PyBuffer_Release(&values);
+    if (get_values_and_counts(values_object, counts_object, &values, &counts) != 0) {
         return NULL;
     }
     if (counts.len != 512 * 8) {

@@ -158,14 +158,16 @@ def child_qconvert(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.child == "qconvert-numpy":  # as installed without a C compiler
         counting._counting = None
-
+    # Without the extension both qconvert rows would silently measure the numpy loops.
+    note = "" if counting.HAVE_C_COUNTING else "the C counting extension is not built: numpy loops"
     options = {"num_bins": args.num_bins} if args.num_bins else None
     started = time.perf_counter()
     result = api.calibrate(
         args.model, args.data, method=args.method, method_options=options, batch_size=args.batch_size
     )
     seconds = time.perf_counter() - started
-    return {"calibrate_seconds": seconds, "cpu_seconds": cpu_seconds(), "tensors": len(result.ranges.ranges)}
+    tensors = len(result.ranges.ranges)
+    return {"calibrate_seconds": seconds, "cpu_seconds": cpu_seconds(), "tensors": tensors, "note": note}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -254,6 +256,8 @@ def measure(command: list[str], row: Row, result_path: Path, repeat: int = 1) ->
             return row
         reply = json.loads(result_path.read_text())
         runs.append((seconds, reply["calibrate_seconds"], reply["cpu_seconds"], peak_mb))
+        if reply.get("note") and reply["note"] not in row.note:
+            row.note = (row.note + "; " if row.note else "") + reply["note"]
     row.seconds, row.calibrate_seconds, row.cpu_seconds = (
         statistics.median(run[k] for run in runs) for k in range(3)
     )

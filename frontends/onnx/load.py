@@ -135,15 +135,15 @@ def load_model(
             if tensor.HasField("raw_data") and tensor.name not in detached and detach(tensor):
                 detached[tensor.name] = tensor.raw_data
                 tensor.ClearField("raw_data")
-    contrib = any(node.domain == MICROSOFT_DOMAIN for node in model.graph.node)
-    if contrib:
+    infer_contrib = None
+    if any(node.domain == MICROSOFT_DOMAIN for node in model.graph.node):
         # Imported here: it imports the IR, which reading a float model for calibration does not need.
-        from .qoperator import infer_contrib_shapes
+        from .qoperator import infer_contrib_shapes as infer_contrib
     inference_error = None
     try:
         model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-        if contrib:  # com.microsoft QOperator outputs, then downstream again
-            model = infer_contrib_shapes(model)
+        if infer_contrib is not None:  # com.microsoft QOperator outputs, then downstream again
+            model = infer_contrib(model)
     except Exception as error:  # onnx raises InferenceError, ValidationError or RuntimeError
         inference_error = InputError(f"shape inference failed: {error}")
     if external and load_external_data:

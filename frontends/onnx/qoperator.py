@@ -59,7 +59,6 @@ from .quant import NodeRef, check_storage, quant_type_of
 if TYPE_CHECKING:
     from .lift import Lifter
 
-MS = MICROSOFT_DOMAIN
 F32 = BY_NAME["float"].ir_type
 
 
@@ -250,15 +249,18 @@ LIFTERS: dict[tuple[str, str], tuple[Callable[[QOperatorLifter], None], tuple[in
     ("", "MatMulInteger"): (_integer("qconvert.matmul_integer", -1), (2, 3)),
     ("", "ConvInteger"): (_integer("qconvert.conv_integer", 0), (2, 3)),
     ("", "DynamicQuantizeLinear"): (_dynamic_quantize_linear, ()),
-    (MS, "QLinearAdd"): (_binary("qconvert.qlinear_add"), (1, 2, 4, 5, 6, 7)),
-    (MS, "QLinearMul"): (_binary("qconvert.qlinear_mul"), (1, 2, 4, 5, 6, 7)),
-    (MS, "QLinearConcat"): (_qlinear_concat, ()),
-    (MS, "QLinearSigmoid"): (_unary("qconvert.qlinear_sigmoid"), (1, 2, 3, 4)),
-    (MS, "QLinearLeakyRelu"): (_unary("qconvert.qlinear_leaky_relu"), (1, 2, 3, 4)),
-    (MS, "QLinearAveragePool"): (_unary("qconvert.qlinear_average_pool"), (1, 2, 3, 4)),
-    (MS, "QLinearGlobalAveragePool"): (_unary("qconvert.qlinear_global_average_pool"), (1, 2, 3, 4)),
-    (MS, "QGemm"): (_qgemm, (1, 2, 4, 5, 7, 8)),
-    (MS, "DynamicQuantizeMatMul"): (_dynamic_quantize_matmul, (2, 3)),
+    (MICROSOFT_DOMAIN, "QLinearAdd"): (_binary("qconvert.qlinear_add"), (1, 2, 4, 5, 6, 7)),
+    (MICROSOFT_DOMAIN, "QLinearMul"): (_binary("qconvert.qlinear_mul"), (1, 2, 4, 5, 6, 7)),
+    (MICROSOFT_DOMAIN, "QLinearConcat"): (_qlinear_concat, ()),
+    (MICROSOFT_DOMAIN, "QLinearSigmoid"): (_unary("qconvert.qlinear_sigmoid"), (1, 2, 3, 4)),
+    (MICROSOFT_DOMAIN, "QLinearLeakyRelu"): (_unary("qconvert.qlinear_leaky_relu"), (1, 2, 3, 4)),
+    (MICROSOFT_DOMAIN, "QLinearAveragePool"): (_unary("qconvert.qlinear_average_pool"), (1, 2, 3, 4)),
+    (MICROSOFT_DOMAIN, "QLinearGlobalAveragePool"): (
+        _unary("qconvert.qlinear_global_average_pool"),
+        (1, 2, 3, 4),
+    ),
+    (MICROSOFT_DOMAIN, "QGemm"): (_qgemm, (1, 2, 4, 5, 7, 8)),
+    (MICROSOFT_DOMAIN, "DynamicQuantizeMatMul"): (_dynamic_quantize_matmul, (2, 3)),
 }
 
 
@@ -269,7 +271,7 @@ def lift_qoperator(lifter: Lifter, node: NodeProto, domain: str, ref: NodeRef) -
         return False
     lift, parameters = entry
     q = QOperatorLifter(lifter, node, ref)
-    if (domain, node.op_type) == (MS, "QLinearConcat"):
+    if (domain, node.op_type) == (MICROSOFT_DOMAIN, "QLinearConcat"):
         parameters = tuple(i for i in range(len(node.input)) if i < 2 or (i - 2) % 3 != 0)
     if not all(q.is_constant(_present(node, i)) for i in parameters):
         return False
@@ -367,7 +369,11 @@ def infer_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     Each round types the contrib QOperator outputs whose inputs are typed, then reruns
     `onnx.shape_inference` so that the default-domain ops downstream get typed too.
     """
-    contrib = [n for n in model.graph.node if n.domain == MS and (MS, n.op_type) in LIFTERS]
+    contrib = [
+        n
+        for n in model.graph.node
+        if n.domain == MICROSOFT_DOMAIN and (MICROSOFT_DOMAIN, n.op_type) in LIFTERS
+    ]
     for _ in range(len(contrib)):
         known = _known_types(model)
         added = False

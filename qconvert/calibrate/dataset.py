@@ -108,6 +108,11 @@ def choose_batch_size(inputs: Sequence[InputSpec], requested: int | None) -> tup
 
 
 # Checking a part against the model ------------------------------------------------------------------------
+def _counted(count: int, noun: str) -> str:
+    plural = noun + ("es" if noun.endswith("ch") else "s")
+    return f"{count} {noun if count == 1 else plural}"
+
+
 def _samples_in(array: StoredArray, spec: InputSpec) -> tuple[int, tuple[int, ...]]:
     """(number of samples, shape of one sample) by the rank rule; InputError naming input, file and shapes."""
     shape = array.shape
@@ -115,10 +120,10 @@ def _samples_in(array: StoredArray, spec: InputSpec) -> tuple[int, tuple[int, ..
     if len(shape) == spec.rank - 1:
         count, sample_shape, reading = 1, shape, "one sample"
     elif len(shape) == spec.rank:
-        count, sample_shape, reading = shape[0], shape[1:], f"{shape[0]} samples"
+        count, sample_shape, reading = shape[0], shape[1:], _counted(shape[0], "sample")
     elif len(shape) == spec.rank + 1:
         count, sample_shape = shape[0] * shape[1], shape[2:]
-        reading = f"{shape[0]} batches of {shape[1]} samples"
+        reading = f"{_counted(shape[0], 'batch')} of {_counted(shape[1], 'sample')}"
     else:
         raise InputError(
             f"{array.where}: input '{spec.name}' has rank {len(shape)} (shape {list(shape)}); the model "

@@ -29,8 +29,7 @@ from qconvert.calibrate.counting import FLOAT32_EXPONENT_FIELDS, exponent_field_
 from qconvert.calibrate.observers import HUGE_EXPONENT, HUGE_MAGNITUDE, AlignedHistogramObserver
 from qconvert.errors import InputError
 
-# index = float32 bits >> 23: sign bit * 256 + biased exponent field (0: zero or subnormal, 255: Inf/NaN)
-MAGNITUDE_BINS = FLOAT32_EXPONENT_FIELDS
+MAGNITUDE_BINS = FLOAT32_EXPONENT_FIELDS  # counting.py: sign bit * 256 + biased exponent field
 _SIGN = 256
 _INF_FIELD = 255
 _EXPONENT_BIAS = 127

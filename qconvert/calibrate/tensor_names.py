@@ -16,6 +16,7 @@ import onnx
 from onnx import ModelProto
 
 from qconvert.errors import InputError
+from qconvert.frontends.onnx.load import MICROSOFT_DOMAIN
 from qconvert.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
@@ -87,7 +88,7 @@ def tensor_values(
         if node.op_type == "Constant" and any(a.name == "value" for a in node.attribute):
             continue
         if position == len(ops) or not _same(node, ops[position]):
-            if node.domain in (*_DEFAULT_DOMAINS, "com.microsoft"):
+            if node.domain in (*_DEFAULT_DOMAINS, MICROSOFT_DOMAIN):
                 continue  # lifted to a quant cast or a qconvert.* op; a wrong model leaves ops unmatched
             raise InputError(
                 f"the module does not come from this model: node '{node.name}' ({node.op_type}) has no op"

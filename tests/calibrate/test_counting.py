@@ -10,10 +10,13 @@ QCONVERT_REQUIRE_ENGINES=1, where the package is built with a compiler).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
 from pathlib import Path
+from types import ModuleType
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -26,18 +29,19 @@ from qconvert.calibrate.observers import AlignedHistogramObserver, aligned_bin, 
 
 
 @pytest.fixture(scope="module")
-def c_counting() -> object:
+def c_counting() -> ModuleType:
     return require_module("qconvert.calibrate._counting")
 
 
+def numpy_loops() -> contextlib.AbstractContextManager[object]:
+    """The numpy counting loops, as an install without a C compiler runs them."""
+    return mock.patch.object(counting, "_counting", None)
+
+
 def numpy_counts(values: np.ndarray, exponent: int, first_bin: int, size: int) -> tuple[np.ndarray, int]:
-    saved = counting._counting
-    counting._counting = None
-    try:
-        counts = np.zeros(size, dtype=np.int64)
+    counts = np.zeros(size, dtype=np.int64)
+    with numpy_loops():
         zeros = counting.add_aligned_bin_counts(values, exponent, first_bin, counts)
-    finally:
-        counting._counting = saved
     return counts, zeros
 
 
@@ -60,10 +64,10 @@ def assert_same(values: np.ndarray, max_bins: int = 4097) -> None:
     assert counts.sum() == values.size
 
 
-def test_the_extension_is_what_runs_and_is_built_from_the_current_source(c_counting: object) -> None:
+def test_the_extension_is_what_runs_and_is_built_from_the_current_source(c_counting: ModuleType) -> None:
     assert counting.HAVE_C_COUNTING
     source = Path(counting.__file__).with_name("_counting.c")
-    built = Path(c_counting.__file__)  # type: ignore[attr-defined]
+    built = Path(c_counting.__file__)
     if source.exists():  # an editable install builds once: a later edit needs `pip install -e . --no-deps`
         assert built.stat().st_mtime >= source.stat().st_mtime, f"{built.name} is older than {source.name}"
 
@@ -87,7 +91,7 @@ def test_the_extension_is_what_runs_and_is_built_from_the_current_source(c_count
     ],
     ids=["tiny-signs", "far-offset", "negative-first", "subnormal", "huge", "two-values"],
 )
-def test_edge_values_land_in_the_numpy_bins(c_counting: object, values: np.ndarray) -> None:
+def test_edge_values_land_in_the_numpy_bins(c_counting: ModuleType, values: np.ndarray) -> None:
     assert_same(np.asarray(values, dtype=np.float32))
 
 
@@ -97,7 +101,7 @@ def test_edge_values_land_in_the_numpy_bins(c_counting: object, values: np.ndarr
     st.sampled_from([3, 17, 4097, 40000]),
 )
 def test_any_finite_values_land_in_the_numpy_bins(
-    c_counting: object, values: list[float], max_bins: int
+    c_counting: ModuleType, values: list[float], max_bins: int
 ) -> None:
     array = np.array(values, dtype=np.float32)
     if array.min() == array.max():
@@ -105,7 +109,7 @@ def test_any_finite_values_land_in_the_numpy_bins(
     assert_same(array, max_bins)
 
 
-def test_bins_at_every_scale(c_counting: object) -> None:
+def test_bins_at_every_scale(c_counting: ModuleType) -> None:
     # 200 ranges from 1e-30 to 1e30 wide, centred anywhere: 20000 values each, ends included
     rng = np.random.default_rng(7)
     for _ in range(200):
@@ -115,7 +119,7 @@ def test_bins_at_every_scale(c_counting: object) -> None:
         assert_same(values)
 
 
-def test_exponent_fields_match_numpy(c_counting: object) -> None:
+def test_exponent_fields_match_numpy(c_counting: ModuleType) -> None:
     rng = np.random.default_rng(3)
     values = np.concatenate(
         [
@@ -124,18 +128,14 @@ def test_exponent_fields_match_numpy(c_counting: object) -> None:
         ]
     )
     fields = counting.exponent_field_counts(values)
-    saved = counting._counting
-    counting._counting = None
-    try:
+    with numpy_loops():
         expected = counting.exponent_field_counts(values)
-    finally:
-        counting._counting = saved
     np.testing.assert_array_equal(fields, expected)
     assert fields.sum() == values.size
 
 
 @pytest.mark.parametrize("size", [8, 20_000], ids=["four-lanes", "one-lane"])
-def test_values_outside_the_bins_are_refused_and_leave_the_counts(c_counting: object, size: int) -> None:
+def test_values_outside_the_bins_are_refused_and_leave_the_counts(c_counting: ModuleType, size: int) -> None:
     counts = np.zeros(size, dtype=np.int64)
     # the bad value comes after a whole chunk of good ones, which must not be counted either
     inside = np.tile(np.array([0.0, 1.0, 7.5], dtype=np.float32), 3000)
@@ -145,21 +145,20 @@ def test_values_outside_the_bins_are_refused_and_leave_the_counts(c_counting: ob
     assert not counts.any()
 
 
-def test_wrong_buffers_are_refused(c_counting: object) -> None:
-    module = c_counting
+def test_wrong_buffers_are_refused(c_counting: ModuleType) -> None:
     with pytest.raises(TypeError, match="values must hold float32"):
-        module.aligned_bin_counts(np.zeros(4, dtype=np.float64), 0, 0, np.zeros(4, dtype=np.int64))
+        c_counting.aligned_bin_counts(np.zeros(4, dtype=np.float64), 0, 0, np.zeros(4, dtype=np.int64))
     with pytest.raises(TypeError, match="counts must hold int64"):
-        module.aligned_bin_counts(np.zeros(4, dtype=np.float32), 0, 0, np.zeros(4, dtype=np.int32))
+        c_counting.aligned_bin_counts(np.zeros(4, dtype=np.float32), 0, 0, np.zeros(4, dtype=np.int32))
     with pytest.raises(ValueError, match="512 entries"):
-        module.exponent_field_counts(np.zeros(4, dtype=np.float32), np.zeros(4, dtype=np.int64))
+        c_counting.exponent_field_counts(np.zeros(4, dtype=np.float32), np.zeros(4, dtype=np.int64))
     read_only = np.zeros(4, dtype=np.int64)
     read_only.flags.writeable = False
-    with pytest.raises((BufferError, TypeError, ValueError)):
-        module.aligned_bin_counts(np.zeros(4, dtype=np.float32), 0, 0, read_only)
+    with pytest.raises(ValueError, match="read-only"):
+        c_counting.aligned_bin_counts(np.zeros(4, dtype=np.float32), 0, 0, read_only)
 
 
-def test_observers_agree_with_and_without_the_extension(c_counting: object) -> None:
+def test_observers_agree_with_and_without_the_extension(c_counting: ModuleType) -> None:
     rng = np.random.default_rng(11)
     batches = [
         rng.standard_normal(50_000).astype(np.float32) * 3,
@@ -174,12 +173,8 @@ def test_observers_agree_with_and_without_the_extension(c_counting: object) -> N
         return observer
 
     with_c = observe()
-    saved = counting._counting
-    counting._counting = None
-    try:
+    with numpy_loops():
         without = observe()
-    finally:
-        counting._counting = saved
     assert (with_c.exponent, with_c.first_bin, with_c.zero_count) == (
         without.exponent,
         without.first_bin,
@@ -188,7 +183,7 @@ def test_observers_agree_with_and_without_the_extension(c_counting: object) -> N
     np.testing.assert_array_equal(with_c.counts, without.counts)
 
 
-def test_counting_releases_the_gil(c_counting: object) -> None:
+def test_counting_releases_the_gil(c_counting: ModuleType) -> None:
     # The main thread notes the time as often as it can while another thread makes one long count. With
     # the GIL held by the count, the main thread could not run during it: one gap as long as the count.
     values = np.random.default_rng(0).standard_normal(1 << 25, dtype=np.float32)
@@ -217,8 +212,8 @@ def test_counting_releases_the_gil(c_counting: object) -> None:
     assert longest_gap < 0.5 * (end - start), (longest_gap, end - start)
 
 
-def test_exponents_past_float64s_exact_range_are_refused(c_counting: object) -> None:
+def test_exponents_past_float64s_exact_range_are_refused(c_counting: ModuleType) -> None:
     counts = np.zeros(4, dtype=np.int64)
     with pytest.raises(ValueError, match="width 2\\*\\*2000"):
-        c_counting.aligned_bin_counts(np.zeros(2, dtype=np.float32), 2000, 0, counts)  # type: ignore[attr-defined]
+        c_counting.aligned_bin_counts(np.zeros(2, dtype=np.float32), 2000, 0, counts)
     assert not counts.any()

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from qconvert.calibrate.attach import attach_ranges
 from qconvert.calibrate.finalize import finalize
 from qconvert.calibrate.ranges import CalibrationRanges, TensorRange
-from qconvert.calibrate.scheme import Scheme
+from qconvert.calibrate.scheme import DEFAULT_OP_TYPES, Scheme
 from qconvert.errors import InputError
 from qconvert.frontends.onnx import import_onnx
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
@@ -330,3 +330,10 @@ def test_sharing_with_a_float_tensor_leaves_the_output_float_with_a_note() -> No
     assert "/tok/Gather_output_0_QuantizeLinear" not in names
     assert "/Add_output_0_QuantizeLinear" in names
     assert any("'/tok/Gather_output_0' left in float: the tensor it shares" in note for note in notes)
+
+
+def test_quantized_op_types_are_the_selection_without_the_excluded() -> None:
+    assert Scheme().quantized_op_types == DEFAULT_OP_TYPES
+    assert Scheme(op_types_to_exclude={"Conv"}).quantized_op_types == DEFAULT_OP_TYPES - {"Conv"}
+    chosen = Scheme(op_types_to_quantize={"Conv", "Gemm"}, op_types_to_exclude={"Gemm"})
+    assert chosen.quantized_op_types == {"Conv"}

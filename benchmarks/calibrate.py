@@ -156,10 +156,10 @@ def child_qconvert(args: argparse.Namespace) -> dict[str, Any]:
     import qconvert.calibrate.api as api
     import qconvert.calibrate.counting as counting
 
+    # Without the extension both qconvert rows would silently measure the numpy loops.
+    note = "" if counting.uses_c_loops() else "the C counting extension is not built: numpy loops"
     if args.child == "qconvert-numpy":  # as installed without a C compiler
         counting._counting = None
-    # Without the extension both qconvert rows would silently measure the numpy loops.
-    note = "" if counting.HAVE_C_COUNTING else "the C counting extension is not built: numpy loops"
     options = {"num_bins": args.num_bins} if args.num_bins else None
     started = time.perf_counter()
     result = api.calibrate(

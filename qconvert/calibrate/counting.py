@@ -1,14 +1,14 @@
 """The observers' per-element counting: float32 values into power-of-two-aligned bins, and per exponent field.
 
-NOTE: each count has two implementations with one result. The numpy loops here define it; `_counting.c`,
-built with the package where a C compiler is found (setuptools' optional extension), does the same count
-in one loop, 2-3x faster per element and without the GIL. Every element of every calibrated tensor goes
-through one of these (about a billion per 128 samples of a small BERT), which is why they are not plain
-numpy: `benchmarks/calibrate.py --tools qconvert,qconvert-numpy` ran Distribution on 128 samples in 4.2 s
-with them and 5.7 s without. tests/calibrate/test_counting.py checks both bin for bin, edge values included;
-`HAVE_C_COUNTING` says which one runs (CI prints it). An editable install builds the extension once:
-after editing `_counting.c`, `pip install -e . --no-deps` rebuilds it (test_counting.py fails on a stale
-build).
+NOTE: each count has two implementations with one result. The numpy loops here define it; `_counting.c`, built
+with the package where a C compiler is found (setuptools' optional extension), does the same count in one
+loop, 2-3x faster per element and without the GIL. Every element of every calibrated tensor goes through one
+of these (about a billion per 128 samples of a small BERT), which is why they are not plain numpy:
+`benchmarks/calibrate.py --tools qconvert,qconvert-numpy` ran Distribution on 128 samples in 4.2 s with them
+and 5.7 s without. tests/calibrate/test_counting.py checks both bin for bin, edge values included;
+`uses_c_loops()` says which one runs (CI prints it, `qconvert calibrate` says when numpy's do). An editable
+install builds the extension once: after editing `_counting.c`, `pip install -e . --no-deps` rebuilds it
+(test_counting.py fails on a stale build).
 """
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ try:
 except ImportError:  # installed without a C compiler: the numpy loops below
     _counting = None
 
-HAVE_C_COUNTING = _counting is not None
+
+def uses_c_loops() -> bool:
+    """Whether the counts run in C (the extension was built), rather than in numpy's loops."""
+    return _counting is not None
+
 
 # float32 bits >> 23: sign bit * 256 + biased exponent field (0: zero or subnormal, 255: Inf/NaN)
 FLOAT32_EXPONENT_FIELDS = 512

@@ -108,7 +108,8 @@ def choose_batch_size(inputs: Sequence[InputSpec], requested: int | None) -> tup
 
 
 # Checking a part against the model ------------------------------------------------------------------------
-def _counted(count: int, noun: str) -> str:
+def counted(count: int, noun: str) -> str:
+    """`1 sample`, `8 samples`, `2 batches`."""
     plural = noun + ("es" if noun.endswith("ch") else "s")
     return f"{count} {noun if count == 1 else plural}"
 
@@ -120,10 +121,10 @@ def _samples_in(array: StoredArray, spec: InputSpec) -> tuple[int, tuple[int, ..
     if len(shape) == spec.rank - 1:
         count, sample_shape, reading = 1, shape, "one sample"
     elif len(shape) == spec.rank:
-        count, sample_shape, reading = shape[0], shape[1:], _counted(shape[0], "sample")
+        count, sample_shape, reading = shape[0], shape[1:], counted(shape[0], "sample")
     elif len(shape) == spec.rank + 1:
         count, sample_shape = shape[0] * shape[1], shape[2:]
-        reading = f"{_counted(shape[0], 'batch')} of {_counted(shape[1], 'sample')}"
+        reading = f"{counted(shape[0], 'batch')} of {counted(shape[1], 'sample')}"
     else:
         raise InputError(
             f"{array.where}: input '{spec.name}' has rank {len(shape)} (shape {list(shape)}); the model "

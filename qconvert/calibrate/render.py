@@ -22,6 +22,8 @@ from rich.text import Text
 
 from qconvert.calibrate.api import CalibrationResult
 from qconvert.calibrate.collect import ProgressCallback
+from qconvert.calibrate.counting import uses_c_loops
+from qconvert.calibrate.dataset import counted
 
 
 class SamplesPerSecondColumn(ProgressColumn):
@@ -86,9 +88,14 @@ def headline(result: CalibrationResult) -> str:
         speed = "" if rate is None else f", {rate:,.1f} samples/s"
         workers = "" if result.workers == 1 else f" on {result.workers} workers ({result.engine})"
         parts.append(
-            f"calibrated {stats.samples_used} samples ({stats.batches} batches of up to {result.batch_size})"
-            f"{workers} in {result.seconds_collecting:.2f} s{speed}"
+            f"calibrated {counted(stats.samples_used, 'sample')} ({counted(stats.batches, 'batch')} of up to "
+            f"{result.batch_size}){workers} in {result.seconds_collecting:.2f} s{speed}"
         )
+        if not uses_c_loops():
+            parts.append(
+                "counted with numpy's loops: qconvert's C extension is not built (reinstalled with a C "
+                "compiler, calibration runs 1.2-1.5x faster)"
+            )
     written = [str(path) for path in (result.output, result.ranges_path) if path is not None]
     if written:
         parts.append(f"wrote {', '.join(written)}")

@@ -12,6 +12,7 @@ import pytest
 from calibrate.parity_support import onnxruntime_qdq, written_qdq
 from onnx import TensorProto, helper
 
+from qconvert.calibrate import counting
 from qconvert.cli import main
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -81,6 +82,20 @@ def test_ranges_saved_then_reused_give_the_same_model_and_json(tmp_path: Path) -
     report = json.loads(result.read_text())
     assert report["samples"]["used"] == 16 and report["samples"]["batches"] == 2
     assert report["ranges"] == saved["tensors"]
+
+
+def test_the_summary_says_when_numpys_loops_did_the_counting(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = save_npz(tmp_path / "data.npz", digit_batches(1))
+    command = ["calibrate", str(DIGITS), "--data", str(data), "-o", str(tmp_path / "out.onnx")]
+    monkeypatch.setattr(counting, "_counting", None)  # as installed without a C compiler
+    assert main(command) == 0
+    assert "counted with numpy's loops: qconvert's C extension is not built" in capsys.readouterr().out
+    monkeypatch.undo()
+    if counting.uses_c_loops():
+        assert main(command) == 0
+        assert "numpy's loops" not in capsys.readouterr().out
 
 
 def test_nan_samples_are_excluded_with_a_warning_and_calibration_goes_on(

@@ -78,7 +78,7 @@ static int count_bins(const float *x, Py_ssize_t n, int exponent, int64_t first_
     const double scale = ldexp(1.0, -exponent);
     int status = 0;
     *zeros = 0;
-    for (Py_ssize_t start = 0; start < n && status == 0; start += CHUNK) {
+    for (Py_ssize_t start = 0; start < n; start += CHUNK) {
         const Py_ssize_t m = n - start < CHUNK ? n - start : CHUNK;
         int outside;
         *zeros += bin_indices(x + start, m, scale, (double)first_bin, (int32_t)size, indices, &outside);
@@ -130,19 +130,12 @@ static void count_fields(const uint32_t *bits, Py_ssize_t n, int64_t *counts) {
 
 /* Buffers: C-contiguous, of the given item kind ('f': float32, 'q': int64) */
 
-static int is_int64_format(const char *format) {
-    /* numpy writes int64 as 'l' on LP64 platforms and 'q' elsewhere, possibly with a byte-order prefix */
+/* The one struct character of a native, single-item format ('f', 'q', ...), or 0. */
+static char item_code(const char *format) {
     if (format[0] == '<' || format[0] == '=' || format[0] == '@') {
         format++;
     }
-    return (format[0] == 'q' || format[0] == 'l') && format[1] == '\0';
-}
-
-static int is_float32_format(const char *format) {
-    if (format[0] == '<' || format[0] == '=' || format[0] == '@') {
-        format++;
-    }
-    return format[0] == 'f' && format[1] == '\0';
+    return format[1] == '\0' ? format[0] : 0;
 }
 
 static int get_buffer(PyObject *object, Py_buffer *view, char kind, const char *name) {
@@ -150,8 +143,10 @@ static int get_buffer(PyObject *object, Py_buffer *view, char kind, const char *
     if (PyObject_GetBuffer(object, view, flags) != 0) {
         return -1;
     }
-    int ok = kind == 'q' ? view->itemsize == 8 && is_int64_format(view->format)
-                         : view->itemsize == 4 && is_float32_format(view->format);
+    const char code = item_code(view->format);
+    /* numpy writes int64 as 'l' on LP64 platforms and 'q' elsewhere */
+    int ok = kind == 'q' ? view->itemsize == 8 && (code == 'q' || code == 'l')
+                         : view->itemsize == 4 && code == 'f';
     if (!ok) {
         PyErr_Format(PyExc_TypeError, "%s must hold %s, got format '%s'", name,
                      kind == 'q' ? "int64" : "float32", view->format);

@@ -45,12 +45,17 @@ def numpy_counts(values: np.ndarray, exponent: int, first_bin: int, size: int) -
     return counts, zeros
 
 
-def both_counts(values: np.ndarray, max_bins: int = 4097) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """(C counts, numpy counts, C zeros, numpy zeros) over the aligned bins of `values`' range."""
+def aligned_layout(values: np.ndarray, max_bins: int = 4097) -> tuple[int, int, int]:
+    """(exponent, first bin, number of bins) of an aligned histogram over `values`' range."""
     low, high = float(values.min()), float(values.max())
     exponent = aligned_exponent(low, high, max_bins)
     first = aligned_bin(low, exponent)
-    size = aligned_bin(high, exponent) - first + 1
+    return exponent, first, aligned_bin(high, exponent) - first + 1
+
+
+def both_counts(values: np.ndarray, max_bins: int = 4097) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(C counts, numpy counts, C zeros, numpy zeros) over the aligned bins of `values`' range."""
+    exponent, first, size = aligned_layout(values, max_bins)
     expected, expected_zeros = numpy_counts(values, exponent, first, size)
     counts = np.zeros(size, dtype=np.int64)
     zeros = counting.add_aligned_bin_counts(values, exponent, first, counts)
@@ -187,9 +192,8 @@ def test_counting_releases_the_gil(c_counting: ModuleType) -> None:
     # The main thread notes the time as often as it can while another thread makes one long count. With
     # the GIL held by the count, the main thread could not run during it: one gap as long as the count.
     values = np.random.default_rng(0).standard_normal(1 << 25, dtype=np.float32)
-    exponent = aligned_exponent(float(values.min()), float(values.max()), 4097)
-    first = aligned_bin(float(values.min()), exponent)
-    counts = np.zeros(aligned_bin(float(values.max()), exponent) - first + 1, dtype=np.int64)
+    exponent, first, size = aligned_layout(values)
+    counts = np.zeros(size, dtype=np.int64)
     window: list[float] = []
     done = threading.Event()
 

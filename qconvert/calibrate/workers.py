@@ -232,14 +232,18 @@ def _check_picklable(dataset: Dataset) -> None:
         ) from None
 
 
+_UNGUARDED_SCRIPT = (
+    'a script that calls calibrate with workers > 1 outside `if __name__ == "__main__":` (worker '
+    "processes are spawned: they import the script again)"
+)
+
+
 def _raise_from_share(error: BaseException) -> None:
     if isinstance(error, QConvertError):
         raise InputError(error.message) from None
     if isinstance(error, BrokenProcessPool):
         raise RuntimeError(
-            "a calibration worker process died: out of memory, or a script that calls calibrate with "
-            'workers > 1 outside `if __name__ == "__main__":` (worker processes are spawned: they '
-            "import the script again)"
+            f"a calibration worker process died: out of memory, or {_UNGUARDED_SCRIPT}"
         ) from None
     raise RuntimeError(f"calibration worker failed: {type(error).__name__}: {error}") from None
 
@@ -254,6 +258,10 @@ class ProcessEngine:
     """
 
     def __init__(self, augmented: AugmentedModel, workers: int) -> None:
+        # A spawned worker running the caller's unguarded script again: stop before creating semaphores
+        # that its parent, killing the broken pool, would leave behind (and resource_tracker warn of).
+        if getattr(multiprocessing.current_process(), "_inheriting", False):
+            raise RuntimeError(f"this worker process is running {_UNGUARDED_SCRIPT}")
         self.workers = workers
         self.folder = tempfile.TemporaryDirectory(prefix="qconvert-calibrate-")
         model_path = os.path.join(self.folder.name, "augmented.pickle")

@@ -195,7 +195,9 @@ def test_a_data_error_found_in_worker_processes_comes_back_as_an_input_error(tmp
 def test_a_script_without_a_main_guard_gets_told_why_its_workers_died(tmp_path: Path) -> None:
     """Spawned workers import the calling script again; one that calibrates at module level makes each
     worker fail to start. The error says so instead of blaming memory alone, and it comes: tiny_encoder
-    (430 KB) used to leave this process waiting forever on a half-written spawn pipe."""
+    (430 KB) used to leave this process waiting forever on a half-written spawn pipe. The workers stop
+    before creating semaphores: killed mid-start, they used to leave some for resource_tracker to warn
+    of, after this process's error."""
     data = tmp_path / "ids.npz"
     np.savez(data, input_ids=np.zeros((16, 16), np.int64))
     script = tmp_path / "unguarded.py"
@@ -206,3 +208,5 @@ def test_a_script_without_a_main_guard_gets_told_why_its_workers_died(tmp_path: 
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert run.returncode != 0
     assert 'outside `if __name__ == "__main__":`' in run.stderr.splitlines()[-1]
+    assert "this worker process is running a script that calls calibrate" in run.stderr
+    assert "leaked semaphore" not in run.stderr

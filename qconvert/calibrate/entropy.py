@@ -27,15 +27,15 @@ NOTE: `entropy_threshold` runs that float32 arithmetic only on the candidates th
 first computes each candidate's KL as a real number in O(Q) (float64 from prefix sums, p·log p by a
 second-order Taylor expansion in the smoothing correction, whose remainder is bounded), with a bound on
 how far onnxruntime's float32 result can be from it (`_estimates`). A candidate whose lowest possible
-float32 KL is above the least highest possible one cannot be the first minimum; the rest (5% of the
-candidates on that encoder's activations) get the exact rows. The bound, per candidate, with u = 2**-24 and d the
-depth of numpy's pairwise sum over the row (`_pairwise_depth`):
+float32 KL is above the least highest possible one cannot be the first minimum; the rest get the exact
+rows (5% of the candidates over a BERT encoder's activations). The bound, per candidate, with
+u = 2**-24 and d the depth of numpy's pairwise sum over the row (`_pairwise_depth`):
 - each p and q entry carries a relative error of at most (d + 6)·u: float32 rounding of count +
   correction (3u for counts >= 1 and corrections above -1/2), the sum's d·u, the division's u, and the
   sum of the rounded entries against the sum of the real ones (2u);
 - so log(p / q) is off by at most (2d + 13)·u + 4u·|log(p / q)| (numpy's float32 log is within 4 ulp,
-  libm's within 1),
-  each term p·log(p / q) by p·u·((d + 11)·|log(p / q)| + 2d + 13), and the final sum adds d·u·Σ|terms|;
+  libm's within 1), each term p·log(p / q) by p·u·((d + 11)·|log(p / q)| + 2d + 13), and the final
+  sum adds d·u·Σ|terms|;
 - in all, |KL_float32 - KL| <= u·((2d + 11)·A + 2d + 13) up to O(u²), where A = Σ p·|log(p / q)| <=
   2·H(p) + KL (p and q are at most 1); the screen doubles it. On the 159 histograms of a BERT encoder's
   Entropy calibration, the largest error was 6% of the doubled bound (the median histogram's 0.7%).

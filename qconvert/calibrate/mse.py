@@ -12,7 +12,7 @@ quantize call (axis 0 = candidate).
 Search, over ranges that contain zero (finalize widens any range to contain zero anyway), with
 `[lo, hi] = [min(min, 0), max(max, 0)]`, in fractions f of those ends. A 1-D search tries f = 1/32 ..
 32/32 (and the current f), then f ± 1/32 around the best in steps of 1/512: 66 candidates, resolution
-1/512 of the observed range (each candidate costs one onnxruntime scale/zero-point computation).
+1/512 of the observed range (scales and zero points of a step's candidates are computed together).
 - symmetric: `±f·max(|lo|, |hi|)`;
 - asymmetric: first `[f·lo, f·hi]` (shrink both ends together), then coordinate descent from the best:
   the high end `f·hi` for the current low end, then the low end `f·lo` for that high end, until neither
@@ -27,7 +27,13 @@ from collections.abc import Callable
 import numpy as np
 
 from qconvert.numerics import UniformParams, dequantize, quantize
-from qconvert.numerics.calibration import FLOAT8, STORAGE_DTYPES, activation_params, full_range
+from qconvert.numerics.calibration import (
+    FLOAT8,
+    STORAGE_DTYPES,
+    compute_scales_zero_points,
+    full_range,
+    qmin_qmax,
+)
 
 COARSE_STEPS = 32
 FINE_STEPS = 16  # per coarse step, on each side of the coarse best
@@ -83,24 +89,22 @@ class _Search:
         self.weights = weights
         self.quant_type = quant_type
         self.symmetric = symmetric
-        self.reduce_range = reduce_range
         self.storage_min, self.storage_max = full_range(quant_type)
+        # activation_params's [qmin, qmax], for compute_scales_zero_points (its rule, all candidates at once).
+        self.scale_range = qmin_qmax(quant_type, reduce_range=reduce_range, symmetric=symmetric)
 
     def errors(self, lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
         """Sum over bins of count · (centre - dequantize(quantize(centre)))², one per candidate range."""
-        pairs = [
-            activation_params(float(low), float(high), self.quant_type, self.symmetric, self.reduce_range)
-            for low, high in zip(lows, highs, strict=True)
-        ]
+        scales, zero_points = compute_scales_zero_points(lows, highs, *self.scale_range, self.symmetric)
         params = UniformParams(
-            scale=np.array([pair.scale for pair in pairs], dtype=np.float64),
-            zero_point=np.array([pair.zero_point for pair in pairs], dtype=np.int64),
+            scale=scales.astype(np.float64),
+            zero_point=zero_points,
             storage_dtype=STORAGE_DTYPES[self.quant_type],
             storage_type_min=self.storage_min,
             storage_type_max=self.storage_max,
             quantized_dimension=0,
         )
-        values = np.broadcast_to(self.centres, (len(pairs), self.centres.size))
+        values = np.broadcast_to(self.centres, (scales.size, self.centres.size))
         restored = dequantize(quantize(values, params), params)
         difference = restored.astype(np.float64) - values
         return (difference * difference) @ self.weights

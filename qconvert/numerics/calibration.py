@@ -19,7 +19,6 @@ The rules, from reference §2.5:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -124,28 +123,50 @@ def compute_scale_zp(
     Arithmetic on the range (including zero, min_real_range, symmetrizing) happens in `dtype`, the
     scale in float64, then rounded to `dtype`; the zero point uses the float64 scale.
     """
+    scales, zero_points = compute_scales_zero_points(
+        np.array([rmin]), np.array([rmax]), qmin, qmax, symmetric, min_real_range, dtype
+    )
+    return ScaleZeroPoint(scales[0], int(zero_points[0]))
+
+
+def compute_scales_zero_points(
+    rmin: np.ndarray,
+    rmax: np.ndarray,
+    qmin: int,
+    qmax: int,
+    symmetric: bool = False,
+    min_real_range: float | None = None,
+    dtype: np.dtype | type = np.float32,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`compute_scale_zp` of every range (rmin[i], rmax[i]) at once: scales in `dtype`, int64 zero points."""
     if qmin > 0 or qmax < 0:
         raise ValueError(f"qmin and qmax must satisfy qmin <= 0 <= qmax, got [{qmin}, {qmax}]")
     dtype = np.dtype(dtype)
-    low = np.minimum(dtype.type(rmin), dtype.type(0))
-    high = np.maximum(dtype.type(rmax), dtype.type(0))
-    if not (math.isfinite(float(low)) and math.isfinite(float(high))):
-        raise ValueError(f"range [{float(rmin)}, {float(rmax)}] is not finite")
+    rmin, rmax = np.broadcast_arrays(np.asarray(rmin), np.asarray(rmax))
+    with np.errstate(over="ignore"):  # past dtype's range: ±Inf, refused below
+        low = np.minimum(rmin.astype(dtype), dtype.type(0))
+        high = np.maximum(rmax.astype(dtype), dtype.type(0))
+    not_finite = ~(np.isfinite(low) & np.isfinite(high))
+    if not_finite.any():
+        first = np.flatnonzero(not_finite)[0]
+        raise ValueError(f"range [{float(rmin.flat[first])}, {float(rmax.flat[first])}] is not finite")
     if min_real_range is not None:
-        high = max(high, low + dtype.type(min_real_range))
+        high = np.maximum(high, low + dtype.type(min_real_range))
     if symmetric:
         absmax = np.maximum(np.abs(low), np.abs(high))
         low, high = -absmax, absmax
-    scale64 = (np.float64(high) - np.float64(low)) / (np.float64(qmax) - np.float64(qmin))
-    stored = dtype.type(scale64)
-    if (float(stored) if dtype == np.float16 else float(scale64)) < _smallest_scale(dtype):
-        return ScaleZeroPoint(dtype.type(1.0), 0)
+    scale64 = (high.astype(np.float64) - low.astype(np.float64)) / (np.float64(qmax) - np.float64(qmin))
+    stored = scale64.astype(dtype)
+    # Below the smallest normal (float16: subnormal) scale, onnxruntime gives scale 1 and zero point 0.
+    too_small = (stored.astype(np.float64) if dtype == np.float16 else scale64) < _smallest_scale(dtype)
     if symmetric:
-        zero_point = round_half_to_even(np.float64(qmin + qmax) / 2.0)
+        zero_point = np.full(scale64.shape, round_half_to_even(np.float64(qmin + qmax) / 2.0))
     else:
-        zero_point = round_half_to_even(np.float64(qmin) - np.float64(low) / scale64)
+        with np.errstate(divide="ignore", invalid="ignore"):  # scale 0: replaced below
+            zero_point = round_half_to_even(np.float64(qmin) - low.astype(np.float64) / scale64)
     # In range by construction (zero is inside [low, high]); the clip only guards float64 ties.
-    return ScaleZeroPoint(stored, int(np.clip(zero_point, qmin, qmax)))
+    zero_point = np.where(too_small, 0, np.clip(zero_point, qmin, qmax)).astype(np.int64)
+    return np.where(too_small, dtype.type(1.0), stored), zero_point
 
 
 def activation_params(

@@ -78,6 +78,33 @@ def test_compute_scale_zp_float16_matches_onnxruntime() -> None:
             assert ours.zero_point == int(zero)
 
 
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_compute_scales_zero_points_of_many_ranges_match_onnxruntime_one_by_one(
+    symmetric: bool, dtype: type
+) -> None:
+    """The array form (MSE's candidates) row by row: edge ranges (scale 0, tiny scales that fall back to
+    1, huge ones) side by side with ordinary ones, so no row's special case leaks into another."""
+    utils = quant_utils()
+    with np.errstate(over="ignore"):
+        ranges = np.array(edge_ranges(np.random.default_rng(5)), dtype=np.float32).astype(dtype)
+    ranges = ranges[np.isfinite(ranges).all(axis=1)]
+    qmin, qmax = utils.get_qmin_qmax_for_qType(3, False, symmetric)
+    scales, zero_points = cal.compute_scales_zero_points(
+        ranges[:, 0], ranges[:, 1], int(qmin), int(qmax), symmetric, dtype=dtype
+    )
+    assert scales.dtype == dtype and zero_points.dtype == np.int64
+    for (low, high), scale, zero_point in zip(ranges, scales, zero_points, strict=True):
+        zero, expected = utils.compute_scale_zp(low, high, qmin, qmax, symmetric)
+        assert scale.tobytes() == np.asarray(expected).tobytes(), (low, high)
+        assert zero_point == int(zero), (low, high)
+
+
+def test_compute_scales_zero_points_names_a_range_that_is_not_finite() -> None:
+    with pytest.raises(ValueError, match=r"range \[-inf, 2.0\] is not finite"):
+        cal.compute_scales_zero_points(np.array([0.0, -np.inf]), np.array([1.0, 2.0]), -128, 127)
+
+
 @pytest.mark.parametrize("quant_type", cal.QUANT_TYPES)
 def test_weight_quantization_matches_quantize_data(quant_type: str) -> None:
     utils = quant_utils()

@@ -9,8 +9,8 @@ NOTE: the steps are this package's modules, composed in this order:
    with a `sentinel.MagnitudeObserver` beside the method's observers (histogram methods' aligned
    histograms give the guard its per-octave view, so they need none unless a tensor may be clipped);
 3. `sentinel.sentinel_guard` flags ranges a mask or padding value dominates and, by policy, keeps those
-   tensors in float or clips their range; `methods` turns each tensor's observers into its range (on
-   every core: an MSE search takes tens of milliseconds, mostly in numpy loops without the GIL);
+   tensors in float or clips their range; `methods` turns each tensor's observers into its range (MSE's
+   searches on every core: `Method.parallel_ranges`);
 4. `attach.attach_ranges` puts `!quant.calibrated` on the lifted IR, `finalize.finalize(scheme)` makes
    it `!quant.uniform` Q/DQ, `backends.onnx.save_onnx` writes the model (temp file, then rename).
 `load_ranges` skips 1-3 and reuses a ranges JSON with the tensors it kept in float. Files are written
@@ -223,10 +223,11 @@ def _observe(
         first = passes.firsts[name]
         observers[name] = ([first], list(last_pass.get(name, [])) if len(results) > 1 else [first])
     # One range per distinct set of observers (a tensor sharing its source's observers shares its range),
-    # on every core: MSE searches run in numpy loops without the GIL (two threads halved 159 of them here).
+    # on every core for a method whose searches gain from it.
     keys = {name: tuple(map(id, first + final)) for name, (first, final) in observers.items()}
     jobs: dict[tuple[int, ...], Future[TensorRange]] = {}
-    with ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="range") as pool:
+    threads = (os.cpu_count() or 1) if method.parallel_ranges else 1
+    with ThreadPoolExecutor(threads, thread_name_prefix="range") as pool:
         for name, (first, final) in observers.items():
             if keys[name] not in jobs:
                 jobs[keys[name]] = pool.submit(method.range, name, first, final)

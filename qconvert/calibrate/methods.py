@@ -96,6 +96,10 @@ class Method:
 
     name: ClassVar[str]
     needs_second_pass: ClassVar[bool] = False
+    # Whether `range` runs on every core at once (api.py): worth it where a range is a search spending its
+    # time in long numpy loops, which release the GIL (MSE: two threads halved a BERT encoder's 159);
+    # entropy's screen is short numpy calls, which two threads slowed (0.35-0.45 s alone, 0.49-0.52).
+    parallel_ranges: ClassVar[bool] = False
 
     def first_pass_observer(self) -> MinMaxObserver | MovingAverageMinMaxObserver:
         return MinMaxObserver()
@@ -388,6 +392,7 @@ class MseMethod(_HistogramMethod):
     """The range with the least expected squared quantize-dequantize error for `quant_type` (see mse.py)."""
 
     name: ClassVar[str] = "mse"
+    parallel_ranges: ClassVar[bool] = True
     quant_type: str = "int8"
     symmetric: bool = False
     reduce_range: bool = False

@@ -43,6 +43,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -247,7 +248,11 @@ def child_environment(folder: Path) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(folder / "bytecode")
-    warm = "import onnxruntime.quantization, qconvert.calibrate.api, qconvert.calibrate.counting"
+    warm = (  # what the children import: this script's modules, both tools' and qconvert's model loader
+        f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); "
+        "import argparse, json, statistics, parse_print, onnxruntime.quantization, "
+        "qconvert.calibrate.api, qconvert.calibrate.counting, qconvert.frontends.onnx.load"
+    )
     subprocess.run([sys.executable, "-c", warm], env=env, check=True)
     return env
 
@@ -313,8 +318,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
     parse_print.TIMEOUT = args.timeout
     parse_print.LAUNCH = parse_print.Launcher()
     rows: list[Row] = []
+    keep = args.keep or Path(tempfile.mkdtemp(prefix="qconvert-bench-calibrate-"))
     try:
-        keep = args.keep or Path(tempfile.mkdtemp(prefix="qconvert-bench-calibrate-"))
         keep.mkdir(parents=True, exist_ok=True)
         model = Path(args.model) if args.model else build_model(keep, args.quick, args.mask_value)
         per_sample = bytes_per_sample(model)
@@ -363,6 +368,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
             args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
     finally:
         parse_print.LAUNCH.close()
+        if not args.keep:  # the model, the data and the children's bytecode
+            shutil.rmtree(keep, ignore_errors=True)
     return 0
 
 

@@ -1,7 +1,8 @@
 """MSE range search: the range whose quantize-dequantize round trip loses the least, on a histogram.
 
 NOTE: the error of a candidate range is measured, not modelled: its scale and zero point come from
-finalize's rule (`numerics.calibration.activation_params`, onnxruntime's `compute_scale_zp`), and each
+finalize's rule (`activation_params`'s [qmin, qmax] and onnxruntime's `compute_scale_zp`, as
+`numerics.calibration.compute_scales_zero_points` for all of a step's candidates at once), and each
 non-empty bin's centre goes through `numerics.quantize`/`dequantize` (onnxruntime's QuantizeLinear /
 DequantizeLinear arithmetic), weighted by its count. So the error includes clipping (values past the
 range saturate), rounding, and the zero point's rounding, exactly as the deployed model sees them; the

@@ -196,8 +196,8 @@ def test_a_script_without_a_main_guard_gets_told_why_its_workers_died(tmp_path: 
     """Spawned workers import the calling script again; one that calibrates at module level makes each
     worker fail to start. The error says so instead of blaming memory alone, and it comes: tiny_encoder
     (430 KB) used to leave this process waiting forever on a half-written spawn pipe. The workers stop
-    before creating semaphores: killed mid-start, they used to leave some for resource_tracker to warn
-    of, after this process's error."""
+    before creating semaphores: killed mid-start, they could leave some for resource_tracker to warn of
+    after this process's error (seen once in CI, about 1 run in 12 under load here)."""
     data = tmp_path / "ids.npz"
     np.savez(data, input_ids=np.zeros((16, 16), np.int64))
     script = tmp_path / "unguarded.py"

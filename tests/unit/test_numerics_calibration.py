@@ -78,10 +78,12 @@ def test_compute_scale_zp_float16_matches_onnxruntime() -> None:
             assert ours.zero_point == int(zero)
 
 
+@pytest.mark.parametrize("quant_type", ["int8", "uint8", "int16", "uint4"])
+@pytest.mark.parametrize(("reduce_range", "min_real_range"), [(False, None), (True, None), (False, 0.0001)])
 @pytest.mark.parametrize("symmetric", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_compute_scales_zero_points_of_many_ranges_match_onnxruntime_one_by_one(
-    symmetric: bool, dtype: type
+    quant_type: str, reduce_range: bool, min_real_range: float | None, symmetric: bool, dtype: type
 ) -> None:
     """The array form (MSE's candidates) row by row: edge ranges (scale 0, tiny scales that fall back to
     1, huge ones) side by side with ordinary ones, so no row's special case leaks into another."""
@@ -89,13 +91,13 @@ def test_compute_scales_zero_points_of_many_ranges_match_onnxruntime_one_by_one(
     with np.errstate(over="ignore"):
         ranges = np.array(edge_ranges(np.random.default_rng(5)), dtype=np.float32).astype(dtype)
     ranges = ranges[np.isfinite(ranges).all(axis=1)]
-    qmin, qmax = utils.get_qmin_qmax_for_qType(3, False, symmetric)
+    qmin, qmax = utils.get_qmin_qmax_for_qType(ONNX_TYPES[quant_type], reduce_range, symmetric)
     scales, zero_points = cal.compute_scales_zero_points(
-        ranges[:, 0], ranges[:, 1], int(qmin), int(qmax), symmetric, dtype=dtype
+        ranges[:, 0], ranges[:, 1], int(qmin), int(qmax), symmetric, min_real_range, dtype
     )
     assert scales.dtype == dtype and zero_points.dtype == np.int64
     for (low, high), scale, zero_point in zip(ranges, scales, zero_points, strict=True):
-        zero, expected = utils.compute_scale_zp(low, high, qmin, qmax, symmetric)
+        zero, expected = utils.compute_scale_zp(low, high, qmin, qmax, symmetric, min_real_range)
         assert scale.tobytes() == np.asarray(expected).tobytes(), (low, high)
         assert zero_point == int(zero), (low, high)
 

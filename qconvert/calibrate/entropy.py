@@ -30,17 +30,22 @@ how far onnxruntime's float32 result can be from it (`_estimates`). A candidate 
 float32 KL is above the least highest possible one cannot be the first minimum; the rest get the exact
 rows (5% of the candidates over a BERT encoder's activations). The bound, per candidate, with
 u = 2**-24 and d the depth of numpy's pairwise sum over the row (`_pairwise_depth`):
-- each p and q entry carries a relative error of at most (d + 6)·u: float32 rounding of count +
-  correction (3u for counts >= 1 and corrections above -1/2), the sum's d·u, the division's u, and the
-  sum of the rounded entries against the sum of the real ones (2u);
-- so log(p / q) is off by at most (2d + 13)·u + 4u·|log(p / q)| (numpy's float32 log is within 4 ulp,
-  libm's within 1), each term p·log(p / q) by p·u·((d + 11)·|log(p / q)| + 2d + 13), and the final
-  sum adds d·u·Σ|terms|;
-- in all, |KL_float32 - KL| <= u·((2d + 11)·A + 2d + 13) up to O(u²), where A = Σ p·|log(p / q)| <=
-  2·H(p) + KL (p and q are at most 1); the screen doubles it. On the 159 histograms of a BERT encoder's
-  Entropy calibration, the largest error was 6% of the doubled bound (the median histogram's 0.7%).
-tests/calibrate/test_entropy_speed.py checks the bound on every candidate and the winner against the
-full search on generated histograms.
+- each p and q entry carries a relative error of at most (d + 5)·u: float32 rounding of count +
+  correction (2u: counts up to 2**24 convert exactly, larger ones dwarf the correction), the sum's d·u,
+  the division's u, and the sum of the rounded entries against the sum of the real ones (2u);
+- so log(p / q) is off by at most (2d + 11)·u + 8u·|log(p / q)| (numpy's float32 log is within 4 ulp,
+  at most 8u relative; libm's within 1), each term p·log(p / q) by p·u·((d + 14)·|log(p / q)| + 2d + 11),
+  and the final sum adds d·u·Σ|terms|;
+- in all, |KL_float32 - KL| <= u·((2d + 14)·A + 2d + 11) up to O(u²), where A = Σ p·|log(p / q)| <=
+  2·H(p) + KL (p and q are at most 1). The screen doubles that, as a margin for the O(u²) terms.
+Measured: float32 errors reach 20% of the undoubled bound on generated histograms, 6% of the doubled one
+on the 159 histograms of a BERT encoder's Entropy calibration (the median histogram's 0.7%); with the
+Taylor remainder a single count in 2000 bins reaches 70%. The screen is skipped when the candidates have
+many merged sizes (few quantized bins): its cost is per merged size. tests/calibrate/test_entropy_speed.py
+checks the bound on every candidate and the winner against the full search on generated histograms.
+
+onnxruntime keeps each KL in its histogram edges' dtype: with float16 activations its KLs are rounded to
+float16, which moved the pick in 4 of 120 generated histograms. qconvert's edges, and KLs, are float32.
 """
 
 from __future__ import annotations
@@ -56,6 +61,9 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 _SMOOTHING_EPSILON = 1e-4
+# The screen loops over merged sizes (about num_bins / (2·Q) of them): at 10000 bins with Q = 3 its 1666
+# iterations cost more than the full search (282 against 273 ms); with Q = 128, 39 of them, it is 7x faster.
+_MAX_SCREENED_SIZES = 256
 # Candidates per vectorised block: 128 rows of p and 128 of q, up to ~2048 float32 each (~2 MiB);
 # 96 to 256 measured alike, 64 slower (numpy's per-call cost), 384 slower (cache).
 _CANDIDATE_BLOCK = 128
@@ -97,8 +105,11 @@ def best_candidate(counts: np.ndarray, num_quantized_bins: int) -> int:
     tables, candidates = _prepare(counts, num_quantized_bins)
     if not candidates.ok.any():
         return 0  # every divergence is inf
+    if len(_runs(candidates.merged)) > _MAX_SCREENED_SIZES:
+        return int(np.argmin(_divergences(tables, candidates, [slice(0, candidates.starts.size)])))
     estimates, bounds = _estimates(tables, candidates, num_quantized_bins)
-    # A candidate above the least upper bound is above that candidate's float32 KL: it cannot win.
+    # A candidate whose lowest possible KL is above the least upper bound is above the float32 KL of
+    # the candidate with that bound: it cannot win.
     least_upper = np.min((estimates + bounds)[candidates.ok])
     contenders = np.flatnonzero(candidates.ok & (estimates - bounds <= least_upper))
     runs = np.split(contenders, np.flatnonzero(np.diff(contenders) != 1) + 1)
@@ -174,8 +185,9 @@ class _Buffers:
         self.epsilon = np.full(num_rows * width, np.float32(_SMOOTHING_EPSILON))
 
 
-def _prefix(values: np.ndarray) -> np.ndarray:
-    prefix = np.zeros(values.size + 1, dtype=np.int64)
+def _prefix(values: np.ndarray, dtype: type = np.int64) -> np.ndarray:
+    """prefix[k]: the sum of values[:k]."""
+    prefix = np.zeros(values.size + 1, dtype=dtype)
     np.cumsum(values, out=prefix[1:])
     return prefix
 
@@ -299,28 +311,28 @@ def _estimates(
     float32 KL is from it (see the module's note); inf bounds where the screen does not apply.
 
     The real p is count + correction (or epsilon) inside the window and its end bins' float32 values;
-    the real q is q's float32 values. With P = Σp and Q = Σq, KL = (Σp·log p - Σp·log q) / P - log P +
-    log Q. q is constant over each merged bin j (q_j): Σp·log q is Σ_j log q_j · (p's sum over bin j),
+    the real q is q's float32 values. With totals P = Σp and T = Σq, KL = (Σp·log p - Σp·log q) / P -
+    log P + log T. q is constant over each merged bin j (q_j): Σp·log q is Σ_j log q_j · (p's sum over bin j),
     from prefix sums. Σp·log p over the window's inner bins is Σ g(c + r) for the correction r and
     g(x) = x·log x: g(c) + r·g'(c) + r²/2·g''(c) summed from prefix sums, plus a remainder of at most
-    |r|³ / (6·(1 - |r|)²) per non-zero count.
+    |r|³ / (6·(1 - |r|)²) per non-zero count (the third derivative of g is -1/x², and x >= 1 - |r|).
     """
     histogram, prefix, nonzero_prefix = tables.histogram, tables.prefix, tables.nonzero_prefix
     starts, lengths, merged = candidates.starts, candidates.lengths, candidates.merged
     ends = starts + lengths
     tail_starts = starts + num_quantized_bins * merged
     epsilon = float(np.float32(_SMOOTHING_EPSILON))
-    r = candidates.p_correction.astype(np.float64)
+    correction = candidates.p_correction.astype(np.float64)
 
     def p_sum(first: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """p's sum over window bins [first, end) as inner bins: count + r, or epsilon for a zero."""
+        """p's sum over window bins [first, end) as inner bins: count + correction, or epsilon for a zero."""
         nonzeros = nonzero_prefix[end] - nonzero_prefix[first]
-        return (prefix[end] - prefix[first]) + (r - epsilon) * nonzeros + epsilon * (end - first)
+        return (prefix[end] - prefix[first]) + (correction - epsilon) * nonzeros + epsilon * (end - first)
 
     # What p's end bins add to their merged bins (the first's is 0; the last's Q - 1, or the tail).
     first_bin, last_bin = histogram[starts], histogram[ends - 1]
-    first_extra = candidates.p_first - np.where(first_bin == 0, epsilon, first_bin + r)
-    last_extra = candidates.p_last - np.where(last_bin == 0, epsilon, last_bin + r)
+    first_extra = candidates.p_first - np.where(first_bin == 0, epsilon, first_bin + correction)
+    last_extra = candidates.p_last - np.where(last_bin == 0, epsilon, last_bin + correction)
     p_total = p_sum(starts, ends) + first_extra + last_extra
     q_total = merged * candidates.q_values[:, :-1].sum(axis=1, dtype=np.float64) + epsilon * (
         lengths - num_quantized_bins * merged
@@ -335,25 +347,26 @@ def _estimates(
         runs = np.stack([prefix[size:] - prefix[:-size], nonzero_prefix[size:] - nonzero_prefix[:-size]])
         views = _run_view(runs.astype(np.float64), size, starts[group], num_quantized_bins)
         sums, nonzeros = np.einsum("ij,kij->ki", log_q[group], views)
-        p_log_q[group] += sums + (r[group] - epsilon) * nonzeros
+        p_log_q[group] += sums + (correction[group] - epsilon) * nonzeros
     tail_log_q = np.where(tail_starts == ends, log_q[:, -1], np.log(epsilon))
     p_log_q += first_extra * log_q[:, 0] + last_extra * tail_log_q
     with np.errstate(divide="ignore", invalid="ignore"):
         # Σ g(p) over the inner bins (s, e - 1) and the two end bins.
         nonzero = histogram != 0
         logs = np.log(np.where(nonzero, histogram, 1).astype(np.float64))
-        g0, g1, g2 = (
-            _float_prefix(np.where(nonzero, term, 0.0))
+        # Prefix sums over the non-zero counts c of g(c), g'(c) and g''(c).
+        g_prefix, slope_prefix, curvature_prefix = (
+            _prefix(np.where(nonzero, term, 0.0), np.float64)
             for term in (histogram * logs, logs + 1.0, 1.0 / np.maximum(histogram, 1))
         )
         inner = (starts + 1, ends - 1)
         inner_nonzeros = nonzero_prefix[inner[1]] - nonzero_prefix[inner[0]]
         inner_zeros = lengths - 2 - inner_nonzeros
         p_log_p = (
-            g0[inner[1]]
-            - g0[inner[0]]
-            + r * (g1[inner[1]] - g1[inner[0]])
-            + r * r / 2 * (g2[inner[1]] - g2[inner[0]])
+            g_prefix[inner[1]]
+            - g_prefix[inner[0]]
+            + correction * (slope_prefix[inner[1]] - slope_prefix[inner[0]])
+            + correction**2 / 2 * (curvature_prefix[inner[1]] - curvature_prefix[inner[0]])
             + inner_zeros * (epsilon * np.log(epsilon))
         )
         for end in (candidates.p_first, candidates.p_last):
@@ -364,16 +377,18 @@ def _estimates(
         # The screen's own error: the Taylor remainder, and float64 rounding. Each sum above has at most
         # num_bins + Q + 2 terms below 44·P (counts below 2**63, so logs below 44): its rounding is below
         # (num_bins + Q + 2)·2**-53·44 in KL units, and (num_bins + Q)·2**-40 covers 180 such sums.
-        remainder = np.abs(r) ** 3 / (6 * (1 - np.abs(r)) ** 2) * inner_nonzeros / p_total
+        magnitude = np.abs(correction)
+        remainder = magnitude**3 / (6 * (1 - magnitude) ** 2) * inner_nonzeros / p_total
         screen = remainder + (histogram.size + num_quantized_bins) * 2.0**-40
         weighted = 2 * (entropy + screen) + estimates + screen  # bounds Σ p·|log(p / q)|
         depth = _pairwise_depth(int(lengths.max()) + 1)
-        error_bounds = 2 * 2.0**-24 * ((2 * depth + 11) * weighted + 2 * depth + 13) + screen
-    # The expansion and the error analysis assume corrections above -1/2, positive q and p's end bins,
-    # windows of two bins or more split into merged bins of at least one bin.
+        error_bounds = 2 * 2.0**-24 * ((2 * depth + 14) * weighted + 2 * depth + 11) + screen
+    # The expansion and the error analysis assume corrections above -1/2 (the remainder grows as the
+    # correction nears -1), windows of two bins or more; the other conditions hold wherever onnxruntime
+    # could smooth (ok) and only guard the arithmetic.
     applies = (
         candidates.ok
-        & (np.abs(r) <= 0.5)
+        & (magnitude <= 0.5)
         & (lengths >= 2)
         & (merged >= 1)
         & (candidates.q_values.min(axis=1) > 0)
@@ -385,15 +400,9 @@ def _estimates(
     return np.where(applies, estimates, 0.0), np.where(applies, error_bounds, np.inf)
 
 
-def _float_prefix(values: np.ndarray) -> np.ndarray:
-    prefix = np.zeros(values.size + 1)
-    np.cumsum(values, out=prefix[1:])
-    return prefix
-
-
 def _pairwise_depth(length: int) -> int:
-    """At least the additions on any path of numpy's pairwise sum of `length` elements, plus reduceat's
-    first one: within a block of 128, eight accumulators of up to 16 elements (15 additions), their
+    """At least the additions on any path of numpy's pairwise sum of `length` elements, plus one: within a
+    block of 128, eight accumulators of up to 16 elements (15 additions), their
     three-level combination and up to seven leftovers; one level per halving above, and one spare (the
     halves are rounded to multiples of 8, so the larger may need one more halving)."""
     halvings = max(0, math.ceil(math.log2(max(length, 1) / 128)))

@@ -107,15 +107,16 @@ def best_candidate(counts: np.ndarray, num_quantized_bins: int) -> int:
     if not candidates.ok.any():
         return 0  # every divergence is inf
     if len(_runs(candidates.merged)) > _MAX_SCREENED_SIZES:
-        return int(np.argmin(_divergences(tables, candidates, [slice(0, candidates.starts.size)])))
-    estimates, bounds = _estimates(tables, candidates, num_quantized_bins)
-    # A candidate whose lowest possible KL is above the least upper bound is above the float32 KL of
-    # the candidate with that bound: it cannot win.
-    least_upper = np.min((estimates + bounds)[candidates.ok])
-    contenders = np.flatnonzero(candidates.ok & (estimates - bounds <= least_upper))
-    runs = np.split(contenders, np.flatnonzero(np.diff(contenders) != 1) + 1)
-    divergences = _divergences(tables, candidates, [slice(run[0], run[-1] + 1) for run in runs])
-    return int(np.argmin(divergences))
+        runs = [slice(0, candidates.starts.size)]
+    else:
+        estimates, bounds = _estimates(tables, candidates, num_quantized_bins)
+        # A candidate whose lowest possible KL is above the least upper bound is above the float32 KL of
+        # the candidate with that bound: it cannot win.
+        least_upper = np.min((estimates + bounds)[candidates.ok])
+        contenders = np.flatnonzero(candidates.ok & (estimates - bounds <= least_upper))
+        split = np.split(contenders, np.flatnonzero(np.diff(contenders) != 1) + 1)
+        runs = [slice(run[0], run[-1] + 1) for run in split]
+    return int(np.argmin(_divergences(tables, candidates, runs)))
 
 
 def _prepare(counts: np.ndarray, num_quantized_bins: int) -> tuple[_Tables, _Candidates]:
@@ -147,7 +148,7 @@ class _Tables:
     """Per-histogram lookups shared by every block: prefix sums of counts, of non-zero and zero bins;
     windows of the counts as float32 (onnxruntime's astype(float32)): row s of `windows` starts at bin
     s - 1 (a zero before bin 0), and zeros follow the last bin, so any row can read `num_bins + 1`; and
-    the q value of every run of m bins, per m."""
+    the count sum and non-zero count of every run of m bins, per m (q's values and the screen read them)."""
 
     def __init__(self, histogram: np.ndarray) -> None:
         self.histogram = histogram
@@ -157,12 +158,23 @@ class _Tables:
         padded = np.zeros(2 * histogram.size + 2, dtype=np.float32)
         padded[1 : histogram.size + 1] = histogram
         self.windows = as_strided(padded, (histogram.size + 1, histogram.size + 1), 2 * padded.strides)
+        self._runs: dict[int, np.ndarray] = {}
+
+    def runs(self, merged: int) -> np.ndarray:
+        """Row 0, k: the count sum of bins [k, k + merged); row 1, k: how many of them are non-zero."""
+        if merged not in self._runs:
+            self._runs[merged] = np.stack(
+                [
+                    self.prefix[merged:] - self.prefix[:-merged],
+                    self.nonzero_prefix[merged:] - self.nonzero_prefix[:-merged],
+                ]
+            )
+        return self._runs[merged]
 
     def quotients(self, merged: int, starts: np.ndarray, num_quantized_bins: int) -> np.ndarray:
         """(row r, j): the q value of bins [starts[r] + j·merged, starts[r] + (j+1)·merged), for starts one
         apart and decreasing (`_run_view`)."""
-        sums = self.prefix[merged:] - self.prefix[:-merged]
-        norms = self.nonzero_prefix[merged:] - self.nonzero_prefix[:-merged]
+        sums, norms = self.runs(merged)
         return _run_view(_quotient(sums, norms), merged, starts, num_quantized_bins)
 
 
@@ -345,8 +357,7 @@ def _estimates(
     for size, group in _runs(merged):
         if size == 0:
             continue  # all of q is the tail's: onnxruntime cannot smooth it (not ok)
-        runs = np.stack([prefix[size:] - prefix[:-size], nonzero_prefix[size:] - nonzero_prefix[:-size]])
-        views = _run_view(runs.astype(np.float64), size, starts[group], num_quantized_bins)
+        views = _run_view(tables.runs(size).astype(np.float64), size, starts[group], num_quantized_bins)
         sums, nonzeros = np.einsum("ij,kij->ki", log_q[group], views)
         p_log_q[group] += sums + (correction[group] - epsilon) * nonzeros
     tail_log_q = np.where(tail_starts == ends, log_q[:, -1], np.log(epsilon))

@@ -240,6 +240,48 @@ def test_float_min_mask_tensors_stay_float_by_default_and_clip_on_request(
     assert all(np.isfinite(o).all() for o in session.run(None, {k: v[:4] for k, v in inputs.items()}))
 
 
+def test_sentinel_overrides_change_only_the_tensors_they_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Under the default keep: one flagged tensor clipped, one quantized over its whole range, and an
+    unflagged one kept in float; a name that was not calibrated is refused before anything is written."""
+    model = MODELS / "bert_mask.onnx"
+    data = padded_sequences(tmp_path / "padded.npz")
+    default, overridden = tmp_path / "default.json", tmp_path / "overridden.json"
+    command = ["calibrate", str(model), "--data", str(data), "--quiet"]
+    assert main([*command, "--json", str(default)]) == 0
+    report = json.loads(default.read_text())
+    flagged = sorted(report["keep_float"])
+    clippable = [name for name in flagged if float(report["ranges"][name]["max"]) > -1e30]
+    assert len(clippable) >= 2, "bert_mask should have two masked tensors that hold unmasked values too"
+    clip, quantize = clippable[:2]
+    plain = next(name for name in sorted(report["ranges"]) if name not in flagged)
+    out = tmp_path / "overridden.onnx"
+    overrides = [f"{clip}=clip", f"{quantize}=quantize", f"{plain}=keep"]
+    flags = [flag for item in overrides for flag in ("--sentinel-override", item)]
+    capsys.readouterr()
+    assert main([*command, "--json", str(overridden), "-o", str(out), *flags]) == 0
+    warnings = capsys.readouterr().err
+    assert f"{clip}: range clipped to" in warnings and "(override)" in warnings
+    assert f"{quantize}: quantized anyway (override)" in warnings
+    changed = json.loads(overridden.read_text())
+    assert set(changed["keep_float"]) == set(flagged) - {clip, quantize} | {plain}
+    assert -1e30 < float(changed["ranges"][clip]["min"]) <= 0
+    assert float(changed["ranges"][quantize]["min"]) <= -1e30  # MinMax: the whole range, sentinel included
+    for name in set(report["ranges"]) - {clip, quantize, plain}:
+        assert changed["ranges"][name] == report["ranges"][name], name
+    quantized = {node.input[0] for node in onnx.load(out).graph.node if node.op_type == "QuantizeLinear"}
+    assert {clip, quantize} <= quantized and plain not in quantized
+
+    missing = tmp_path / "missing.onnx"
+    assert main([*command, "-o", str(missing), "--sentinel-override", "no_such_tensor=clip"]) == 2
+    assert (
+        "--sentinel-override names tensors that were not calibrated: no_such_tensor"
+        in capsys.readouterr().err
+    )
+    assert not missing.exists()
+
+
 def test_an_all_inf_tensor_stays_float_and_with_the_guard_off_is_an_error(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -45,7 +45,7 @@ from conftest import require_module
 
 from qconvert.calibrate.attach import attach_ranges
 from qconvert.calibrate.finalize import finalize
-from qconvert.calibrate.scheme import Scheme
+from qconvert.calibrate.scheme import DEFAULT_OP_TYPES, Scheme
 from qconvert.frontends.onnx import import_onnx
 
 # name: (onnxruntime quantize_static settings, our scheme, models it applies to)
@@ -105,6 +105,18 @@ VARIANTS: dict[str, tuple[dict, Scheme, tuple[str, ...]]] = {
         ("digits_cnn",),
     ),
     "no_bias": ({"extra_options": {"QuantizeBias": False}}, Scheme(quantize_bias=False), BOTH),
+    # Per tensor: onnxruntime's per-channel weights take their symmetry from the type alone.
+    "asymmetric_weights": (
+        {"extra_options": {"WeightSymmetric": False}},
+        Scheme(weight_symmetric=False),
+        BOTH,
+    ),
+    # onnxruntime has no exclusion list: its selection is the default list without the excluded types.
+    "op_types_excluded": (
+        {"op_types_to_quantize": sorted(DEFAULT_OP_TYPES - {"MatMul", "Relu", "Softmax"})},
+        Scheme(op_types_to_exclude={"MatMul", "Relu", "Softmax"}),
+        BOTH,
+    ),
     "op_types": (
         {"op_types_to_quantize": ["MatMul", "Conv", "Gemm"]},
         Scheme(op_types_to_quantize={"MatMul", "Conv", "Gemm"}),
@@ -253,6 +265,44 @@ def test_written_model_matches_quantize_static(
     for batch in data:
         for left, right in zip(theirs.run(None, batch), mine.run(None, batch), strict=True):
             assert left.tobytes() == right.tobytes()
+
+
+# `qconvert calibrate`'s scheme flags, each against quantize_static with the settings it stands for.
+def _names(variant: str, field: str) -> str:
+    return ",".join(sorted(getattr(VARIANTS[variant][1], field)))
+
+
+CLI_FLAGS: dict[str, list[str]] = {
+    "per_channel": ["--per-channel"],
+    "uint8": ["--activation-type", "uint8", "--weight-type", "uint8"],
+    "symmetric_activations": ["--per-channel", "--symmetric-activations"],
+    "reduce_range": ["--per-channel", "--reduce-range"],
+    "int16": ["--activation-type", "int16"],
+    "uint4_weights": ["--activation-type", "uint8", "--weight-type", "uint4"],
+    "asymmetric_weights": ["--asymmetric-weights"],
+    "op_types": ["--op-types", "MatMul,Conv", "--op-types", "Gemm"],  # comma-separated and repeated
+    "op_types_excluded": ["--exclude-op-types", _names("op_types_excluded", "op_types_to_exclude")],
+    "nodes_excluded": ["--exclude-nodes", _names("nodes_excluded", "nodes_to_exclude")],
+    "nodes_selected": ["--nodes", _names("nodes_selected", "nodes_to_quantize")],
+    "blocked_16": ["--op-types", "MatMul", "--block-size", "16"],
+}
+CLI_CASES = [(model, variant) for variant in CLI_FLAGS for model in VARIANTS[variant][2]]
+
+
+@pytest.mark.parametrize(("model_name", "variant"), CLI_CASES)
+def test_cli_scheme_flags_give_quantize_statics_model(
+    model_name: str, variant: str, tmp_path: Path, onnxruntime_models: Callable
+) -> None:
+    from qconvert.cli import main
+
+    data = batches(model_name)
+    samples = tmp_path / "data.npz"
+    np.savez(samples, **{name: np.concatenate([batch[name] for batch in data]) for name in data[0]})
+    out = tmp_path / "ours.qdq.onnx"
+    command = ["calibrate", str(MODELS / f"{model_name}.onnx"), "--data", str(samples), "-o", str(out)]
+    assert main([*command, "--sentinel", "off", "--quiet", *CLI_FLAGS[variant]]) == 0
+    expected, _ = onnxruntime_models(model_name, variant)
+    assert written_qdq(onnx.load(out)) == expected
 
 
 def test_float_min_sentinel_tensor_can_be_kept_in_float(tmp_path: Path) -> None:

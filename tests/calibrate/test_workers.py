@@ -80,8 +80,28 @@ def test_two_processes_give_bit_identical_minmax_and_histograms(tmp_path: Path) 
     assert single[1].observers["last_hidden_state"][0].total == extrema.count == 14 * 16 * 64
 
 
+def two_worker_ranges(tmp_path: Path, method: str, engine: str = "local") -> list[dict]:
+    """The ranges JSON of `calibrate` on digits_cnn (5 batches), with one worker and with two."""
+    path = tmp_path / "images.npz"
+    np.savez(path, image=np.random.default_rng(8).random((40, 1, 8, 8), dtype=np.float32))
+    saved = []
+    for workers in (1, 2):
+        ranges = tmp_path / f"ranges{workers}.json"
+        calibrate(
+            MODELS / "digits_cnn.onnx",
+            path,
+            method=method,
+            workers=workers,
+            engine=engine,
+            ranges_path=ranges,
+        )
+        saved.append(json.loads(ranges.read_text())["tensors"])
+    assert len(saved[0]) == 9 and all(entry["method"] == method for entry in saved[0].values())
+    return saved
+
+
 @pytest.mark.engine
-def test_ray_tasks_give_bit_identical_minmax_and_histograms(tmp_path: Path) -> None:
+def test_ray_tasks_give_bit_identical_statistics_and_entropy_ranges(tmp_path: Path) -> None:
     ray = require_module("ray")
     augmented, dataset = encoder_setup(tmp_path, samples=6)
     single = minmax_then_histogram(augmented, dataset, workers=1)
@@ -89,19 +109,18 @@ def test_ray_tasks_give_bit_identical_minmax_and_histograms(tmp_path: Path) -> N
     assert_identical(single, on_ray)
     assert len(on_ray[0].shares) == 2
     assert not ray.is_initialized()  # the local instance was shut down
+    one, two = two_worker_ranges(tmp_path, "entropy", engine="ray")
+    assert one == two
+    assert not ray.is_initialized()
 
 
-@pytest.mark.parametrize("method", ["minmax", "percentile"])
+# Every method, through worker processes: exact observers make the ranges those of one process.
+@pytest.mark.parametrize(
+    "method", ["minmax", "moving-average", "percentile", "entropy", "mse", "distribution"]
+)
 def test_calibrate_with_two_workers_saves_the_same_ranges_json(method: str, tmp_path: Path) -> None:
-    path = tmp_path / "images.npz"
-    np.savez(path, image=np.random.default_rng(8).random((40, 1, 8, 8), dtype=np.float32))  # 5 batches
-    saved = []
-    for workers in (1, 2):
-        ranges = tmp_path / f"ranges{workers}.json"
-        calibrate(MODELS / "digits_cnn.onnx", path, method=method, workers=workers, ranges_path=ranges)
-        saved.append(json.loads(ranges.read_text())["tensors"])
-    assert saved[0] == saved[1]
-    assert len(saved[0]) == 9 and all(entry["method"] == method for entry in saved[0].values())
+    one, two = two_worker_ranges(tmp_path, method)
+    assert one == two
 
 
 def test_observer_threads_give_bit_identical_aligned_histograms(tmp_path: Path) -> None:

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -96,6 +101,51 @@ def test_the_summary_says_when_numpys_loops_did_the_counting(
     if counting.uses_c_loops():
         assert main(command) == 0
         assert "numpy's loops" not in capsys.readouterr().out
+
+
+def test_the_summary_has_one_row_per_range_with_its_min_and_max(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    data, report = save_npz(tmp_path / "data.npz", digit_batches(2)), tmp_path / "result.json"
+    out = tmp_path / "out.onnx"
+    assert main(["calibrate", str(DIGITS), "--data", str(data), "-o", str(out), "--json", str(report)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    ranges = json.loads(report.read_text())["ranges"]
+    assert f"{len(ranges)} ranges (minmax)" in rows[0] and len(ranges) == 9
+    for name, tensor_range in ranges.items():
+        low, high = f"{float(tensor_range['min']):.6g}", f"{float(tensor_range['max']):.6g}"
+        assert any(row.replace("│", " ").split() == [name, low, high] for row in rows), name
+    assert rows[-1].startswith("calibrated 16 samples (2 batches of up to 8)") and f"wrote {out}" in rows[-1]
+
+
+def test_the_progress_bar_shows_samples_per_second_and_eta_on_a_terminal(tmp_path: Path) -> None:
+    """On a pseudo-terminal, as a user sees it (rich draws nothing when stderr is not a terminal)."""
+
+    images = np.random.default_rng(4).random((16384, 1, 8, 8), dtype=np.float32)
+    np.savez(tmp_path / "many.npz", image=images)
+    cli = "import sys; from qconvert.cli import main; sys.exit(main())"
+    command = [sys.executable, "-c", cli, "calibrate", str(DIGITS), "--data", str(tmp_path / "many.npz"),
+               "-o", str(tmp_path / "out.onnx")]  # fmt: skip
+    leader, follower = pty.openpty()
+    environment = {**os.environ, "COLUMNS": "200", "TERM": "xterm"}
+    process = subprocess.Popen(command, stdin=follower, stdout=follower, stderr=follower, env=environment)
+    os.close(follower)
+    screen = bytearray()
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the process is done
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(leader)
+    assert process.wait(timeout=120) == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.decode(errors="replace"))  # colours, cursor
+    assert re.search(r"calibrating .*\d+/16384 samples +[\d,]+\.\d/s +\d:\d\d:\d\d ETA \d:\d\d:\d\d", text), (
+        text[-2000:]
+    )
+    assert f"wrote {tmp_path / 'out.onnx'}" in text
 
 
 def test_nan_samples_are_excluded_with_a_warning_and_calibration_goes_on(

@@ -74,6 +74,16 @@ VARIANTS: dict[str, tuple[dict, Scheme, tuple[str, ...]]] = {
         Scheme(activation_type="uint16", weight_type="uint8"),
         ("digits_cnn",),
     ),
+    "int4": (
+        {"activation_type": "QInt4", "weight_type": "QInt4"},
+        Scheme(activation_type="int4", weight_type="int4"),
+        BOTH,
+    ),
+    "uint4": (
+        {"activation_type": "QUInt4", "weight_type": "QUInt4"},
+        Scheme(activation_type="uint4", weight_type="uint4"),
+        BOTH,
+    ),
     "int4_weights": (
         {"weight_type": "QInt4", "per_channel": True},
         Scheme(weight_type="int4", per_channel=True),
@@ -228,6 +238,7 @@ WRITTEN_CASES = [
     ("digits_cnn", "uint8"),
     ("tiny_encoder", "per_channel"),
     ("tiny_encoder", "int16"),
+    ("tiny_encoder", "uint4"),
     ("tiny_encoder", "blocked_int4_per_channel"),
 ]
 # A 32-block on the head weight's 2-wide axis 1 is one block: the IR holds it as blocks of 2 and the

@@ -10,10 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import require_module
+
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "calibrate.py"
 
 
 def test_the_quick_benchmark_runs_both_tools(tmp_path: Path) -> None:
+    require_module("torch")  # the benchmark builds its encoder with models/build_bert_mask.py
     rows_path = tmp_path / "rows.json"
     command = [sys.executable, str(BENCHMARK), "--quick", "--methods", "minmax,entropy", "--repeat", "1"]
     done = subprocess.run(

@@ -359,6 +359,12 @@ class Planner:
     def quantize_MaxPool(self, node: Node) -> None:
         if self.opset >= 12 and self.scheme.activation_type != "float8e4m3fn":
             self.quantize_direct(node)
+        if self.scheme.activation_type in ("int4", "uint4") and node.outputs[0] in self.plan.marks:
+            self.plan.notes.append(
+                f"MaxPool '{node.name}': onnxruntime's extended graph optimizations drop its Q/DQ pair, then "
+                f"refuse a {self.scheme.activation_type} MaxPool: run this model at ORT_ENABLE_BASIC "
+                f"(quantize_static's model fails the same way)"
+            )
 
     def quantize_Resize(self, node: Node) -> None:
         if self.opset >= 11:

@@ -22,7 +22,7 @@ PEAK_RSS = """
 import resource, sys
 from qconvert.calibrate.api import calibrate
 calibrate(sys.argv[1], sys.argv[2], method="entropy", batch_size=int(sys.argv[3]))
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024))
 """
 
 

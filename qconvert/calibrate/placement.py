@@ -22,11 +22,15 @@ Deliberate differences (each documented in tests/calibrate/test_minmax_parity.py
 `scheme.keep_float` are never marked (downstream parameter sharing and biases then stay float, where
 onnxruntime would fail); a bias whose input or weight stays float stays float (onnxruntime raises);
 blocked weights of rank != 2 fall back to per-channel / per-tensor (onnxruntime raises); with float8
-activations Relu/Clip are kept (their Q/DQ does not clamp at zero; onnxruntime folds them).
+activations Relu/Clip are kept (their Q/DQ does not clamp at zero; onnxruntime folds them); a Relu/Clip
+whose output range would not make the Q/DQ clamp as the op does (a symmetric range, a Clip not at 0) is
+kept, not folded (MinMax ranges of a Relu always clamp as it does); a Relu/Clip input that is also a
+graph output keeps its own range (onnxruntime gives it the op's output range, clipping its negatives).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,6 +62,14 @@ class Node:
     name: str
     inputs: list[Value]
     outputs: list[Value]
+
+
+def _onnx_input(node: Node, position: int) -> Value | None:
+    """The node's ONNX input at `position`, None when absent (the IR lists present inputs only)."""
+    absent = node.op.attributes.get("onnx.absent_inputs")
+    absent_positions = set(getattr(absent, "values", ()))
+    positions = [i for i in range(len(node.inputs) + len(absent_positions)) if i not in absent_positions]
+    return node.inputs[positions.index(position)] if position in positions else None
 
 
 @dataclass
@@ -258,8 +270,11 @@ class Planner:
         for node in self.graph.nodes:
             if node.op_type in REMOVABLE and self.should_quantize(node):
                 upstream, output = node.inputs[0], node.outputs[0]
+                # onnxruntime also narrows an input that is a graph output (it counts node consumers
+                # only), which clips that output's negatives: we leave graph outputs their own range.
                 if (
                     len(self.graph.consumers.get(upstream, [])) == 1
+                    and upstream not in self.graph.outputs
                     and upstream in ranges
                     and output in ranges
                 ):
@@ -320,10 +335,10 @@ class Planner:
         if not self.is_quantized(upstream):
             return
         scheme = self.scheme
-        # Folding relies on the Q/DQ clamping at zero (zero point = qmin); float8 has no zero point, so
+        # Folding relies on the Q/DQ clamping where the op does; float8 has no zero point to clamp at, so
         # a folded Relu would let negatives through (onnxruntime folds it anyway; we keep the Relu).
         foldable = not scheme.activation_symmetric and scheme.activation_type != "float8e4m3fn"
-        if foldable and not scheme.keep_removable_activations and self.fold(node):
+        if foldable and not scheme.keep_removable_activations and self.clamps_as(node) and self.fold(node):
             self.plan.removed.append((node, upstream, output))
         else:
             self.activation(upstream)
@@ -331,6 +346,29 @@ class Planner:
             self.activation(output)
 
     quantize_Clip = quantize_Relu
+
+    def clamps_as(self, node: Node) -> bool:
+        """Whether the output's Q/DQ, which the producer takes over when the op is folded, clamps as the op:
+        its real range [min(low, 0), max(high, 0)] lies within the op's [lower, upper] bounds. MinMax ranges
+        of a Relu/Clip output always do; symmetric ones (Distribution's) and edited ranges may not, and
+        onnxruntime folds those too, letting negatives through (measured: logits cosine 0.05 on digits)."""
+        found = self.plan.ranges.get(node.outputs[0])
+        bounds = self.clamp_bounds(node)
+        if found is None or bounds is None:
+            return False
+        return bounds[0] <= min(float(found[0]), 0.0) and max(float(found[1]), 0.0) <= bounds[1]
+
+    def clamp_bounds(self, node: Node) -> tuple[float, float] | None:
+        """[lower, upper] of a Relu or Clip (unbounded where absent); None when a bound is not a constant."""
+        if node.op_type == "Relu":
+            return 0.0, math.inf
+        if self.opset < 11:
+            bounds = [node.op.attributes.get(name) for name in ("min", "max")]
+            lower, upper = (b.value if isinstance(b, FloatAttr) else None for b in bounds)
+            return (-math.inf if lower is None else lower), (math.inf if upper is None else upper)
+        lower = -math.inf if _onnx_input(node, 1) is None else self.float_constant(node, 1)
+        upper = math.inf if _onnx_input(node, 2) is None else self.float_constant(node, 2)
+        return None if lower is None or upper is None else (lower, upper)
 
     def fold(self, node: Node) -> bool:
         """onnxruntime's `try_replacing_upstream_output`: the producer takes over the Relu/Clip output."""
@@ -426,19 +464,19 @@ class Planner:
         if self.opset < 11:
             value = node.op.attributes.get("value")
             return not isinstance(value, FloatAttr) or value.value == 0.0
-        absent = node.op.attributes.get("onnx.absent_inputs")
-        absent_positions = set(getattr(absent, "values", ()))
-        positions = [i for i in range(len(node.inputs) + len(absent_positions)) if i not in absent_positions]
-        if 2 not in positions:
+        if _onnx_input(node, 2) is None:
             return True  # no constant_value input: pads with 0
-        position = positions.index(2)
-        constant = node.inputs[position]
-        producer = constant.owner_op()
-        if not isinstance(producer, ConstantOp) or not self.graph.is_float(constant):
-            return False
+        return self.float_constant(node, 2) == 0.0
+
+    def float_constant(self, node: Node, position: int) -> float | None:
+        """The scalar value of the node's float constant ONNX input at `position`; None otherwise."""
+        constant = _onnx_input(node, position)
+        producer = None if constant is None else constant.owner_op()
+        if not isinstance(producer, ConstantOp) or constant is None or not self.graph.is_float(constant):
+            return None
         from qconvert.interpret import constant_array  # the interpreter owns reading constants
 
-        return float(np.asarray(constant_array(producer)).reshape(-1)[0]) == 0.0
+        return float(np.asarray(constant_array(producer)).reshape(-1)[0])
 
     def quantize_normalization(self, node: Node) -> None:
         self.activation(node.inputs[0])

@@ -1,0 +1,91 @@
+"""Where placement leaves onnxruntime's rules because they give a wrong model (placement.py's NOTE).
+
+onnxruntime folds a Relu/Clip into its producer's Q/DQ whenever activations are asymmetric, and gives a
+single-consumer Relu/Clip input the output's range. Both are right for MinMax ranges of ordinary graphs
+(tests/calibrate/test_minmax_parity.py) and wrong here: a symmetric range lets negatives through a folded
+Relu, a Clip whose lower bound is not 0 is not a Q/DQ clamp, and an input that is also a graph output
+loses its negatives. Each case runs in onnxruntime and is compared with the float model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from calibrate.parity_support import MODELS, batches
+from onnx import TensorProto, helper, numpy_helper
+
+from qconvert.calibrate.api import calibrate
+
+
+def cosines(float_path: Path, quantized_path: Path, feeds: list[dict[str, np.ndarray]]) -> dict[str, float]:
+    """Per graph output: the lowest cosine to the float model's over the batches."""
+    reference = ort.InferenceSession(str(float_path), providers=["CPUExecutionProvider"])
+    quantized = ort.InferenceSession(str(quantized_path), providers=["CPUExecutionProvider"])
+    names = [output.name for output in reference.get_outputs()]
+    lowest = dict.fromkeys(names, 1.0)
+    for feed in feeds:
+        for name, want, got in zip(names, reference.run(names, feed), quantized.run(names, feed)):
+            want, got = want.ravel().astype(np.float64), got.ravel().astype(np.float64)
+            cosine = float(want @ got / (np.linalg.norm(want) * np.linalg.norm(got)))
+            lowest[name] = min(lowest[name], cosine)
+    return lowest
+
+
+def op_types(path: Path) -> list[str]:
+    return [node.op_type for node in onnx.load(path).graph.node]
+
+
+def test_a_symmetric_relu_range_keeps_the_relu(tmp_path: Path) -> None:
+    """Distribution gives int8 ranges symmetric about 0: a Q/DQ over [-a, a] does not clamp at 0."""
+    data = batches("digits_cnn")
+    out = tmp_path / "distribution.onnx"
+    calibrate(MODELS / "digits_cnn.onnx", data, method="distribution", out=out)
+    assert op_types(out).count("Relu") == 2
+    assert cosines(MODELS / "digits_cnn.onnx", out, data)["logits"] > 0.999
+    # MinMax ranges of the same Relus start at 0: folded, as onnxruntime does.
+    calibrate(MODELS / "digits_cnn.onnx", data, out=tmp_path / "minmax.onnx")
+    assert "Relu" not in op_types(tmp_path / "minmax.onnx")
+
+
+def small_graph(tmp_path: Path, nodes: list, outputs: list[str], extra: dict[str, np.ndarray]) -> Path:
+    """x [2, 16] -> MatMul W -> m, then `nodes`; every name in `outputs` is a graph output."""
+    rng = np.random.default_rng(5)
+    weights = {"W": (rng.standard_normal((16, 8)) * 0.4).astype(np.float32), **extra}
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"), *nodes],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    path = tmp_path / "graph.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def feeds(count: int = 4) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(6)
+    return [{"x": rng.standard_normal((2, 16)).astype(np.float32)} for _ in range(count)]
+
+
+def test_a_relu_input_that_is_a_graph_output_keeps_its_negatives(tmp_path: Path) -> None:
+    model = small_graph(tmp_path, [helper.make_node("Relu", ["m"], ["r"], name="relu")], ["m", "r"], {})
+    out = tmp_path / "out.onnx"
+    calibrate(model, feeds(), out=out)
+    lowest = cosines(model, out, feeds())
+    assert lowest["m"] > 0.999 and lowest["r"] > 0.999  # onnxruntime's m: 0.52
+
+
+def test_a_clip_not_at_zero_is_kept(tmp_path: Path) -> None:
+    """Clip(0.25, 1): a Q/DQ over [0, 1] would let (0, 0.25) through; Clip(-1, 1) clamps as its Q/DQ does."""
+    clip = [helper.make_node("Clip", ["m", "low", "high"], ["c"], name="clip")]
+    for low, folded in ((0.25, False), (-1.0, True)):
+        bounds = {"low": np.array(low, np.float32), "high": np.array(1.0, np.float32)}
+        model = small_graph(tmp_path, clip, ["c"], bounds)
+        out = tmp_path / f"clip_{low}.onnx"
+        calibrate(model, feeds(), out=out)
+        assert ("Clip" not in op_types(out)) == folded, low
+        assert cosines(model, out, feeds())["c"] > 0.999, low

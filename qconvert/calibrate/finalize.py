@@ -153,6 +153,12 @@ class _Finalizer:
             if not self.graph.is_initializer(value) or mark.provider is not None:
                 continue
             data = constant_array(value.owner_op())  # type: ignore[arg-type]
+            if not np.isfinite(data).all():  # no scale holds it (onnxruntime fails on it)
+                self.plan.notes.append(
+                    f"initializer '{self.graph.name(value)}' left in float: it holds "
+                    f"{np.count_nonzero(~np.isfinite(data))} Inf/NaN value(s)"
+                )
+                continue
             quant_type = scheme.weight_type if mark.is_weight else scheme.activation_type
             symmetric = mark.axis is not None or (
                 scheme.weight_is_symmetric if mark.is_weight else scheme.activation_symmetric

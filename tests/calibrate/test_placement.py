@@ -1,10 +1,11 @@
-"""Where placement leaves onnxruntime's rules because they give a wrong model (placement.py's NOTE).
+"""Where placement and finalize leave onnxruntime's rules because they give a wrong model or none.
 
 onnxruntime folds a Relu/Clip into its producer's Q/DQ whenever activations are asymmetric, and gives a
 single-consumer Relu/Clip input the output's range. Both are right for MinMax ranges of ordinary graphs
 (tests/calibrate/test_minmax_parity.py) and wrong here: a symmetric range lets negatives through a folded
 Relu, a Clip whose lower bound is not 0 is not a Q/DQ clamp, and an input that is also a graph output
-loses its negatives. Each case runs in onnxruntime and is compared with the float model.
+loses its negatives. An initializer holding Inf or NaN has no scale: onnxruntime fails, finalize leaves
+it in float. Each case runs in onnxruntime and is compared with the float model.
 """
 
 from __future__ import annotations
@@ -89,3 +90,25 @@ def test_a_clip_not_at_zero_is_kept(tmp_path: Path) -> None:
         calibrate(model, feeds(), out=out)
         assert ("Clip" not in op_types(out)) == folded, low
         assert cosines(model, out, feeds())["c"] > 0.999, low
+
+
+def test_an_initializer_holding_inf_or_nan_stays_float(tmp_path: Path) -> None:
+    """m * C with two -Inf in C: C stays float (noted), x and m are still quantized."""
+    constant = np.array([1.0, 2.0, -np.inf, 3.0] * 2, np.float32)
+    model = small_graph(
+        tmp_path, [helper.make_node("Mul", ["m", "C"], ["y"], name="mul")], ["y"], {"C": constant}
+    )
+    out = tmp_path / "out.onnx"
+    result = calibrate(model, feeds(), out=out)
+    assert "initializer 'C' left in float: it holds 2 Inf/NaN value(s)" in result.notes
+    written = onnx.load(out)
+    quantized = {node.input[0] for node in written.graph.node if node.op_type == "QuantizeLinear"}
+    assert {"x", "m"} <= quantized and "C" not in quantized
+    assert "C" in {i.name for i in written.graph.initializer}  # as it was: float
+    reference = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    quantized_run = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    for feed in feeds():
+        want, got = reference.run(None, feed)[0], quantized_run.run(None, feed)[0]
+        np.testing.assert_array_equal(np.isfinite(want), np.isfinite(got))
+        finite = np.isfinite(want)
+        assert np.abs(want[finite] - got[finite]).max() < 0.05 * np.abs(want[finite]).max()

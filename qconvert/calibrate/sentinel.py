@@ -318,6 +318,11 @@ def parse_overrides(items: Sequence[str]) -> dict[str, SentinelAction]:
     return overrides
 
 
+def _spans(robust_range: tuple[float, float] | None) -> bool:
+    """Whether the values other than the sentinels span a range to clip to (more than one value)."""
+    return robust_range is not None and robust_range[0] < robust_range[1]
+
+
 def apply_sentinel_policy(
     findings: Sequence[SentinelFinding],
     policy: SentinelPolicy | str = SentinelPolicy.KEEP,
@@ -354,14 +359,20 @@ def apply_sentinel_policy(
         if action is SentinelAction.KEEP:
             decision.keep_float.add(name)
             decision.warnings.append(f"{name}: left in float ({source}): {why}")
-        elif action is SentinelAction.CLIP and finding is not None and finding.robust_range is not None:
+        elif action is SentinelAction.CLIP and finding is not None and _spans(finding.robust_range):
             decision.clipped_ranges[name] = finding.robust_range
             lo, hi = finding.robust_range
             decision.warnings.append(f"{name}: range clipped to [{lo:.6g}, {hi:.6g}] ({source}): {why}")
         elif action is SentinelAction.CLIP and finding is not None:
+            # A mask of 0 and float-min clipped to [0, 0] would quantize to a constant: no mask at all.
             decision.keep_float.add(name)
+            bulk = (
+                "sentinels"
+                if finding.robust_range is None
+                else f"sentinels and {finding.robust_range[0] + 0.0:g}"
+            )
             decision.warnings.append(
-                f"{name}: left in float, nothing but sentinels to clip to ({source}): {why}"
+                f"{name}: left in float, nothing but {bulk} to clip to ({source}): {why}"
             )
         elif action is SentinelAction.CLIP:
             decision.warnings.append(f"{name}: clip override ignored, the tensor has no sentinel")

@@ -1,5 +1,5 @@
 """Shared by the calibration tests: the same batches, onnxruntime's MinMax ranges, Q/DQ parameter readers, the
-bert_mask model's builder.
+bert_mask model's builder and its mask tensors.
 
 NOTE: not a test module; tests/calibrate/test_minmax_parity.py explains the comparison.
 """
@@ -44,6 +44,17 @@ def load_bert_mask_builder() -> ModuleType:
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def mask_tensors(model: onnx.ModelProto) -> tuple[set[str], set[str], set[str]]:
+    """bert_mask's float-min Constant output(s), the mask (the Mul by one) and the Adds of scores + mask."""
+    constants = {n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node
+                 if n.op_type == "Constant"}  # fmt: skip
+    constants.update({t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer})
+    float_min = {name for name, value in constants.items() if np.any(value <= -1e38)}
+    masks = {n.output[0] for n in model.graph.node if n.op_type == "Mul" and float_min & set(n.input)}
+    adds = {n.output[0] for n in model.graph.node if n.op_type == "Add" and masks & set(n.input)}
+    return float_min - {t.name for t in model.graph.initializer}, masks, adds
 
 
 def batches(model_name: str, count: int = 4) -> list[dict[str, np.ndarray]]:

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from calibrate.parity_support import load_bert_mask_builder
+from calibrate.parity_support import load_bert_mask_builder, mask_tensors
 from conftest import require_module
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
 
@@ -223,26 +223,16 @@ def test_bert_mask_default_calibration_beats_onnxruntime_with_every_matmul_quant
     for node in matmuls:
         assert [producers.get(i) for i in node.input] == ["DequantizeLinear"] * 2, node.name
 
-    float_model = onnx.load(str(float_path))
-    mask_constants = {
-        n.output[0]
-        for n in float_model.graph.node
-        if n.op_type == "Constant" and onnx.numpy_helper.to_array(n.attribute[0].t).min() <= -1e38
-    }
-    masks = {
-        n.output[0] for n in float_model.graph.node if n.op_type == "Mul" and mask_constants & set(n.input)
-    }
-    masked_scores = {
-        n.output[0] for n in float_model.graph.node if n.op_type == "Add" and masks & set(n.input)
-    }
+    mask_constants, masks, masked_scores = mask_tensors(onnx.load(str(float_path)))
     assert set(result.keep_float) == mask_constants | masks | masked_scores
     assert masked_scores <= float_tensors_without_qdq(tmp_path / "ours.onnx")
 
 
 def test_bert_mask_clip_policy_quantizes_the_masked_scores_with_their_robust_range(tmp_path: Path) -> None:
     """`sentinel="clip"`: scores + mask get Q/DQ over the real scores' range (float-min saturates to the
-    lowest level, which Softmax still maps to ~0); only the float-min Constant, which has nothing but the
-    sentinel, stays float. Measured: mean cosine 0.9987, as with the default."""
+    lowest level, which Softmax still maps to ~0); the float-min Constant (nothing but the sentinel) and the
+    mask itself (0 or float-min: clipped to [0, 0] it would be no mask) stay float. Measured: mean cosine
+    0.9987, as with the default."""
     calibration, evaluation = bert_data()
     float_path = MODELS / "bert_mask.onnx"
     reference = [np.asarray(session(float_path).run(["sentence_embedding"], b)[0]) for b in evaluation]
@@ -250,7 +240,8 @@ def test_bert_mask_clip_policy_quantizes_the_masked_scores_with_their_robust_ran
     cosines = sentence_cosines(tmp_path / "clip.onnx", reference, evaluation)
     print(f"\nbert_mask, sentinel clip: mean cosine {cosines.mean():.4f} (min {cosines.min():.4f})")
     assert cosines.mean() >= 0.99
-    assert len(result.keep_float) == 1
+    mask_constants, masks, _ = mask_tensors(onnx.load(str(float_path)))
+    assert set(result.keep_float) == mask_constants | masks
     model = onnx.load(str(tmp_path / "clip.onnx"))
     producers = {o: n for n in model.graph.node for o in n.output}
     scales = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}

@@ -35,12 +35,13 @@ _INF_FIELD = 255
 _EXPONENT_BIAS = 127
 _HUGE_FIELD = HUGE_EXPONENT + _EXPONENT_BIAS
 
-# Isolated-cluster rule (a -10000 padding mask added to scores of magnitude ~10): a group of values at most
-# MAX_CLUSTER_OCTAVES octaves wide, separated from everything smaller by at least MIN_GAP_OCTAVES empty
-# octaves (64x), above a bulk holding at least MIN_BULK_FRACTION of the nonzero values. With int8 and such
-# a range the bulk would get at most 4 of the 256 levels. A genuine heavy tail (Laplace, Student-t, large
-# dense activations) fills its octaves contiguously, so it has no such gap.
-MIN_GAP_OCTAVES = 6
+# Isolated-cluster rule (a -10000 or -1000 padding mask added to scores of magnitude ~10): a group of values
+# at most MAX_CLUSTER_OCTAVES octaves wide, separated from everything smaller by at least MIN_GAP_OCTAVES
+# empty octaves (16x), above a bulk holding at least MIN_BULK_FRACTION of the nonzero values. With int8 and
+# such a range the bulk would get at most 16 of the 256 levels (a -1000 mask over scores up to 16 leaves a
+# 4-octave gap and cost a test attention model's output 6% of cosine). A genuine heavy tail (Laplace,
+# Student-t, large dense activations) fills its octaves contiguously, so it has no such gap.
+MIN_GAP_OCTAVES = 4
 MAX_CLUSTER_OCTAVES = 3
 MIN_BULK_FRACTION = 1e-3
 
@@ -104,8 +105,8 @@ class MagnitudeObserver:
         counted apart) go to the octave just below w. That lumping does not change the isolated-cluster
         rule when max_bins >= MIN_ALIGNED_BINS_FOR_OCTAVES: w is below 2·span / (max_bins - 1), so the
         lumped octave lies at least 8 octaves under a cluster of the top 3, and any gap it shortens stays
-        6 or wider. The bulk range (for clipping) is coarser when the bulk lies within those two bins:
-        `needs_magnitude_observer` keeps the exact observer for clipping.
+        wider than MIN_GAP_OCTAVES. The bulk range (for clipping) is coarser when the bulk lies within
+        those two bins: `needs_magnitude_observer` keeps the exact observer for clipping.
         """
         view = cls()
         counts = view.counts
@@ -385,8 +386,8 @@ def apply_sentinel_policy(
 # Wiring into the calibration passes (qconvert/calibrate/api.py)
 
 
-# Below this many bins the octave just under one bin may lie within 6 octaves of a cluster in the top 3:
-# `MagnitudeObserver.from_aligned`'s lumping could then hide a gap.
+# Below this many bins the octave just under one bin may lie within MIN_GAP_OCTAVES of a cluster in the top
+# 3: `MagnitudeObserver.from_aligned`'s lumping could then hide a gap (1025 bins leave a margin).
 MIN_ALIGNED_BINS_FOR_OCTAVES = 1025
 
 

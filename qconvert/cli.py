@@ -261,14 +261,21 @@ def calibrate_command(
         "keep", "--sentinel", help="masked/padded ranges: keep (float) | clip | off"
     ),
     sentinel_override: list[str] = typer.Option([], "--sentinel-override", help="NAME=keep|clip|quantize"),  # noqa: B008
-    json_path: str | None = typer.Option(None, "--json", help="write the result (ranges, samples) as JSON"),
+    json_path: str | None = typer.Option(
+        None, "--json", help="write the result (ranges, samples) as JSON ('-': stdout, the table to stderr)"
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar and no table; warnings only"),
 ) -> None:
     """Calibrate a float ONNX model on data and write it as QDQ ONNX (exit 2 on bad input; nothing written)
 
     Progress on stderr, then a table of the ranges (and any sentinel warning) on stdout."""
     from qconvert.calibrate.api import calibrate
-    from qconvert.calibrate.render import progress_bar, render, write_json
+    from qconvert.calibrate.render import progress_bar, render
+    from qconvert.errors import InputError
+
+    for option, path in (("--out", out), ("--ranges", ranges)):
+        if path == "-":  # as --json - would; a binary model or a file to reuse has no place on stdout
+            raise InputError(f"{option} -: give a file path ('-' for stdout is for --json only)")
 
     def names(values: list[str]) -> frozenset[str] | None:
         split = [n.strip() for v in values for n in v.split(",") if n.strip()]
@@ -298,6 +305,7 @@ def calibrate_command(
             out=out,
             ranges_path=ranges,
             load_ranges=load_ranges,
+            json_path=None if json_path == "-" else json_path,
             workers=workers,
             engine=engine,
             batch_size=batch_size,
@@ -305,8 +313,10 @@ def calibrate_command(
             sentinel_overrides=sentinel_override,
             progress=progress,
         )
-    if json_path is not None:
-        write_json(result, json_path)
+    if json_path == "-":  # stdout carries the JSON alone, for a pipe; the summary goes to stderr
+        render(result, sys.stderr, sys.stderr, quiet)
+        sys.stdout.write(result.json_text())
+        return
     render(result, sys.stdout, sys.stderr, quiet)
 
 

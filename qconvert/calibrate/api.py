@@ -20,6 +20,8 @@ only after every step succeeded: the ranges JSON first, the model last.
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -42,8 +44,9 @@ from qconvert.calibrate.collect import (
 from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
 from qconvert.calibrate.methods import Method, make_method
 from qconvert.calibrate.observers import MinMaxObserver
+from qconvert.calibrate.outputs import TextOutput, check_output_paths, write_outputs
 from qconvert.calibrate.ranges import CalibrationRanges, TensorRange
-from qconvert.calibrate.scheme import Scheme
+from qconvert.calibrate.scheme import Scheme, check_selection
 from qconvert.calibrate.sentinel import (
     MagnitudeObserver,
     SentinelDecision,
@@ -110,6 +113,10 @@ class CalibrationResult:
             "keep_float": self.keep_float,
             "ranges": self.ranges.to_json()["tensors"],
         }
+
+    def json_text(self) -> str:
+        """`to_json()` as the text `--json` writes."""
+        return json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n"
 
 
 # Observing --------------------------------------------------------------------------------------------
@@ -297,6 +304,7 @@ def calibrate(
     out: str | os.PathLike[str] | None = None,
     ranges_path: str | os.PathLike[str] | None = None,
     load_ranges: str | os.PathLike[str] | None = None,
+    json_path: str | os.PathLike[str] | None = None,
     workers: int = 1,
     engine: str = "local",
     batch_size: int | None = None,
@@ -310,20 +318,26 @@ def calibrate(
     {input: array} (see `dataset`). `method`: minmax, moving-average, percentile, entropy, mse,
     distribution (options in `method_options`, e.g. {"percentile": 99.99}). `scheme`: a `Scheme` or its
     fields. `ranges_path`: also save the ranges JSON there. `load_ranges`: take the ranges from that JSON
-    instead of calibrating (`data` is then not needed). `workers`/`engine`: split the batches across
-    processes ("local") or Ray tasks ("ray"). `sentinel`: keep (default), clip or off for ranges a mask
-    dominates; `sentinel_overrides`: NAME=keep|clip|quantize. `progress(samples done, total or None)`.
-    Raises InputError (nothing written) for bad data, a bad model or a bad scheme.
+    instead of calibrating (`data` is then not needed). `json_path`: also write the result as JSON there
+    (`CalibrationResult.to_json`). Every output path is checked first; all are written, or none.
+    `workers`/`engine`: split the batches across processes ("local") or Ray tasks ("ray"). `sentinel`:
+    keep (default), clip or off for ranges a mask dominates; `sentinel_overrides`: NAME=keep|clip|quantize.
+    `progress(samples done, total or None)`.
+    Raises InputError (nothing written) for bad data, a bad model, a bad scheme or an unwritable output.
     """
     started = time.perf_counter()
     chosen = make_scheme(scheme)
     chosen.check()
-    if out is not None:
-        folder = Path(out).parent
-        if not folder.is_dir():
-            raise InputError(f"--out {out}: folder '{folder}' does not exist")
+    check_output_paths(
+        {"--out": out, "--ranges": ranges_path, "--json": json_path},
+        {"the model": model, "--data": data, "--load-ranges": load_ranges},
+    )
     loaded = load_float_model(model)
     model_label = str(model) if not isinstance(model, ModelProto) else "<ModelProto>"
+    refuse_quantized(loaded.model, model_label)
+    graph = loaded.model.graph
+    node_names, op_types = [node.name for node in graph.node], [node.op_type for node in graph.node]
+    check_selection(chosen, node_names, op_types, model_label)
     result: CalibrationResult
     if load_ranges is not None:
         ranges = CalibrationRanges.load(load_ranges)
@@ -375,15 +389,53 @@ def calibrate(
     module = None
     if out is not None:
         module = _finalize(model, ranges, chosen, result)
+    texts = []
     if ranges_path is not None:
-        ranges.save(ranges_path)
+        texts.append(TextOutput("--ranges", ranges_path, ranges.save))
         result.ranges_path = Path(ranges_path)
+    write_model = None
     if module is not None and out is not None:
         from qconvert.backends.onnx import save_onnx
 
-        result.output = save_onnx(module, out)
+        result.output = Path(out)
+        write_model = functools.partial(save_onnx, module, out)
     result.seconds_total = time.perf_counter() - started
+    if json_path is not None:
+        text = result.json_text()  # the paths above are in it: written together with them, or not at all
+        texts.append(TextOutput("--json", json_path, lambda path: path.write_text(text, encoding="utf-8")))
+    write_outputs(texts, write_model)
     return result
+
+
+# Quantized op types: ONNX's and com.microsoft's (QOperator format, dynamic and weight-only quantization).
+QUANTIZED_OP_TYPES = frozenset(
+    {
+        "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ConvInteger", "MatMulInteger",
+        "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QGemm", "QAttention",
+        "QEmbedLayerNormalization", "MatMulNBits", "MatMulBnb4", "GatherBlockQuantized",
+    }
+)  # fmt: skip
+QUANTIZED_PREFIXES = ("QLinear", "QOrdered")  # QLinearConv, QLinearMatMul, ...; QOrderedMatMul, ...
+
+
+def refuse_quantized(model: ModelProto, label: str) -> None:
+    """InputError when `model` (subgraphs included) holds quantized ops: calibrating it again would stack
+    Q/DQ on its Q/DQ without a word."""
+    counts: dict[str, int] = {}
+    graphs = [model.graph]
+    while graphs:
+        graph = graphs.pop()
+        for node in graph.node:
+            if node.op_type in QUANTIZED_OP_TYPES or node.op_type.startswith(QUANTIZED_PREFIXES):
+                counts[node.op_type] = counts.get(node.op_type, 0) + 1
+            for attribute in node.attribute:
+                graphs.extend([attribute.g] if attribute.HasField("g") else [])
+                graphs.extend(attribute.graphs)
+    if counts:
+        first = ("QuantizeLinear", "DequantizeLinear")
+        order = [name for name in first if name in counts] + sorted(set(counts) - set(first))
+        found = ", ".join(f"{counts[name]} {name}" for name in order)
+        raise InputError(f"{label}: already quantized ({found} nodes); calibrate takes a float model")
 
 
 def _finalize(

@@ -20,7 +20,7 @@ sequence length) closes the batch early, so samples of different shapes are neve
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -359,6 +359,14 @@ class Dataset:
 
 def open_dataset(data: DataSource, model: ModelProto, batch_size: int | None = None) -> Dataset:
     """Bind `data` to the model's inputs; InputError when the source or the batch size is unusable."""
+    if isinstance(data, Mapping):
+        # A dict is iterable (over its keys), which would read as a stream of names, not of batches.
+        keys = ", ".join(f"'{key}'" for key in list(data)[:4]) + (", ..." if len(data) > 4 else "")
+        raise InputError(
+            f"data: got one dict ({keys}); expected a list of such dicts (input name -> array, one per "
+            "batch: wrap it as [data]), a function returning them, a folder, an .npz/.npy file or "
+            "MODULE:FUNCTION"
+        )
     inputs = model_inputs(model)
     size, fixed = choose_batch_size(inputs, batch_size)
     return Dataset(resolve_source(data), inputs, size, fixed)

@@ -117,14 +117,3 @@ def render(result: CalibrationResult, stdout: TextIO, stderr: TextIO, quiet: boo
         if not any(f"'{name}'" in note for name in result.keep_float):  # already a warning above
             out.print(f"note: {note}", markup=False)
     out.print(headline(result), markup=False)
-
-
-def write_json(result: CalibrationResult, path: str) -> None:
-    """`--json PATH`: the result as JSON, written atomically (temp file, then rename)."""
-    import json
-
-    from qconvert.atomic_file import atomic_text_file
-
-    with atomic_text_file(path) as stream:
-        json.dump(result.to_json(), stream, indent=1, allow_nan=False)
-        stream.write("\n")

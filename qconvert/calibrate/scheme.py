@@ -9,6 +9,9 @@ message naming the option.
 
 from __future__ import annotations
 
+import difflib
+import functools
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields
 
 from qconvert.errors import InputError
@@ -150,3 +153,56 @@ class Scheme:
             value = getattr(self, item.name)
             result[item.name] = sorted(value) if isinstance(value, frozenset) else value
         return result
+
+
+# The Scheme fields that select nodes, and the `qconvert calibrate` option setting each.
+SELECTORS = {
+    "op_types_to_quantize": "--op-types",
+    "op_types_to_exclude": "--exclude-op-types",
+    "nodes_to_quantize": "--nodes",
+    "nodes_to_exclude": "--exclude-nodes",
+}
+
+
+def check_selection(
+    scheme: Scheme, node_names: Collection[str], op_types: Collection[str], model: str
+) -> None:
+    """Refuse selected node names the graph of `model` lacks, and op types that are neither in it nor ONNX's.
+
+    A misspelt name would otherwise select nothing (or exclude nothing) without a word; the message names
+    every unknown one with the closest existing name when there is one. An ONNX op type the model lacks
+    stays accepted: op type lists are filters, reused across models (as onnxruntime's default list is)."""
+    problems = []
+    for name, option in SELECTORS.items():
+        selected = getattr(scheme, name)
+        if not selected:
+            continue
+        if name.startswith("op_types"):
+            unknown = sorted(set(selected) - set(op_types) - known_op_types())
+            # Suggest the model's op types first: 'Matmul' is nearer its 'MatMul' than ONNX's 'MatMulInteger'.
+            suggest = [_suggestion(item, op_types) or _suggestion(item, known_op_types()) for item in unknown]
+            kind = "not an op type of the model or of ONNX"
+        else:
+            unknown = sorted(set(selected) - set(node_names))
+            suggest = [_suggestion(item, node_names) for item in unknown]
+            kind = "no node of that name in the model"
+        if unknown:
+            listed = ", ".join(f"'{item}'{hint}" for item, hint in zip(unknown, suggest, strict=True))
+            problems.append(f"{option} ({name}): {listed}: {kind}")
+    if problems:
+        raise InputError(f"{model}: {'; '.join(problems)}")
+
+
+@functools.cache
+def known_op_types() -> frozenset[str]:
+    """Every op type of ONNX's registered schemas, and onnxruntime's default list (com.microsoft's too)."""
+    import onnx.defs
+
+    return frozenset(schema.name for schema in onnx.defs.get_all_schemas()) | DEFAULT_OP_TYPES
+
+
+def _suggestion(name: str, known: Collection[str]) -> str:
+    """` (did you mean 'MatMul'?)`: a name differing only in case first, else difflib's closest, else ''."""
+    by_lower = {item.lower(): item for item in sorted(known)}
+    close = difflib.get_close_matches(name.lower(), by_lower, n=1)
+    return f" (did you mean '{by_lower[close[0]]}'?)" if close else ""

@@ -248,6 +248,184 @@ def test_bad_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> No
         assert not (tmp_path / "x.onnx").exists()
 
 
+def test_num_bins_past_a_limit_exits_2_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    data = save_npz(tmp_path / "data.npz", digit_batches(1))
+    out = tmp_path / "x.onnx"
+    cases = {
+        "--method entropy: num_bins must be at most 16384 for entropy (the KL search costs about num_bins²": [
+            "--method", "entropy", "--num-bins", "65536"],
+        "--method percentile: num_bins must be at most 65536 for percentile (each calibrated tensor keeps": [
+            "--method", "percentile", "--num-bins", "1000000"],
+        "--method mse: num_bins must be at least 16 for mse": ["--method", "mse", "--num-bins", "0"],
+    }  # fmt: skip
+    for message, flags in cases.items():
+        assert main(["calibrate", str(DIGITS), "--data", str(data), "-o", str(out), "--quiet", *flags]) == 2
+        assert message in capsys.readouterr().err, message
+        assert not out.exists()
+
+
+# Output paths: every one checked before calibrating, and written all or none --------------------------
+def bad_outputs(tmp_path: Path, out_folder: Path) -> dict[str, tuple[list[str], str]]:
+    """case -> (output flags, expected message)."""
+    model_copy = tmp_path / "model.onnx"
+    model_copy.write_bytes(DIGITS.read_bytes())
+    (out_folder / "folder").mkdir()
+    (tmp_path / "a_file").write_text("")
+    out, ranges = out_folder / "model.qdq.onnx", out_folder / "ranges.json"
+    missing = tmp_path / "missing" / "r.json"
+    return {
+        "--ranges in a missing folder": (
+            ["--ranges", str(missing)], f"--ranges {missing}: folder '{missing.parent}' does not exist"),
+        "--ranges is a folder": (
+            ["--ranges", str(out_folder / "folder")], f"--ranges {out_folder / 'folder'}: is a folder"),
+        "--json in a missing folder, after -o": (
+            ["-o", str(out), "--json", str(missing)], f"--json {missing}: folder '{missing.parent}'"),
+        "--json under a file": (
+            ["-o", str(out), "--json", str(tmp_path / "a_file" / "r.json")],
+            f"--json {tmp_path / 'a_file' / 'r.json'}: '{tmp_path / 'a_file'}' is not a folder"),
+        "--ranges is -o": (
+            ["-o", str(out), "--ranges", str(out)], f"--ranges {out}: --out {out} names the same file"),
+        "--json is --ranges": (
+            ["--ranges", str(ranges), "--json", str(out_folder / ".." / out_folder.name / "ranges.json")],
+            "--ranges " + str(ranges) + " names the same file; give each output its own path"),
+        "-o is the model": (
+            ["-o", str(model_copy)], f"--out {model_copy}: would overwrite the model (an input)"),
+        "-o is stdout": (["-o", "-"], "--out -: give a file path ('-' for stdout is for --json only)"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["--ranges in a missing folder", "--ranges is a folder", "--json in a missing folder, after -o",
+     "--json under a file", "--ranges is -o", "--json is --ranges", "-o is the model", "-o is stdout"],
+)  # fmt: skip
+def test_bad_output_paths_exit_2_before_calibrating_and_write_nothing(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out_folder = tmp_path / "out"
+    out_folder.mkdir()
+    flags, message = bad_outputs(tmp_path, out_folder)[case]
+    model = tmp_path / "model.onnx"
+    before = DIGITS.read_bytes()
+    # An empty dataset: had calibration started, its error would be the one reported.
+    (tmp_path / "empty").mkdir()
+    code = main(["calibrate", str(model), "--data", str(tmp_path / "empty"), "--quiet", *flags])
+    error = capsys.readouterr().err
+    assert code == 2, error
+    assert message in error and "dataset is empty" not in error
+    assert len(error.strip().splitlines()) == 1 and "internal error" not in error
+    assert [path.name for path in out_folder.iterdir()] == ["folder"]  # no model, no JSON, no temporary
+    assert model.read_bytes() == before and not (tmp_path / "-").exists()
+
+
+def test_a_later_output_failing_removes_the_earlier_ones(tmp_path: Path) -> None:
+    """The model fails to write: the staged JSON never appears; a JSON's rename fails after the model was
+    written (a folder took its place): the model is removed again."""
+    from qconvert.calibrate.outputs import TextOutput, write_outputs
+    from qconvert.errors import InputError
+
+    model, ranges, result = tmp_path / "m.onnx", tmp_path / "r.json", tmp_path / "j.json"
+    texts = [TextOutput(option, path, lambda p: p.write_text("{}\n")) for option, path in
+             (("--ranges", ranges), ("--json", result))]  # fmt: skip
+
+    def failing_model() -> Path:
+        raise InputError(f"cannot write '{model}': disk full")
+
+    with pytest.raises(InputError, match="disk full"):
+        write_outputs(texts, failing_model)
+    assert list(tmp_path.iterdir()) == []
+
+    def model_then_a_folder_at_the_json() -> Path:
+        model.write_bytes(b"model")
+        result.mkdir()
+        return model
+
+    with pytest.raises(InputError, match=f"--json {result}: cannot write"):
+        write_outputs(texts, model_then_a_folder_at_the_json)
+    assert [path.name for path in tmp_path.iterdir()] == ["j.json"] and result.is_dir()  # the folder only
+
+    result.rmdir()
+    write_outputs(texts, lambda: model.write_bytes(b"model") and model)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["j.json", "m.onnx", "r.json"]
+    assert ranges.read_text() == "{}\n" and oct(ranges.stat().st_mode & 0o777) != "0o600"
+
+
+def test_json_dash_writes_the_result_to_stdout_and_the_table_to_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    data = save_npz(tmp_path / "data.npz", digit_batches(1))
+    ranges = tmp_path / "ranges.json"
+    assert main(["calibrate", str(DIGITS), "--data", str(data), "--ranges", str(ranges), "--json", "-"]) == 0
+    shown = capsys.readouterr()
+    report = json.loads(shown.out)  # stdout holds the JSON alone
+    assert report["ranges"] == json.loads(ranges.read_text())["tensors"]
+    assert report["ranges_file"] == str(ranges)
+    assert "ranges (minmax)" in shown.err and f"wrote {ranges}" in shown.err
+    assert not (tmp_path / "-").exists()
+
+
+# Node selectors, checked against the model's graph ---------------------------------------------------
+def test_unknown_selector_names_exit_2_naming_them_with_a_close_match(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    data = save_npz(tmp_path / "data.npz", digit_batches(1))
+    out = tmp_path / "x.onnx"
+    cases = {
+        "--nodes (nodes_to_quantize): 'nosuchnode': no node of that name in the model": [
+            "--nodes", "nosuchnode"],
+        "--exclude-nodes (nodes_to_exclude): '/conv1/conv' (did you mean '/conv1/Conv'?), 'unknown': no "
+        "node": ["--exclude-nodes", "unknown,/conv1/conv"],
+        "--exclude-op-types (op_types_to_exclude): 'Gem' (did you mean 'Gemm'?): not an op type of the "
+        "model or of ONNX": ["--exclude-op-types", "Gem"],
+        "--op-types (op_types_to_quantize): 'conv' (did you mean 'Conv'?)": ["--op-types", "Relu,conv"],
+    }  # fmt: skip
+    for message, flags in cases.items():
+        assert main(["calibrate", str(DIGITS), "--data", str(data), "-o", str(out), "--quiet", *flags]) == 2
+        error = capsys.readouterr().err
+        assert f"qconvert: error: {DIGITS}: {message}" in error, error
+        assert not out.exists()
+    # An ONNX op type the model lacks is a filter that matches nothing: accepted (as onnxruntime does).
+    assert main(["calibrate", str(DIGITS), "--data", str(data), "-o", str(out), "--quiet",
+                 "--exclude-op-types", "MatMul"]) == 0  # fmt: skip
+    assert out.exists()
+
+
+def test_unknown_selector_names_are_refused_by_the_api_with_loaded_ranges_too(tmp_path: Path) -> None:
+    from qconvert.calibrate.api import calibrate
+    from qconvert.errors import InputError
+
+    ranges = tmp_path / "ranges.json"
+    calibrate(DIGITS, digit_batches(1), ranges_path=ranges)
+    out = tmp_path / "out.onnx"
+    for options in ({"data": digit_batches(1)}, {"load_ranges": ranges}):
+        with pytest.raises(InputError, match=r"'/Relu_2' \(did you mean '/Relu_1'\?\): no node of that name"):
+            calibrate(DIGITS, scheme={"nodes_to_quantize": {"/Relu", "/Relu_2"}}, out=out, **options)
+        assert not out.exists()
+
+
+# Already-quantized models ----------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["digits_cnn.qdq.onnx", "digits_cnn.qop.onnx"])
+def test_a_quantized_model_is_refused_with_its_quantized_nodes_counted(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    model = MODELS / name
+    counts: dict[str, int] = {}
+    for node in onnx.load(model).graph.node:
+        if node.op_type.startswith(("QuantizeLinear", "DequantizeLinear", "QLinear", "QGemm")):
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    assert counts["QuantizeLinear"] and counts["DequantizeLinear"]
+    data = save_npz(tmp_path / "data.npz", digit_batches(1))
+    out = tmp_path / "x.onnx"
+    assert main(["calibrate", str(model), "--data", str(data), "-o", str(out), "--quiet"]) == 2
+    error = capsys.readouterr().err
+    quantize, dequantize = counts.pop("QuantizeLinear"), counts.pop("DequantizeLinear")
+    found = f"{quantize} QuantizeLinear, {dequantize} DequantizeLinear"
+    found += "".join(f", {counts[op_type]} {op_type}" for op_type in sorted(counts))
+    assert f"{model}: already quantized ({found} nodes); calibrate takes a float model" in error, error
+    assert not out.exists()
+
+
 # The sentinel guard, wired through calibrate: models/bert_mask.onnx adds float-min at padded positions --
 def padded_sequences(path: Path, count: int = 16, seq: int = 32) -> Path:
     rng = np.random.default_rng(21)

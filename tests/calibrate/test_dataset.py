@@ -230,6 +230,18 @@ def test_a_bare_iterator_is_refused_as_it_cannot_be_read_twice() -> None:
     expect_error(iter([{"image": images(8)}]), DIGITS, "an iterator can be read only once")
 
 
+def test_a_single_dict_is_refused_saying_a_list_of_dicts_is_expected(tmp_path: Path) -> None:
+    """A dict iterates over its keys: it must not read as a stream (nor as an iterator) of batches."""
+    from qconvert.calibrate.api import calibrate
+
+    expect_error({"image": images(8)}, DIGITS, "data: got one dict ('image'); expected a list of such dicts")
+    out = tmp_path / "out.onnx"
+    with pytest.raises(InputError, match=r"got one dict \('image'\).*wrap it as \[data\]"):
+        calibrate(MODELS / "digits_cnn.onnx", {"image": images(8)}, out=out)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+    assert calibrate(MODELS / "digits_cnn.onnx", [{"image": images(8)}]).stats.samples_used == 8  # type: ignore[union-attr]
+
+
 def test_fortran_ordered_arrays_read_in_sample_order(tmp_path: Path) -> None:
     data = np.asfortranarray(images(8))
     np.savez(tmp_path / "f.npz", image=data)

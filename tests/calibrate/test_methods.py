@@ -314,6 +314,52 @@ def test_registry_names_are_the_cli_names() -> None:
         make_method("entropy", num_bins=128, num_quantized_bins=128)
 
 
+@pytest.mark.parametrize(
+    ("name", "lowest", "highest"),
+    [("percentile", 16, 65536), ("mse", 16, 65536), ("distribution", 512, 65536), ("entropy", 16, 16384)],
+)
+def test_num_bins_limits_are_refused_with_their_reason(name: str, lowest: int, highest: int) -> None:
+    """Each limit is accepted; one past it is refused, saying why (entropy: the search's bins²)."""
+    assert make_method(name, num_bins=highest).num_bins == highest  # type: ignore[attr-defined]
+    options = {"num_quantized_bins": 8} if name == "entropy" else {}
+    assert make_method(name, num_bins=lowest, **options).num_bins == lowest  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=f"num_bins must be at most {highest} for {name} ") as error:
+        make_method(name, num_bins=highest + 1)
+    assert ("num_bins² per tensor" if name == "entropy" else "int64 counts") in str(error.value)
+    with pytest.raises(ValueError, match=f"num_bins must be at least {lowest} for {name} "):
+        make_method(name, num_bins=lowest - 1, **options)
+    with pytest.raises(ValueError, match=f"num_bins must be at least {lowest} for {name} .*got -5"):
+        make_method(name, num_bins=-5, **options)
+
+
+def test_method_options_of_the_wrong_type_are_refused_naming_the_option() -> None:
+    cases = {
+        "option percentile must be a number, got str 'high'": ("percentile", {"percentile": "high"}),
+        "option num_bins must be an integer, got float 2048.0": ("entropy", {"num_bins": 2048.0}),
+        "option num_bins must be an integer, got bool True": ("mse", {"num_bins": True}),
+        "option symmetric must be true or false, got int 1": ("minmax", {"symmetric": 1}),
+        "option scenario must be a string, got int 3": ("distribution", {"scenario": 3}),
+    }
+    for message, (name, options) in cases.items():
+        with pytest.raises(ValueError, match=f"method '{name}' {message}"):
+            make_method(name, **options)
+    # Numbers of the right kind, numpy's too, are taken as they are.
+    assert make_method("percentile", percentile=99).percentile == 99  # type: ignore[attr-defined]
+    assert make_method("percentile", num_bins=np.int64(512)).num_bins == 512  # type: ignore[attr-defined]
+
+
+def test_calibrate_refuses_a_wrong_option_type_as_bad_input_and_writes_nothing(tmp_path: Path) -> None:
+    from qconvert.calibrate.api import calibrate
+
+    images = np.random.default_rng(3).random((8, 1, 8, 8), dtype=np.float32)
+    out = tmp_path / "out.onnx"
+    model = Path(__file__).resolve().parents[2] / "models" / "digits_cnn.onnx"
+    options = {"percentile": "high"}
+    with pytest.raises(InputError, match="--method percentile: method 'percentile' option percentile must"):
+        calibrate(model, [{"image": images}], method="percentile", method_options=options, out=out)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("name", list(METHODS))
 def test_two_workers_give_the_range_of_one(name: str) -> None:
     rng = np.random.default_rng(9)

@@ -311,7 +311,12 @@ def test_cli_scheme_flags_give_quantize_statics_model(
     np.savez(samples, **{name: np.concatenate([batch[name] for batch in data]) for name in data[0]})
     out = tmp_path / "ours.qdq.onnx"
     command = ["calibrate", str(MODELS / f"{model_name}.onnx"), "--data", str(samples), "-o", str(out)]
-    assert main([*command, "--sentinel", "off", "--quiet", *CLI_FLAGS[variant]]) == 0
+    flags = CLI_FLAGS[variant]
+    if variant.startswith("nodes_"):  # both models' names: calibrate refuses a name its model lacks
+        graph = onnx.load(MODELS / f"{model_name}.onnx", load_external_data=False).graph
+        names = {node.name for node in graph.node}
+        flags = [flags[0], ",".join(name for name in flags[1].split(",") if name in names)]
+    assert main([*command, "--sentinel", "off", "--quiet", *flags]) == 0
     expected, _ = onnxruntime_models(model_name, variant)
     assert written_qdq(onnx.load(out)) == expected
 

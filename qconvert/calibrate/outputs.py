@@ -1,0 +1,122 @@
+"""The files `calibrate` writes (model, ranges JSON, result JSON): checked before any work, all or none.
+
+NOTE: `check_output_paths` runs before the model is even loaded, so a path that cannot be written (missing
+or non-folder parent, a folder in the way, two outputs naming one file, an output naming an input) costs
+no calibration. `write_outputs` then stages each JSON as a hidden temporary file beside its target, writes
+the model (backends/onnx's `save_onnx`, itself temp-then-rename), and only then renames the JSON files into
+place: a failure at any step removes what this run wrote, so no output exists without the others.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from qconvert.errors import InputError
+
+PathLike = str | os.PathLike[str]
+
+
+def _identity(path: PathLike) -> str:
+    """The file `path` names, symbolic links and `..` resolved (the file need not exist)."""
+    return os.path.realpath(os.fspath(path))
+
+
+def check_output_paths(outputs: Mapping[str, PathLike | None], inputs: Mapping[str, object]) -> None:
+    """InputError naming the option when an output cannot be written where it says.
+
+    `outputs`: option (e.g. "--out") -> path or None; `inputs`: what is read (option -> path; anything
+    else, e.g. a function or a ModelProto, is skipped). Refused: an empty path, a path that is a folder,
+    a parent that is missing, not a folder or not writable, two outputs naming one file, an output naming
+    an input file."""
+    seen: dict[str, str] = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        text = os.fspath(path)
+        if not text:
+            raise InputError(f"{option}: the path is empty")
+        target = Path(text)
+        if target.is_dir():
+            raise InputError(f"{option} {text}: is a folder; give a file path")
+        folder = target.parent
+        if not folder.exists():
+            raise InputError(f"{option} {text}: folder '{folder}' does not exist")
+        if not folder.is_dir():
+            raise InputError(f"{option} {text}: '{folder}' is not a folder")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise InputError(f"{option} {text}: folder '{folder}' is not writable")
+        identity = _identity(target)
+        if identity in seen:
+            raise InputError(
+                f"{option} {text}: {seen[identity]} names the same file; give each output its own path"
+            )
+        seen[identity] = f"{option} {text}"
+    for option, path in inputs.items():
+        if not isinstance(path, str | os.PathLike) or not Path(path).is_file():
+            continue
+        written = seen.get(_identity(path))
+        if written is not None:
+            raise InputError(f"{written}: would overwrite {option} (an input); write it elsewhere")
+
+
+@dataclass(frozen=True)
+class TextOutput:
+    """One JSON output: its option (for messages), its path, and a function writing it to a given path."""
+
+    option: str
+    path: PathLike
+    write: Callable[[Path], None]
+
+
+def write_outputs(texts: Sequence[TextOutput], write_model: Callable[[], Path] | None) -> None:
+    """Write every text output and the model, or nothing: texts staged, the model written, texts renamed."""
+    staged: list[tuple[TextOutput, Path]] = []
+    placed: list[Path] = []
+    try:
+        for output in texts:
+            staged.append((output, _stage(output)))
+        if write_model is not None:
+            placed.append(write_model())
+        for output, temporary in staged:
+            try:
+                os.replace(temporary, output.path)
+            except OSError as error:
+                raise InputError(f"{output.option} {os.fspath(output.path)}: cannot write: {error}") from None
+            placed.append(Path(output.path))
+    except BaseException:
+        for _, temporary in staged:
+            temporary.unlink(missing_ok=True)
+        for path in placed:  # this run's outputs only: the rest failed, so none of them stays
+            path.unlink(missing_ok=True)
+        raise
+
+
+def _stage(output: TextOutput) -> Path:
+    """`output` written to a new hidden file in its target's folder (so the final rename cannot cross
+    file systems)."""
+    target = Path(output.path)
+    try:
+        handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(handle)
+    except OSError as error:
+        raise InputError(f"{output.option} {os.fspath(output.path)}: cannot write: {error}") from None
+    temporary = Path(name)
+    try:
+        output.write(temporary)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; the output gets the usual mode
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise InputError(f"{output.option} {os.fspath(output.path)}: cannot write: {error}") from None
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return temporary
+
+
+__all__ = ["TextOutput", "check_output_paths", "write_outputs"]

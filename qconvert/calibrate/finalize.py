@@ -12,7 +12,8 @@ into, following onnxruntime's `quantize_static` (QDQ format) decisions and numbe
   with scale `s_in * s_w * beta` (Gemm's beta then reset to 1), after onnxruntime's weight-scale
   increase for int32 biases;
 - the module's opset is raised to what the Q/DQ need: 13 per-axis, 19 float8, 21 for 16-bit, 4-bit
-  and blocked (onnxruntime switches to com.microsoft Q/DQ below 21 instead; we raise the opset).
+  and blocked (onnxruntime switches to com.microsoft Q/DQ below 21 instead; we raise the opset), the
+  other ops converted to it (opset_raise.py: ReduceMean's `axes` attribute becomes an input, ...).
 Every value written keeps ONNX names (`onnx.node_name` `<t>_QuantizeLinear` / `<t>_DequantizeLinear`,
 `onnx.name` `<w>_quantized`) so the ONNX writer can name nodes as onnxruntime does.
 """
@@ -23,16 +24,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qconvert.calibrate import placement
+from qconvert.calibrate import opset_raise, placement
 from qconvert.calibrate.attach import STD_ATTR, calibrated_type, insert_calibrated_pair
 from qconvert.calibrate.block_edit import BlockEdit
 from qconvert.calibrate.placement import Bias, Graph, Plan
 from qconvert.calibrate.ranges import TensorRange
-from qconvert.calibrate.scheme import Scheme
+from qconvert.calibrate.scheme import OPSET21_TYPES, Scheme
 from qconvert.calibrate.tensor_names import CONSTANT_NAME_ATTR, TENSOR_NAME_ATTR
 from qconvert.errors import InputError
 from qconvert.interpret import constant_array
-from qconvert.ir.attributes import DenseElementsAttr, DictionaryAttr, FloatAttr, IntegerAttr, StringAttr
+from qconvert.ir.attributes import DenseElementsAttr, FloatAttr, IntegerAttr, StringAttr
 from qconvert.ir.core import GenericOp, Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
@@ -455,11 +456,23 @@ def required_opset(scheme: Scheme, uses_per_axis: bool) -> int:
 
 
 def _raise_opset(module: ModuleOp, scheme: Scheme, uses_per_axis: bool) -> None:
-    opsets = module.attributes.get("onnx.opset_import")
-    entries = dict(opsets.entries) if isinstance(opsets, DictionaryAttr) else {}
-    current = entries.get("ai.onnx")
-    version = current.value if isinstance(current, IntegerAttr) else 0
+    """Raise the module's opset to what the Q/DQ need, converting the other ops on the way (opset_raise)."""
+    version = opset_raise.module_opset(module) or 0
     needed = max(required_opset(scheme, uses_per_axis), 11 if version < 10 else version)
     if needed != version:
-        entries["ai.onnx"] = IntegerAttr(needed, I64)
-        module.attributes["onnx.opset_import"] = DictionaryAttr(tuple(sorted(entries.items())))
+        opset_raise.raise_opset(module, needed, _opset_reason(scheme, uses_per_axis, needed))
+
+
+def _opset_reason(scheme: Scheme, uses_per_axis: bool, needed: int) -> str:
+    """Why the opset rises to `needed`, for the error of an op that cannot be converted."""
+    if scheme.needs_opset21:
+        types = [t for t in (scheme.activation_type, scheme.weight_type) if t in OPSET21_TYPES]
+        what = [f"{t} storage" for t in dict.fromkeys(types)]
+        if scheme.block_size:
+            what.append(f"blocked weights (block size {scheme.block_size})")
+        return f"Q/DQ nodes with {' and '.join(what)} need opset {needed}"
+    if needed == 19:
+        return "float8 Q/DQ nodes need opset 19"
+    if uses_per_axis and needed == 13:
+        return "per-channel Q/DQ nodes need opset 13"
+    return f"Q/DQ nodes need opset 10 or newer; the model is raised to opset {needed}"

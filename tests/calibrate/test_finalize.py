@@ -11,12 +11,16 @@ from calibrate.parity_support import MODELS, batches, finalized_qdq, minmax_rang
 from conftest import require_module
 from onnx import TensorProto, helper, numpy_helper
 
+from qconvert.backends.onnx import write_onnx
+from qconvert.calibrate.api import calibrate
 from qconvert.calibrate.attach import attach_ranges
 from qconvert.calibrate.finalize import finalize
+from qconvert.calibrate.opset_raise import raise_opset
 from qconvert.calibrate.ranges import CalibrationRanges, TensorRange
 from qconvert.calibrate.scheme import DEFAULT_OP_TYPES, Scheme
 from qconvert.errors import InputError
 from qconvert.frontends.onnx import import_onnx
+from qconvert.interpret import interpret
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
 from qconvert.ir.parser import ParserOptions, parse_module
 from qconvert.ir.printer import print_module
@@ -119,6 +123,153 @@ def test_per_channel_raises_an_old_opset_to_13(tmp_path: Path) -> None:
     attach_ranges(module, minmax_ranges(path, data))
     finalize(module, Scheme(per_channel=True))
     assert opset(module) == 13
+
+
+def _opset_raise_case(
+    nodes: list[onnx.NodeProto],
+    weights: dict[str, np.ndarray],
+    shapes: tuple[list[int], list[int]],
+    version: int,
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "raise",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shapes[0])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shapes[1])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)])
+    model.ir_version = 7
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _calibrated_through_a_raised_opset(
+    model: onnx.ModelProto, scheme: dict, raised: int, tmp_path: Path
+) -> tuple[onnx.ModelProto, list[dict[str, np.ndarray]]]:
+    """Calibrate `model` with the public API; the written model must pass onnx's checker at opset
+    `raised`, run in onnxruntime and stay close to the float model there."""
+    ort = require_module("onnxruntime")
+    source, written_path = tmp_path / "float.onnx", tmp_path / "quantized.onnx"
+    onnx.save(model, source)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    rng = np.random.default_rng(5)
+    data = [{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(4)]
+    calibrate(source, data, scheme=scheme, out=written_path)
+    written = onnx.load(written_path)
+    onnx.checker.check_model(written, full_check=True)
+    assert {o.domain: o.version for o in written.opset_import}[""] == raised
+    for batch in data:
+        expected = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(None, batch)[0]
+        got = ort.InferenceSession(str(written_path), providers=["CPUExecutionProvider"]).run(None, batch)[0]
+        cosine = float(np.dot(expected.ravel(), got.ravel()) / np.linalg.norm(expected) / np.linalg.norm(got))
+        assert cosine > 0.99, cosine
+    return written, data
+
+
+def test_int16_raises_opset_14_and_converts_reduce_mean_axes_to_an_input(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["mean"], name="rmean", axes=[1], keepdims=1),
+        helper.make_node("Sub", ["x", "mean"], ["centered"], name="sub"),
+        helper.make_node("MatMul", ["centered", "w"], ["y"], name="mm"),
+    ]
+    weights = {"w": rng.standard_normal((8, 6)).astype(np.float32)}
+    model = _opset_raise_case(nodes, weights, ([4, 8], [4, 6]), 14)
+    written, data = _calibrated_through_a_raised_opset(model, {"activation_type": "int16"}, 21, tmp_path)
+    (reduce_mean,) = [n for n in written.graph.node if n.op_type == "ReduceMean"]
+    assert reduce_mean.name == "rmean" and [a.name for a in reduce_mean.attribute] == ["keepdims"]
+    axes = {t.name: numpy_helper.to_array(t) for t in written.graph.initializer}[reduce_mean.input[1]]
+    assert axes.tolist() == [1]
+    # The finalized module itself is at opset 21 with converted ops: the interpreter, which runs the
+    # float ops at the module's opset, agrees with onnxruntime on the module written as it is.
+    ort = require_module("onnxruntime")
+    source = tmp_path / "float.onnx"
+    module = import_onnx(source)
+    attach_ranges(module, minmax_ranges(source, data))
+    finalize(module, Scheme(activation_type="int16"))
+    assert opset(module) == 21
+    proto = write_onnx(module)
+    options = ort.SessionOptions()  # node by node, as the interpreter runs (no fused Q/DQ kernels)
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(
+        interpret(module, data[0])["y"], session.run(None, data[0])[0], rtol=1e-5, atol=1e-5
+    )
+
+
+def test_per_channel_raises_opset_11_and_converts_squeeze_axes_to_an_input(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["conv"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["conv"], ["pooled"], name="gap"),
+        helper.make_node("Squeeze", ["pooled"], ["flat"], name="squeeze", axes=[2, 3]),
+        helper.make_node("MatMul", ["flat", "fc"], ["y"], name="fc"),
+    ]
+    weights = {
+        "w": (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32),
+        "b": (rng.standard_normal(4) * 0.1).astype(np.float32),
+        "fc": rng.standard_normal((4, 5)).astype(np.float32),
+    }
+    model = _opset_raise_case(nodes, weights, ([2, 3, 6, 6], [2, 5]), 11)
+    written, _ = _calibrated_through_a_raised_opset(model, {"per_channel": True}, 13, tmp_path)
+    (squeeze,) = [n for n in written.graph.node if n.op_type == "Squeeze"]
+    assert squeeze.name == "squeeze" and not squeeze.attribute and len(squeeze.input) == 2
+    axes = {t.name: numpy_helper.to_array(t) for t in written.graph.initializer}[squeeze.input[1]]
+    assert axes.tolist() == [2, 3]
+    assert any(n.op_type == "DequantizeLinear" and n.attribute for n in written.graph.node)  # per-axis
+
+
+def test_opset_raise_splices_a_conversion_into_several_ops() -> None:
+    # Softmax over axis 1 of a 3-D tensor means "flatten from axis 1" before opset 13: the converter
+    # writes Shape, Flatten, Softmax, Reshape; the raised module must compute what the old one did.
+    ort = require_module("onnxruntime")
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["square"], name="square"),
+        helper.make_node("Softmax", ["square"], ["y"], name="softmax", axis=1),
+    ]
+    model = _opset_raise_case(nodes, {}, ([2, 3, 4], [2, 3, 4]), 11)
+    module = import_onnx(model)
+    raise_opset(module, 13, "a test")
+    assert opset(module) == 13
+    names = [op.name for op in module.walk()]  # type: ignore[attr-defined]
+    assert {"onnx.Shape", "onnx.Flatten", "onnx.Reshape"} <= set(names)
+    x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(2, 3, 4)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    np.testing.assert_allclose(interpret(module, {"x": x})["y"], expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(expected.reshape(2, 12).sum(axis=1), 1.0, rtol=1e-5)  # not per axis 1
+
+
+def test_a_node_the_opset_raise_cannot_convert_is_named(tmp_path: Path) -> None:
+    # BatchNormalization's training outputs (mean, var, saved mean, saved var) are gone at opset 14:
+    # onnx's converter refuses the node, and the error says which node, why the opset rises and why not.
+    require_module("onnxruntime")
+    channels = 2
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["conv"], name="conv"),
+        helper.make_node(
+            "BatchNormalization", ["conv", "s", "b", "mu", "var"], ["y", "m", "v", "sm", "sv"], name="bn"
+        ),
+    ]
+    weights = {
+        "w": np.eye(channels, dtype=np.float32).reshape(channels, channels, 1, 1),
+        "s": np.ones(channels, np.float32),
+        "b": np.zeros(channels, np.float32),
+        "mu": np.zeros(channels, np.float32),
+        "var": np.ones(channels, np.float32),
+    }
+    model = _opset_raise_case(nodes, weights, ([1, channels, 3, 3], [1, channels, 3, 3]), 11)
+    data = [{"x": np.linspace(-1, 1, channels * 9, dtype=np.float32).reshape(1, channels, 3, 3)}]
+    out = tmp_path / "quantized.onnx"
+    with pytest.raises(
+        InputError,
+        match=r"node 'bn' \(BatchNormalization\) cannot be converted from opset 11 to opset 21 \(Q/DQ nodes "
+        r"with int16 storage need opset 21\): onnx.version_converter failed: .*outputs 4 and 5",
+    ):
+        calibrate(model, data, scheme={"activation_type": "int16"}, out=out)
+    assert not out.exists()
 
 
 def test_keep_float_leaves_the_tensor_and_what_depends_on_it_in_float() -> None:

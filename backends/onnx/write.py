@@ -104,6 +104,13 @@ def _attribute_dicts(function: FuncOp, key: str, count: int) -> list[dict[str, A
     return result
 
 
+def _before_quant_casts(value: Value) -> Value:
+    """The value a chain of quant.qcast/dcast starts from (`value` itself when it is not a cast's result)."""
+    while isinstance(producer := value.owner_op(), QuantizeCastOp | DequantizeCastOp):
+        value = producer.input
+    return value
+
+
 class Names:
     """Unique names in one namespace: `x`, then `x_1`, `x_2`, ..."""
 
@@ -207,6 +214,12 @@ class Writer:
         outputs: list[ir.Value] = []
         for index, (operand, name) in enumerate(zip(op.operands, names)):
             value = self.values[operand]
+            if name in self.input_names and value.name != name:
+                # An output named like an input is that input in ONNX: return it, not a Q/DQ round trip of
+                # it (which calibrating such a model puts there), as the source model did.
+                source = _before_quant_casts(operand)
+                if source is not operand and self.values[source].name == name:
+                    value = self.values[source]
             if name in names[:index] or (name in self.input_names and value.name != name):
                 raise InputError(
                     f"result {index} of @{self.function.sym_name} is named '{name}' like another graph "
@@ -216,9 +229,10 @@ class Writer:
                 # a graph input, an initializer, or a value already returned: ONNX needs a node between
                 node = self.add_node("", "Identity", [value], {}, self.node_names.unique(f"{name}_Identity"))
                 value = node.outputs[0]
-            value.name = name
-            where = f"result {index} ('{name}') of @{self.function.sym_name}"
-            self._set_type(value, operand.type, attributes[index].get("onnx.elem_type"), where)
+            if name not in self.input_names:  # an input keeps its own (input) type
+                value.name = name
+                where = f"result {index} ('{name}') of @{self.function.sym_name}"
+                self._set_type(value, operand.type, attributes[index].get("onnx.elem_type"), where)
             outputs.append(value)
         return outputs
 

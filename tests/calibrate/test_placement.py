@@ -5,7 +5,8 @@ single-consumer Relu/Clip input the output's range. Both are right for MinMax ra
 (tests/calibrate/test_minmax_parity.py) and wrong here: a symmetric range lets negatives through a folded
 Relu, a Clip whose lower bound is not 0 is not a Q/DQ clamp, and an input that is also a graph output
 loses its negatives. An initializer holding Inf or NaN has no scale: onnxruntime fails, finalize leaves
-it in float. Each case runs in onnxruntime and is compared with the float model.
+it in float. A graph input that is also an output (which the ONNX writer refused once calibration put a
+Q/DQ pair on it) is written as the input. Each case runs in onnxruntime and is compared with the float model.
 """
 
 from __future__ import annotations
@@ -52,14 +53,17 @@ def test_a_symmetric_relu_range_keeps_the_relu(tmp_path: Path) -> None:
 
 
 def small_graph(tmp_path: Path, nodes: list, outputs: list[str], extra: dict[str, np.ndarray]) -> Path:
-    """x [2, 16] -> MatMul W -> m, then `nodes`; every name in `outputs` is a graph output."""
+    """x [2, 16] -> MatMul W -> m, then `nodes`; every name in `outputs` is a graph output ([2, 8] but x)."""
     rng = np.random.default_rng(5)
     weights = {"W": (rng.standard_normal((16, 8)) * 0.4).astype(np.float32), **extra}
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"), *nodes],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
+        [
+            helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 16 if name == "x" else 8])
+            for name in outputs
+        ],
         [numpy_helper.from_array(value, name) for name, value in weights.items()],
     )
     path = tmp_path / "graph.onnx"
@@ -112,3 +116,19 @@ def test_an_initializer_holding_inf_or_nan_stays_float(tmp_path: Path) -> None:
         np.testing.assert_array_equal(np.isfinite(want), np.isfinite(got))
         finite = np.isfinite(want)
         assert np.abs(want[finite] - got[finite]).max() < 0.05 * np.abs(want[finite]).max()
+
+
+def test_a_graph_input_that_is_also_a_graph_output_is_returned_as_it_came(tmp_path: Path) -> None:
+    """ONNX names that output after the input: it is the input, exactly, beside the quantized outputs."""
+    relu = helper.make_node("Relu", ["m"], ["r"], name="relu")
+    model = small_graph(tmp_path, [relu], ["r", "x"], {})
+    out = tmp_path / "out.onnx"
+    calibrate(model, feeds(), out=out)
+    written = onnx.load(out)
+    assert [o.name for o in written.graph.output] == ["r", "x"]
+    assert "QuantizeLinear" in op_types(out)
+    quantized_run = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    for feed in feeds():
+        _, x = quantized_run.run(None, feed)
+        np.testing.assert_array_equal(x, feed["x"])
+    assert cosines(model, out, feeds())["r"] > 0.999

@@ -37,6 +37,7 @@ import numpy as np
 
 from qconvert.calibrate.scheme import Scheme
 from qconvert.calibrate.tensor_names import CONSTANT_NAME_ATTR, TENSOR_NAME_ATTR, main_function
+from qconvert.interpret import input_names
 from qconvert.ir.attributes import FloatAttr, IntegerAttr, StringAttr
 from qconvert.ir.core import BlockArgument, Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
@@ -111,6 +112,7 @@ class Graph:
     def __init__(self, module: ModuleOp) -> None:
         function = main_function(module)
         self.block = function.regions[0].entry
+        self.argument_names = input_names(module)  # ONNX graph input names
         self.pairs: dict[Value, QuantizeCastOp] = {}
         for op in self.block.ops:
             if isinstance(op, QuantizeCastOp) and isinstance(
@@ -167,7 +169,7 @@ class Graph:
             return producer.attributes[CONSTANT_NAME_ATTR].value  # type: ignore[union-attr]
         if isinstance(producer, Operation) and "onnx.node_name" in producer.attributes:
             return f"{producer.attributes['onnx.node_name'].value}:{value.index}"  # type: ignore[attr-defined,union-attr]
-        return f"<argument {value.index}>" if isinstance(value, BlockArgument) else "<unnamed>"
+        return self.argument_names[value.index] if isinstance(value, BlockArgument) else "<unnamed>"
 
     def range_of(self, value: Value) -> tuple[np.float32, np.float32] | None:
         quantize = self.pairs.get(value)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from calibrate.parity_support import MODELS, batches
 from onnx import TensorProto, helper, numpy_helper
 
@@ -132,3 +133,24 @@ def test_a_graph_input_that_is_also_a_graph_output_is_returned_as_it_came(tmp_pa
         _, x = quantized_run.run(None, feed)
         np.testing.assert_array_equal(x, feed["x"])
     assert cosines(model, out, feeds())["r"] > 0.999
+
+
+def test_a_graph_input_without_a_range_is_named_in_the_error(tmp_path: Path) -> None:
+    """finalize names a missing range's tensor: a graph input by its ONNX name (was '<argument 0>')."""
+    from qconvert.calibrate.attach import attach_ranges
+    from qconvert.calibrate.finalize import finalize
+    from qconvert.calibrate.ranges import CalibrationRanges
+    from qconvert.calibrate.scheme import Scheme
+    from qconvert.errors import InputError
+    from qconvert.frontends.onnx import import_onnx
+
+    ranges_path = tmp_path / "ranges.json"
+    calibrate(MODELS / "digits_cnn.onnx", batches("digits_cnn"), ranges_path=ranges_path)
+    ranges = CalibrationRanges.load(ranges_path)
+    module = import_onnx(MODELS / "digits_cnn.onnx")
+    partial = CalibrationRanges({n: r for n, r in ranges.ranges.items() if n != "image"})
+    attach_ranges(module, partial, MODELS / "digits_cnn.onnx")
+    with pytest.raises(
+        InputError, match=r"no calibrated range for 1 tensor\(s\) that must be quantized: 'image'"
+    ):
+        finalize(module, Scheme())

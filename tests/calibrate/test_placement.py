@@ -6,7 +6,9 @@ single-consumer Relu/Clip input the output's range. Both are right for MinMax ra
 Relu, a Clip whose lower bound is not 0 is not a Q/DQ clamp, and an input that is also a graph output
 loses its negatives. An initializer holding Inf or NaN has no scale: onnxruntime fails, finalize leaves
 it in float. A graph input that is also an output (which the ONNX writer refused once calibration put a
-Q/DQ pair on it) is written as the input. Each case runs in onnxruntime and is compared with the float model.
+Q/DQ pair on it) is written as the input. Where onnxruntime's own graph optimizations break a correct
+model (float8 Relus, 4-bit MaxPool), finalize notes the level to run it at. Each case runs in onnxruntime
+and is compared with the float model.
 """
 
 from __future__ import annotations
@@ -154,3 +156,25 @@ def test_a_graph_input_without_a_range_is_named_in_the_error(tmp_path: Path) -> 
         InputError, match=r"no calibrated range for 1 tensor\(s\) that must be quantized: 'image'"
     ):
         finalize(module, Scheme())
+
+
+def test_float8_relus_are_kept_and_the_optimization_level_they_need_is_noted(tmp_path: Path) -> None:
+    """float8 Q/DQ do not clamp at 0, so the Relus stay; onnxruntime's extended optimizations would still
+    drop them, which the notes say. At ORT_ENABLE_BASIC the model runs close to float."""
+    from qconvert.calibrate.scheme import Scheme
+
+    data = batches("digits_cnn")
+    out = tmp_path / "float8.onnx"
+    scheme = Scheme(activation_type="float8e4m3fn", weight_type="float8e4m3fn")
+    result = calibrate(MODELS / "digits_cnn.onnx", data, method="distribution", scheme=scheme, out=out)
+    kept = [
+        note for note in result.notes if "kept between float8 Q/DQ" in note and "ORT_ENABLE_BASIC" in note
+    ]
+    assert len(kept) == op_types(out).count("Relu") == 2
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    quantized = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"])
+    reference = ort.InferenceSession(str(MODELS / "digits_cnn.onnx"), providers=["CPUExecutionProvider"])
+    for batch in data:
+        ours, theirs = quantized.run(None, batch)[0].ravel(), reference.run(None, batch)[0].ravel()
+        assert float(ours @ theirs / np.linalg.norm(ours) / np.linalg.norm(theirs)) > 0.99

@@ -126,6 +126,13 @@ class _Finalizer:
                 f"with a method that clips outliers"
             ) from None
         params = Params(self.scheme.activation_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
+        if self.scheme.activation_type == numerics.FLOAT8:
+            limit = numerics.float8_limit() * float(pair.scale)
+            if max(-float(found[0]), float(found[1])) > 2 * limit:  # far past: not a tail, the bulk
+                self.plan.notes.append(
+                    f"tensor '{self.graph.name(value)}': onnxruntime's float8 scale (from the standard "
+                    f"deviation) saturates at ±{limit:.4g}, its range is [{found[0]:.4g}, {found[1]:.4g}]"
+                )
         self.activation_cache[value] = params
         return params
 
@@ -185,6 +192,13 @@ class _Finalizer:
                     data, mark.axis, quant_type, symmetric, scheme.reduce_range, scheme.min_real_range
                 )
                 params = Params(quant_type, scales, zero_points, axis=mark.axis)
+            if quant_type == numerics.FLOAT8:
+                saturated = numerics.float8_saturated_fraction(data, params.scale, params.axis)
+                if saturated >= 0.01:  # a few tail values saturate under any std-based scale
+                    self.plan.notes.append(
+                        f"initializer '{self.graph.name(value)}': onnxruntime's float8 scale (from the "
+                        f"standard deviation) saturates {saturated:.1%} of its values"
+                    )
             self.initializer_params[value] = params
 
     def _blocked(self, value: Value, data: np.ndarray, axis: int, quant_type: str, symmetric: bool) -> Params:

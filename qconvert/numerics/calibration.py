@@ -14,7 +14,8 @@ The rules, from reference §2.5:
 - weights: `clip(rne(f32(w) / scale) + zp)` with the full storage range; per-channel = per-tensor on each
   slice; blocked = per block of a rank-2 weight, padded with zeros;
 - bias: `s_in * s_w * beta` (float32), `clip(rne(f64(b) / f64(scale)))` to int32;
-- float8 e4m3fn: `scale = std / std(every finite e4m3fn value)`, zero point 0.
+- float8 e4m3fn: `scale = std / std(every finite e4m3fn value)`, zero point 0 (data whose mean is far
+  from 0 then saturates: `float8_saturated_fraction` measures it, for finalize's notes).
 """
 
 from __future__ import annotations
@@ -201,6 +202,22 @@ def float8_params(std: np.floating) -> ScaleZeroPoint:
         _FLOAT8_STD[FLOAT8] = np.std(every[np.isfinite(every)])
     scale = np.asarray(std / _FLOAT8_STD[FLOAT8], dtype=np.asarray(std).dtype)
     return ScaleZeroPoint(scale[()], 0)
+
+
+def float8_saturated_fraction(data: np.ndarray, scale: np.ndarray, axis: int | None = None) -> float:
+    """The fraction of `data` that `scale` (per tensor, or per slice along `axis`) puts past e4m3fn's
+    largest finite value, where quantization saturates: onnxruntime's std-based float8 scale does that to
+    data whose mean is far from 0 (LayerNorm gammas near 1: all of them)."""
+    scale = np.asarray(scale, np.float64)
+    if axis is not None and scale.ndim == 1:
+        scale = scale.reshape([-1 if dim == axis % data.ndim else 1 for dim in range(data.ndim)])
+    beyond = np.abs(np.asarray(data, np.float64)) > float8_limit() * scale
+    return float(np.mean(beyond)) if data.size else 0.0
+
+
+def float8_limit() -> float:
+    """e4m3fn's largest finite value (448): quantization saturates past `float8_limit() * scale`."""
+    return float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max)
 
 
 # Weights ------------------------------------------------------------------------------------------

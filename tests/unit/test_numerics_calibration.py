@@ -192,6 +192,22 @@ def test_float8_scale_matches_onnxruntime() -> None:
         assert np.asarray(ours.scale).tobytes() == scale.tobytes() and ours.zero_point == float(zero)
 
 
+def test_float8_saturation_is_measured_against_what_ml_dtypes_saturates() -> None:
+    """A LayerNorm-like gamma (mean 1, std 0.05) under onnxruntime's std-based scale: every value past the
+    limit, and each counted one is one that casting to e4m3fn (saturating) clips; centred data: a tail."""
+    ml_dtypes = require_module("ml_dtypes")
+    rng = np.random.default_rng(4)
+    for data, expected in (((1 + 0.05 * rng.standard_normal(4096)).astype(np.float32), 1.0),
+                           (rng.standard_normal(4096).astype(np.float32), None)):  # fmt: skip
+        scale = np.float32(cal.float8_params(np.std(data)).scale)
+        fraction = cal.float8_saturated_fraction(data, scale)
+        clipped = np.abs(data / scale) > float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max)
+        assert fraction == float(np.mean(clipped))
+        assert fraction == expected if expected is not None else fraction < 0.01
+    channels = np.stack([np.full(8, 1000.0), np.linspace(-1, 1, 8)]).astype(np.float32)  # per channel: axis 0
+    assert cal.float8_saturated_fraction(channels, np.array([1.0, 1.0]), axis=0) == 0.5
+
+
 def test_bias_matches_onnxruntime_quantizer() -> None:
     base = require_module("onnxruntime.quantization.base_quantizer")
     onnx = require_module("onnx")

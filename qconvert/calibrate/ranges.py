@@ -164,6 +164,10 @@ def _range_from_json(name: str, entry: object, source: str) -> TensorRange:
     high = _float_in(entry["max"], f'{where}: "max"')
     if math.isnan(low) or math.isnan(high) or low > high:
         raise InputError(f"{where}: min {entry['min']!r} must not exceed max {entry['max']!r}")
+    largest = float(np.finfo(np.float32).max)
+    for key, value in (("min", low), ("max", high)):
+        if math.isfinite(value) and abs(value) > largest:  # ranges are float32 values
+            raise InputError(f'{where}: "{key}" {value!r} is past float32\'s largest value ({largest:.8g})')
     counts = {}
     for key in ("samples", "nan_count", "inf_count"):
         value = entry.get(key, 0)

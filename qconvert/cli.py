@@ -240,7 +240,9 @@ def calibrate_command(
         None, "--batch-size", help="samples per run (default: the model's)"
     ),
     percentile: float | None = typer.Option(None, "--percentile", help="percentile: the kept percentage"),
-    num_bins: int | None = typer.Option(None, "--num-bins", help="histogram methods: bins"),
+    num_bins: int | None = typer.Option(
+        None, "--num-bins", help="histogram methods: bins, 16..65536 (entropy <= 16384, distribution >= 512)"
+    ),
     num_quantized_bins: int | None = typer.Option(None, "--num-quantized-bins", help="entropy: target bins"),
     activation_type: str = typer.Option(
         "int8", "--activation-type", help="int8|uint8|int16|uint16|int4|uint4|float8e4m3fn"

@@ -113,7 +113,17 @@ def import_command(
         from qconvert.calibrate.attach import attach_ranges
         from qconvert.calibrate.ranges import CalibrationRanges
 
-        attach_ranges(module, CalibrationRanges.load(ranges), model)
+        loaded = CalibrationRanges.load(ranges)
+        unmatched = attach_ranges(module, loaded, model)
+        if unmatched and len(unmatched) == len(loaded.ranges):
+            raise InputError(
+                f"{ranges}: none of its {len(unmatched)} ranges names a float tensor of {model} "
+                f"(the ranges of another model?)"
+            )
+        if unmatched:
+            listed = ", ".join(unmatched[:5]) + (" ..." if len(unmatched) > 5 else "")
+            print(f"qconvert: warning: {ranges}: no float tensor for {len(unmatched)} range(s): {listed}",
+                  file=sys.stderr)  # fmt: skip
     if elide_weights:
         elide(module)
     if output == "-":

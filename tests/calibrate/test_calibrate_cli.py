@@ -575,3 +575,24 @@ def test_import_with_ranges_prints_each_range_as_a_calibrated_type(
         assert f'onnx.tensor_name = "{tensor_range.name}"}} : ' in text and quantized in text
     parsed = parse_module(text, options=ParserOptions(allow_unregistered_dialect=True))
     assert print_module(parsed) == text  # the calibrated IR parses back to the same text
+
+
+def test_import_says_which_ranges_name_no_tensor_and_refuses_a_file_that_names_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    data, ranges = save_npz(tmp_path / "data.npz", digit_batches(1)), tmp_path / "ranges.json"
+    assert main(["calibrate", str(DIGITS), "--data", str(data), "--ranges", str(ranges), "--quiet"]) == 0
+    saved = json.loads(ranges.read_text())
+    saved["tensors"]["not_in_digits"] = saved["tensors"]["image"]
+    ranges.write_text(json.dumps(saved))
+    out = tmp_path / "out.mlir"
+    capsys.readouterr()
+    assert main(["import", str(DIGITS), "--ranges", str(ranges), "--elide-weights", "-o", str(out)]) == 0
+    assert f"{ranges}: no float tensor for 1 range(s): not_in_digits" in capsys.readouterr().err
+    assert out.read_text().count("quant.qcast") == len(saved["tensors"]) - 1
+    saved["tensors"] = {f"other/{name}": entry for name, entry in saved["tensors"].items()}
+    ranges.write_text(json.dumps(saved))
+    out.unlink()
+    assert main(["import", str(DIGITS), "--ranges", str(ranges), "-o", str(out)]) == 2
+    assert "none of its 10 ranges names a float tensor" in capsys.readouterr().err
+    assert not out.exists()

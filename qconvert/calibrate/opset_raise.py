@@ -41,6 +41,8 @@ from qconvert.ir.types import I64, element_type_of
 from qconvert.onnx_attributes import to_onnx_attribute
 
 DEFAULT_DOMAIN_KEY = "ai.onnx"  # how `onnx.opset_import` spells the default domain
+# Converted without a word but wrongly by onnx.version_converter (checked for the 18 -> 21 step).
+_SILENTLY_MISCONVERTED = frozenset({"GroupNormalization"})
 # Set by the lifter from the one-node model; the original op's own values are kept instead.
 _LIFTED_BOOKKEEPING = ("onnx.absent_inputs", "onnx.absent_outputs")
 
@@ -71,6 +73,14 @@ def raise_opset(module: ModuleOp, target: int, reason: str) -> None:
             if (op_type := _default_domain_op_type(op)) is not None
             and _changes_between(op_type, base, target)
         ]
+        for op in ops:
+            if _default_domain_op_type(op) in _SILENTLY_MISCONVERTED and base < 21 <= target:
+                name = _node_name(op) or "<unnamed>"
+                raise InputError(
+                    f"node '{name}' (GroupNormalization) cannot be raised from opset {base} to {target} "
+                    f"({reason}): opset 21 reads its scale and bias per channel, not per group, and "
+                    f"onnx.version_converter leaves them as they are"
+                )
         if ops:
             _convert_ops(ops, base, target, reason, function)
     opsets = module.attributes.get("onnx.opset_import")

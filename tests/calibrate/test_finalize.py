@@ -272,6 +272,32 @@ def test_a_node_the_opset_raise_cannot_convert_is_named(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_group_normalization_is_not_raised_past_its_opset_21_change(tmp_path: Path) -> None:
+    # onnx's converter takes GroupNormalization-18 to 21 without a word, but 21 reads scale and bias per
+    # channel (18: per group; onnx's checker now calls 18 deprecated, exporters still write it): the raise
+    # is refused, naming the node.
+    nodes = [
+        helper.make_node("GroupNormalization", ["x", "s", "b"], ["g"], name="gn", num_groups=2),
+        helper.make_node("Mul", ["g", "k"], ["y"], name="mul"),
+    ]
+    weights = {"s": np.ones(2, np.float32), "b": np.zeros(2, np.float32), "k": np.full(1, 2.0, np.float32)}
+    graph = helper.make_graph(
+        nodes,
+        "group_norm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3, 3])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    data = [{"x": np.linspace(-1, 1, 36, dtype=np.float32).reshape(1, 4, 3, 3)}]
+    out = tmp_path / "quantized.onnx"
+    with pytest.raises(
+        InputError, match=r"node 'gn' \(GroupNormalization\) cannot be raised from opset 18 to 21"
+    ):
+        calibrate(model, data, scheme={"activation_type": "int16"}, out=out, sentinel="off")
+    assert not out.exists()
+
+
 def test_keep_float_leaves_the_tensor_and_what_depends_on_it_in_float() -> None:
     module, _ = calibrated(CNN)
     notes: list[str] = []

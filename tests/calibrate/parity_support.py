@@ -57,6 +57,25 @@ def mask_tensors(model: onnx.ModelProto) -> tuple[set[str], set[str], set[str]]:
     return float_min - {t.name for t in model.graph.initializer}, masks, adds
 
 
+def lowest_cosines(
+    float_path: Path, quantized_path: Path, feeds: list[dict[str, np.ndarray]], level: str = "ORT_ENABLE_ALL"
+) -> dict[str, float]:
+    """Per graph output: the lowest cosine over `feeds` of the quantized model's output to the float
+    model's, both run by onnxruntime at graph optimization `level` (a GraphOptimizationLevel name)."""
+    ort = require_module("onnxruntime")
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    reference = ort.InferenceSession(str(float_path), options, providers=["CPUExecutionProvider"])
+    quantized = ort.InferenceSession(str(quantized_path), options, providers=["CPUExecutionProvider"])
+    names = [output.name for output in reference.get_outputs()]
+    lowest = dict.fromkeys(names, 1.0)
+    for feed in feeds:
+        for name, want, got in zip(names, reference.run(names, feed), quantized.run(names, feed)):
+            want, got = want.ravel().astype(np.float64), got.ravel().astype(np.float64)
+            lowest[name] = min(lowest[name], float(want @ got / (np.linalg.norm(want) * np.linalg.norm(got))))
+    return lowest
+
+
 def batches(model_name: str, count: int = 4) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(2026)
     if model_name == "digits_cnn":

@@ -7,7 +7,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from calibrate.parity_support import MODELS, batches, finalized_qdq, minmax_ranges, onnxruntime_qdq
+from calibrate.parity_support import (
+    MODELS,
+    batches,
+    finalized_qdq,
+    lowest_cosines,
+    minmax_ranges,
+    onnxruntime_qdq,
+)
 from conftest import require_module
 from onnx import TensorProto, helper, numpy_helper
 
@@ -428,7 +435,6 @@ def test_float8_model_keeps_relu_and_runs_close_to_float(tmp_path: Path) -> None
     Run with graph optimizations off: onnxruntime 1.32's default optimizations drop a Relu between a
     float8 DequantizeLinear and QuantizeLinear (measured: cosine 0.05 instead of 0.998 on this model).
     """
-    ort = require_module("onnxruntime")
     from qconvert.calibrate.api import calibrate
 
     data = batches("digits_cnn")
@@ -437,13 +443,7 @@ def test_float8_model_keeps_relu_and_runs_close_to_float(tmp_path: Path) -> None
     calibrate(CNN, data, method="distribution", scheme=scheme, out=out, sentinel="off")
     written = onnx.load(out)
     assert sum(node.op_type == "Relu" for node in written.graph.node) == 2
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    quantized = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"])
-    reference = ort.InferenceSession(str(CNN), options, providers=["CPUExecutionProvider"])
-    for batch in data:
-        ours, theirs = quantized.run(None, batch)[0].ravel(), reference.run(None, batch)[0].ravel()
-        assert float(ours @ theirs / np.linalg.norm(ours) / np.linalg.norm(theirs)) > 0.99
+    assert lowest_cosines(CNN, out, data, "ORT_DISABLE_ALL")["logits"] > 0.99
 
 
 @pytest.mark.parametrize("storage", ["int4", "uint4"])
@@ -453,7 +453,6 @@ def test_four_bit_activations_run_in_onnxruntime_and_the_maxpool_limit_is_noted(
     """Every activation and weight in 4 bits (Q/DQ at opset 21). onnxruntime's extended optimizations drop
     the pair around MaxPool and then refuse a 4-bit MaxPool: the note says so, and the model runs at
     ORT_ENABLE_BASIC. Measured per batch: cosine to float 0.85-0.93 (int4), 0.95-0.98 (uint4)."""
-    ort = require_module("onnxruntime")
     from qconvert.calibrate.api import calibrate
 
     data = batches("digits_cnn")
@@ -466,13 +465,7 @@ def test_four_bit_activations_run_in_onnxruntime_and_the_maxpool_limit_is_noted(
     zero_points = [i for i in written.graph.initializer if i.name.endswith("_zero_point")]
     not_bias = {i.name: i.data_type for i in zero_points if not i.name.endswith("bias_quantized_zero_point")}
     assert len(not_bias) >= 8 and set(not_bias.values()) <= storage_types  # biases stay int32
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    quantized = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"])
-    reference = ort.InferenceSession(str(CNN), options, providers=["CPUExecutionProvider"])
-    for batch in data:
-        ours, theirs = quantized.run(None, batch)[0].ravel(), reference.run(None, batch)[0].ravel()
-        assert float(ours @ theirs / np.linalg.norm(ours) / np.linalg.norm(theirs)) > 0.8
+    assert lowest_cosines(CNN, out, data, "ORT_ENABLE_BASIC")["logits"] > 0.8
 
 
 def float16_model(weight_scale: float) -> onnx.ModelProto:

@@ -596,3 +596,15 @@ def test_import_says_which_ranges_name_no_tensor_and_refuses_a_file_that_names_n
     assert main(["import", str(DIGITS), "--ranges", str(ranges), "-o", str(out)]) == 2
     assert "none of its 10 ranges names a float tensor" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_selection_that_quantizes_nothing_says_so(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--nodes naming a real node whose op type is not quantized (Erf): a float model, with a warning."""
+    data = save_npz(tmp_path / "ids.npz", encoder_batches(1))
+    out = tmp_path / "out.onnx"
+    arguments = ["calibrate", str(ENCODER), "--data", str(data), "-o", str(out), "--quiet"]
+    assert main([*arguments, "--nodes", "/layers.0/gelu/Erf"]) == 0
+    assert "nothing was quantized" in capsys.readouterr().err
+    assert not {"QuantizeLinear", "DequantizeLinear"} & {node.op_type for node in onnx.load(out).graph.node}
+    assert main(arguments) == 0
+    assert "nothing was quantized" not in capsys.readouterr().err

@@ -537,4 +537,5 @@ def check_proto(proto: onnx.ModelProto | str) -> None:
     try:
         onnx.checker.check_model(proto, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
-        raise InputError(f"the written ONNX model fails onnx's checker: {error}") from None
+        reason = " ".join(str(error).split())  # onnx's message spans lines ("==> Context: ...")
+        raise InputError(f"the written ONNX model fails onnx's checker: {reason}") from None

@@ -23,9 +23,11 @@ Deliberate differences (each documented in tests/calibrate/test_minmax_parity.py
 onnxruntime would fail); a bias whose input or weight stays float stays float (onnxruntime raises);
 blocked weights of rank != 2 fall back to per-channel / per-tensor (onnxruntime raises); with float8
 activations Relu/Clip are kept (their Q/DQ does not clamp at zero; onnxruntime folds them); a Relu/Clip
-whose output range would not make the Q/DQ clamp as the op does (a symmetric range, a Clip not at 0) is
-kept, not folded (MinMax ranges of a Relu always clamp as it does); a Relu/Clip input that is also a
-graph output keeps its own range (onnxruntime gives it the op's output range, clipping its negatives).
+whose output range would not make the Q/DQ clamp as the op does (a symmetric range, a Clip not at 0 or
+with bounds that are not constants), or whose output gets no Q/DQ (kept in float, output quantization
+excluded), is kept, not folded (MinMax ranges of a Relu always clamp as it does); a Relu/Clip input that
+is also a graph output keeps its own range (onnxruntime gives it the op's output range, clipping its
+negatives).
 """
 
 from __future__ import annotations
@@ -340,7 +342,10 @@ class Planner:
         # Folding relies on the Q/DQ clamping where the op does; float8 has no zero point to clamp at, so
         # a folded Relu would let negatives through (onnxruntime folds it anyway; we keep the Relu).
         foldable = not scheme.activation_symmetric and scheme.activation_type != "float8e4m3fn"
-        if foldable and not scheme.keep_removable_activations and self.clamps_as(node) and self.fold(node):
+        # The fold hands the op's clamp to the output's Q/DQ: there must be one (onnxruntime folds anyway).
+        quantized_output = not self.output_disabled(node) and self.graph.name(output) not in self.keep_float
+        foldable = foldable and quantized_output and not scheme.keep_removable_activations
+        if foldable and self.clamps_as(node) and self.fold(node):  # fold() last: it changes the marks
             self.plan.removed.append((node, upstream, output))
         else:
             self.activation(upstream)
@@ -357,9 +362,10 @@ class Planner:
 
     def clamps_as(self, node: Node) -> bool:
         """Whether the output's Q/DQ, which the producer takes over when the op is folded, clamps as the op:
-        its real range [min(low, 0), max(high, 0)] lies within the op's [lower, upper] bounds. MinMax ranges
-        of a Relu/Clip output always do; symmetric ones (Distribution's) and edited ranges may not, and
-        onnxruntime folds those too, letting negatives through (measured: logits cosine 0.05 on digits)."""
+        its real range [min(low, 0), max(high, 0)] lies within the op's [lower, upper] bounds (None: not
+        constant). MinMax ranges of a Relu, or of a Clip from at most 0, always do; symmetric ones
+        (Distribution's), edited ones and a Clip's from above 0 may not, and onnxruntime folds those too,
+        letting values through (measured: logits cosine 0.05 on digits)."""
         found = self.plan.ranges.get(node.outputs[0])
         bounds = self.clamp_bounds(node)
         if found is None or bounds is None:

@@ -73,6 +73,19 @@ def test_a_relu_input_that_is_a_graph_output_keeps_its_negatives(tmp_path: Path)
     assert lowest["m"] > 0.999 and lowest["r"] > 0.999  # onnxruntime's m: 0.52
 
 
+def test_a_relu_whose_output_gets_no_qdq_is_kept(tmp_path: Path) -> None:
+    """Kept in float (an override) or with Relu outputs excluded: no Q/DQ to hand the clamp to."""
+    model = small_graph(tmp_path, [helper.make_node("Relu", ["m"], ["r"], name="relu")], ["r"], {})
+    for settings in (
+        {"sentinel_overrides": ["r=keep"]},
+        {"scheme": {"op_types_to_exclude_output_quantization": ["Relu"]}},
+    ):
+        out = tmp_path / "out.onnx"
+        calibrate(model, feeds(), out=out, **settings)
+        assert "Relu" in op_types(out), settings
+        assert lowest_cosines(model, out, feeds())["r"] > 0.999, settings
+
+
 def test_a_clip_not_at_zero_is_kept(tmp_path: Path) -> None:
     """Clip(0.25, 1): a Q/DQ over [0, 1] would let (0, 0.25) through; Clip(-1, 1) clamps as its Q/DQ does."""
     clip = [helper.make_node("Clip", ["m", "low", "high"], ["c"], name="clip")]

@@ -227,6 +227,8 @@ class _Finalizer:
             input_params = self.activation_params(bias.input)
             assert input_params is not None
             bias_data = constant_array(bias.value.owner_op())  # type: ignore[arg-type]
+            if not np.isfinite(bias_data).all():  # stays float (quantize_bias): no scale to fit
+                continue
             adjusted = numerics.adjust_weight_scale_for_int32_bias(
                 input_params.scale, weight.scale, bias_data, weight.axis is not None
             )
@@ -380,6 +382,8 @@ class _Finalizer:
             reason = "its weight is quantized in blocks (a bias scale per block has no ONNX form)"
         elif numerics.FLOAT8 in (input_params.quant_type, weight_params.quant_type):
             reason = "float8 schemes keep biases in float (onnxruntime casts them)"
+        elif not np.isfinite(constant_array(bias.value.owner_op())).all():  # type: ignore[arg-type]
+            reason = "it holds Inf/NaN values (int32 has none)"
         if reason is not None:
             self.plan.notes.append(f"bias '{graph.name(bias.value)}' left in float: {reason}")
             return

@@ -188,3 +188,33 @@ def test_float8_saturation_under_onnxruntimes_rule_is_noted(tmp_path: Path) -> N
     assert saturated == gammas and len(gammas) == 5
     softmax = [note for note in result.notes if "Softmax_output_0': onnxruntime's float8 scale" in note]
     assert len(softmax) == 2 and all("its range is [0, 1]" in note for note in softmax)
+
+
+@pytest.mark.parametrize("adjust", [True, False])
+def test_a_bias_holding_inf_stays_float(adjust: bool, tmp_path: Path) -> None:
+    """Gemm with a +Inf in its bias: no int32 holds it, and the default weight-scale adjustment for the
+    bias would make the weight's scale Inf (an internal error once); the bias stays float, the Inf stays."""
+    rng = np.random.default_rng(7)
+    bias = rng.standard_normal(8).astype(np.float32)
+    bias[3] = np.inf
+    weights = {"W": rng.standard_normal((8, 16)).astype(np.float32), "C": bias}
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "W", "C"], ["y"], name="gemm", transB=1)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    model = tmp_path / "gemm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    out = tmp_path / "out.onnx"
+    scheme = {"adjust_weight_scale_for_int32_bias": adjust}
+    result = calibrate(model, feeds(), out=out, scheme=scheme)  # the guard keeps y (+Inf) in float
+    assert "bias 'C' left in float: it holds Inf/NaN values (int32 has none)" in result.notes
+    quantized = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    reference = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    for feed in feeds():
+        want, got = reference.run(None, feed)[0], quantized.run(None, feed)[0]
+        assert np.array_equal(np.isinf(want), np.isinf(got)) and np.isinf(got[:, 3]).all()
+        finite = np.isfinite(want)
+        assert np.abs(want[finite] - got[finite]).max() < 0.05 * np.abs(want[finite]).max()

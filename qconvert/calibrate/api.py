@@ -448,13 +448,13 @@ def _finalize(
     from qconvert.calibrate.attach import attach_ranges
     from qconvert.calibrate.finalize import finalize
     from qconvert.frontends.onnx import import_onnx
-    from qconvert.ir.dialects.quant import QuantizeCastOp
+    from qconvert.ir.dialects.quant import DequantizeCastOp
 
     scheme.keep_float = {**result.keep_float, **scheme.keep_float}
     module = import_onnx(model)
     attach_ranges(module, ranges, model=model)
     finalize(module, scheme, result.notes)
-    if not any(isinstance(op, QuantizeCastOp) for op in module.walk()):
+    if not any(isinstance(op, DequantizeCastOp) for op in module.walk()):  # weights have a dcast only
         result.warnings.append(
             "nothing was quantized: no tensor of the selected nodes and op types gets Q/DQ (the written "
             "model is the float one)"

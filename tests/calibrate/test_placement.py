@@ -218,3 +218,14 @@ def test_a_bias_holding_inf_stays_float(adjust: bool, tmp_path: Path) -> None:
         assert np.array_equal(np.isinf(want), np.isinf(got)) and np.isinf(got[:, 3]).all()
         finite = np.isfinite(want)
         assert np.abs(want[finite] - got[finite]).max() < 0.05 * np.abs(want[finite]).max()
+
+
+def test_weights_alone_quantized_is_not_reported_as_nothing_quantized(tmp_path: Path) -> None:
+    """Every activation kept in float: the MatMul weight still gets its DequantizeLinear (onnxruntime's
+    rule), so the model is not the float one and calibrate does not say it is."""
+    model = small_graph(tmp_path, [helper.make_node("Relu", ["m"], ["r"], name="relu")], ["r"], {})
+    out = tmp_path / "out.onnx"
+    keep = {name: "kept by the test" for name in ("x", "m", "r")}
+    result = calibrate(model, feeds(), out=out, scheme={"keep_float": keep})
+    assert op_types(out).count("DequantizeLinear") == 1 and "QuantizeLinear" not in op_types(out)
+    assert not [warning for warning in result.warnings if "nothing was quantized" in warning]

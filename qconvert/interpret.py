@@ -171,11 +171,11 @@ class Interpreter:
         from onnx.reference import ReferenceEvaluator
 
         from qconvert.frontends.onnx.attributes import to_onnx_attribute
+        from qconvert.onnx_attributes import absent_positions
 
         _, _, qualified = op.name.partition(".")
         domain, _, op_type = qualified.rpartition(".")
-        absent_inputs = _int_list(op.attributes.get("onnx.absent_inputs"))
-        absent_outputs = _int_list(op.attributes.get("onnx.absent_outputs"))
+        absent_inputs, absent_outputs = absent_positions(op), absent_positions(op, "outputs")
         input_names, present = [], iter(range(len(operands)))
         for position in range(len(operands) + len(absent_inputs)):
             input_names.append("" if position in absent_inputs else f"in{next(present)}")
@@ -212,10 +212,6 @@ class Interpreter:
 def node_name(op: Operation) -> str:
     name = op.attributes.get("onnx.node_name")
     return f"node '{name.value}'" if isinstance(name, StringAttr) else "unnamed node"
-
-
-def _int_list(attribute: object) -> set[int]:
-    return {int(v) for v in attribute.values} if isinstance(attribute, DenseArrayAttr) else set()
 
 
 def constant_array(op: ConstantOp) -> np.ndarray:

@@ -1,5 +1,6 @@
 """IR attributes -> ONNX node attributes: the one reverse mapping, shared by the interpreter and the
-ONNX backend (frontends and backends may not import each other, DESIGN.md; both may import this).
+ONNX backend (frontends and backends may not import each other, DESIGN.md; both may import this); and
+where a generic `onnx.*` op's operands and results sit among its node's ONNX inputs and outputs.
 
 The forward direction and the table of kinds live in frontends/onnx/attributes.py, which re-exports
 `to_onnx_attribute` from here.
@@ -19,6 +20,7 @@ from qconvert.ir.attributes import (
     IntegerAttr,
     StringAttr,
 )
+from qconvert.ir.core import Operation
 from qconvert.ir.types import FloatType
 
 
@@ -47,3 +49,16 @@ def to_onnx_attribute(name: str, attribute: Attribute) -> AttributeProto:
         strings = [e.value for e in attribute.elements if isinstance(e, StringAttr)]
         return helper.make_attribute(name, strings, attr_type=AttributeProto.STRINGS)
     raise TypeError(f"attribute '{name}' = {attribute} has no ONNX equivalent")
+
+
+def absent_positions(op: Operation, kind: str = "inputs") -> set[int]:
+    """The ONNX positions of the node's absent optional inputs (or outputs), which the frontend lists in
+    `onnx.absent_inputs` / `onnx.absent_outputs`: the op has operands (results) for the others only."""
+    attribute = op.attributes.get(f"onnx.absent_{kind}")
+    return {int(v) for v in attribute.values} if isinstance(attribute, DenseArrayAttr) else set()
+
+
+def input_positions(op: Operation) -> list[int]:
+    """The ONNX input position of each of the op's operands (absent optional inputs skipped)."""
+    absent = absent_positions(op)
+    return [p for p in range(len(op.operands) + len(absent)) if p not in absent]

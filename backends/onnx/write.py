@@ -37,7 +37,6 @@ from qconvert.ir.attributes import (
     ArrayAttr,
     Attribute,
     BoolAttr,
-    DenseArrayAttr,
     DenseElementsAttr,
     DenseResourceAttr,
     DictionaryAttr,
@@ -52,7 +51,7 @@ from qconvert.ir.dialects.func import FuncOp, ReturnOp
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
 from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import Type, element_type_of
-from qconvert.onnx_attributes import to_onnx_attribute
+from qconvert.onnx_attributes import absent_positions, to_onnx_attribute
 
 from .opset import choose_opset, convert_opset
 from .qdq import FLOAT_STORAGE, QdqParameters, qdq_parameters
@@ -216,7 +215,8 @@ class Writer:
             value = self.values[operand]
             if name in self.input_names and value.name != name:
                 # An output named like an input is that input in ONNX: return it, not a Q/DQ round trip of
-                # it (which calibrating such a model puts there), as the source model did.
+                # it (which calibrating such a model puts there), as the source model did. A module that
+                # means that round trip on its input has to name the output otherwise.
                 source = _before_quant_casts(operand)
                 if source is not operand and self.values[source].name == name:
                     value = self.values[source]
@@ -293,8 +293,7 @@ class Writer:
             self.opsets[domain] = CONTRIB_DOMAINS[domain]
         if domain == "" and op_type in ("QuantizeLinear", "DequantizeLinear"):
             self.has_qdq = True  # a run-time scale, or FNUZ storage: kept generic by the frontend
-        absent_inputs = _positions(op.attributes.get("onnx.absent_inputs"))
-        absent_outputs = _positions(op.attributes.get("onnx.absent_outputs"))
+        absent_inputs, absent_outputs = absent_positions(op), absent_positions(op, "outputs")
         operands = iter(op.operands)
         inputs: list[ir.Value | None] = [
             None if position in absent_inputs else self.values[next(operands)]
@@ -489,10 +488,6 @@ def storage_view(value: Value) -> StringAttr | None:
             if isinstance(quantized, QuantizedType):
                 return StringAttr(data_type(quantized).name.lower())
     return None
-
-
-def _positions(attribute: Attribute | None) -> set[int]:
-    return {int(v) for v in attribute.values} if isinstance(attribute, DenseArrayAttr) else set()
 
 
 # Entry points ---------------------------------------------------------------------------------------

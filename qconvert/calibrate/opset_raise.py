@@ -28,7 +28,6 @@ from qconvert.interpret import input_names, output_names
 from qconvert.ir.attributes import (
     ArrayAttr,
     Attribute,
-    DenseArrayAttr,
     DictionaryAttr,
     IntegerAttr,
     StringAttr,
@@ -38,7 +37,7 @@ from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
 from qconvert.ir.types import I64, element_type_of
-from qconvert.onnx_attributes import to_onnx_attribute
+from qconvert.onnx_attributes import absent_positions, input_positions, to_onnx_attribute
 
 DEFAULT_DOMAIN_KEY = "ai.onnx"  # how `onnx.opset_import` spells the default domain
 # Converted without a word but wrongly by onnx.version_converter (checked for the 18 -> 21 step).
@@ -74,6 +73,11 @@ def raise_opset(module: ModuleOp, target: int, reason: str) -> None:
             and _changes_between(op_type, base, target)
         ]
         for op in ops:
+            if op.regions:  # an If/Loop body would not travel through the one-node model
+                raise InputError(
+                    f"node '{_node_name(op) or '<unnamed>'}' ({_default_domain_op_type(op)}) has subgraphs: "
+                    f"raising the opset from {base} to {target} ({reason}) does not convert them"
+                )
             if _default_domain_op_type(op) in _SILENTLY_MISCONVERTED and base < 21 <= target:
                 name = _node_name(op) or "<unnamed>"
                 raise InputError(
@@ -172,8 +176,7 @@ def _node(
         name = f"node{index}_output_{position}"
         batch.outputs[name] = (index, result)
         outputs.append(_value_info(name, result, function))
-    absent_inputs = _positions(op.attributes.get("onnx.absent_inputs"))
-    absent_outputs = _positions(op.attributes.get("onnx.absent_outputs"))
+    absent_inputs, absent_outputs = absent_positions(op), absent_positions(op, "outputs")
     input_names = iter(info.name for info in inputs)
     output_names = iter(info.name for info in outputs)
     node = helper.make_node(
@@ -294,7 +297,7 @@ def _name_constant(constant: ConstantOp, node_name: str, opset: int) -> None:
     """`<node>_<input>` (`rmean_axes`) for a constant the converter made of an attribute: the ONNX writer
     names the initializer after it."""
     for user, index in constant.result.uses:
-        position = _input_position(user, index)
+        position = input_positions(user)[index]
         op_type = _default_domain_op_type(user)
         if op_type is None:
             continue
@@ -305,18 +308,3 @@ def _name_constant(constant: ConstantOp, node_name: str, opset: int) -> None:
         formal = schema.inputs[min(position, len(schema.inputs) - 1)].name
         constant.attributes[CONSTANT_NAME_ATTR] = StringAttr(f"{node_name}_{formal}" if node_name else formal)
         return
-
-
-def _input_position(op: Operation, operand_index: int) -> int:
-    """The ONNX input position of `op`'s operand `operand_index` (absent optional inputs counted)."""
-    absent = _positions(op.attributes.get("onnx.absent_inputs"))
-    position = -1
-    for _ in range(operand_index + 1):
-        position += 1
-        while position in absent:
-            position += 1
-    return position
-
-
-def _positions(attribute: Attribute | None) -> set[int]:
-    return {int(v) for v in attribute.values} if isinstance(attribute, DenseArrayAttr) else set()

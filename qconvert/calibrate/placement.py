@@ -48,6 +48,7 @@ from qconvert.ir.dialects.func import ReturnOp
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
 from qconvert.ir.quant_types import CalibratedQuantizedType
 from qconvert.ir.types import F16, F32, element_type_of
+from qconvert.onnx_attributes import input_positions
 
 DIRECT_8BIT = frozenset(
     {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "AveragePool", "Slice", "TopK"}
@@ -69,9 +70,7 @@ class Node:
 
 def _onnx_input(node: Node, position: int) -> Value | None:
     """The node's ONNX input at `position`, None when absent (the IR lists present inputs only)."""
-    absent = node.op.attributes.get("onnx.absent_inputs")
-    absent_positions = set(getattr(absent, "values", ()))
-    positions = [i for i in range(len(node.inputs) + len(absent_positions)) if i not in absent_positions]
+    positions = input_positions(node.op)
     return node.inputs[positions.index(position)] if position in positions else None
 
 

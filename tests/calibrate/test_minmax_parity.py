@@ -20,9 +20,10 @@ Known, deliberate differences (the numbers compared here are equal regardless):
   blocked weights of rank != 2 fall back to per-channel / per-tensor (onnxruntime raises or hangs).
 - With float8 activations Relu/Clip are kept: float8 Q/DQ do not clamp at zero (onnxruntime folds
   them; its float8 static path fails on these models anyway, see test_finalize.py).
-- Where onnxruntime's placement gives a wrong model (a Relu folded over a symmetric range, a Relu input
-  that is a graph output narrowed to the Relu's range, an Inf/NaN initializer): test_placement.py. MinMax
-  ranges on these models never meet them.
+- Where onnxruntime's placement gives a wrong model (a Relu/Clip folded over a range its Q/DQ does not
+  clamp as it does, or with no Q/DQ on its output; a Clip with bounds that are not constants is kept; a
+  Relu input that is a graph output narrowed to the Relu's range; an Inf/NaN initializer or bias):
+  test_placement.py. MinMax ranges on these two models never meet them.
 """
 
 from __future__ import annotations

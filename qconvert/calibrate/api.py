@@ -340,6 +340,17 @@ def calibrate(
     check_selection(chosen, node_names, op_types, model_label)
     result: CalibrationResult
     if load_ranges is not None:
+        given = {
+            "--data": data is not None,
+            "the method's options (--percentile, --num-bins, --num-quantized-bins)": bool(method_options),
+            "--sentinel-override": bool(sentinel_overrides),
+        }
+        ignored = [name for name, present in given.items() if present]
+        if ignored:
+            raise InputError(
+                f"--load-ranges {load_ranges}: the ranges are reused as saved, so {', '.join(ignored)} would "
+                f"have no effect; drop {'it' if len(ignored) == 1 else 'them'}"
+            )
         ranges = CalibrationRanges.load(load_ranges)
         stored = ranges.metadata.get(KEEP_FLOAT_KEY, {})
         keep_float = {str(k): str(v) for k, v in stored.items()} if isinstance(stored, dict) else {}

@@ -608,3 +608,20 @@ def test_a_selection_that_quantizes_nothing_says_so(tmp_path: Path, capsys: pyte
     assert not {"QuantizeLinear", "DequantizeLinear"} & {node.op_type for node in onnx.load(out).graph.node}
     assert main(arguments) == 0
     assert "nothing was quantized" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [(["--num-bins", "100"], "--num-bins"), (["--sentinel-override", "image=keep"], "--sentinel-override")],
+)
+def test_options_that_loaded_ranges_would_ignore_are_refused(
+    extra: list[str], named: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    data, ranges = save_npz(tmp_path / "data.npz", digit_batches(1)), tmp_path / "ranges.json"
+    assert main(["calibrate", str(DIGITS), "--data", str(data), "--ranges", str(ranges), "--quiet"]) == 0
+    out = tmp_path / "out.onnx"
+    capsys.readouterr()
+    assert main(["calibrate", str(DIGITS), "--load-ranges", str(ranges), "-o", str(out), *extra]) == 2
+    error = capsys.readouterr().err
+    assert "the ranges are reused as saved" in error and named in error
+    assert not out.exists()

@@ -170,24 +170,10 @@ class Interpreter:
         from onnx import helper
         from onnx.reference import ReferenceEvaluator
 
-        from qconvert.frontends.onnx.attributes import to_onnx_attribute
-        from qconvert.onnx_attributes import absent_positions
+        from qconvert.onnx_attributes import onnx_node
 
-        _, _, qualified = op.name.partition(".")
-        domain, _, op_type = qualified.rpartition(".")
-        absent_inputs, absent_outputs = absent_positions(op), absent_positions(op, "outputs")
-        input_names, present = [], iter(range(len(operands)))
-        for position in range(len(operands) + len(absent_inputs)):
-            input_names.append("" if position in absent_inputs else f"in{next(present)}")
-        output_names, present = [], iter(range(len(op.results)))
-        for position in range(len(op.results) + len(absent_outputs)):
-            output_names.append("" if position in absent_outputs else f"out{next(present)}")
-        node = helper.make_node(op_type, input_names, output_names, domain=domain)
-        node.attribute.extend(
-            to_onnx_attribute(key, value)
-            for key, value in op.attributes.items()
-            if not key.startswith("onnx.")
-        )
+        output_names = [f"out{i}" for i in range(len(op.results))]
+        node = onnx_node(op, [f"in{i}" for i in range(len(operands))], output_names)
         graph = helper.make_graph(
             [node],
             "single_op",
@@ -197,7 +183,7 @@ class Interpreter:
                 )
                 for i, a in enumerate(operands)
             ],
-            [onnx.ValueInfoProto(name=name) for name in output_names if name],
+            [onnx.ValueInfoProto(name=name) for name in output_names],
         )
         opsets = [helper.make_opsetid(d, v) for d, v in self.opsets.items()] or [helper.make_opsetid("", 21)]
         model = helper.make_model(graph, opset_imports=opsets)

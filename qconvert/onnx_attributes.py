@@ -9,7 +9,7 @@ The forward direction and the table of kinds live in frontends/onnx/attributes.p
 from __future__ import annotations
 
 import numpy as np
-from onnx import AttributeProto, TensorProto, helper, numpy_helper
+from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
 from qconvert.ir.attributes import (
     ArrayAttr,
@@ -62,3 +62,27 @@ def input_positions(op: Operation) -> list[int]:
     """The ONNX input position of each of the op's operands (absent optional inputs skipped)."""
     absent = absent_positions(op)
     return [p for p in range(len(op.operands) + len(absent)) if p not in absent]
+
+
+def _with_absent(names: list[str], absent: set[int]) -> list[str]:
+    """`names` of the present positions, with "" at the absent ones."""
+    present = iter(names)
+    return ["" if position in absent else next(present) for position in range(len(names) + len(absent))]
+
+
+def onnx_node(op: Operation, input_names: list[str], output_names: list[str], name: str = "") -> NodeProto:
+    """The generic `onnx.[<domain>.]<Op>` op as an ONNX node over the given names of its operands and
+    results (absent optional positions left empty), with its ONNX attributes (not the `onnx.*` ones)."""
+    _, _, qualified = op.name.partition(".")
+    domain, _, op_type = qualified.rpartition(".")
+    node = helper.make_node(
+        op_type,
+        _with_absent(input_names, absent_positions(op)),
+        _with_absent(output_names, absent_positions(op, "outputs")),
+        name=name,
+        domain=domain,
+    )
+    node.attribute.extend(
+        to_onnx_attribute(key, value) for key, value in op.attributes.items() if not key.startswith("onnx.")
+    )
+    return node

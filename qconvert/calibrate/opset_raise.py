@@ -37,7 +37,7 @@ from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
 from qconvert.ir.types import I64, element_type_of
-from qconvert.onnx_attributes import absent_positions, input_positions, to_onnx_attribute
+from qconvert.onnx_attributes import input_positions, onnx_node
 
 DEFAULT_DOMAIN_KEY = "ai.onnx"  # how `onnx.opset_import` spells the default domain
 # Converted without a word but wrongly by onnx.version_converter (checked for the 18 -> 21 step).
@@ -75,15 +75,14 @@ def raise_opset(module: ModuleOp, target: int, reason: str) -> None:
         for op in ops:
             if op.regions:  # an If/Loop body would not travel through the one-node model
                 raise InputError(
-                    f"node '{_node_name(op) or '<unnamed>'}' ({_default_domain_op_type(op)}) has subgraphs: "
-                    f"raising the opset from {base} to {target} ({reason}) does not convert them"
+                    f"{_label(op)} has subgraphs: raising the opset from {base} to {target} ({reason}) "
+                    f"does not convert them"
                 )
             if _default_domain_op_type(op) in _SILENTLY_MISCONVERTED and base < 21 <= target:
-                name = _node_name(op) or "<unnamed>"
                 raise InputError(
-                    f"node '{name}' (GroupNormalization) cannot be raised from opset {base} to {target} "
-                    f"({reason}): opset 21 reads its scale and bias per channel, not per group, and "
-                    f"onnx.version_converter leaves them as they are"
+                    f"{_label(op)} cannot be raised from opset {base} to {target} ({reason}): opset 21 reads "
+                    f"its scale and bias per channel, not per group, and onnx.version_converter leaves them "
+                    f"as they are"
                 )
         if ops:
             _convert_ops(ops, base, target, reason, function)
@@ -110,6 +109,11 @@ def _changes_between(op_type: str, base: int, target: int) -> bool:
 def _node_name(op: Operation) -> str:
     name = op.attributes.get("onnx.node_name")
     return name.value if isinstance(name, StringAttr) else ""
+
+
+def _label(op: Operation) -> str:
+    """`node 'rmean' (ReduceMean)`, for messages."""
+    return f"node '{_node_name(op) or '<unnamed>'}' ({_default_domain_op_type(op)})"
 
 
 @dataclass
@@ -139,13 +143,14 @@ def _convert_ops(ops: list[Operation], base: int, target: int, reason: str, func
 
 
 def _conversion_error(op: Operation, base: int, target: int, reason: str, error: Exception) -> InputError:
-    where = f"node '{_node_name(op) or '<unnamed>'}' ({_default_domain_op_type(op)})"
     why = (
         f"the converted node does not lift back: {error}"
         if isinstance(error, InputError)
         else f"onnx.version_converter failed: {error}"  # RuntimeError, InferenceError, ...
     )
-    return InputError(f"{where} cannot be converted from opset {base} to opset {target} ({reason}): {why}")
+    return InputError(
+        f"{_label(op)} cannot be converted from opset {base} to opset {target} ({reason}): {why}"
+    )
 
 
 def _converted(batch: _Batch, base: int, target: int, function: FuncOp) -> ModuleOp:
@@ -176,24 +181,7 @@ def _node(
         name = f"node{index}_output_{position}"
         batch.outputs[name] = (index, result)
         outputs.append(_value_info(name, result, function))
-    absent_inputs, absent_outputs = absent_positions(op), absent_positions(op, "outputs")
-    input_names = iter(info.name for info in inputs)
-    output_names = iter(info.name for info in outputs)
-    node = helper.make_node(
-        _default_domain_op_type(op),
-        [
-            "" if position in absent_inputs else next(input_names)
-            for position in range(len(inputs) + len(absent_inputs))
-        ],
-        [
-            "" if position in absent_outputs else next(output_names)
-            for position in range(len(outputs) + len(absent_outputs))
-        ],
-        name=_node_name(op),
-    )
-    node.attribute.extend(
-        to_onnx_attribute(key, value) for key, value in op.attributes.items() if not key.startswith("onnx.")
-    )
+    node = onnx_node(op, [info.name for info in inputs], [info.name for info in outputs], _node_name(op))
     return node, inputs, outputs
 
 

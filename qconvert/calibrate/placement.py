@@ -338,12 +338,15 @@ class Planner:
         if not self.is_quantized(upstream):
             return
         scheme = self.scheme
-        # Folding relies on the Q/DQ clamping where the op does; float8 has no zero point to clamp at, so
-        # a folded Relu would let negatives through (onnxruntime folds it anyway; we keep the Relu).
-        foldable = not scheme.activation_symmetric and scheme.activation_type != "float8e4m3fn"
-        # The fold hands the op's clamp to the output's Q/DQ: there must be one (onnxruntime folds anyway).
-        quantized_output = not self.output_disabled(node) and self.graph.name(output) not in self.keep_float
-        foldable = foldable and quantized_output and not scheme.keep_removable_activations
+        # Folding hands the op's clamp to the output's Q/DQ: there must be one, and it must clamp where the
+        # op does; float8 has no zero point to clamp at (onnxruntime folds in all these cases).
+        foldable = (
+            not scheme.activation_symmetric
+            and scheme.activation_type != "float8e4m3fn"
+            and not scheme.keep_removable_activations
+            and not self.output_disabled(node)
+            and self.graph.name(output) not in self.keep_float
+        )
         if foldable and self.clamps_as(node) and self.fold(node):  # fold() last: it changes the marks
             self.plan.removed.append((node, upstream, output))
         else:
@@ -484,8 +487,10 @@ class Planner:
     def float_constant(self, node: Node, position: int) -> float | None:
         """The scalar value of the node's float constant ONNX input at `position`; None otherwise."""
         constant = _onnx_input(node, position)
-        producer = None if constant is None else constant.owner_op()
-        if not isinstance(producer, ConstantOp) or constant is None or not self.graph.is_float(constant):
+        if constant is None or not self.graph.is_float(constant):
+            return None
+        producer = constant.owner_op()
+        if not isinstance(producer, ConstantOp):
             return None
         from qconvert.interpret import constant_array  # the interpreter owns reading constants
 

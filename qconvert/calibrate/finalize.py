@@ -213,6 +213,20 @@ class _Finalizer:
         scales, zero_points = numerics.weight_params_blocked(data, axis, block_size, quant_type, symmetric)
         return Params(quant_type, scales, zero_points, axis=axis, block_size=block_size)
 
+    def keep_nonfinite_biases_float(self) -> None:
+        """A bias holding Inf/NaN has no int32 form, nor a scale to adjust its weight's for: it stays float
+        (as an initializer holding them does, `compute_initializer_params`)."""
+        finite = []
+        for bias in self.plan.biases:
+            if np.isfinite(constant_array(bias.value.owner_op())).all():  # type: ignore[arg-type]
+                finite.append(bias)
+            else:
+                self.plan.notes.append(
+                    f"bias '{self.graph.name(bias.value)}' left in float: it holds Inf/NaN values "
+                    f"(int32 has none)"
+                )
+        self.plan.biases = finite
+
     def adjust_weights_for_biases(self) -> None:
         """onnxruntime's `_adjust_weight_quant_params_for_bias_tensors` (symmetric int8/int16 weights)."""
         if not self.scheme.adjust_weight_scale_for_int32_bias:
@@ -227,8 +241,6 @@ class _Finalizer:
             input_params = self.activation_params(bias.input)
             assert input_params is not None
             bias_data = constant_array(bias.value.owner_op())  # type: ignore[arg-type]
-            if not np.isfinite(bias_data).all():  # stays float (quantize_bias): no scale to fit
-                continue
             adjusted = numerics.adjust_weight_scale_for_int32_bias(
                 input_params.scale, weight.scale, bias_data, weight.axis is not None
             )
@@ -249,6 +261,7 @@ class _Finalizer:
     # Rewriting ----------------------------------------------------------------------------------
     def run(self) -> None:
         self.compute_initializer_params()
+        self.keep_nonfinite_biases_float()
         self.adjust_weights_for_biases()
         missing = [
             self.graph.name(v)
@@ -382,8 +395,6 @@ class _Finalizer:
             reason = "its weight is quantized in blocks (a bias scale per block has no ONNX form)"
         elif numerics.FLOAT8 in (input_params.quant_type, weight_params.quant_type):
             reason = "float8 schemes keep biases in float (onnxruntime casts them)"
-        elif not np.isfinite(constant_array(bias.value.owner_op())).all():  # type: ignore[arg-type]
-            reason = "it holds Inf/NaN values (int32 has none)"
         if reason is not None:
             self.plan.notes.append(f"bias '{graph.name(bias.value)}' left in float: {reason}")
             return

@@ -334,7 +334,6 @@ def calibrate(
     )
     loaded = load_float_model(model)
     model_label = str(model) if not isinstance(model, ModelProto) else "<ModelProto>"
-    refuse_quantized(loaded.model, model_label)
     graph = loaded.model.graph
     node_names, op_types = [node.name for node in graph.node], [node.op_type for node in graph.node]
     check_selection(chosen, node_names, op_types, model_label)
@@ -416,37 +415,6 @@ def calibrate(
         texts.append(TextOutput("--json", json_path, lambda path: path.write_text(text, encoding="utf-8")))
     write_outputs(texts, write_model)
     return result
-
-
-# Quantized op types: ONNX's and com.microsoft's (QOperator format, dynamic and weight-only quantization).
-QUANTIZED_OP_TYPES = frozenset(
-    {
-        "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ConvInteger", "MatMulInteger",
-        "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QGemm", "QAttention",
-        "QEmbedLayerNormalization", "MatMulNBits", "MatMulBnb4", "GatherBlockQuantized",
-    }
-)  # fmt: skip
-QUANTIZED_PREFIXES = ("QLinear", "QOrdered")  # QLinearConv, QLinearMatMul, ...; QOrderedMatMul, ...
-
-
-def refuse_quantized(model: ModelProto, label: str) -> None:
-    """InputError when `model` (subgraphs included) holds quantized ops: calibrating it again would stack
-    Q/DQ on its Q/DQ without a word."""
-    counts: dict[str, int] = {}
-    graphs = [model.graph]
-    while graphs:
-        graph = graphs.pop()
-        for node in graph.node:
-            if node.op_type in QUANTIZED_OP_TYPES or node.op_type.startswith(QUANTIZED_PREFIXES):
-                counts[node.op_type] = counts.get(node.op_type, 0) + 1
-            for attribute in node.attribute:
-                graphs.extend([attribute.g] if attribute.HasField("g") else [])
-                graphs.extend(attribute.graphs)
-    if counts:
-        first = ("QuantizeLinear", "DequantizeLinear")
-        order = [name for name in first if name in counts] + sorted(set(counts) - set(first))
-        found = ", ".join(f"{counts[name]} {name}" for name in order)
-        raise InputError(f"{label}: already quantized ({found} nodes); calibrate takes a float model")
 
 
 def _finalize(

@@ -107,7 +107,7 @@ DETACHED_LOCATION = "qconvert-detached-weight"
 
 def load_float_model(source: str | os.PathLike[str] | ModelProto) -> LoadedModel:
     """The model with inferred types and its large float weights detached (`LoadedModel.detached`);
-    external data is checked but not read."""
+    external data is checked but not read. An already quantized model is an InputError."""
     from qconvert.frontends.onnx.load import load_model
 
     def detach(tensor: TensorProto) -> bool:
@@ -121,7 +121,39 @@ def load_float_model(source: str | os.PathLike[str] | ModelProto) -> LoadedModel
     loaded = load_model(source, detach=detach)
     if loaded.inference_error is not None:
         raise loaded.inference_error
+    refuse_quantized(loaded.model, str(source) if not isinstance(source, ModelProto) else "<ModelProto>")
     return loaded
+
+
+# Quantized op types: ONNX's and com.microsoft's (QOperator format, dynamic and weight-only quantization).
+QUANTIZED_OP_TYPES = frozenset(
+    {
+        "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ConvInteger", "MatMulInteger",
+        "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "QGemm", "QAttention",
+        "QEmbedLayerNormalization", "MatMulNBits", "MatMulBnb4", "GatherBlockQuantized",
+    }
+)  # fmt: skip
+QUANTIZED_PREFIXES = ("QLinear", "QOrdered")  # QLinearConv, QLinearMatMul, ...; QOrderedMatMul, ...
+
+
+def refuse_quantized(model: ModelProto, label: str) -> None:
+    """InputError when `model` (subgraphs included) holds quantized ops: calibrating it again would stack
+    Q/DQ on its Q/DQ without a word."""
+    counts: dict[str, int] = {}
+    graphs = [model.graph]
+    while graphs:
+        graph = graphs.pop()
+        for node in graph.node:
+            if node.op_type in QUANTIZED_OP_TYPES or node.op_type.startswith(QUANTIZED_PREFIXES):
+                counts[node.op_type] = counts.get(node.op_type, 0) + 1
+            for attribute in node.attribute:
+                graphs.extend([attribute.g] if attribute.HasField("g") else [])
+                graphs.extend(attribute.graphs)
+    if counts:
+        first = ("QuantizeLinear", "DequantizeLinear")
+        order = [name for name in first if name in counts] + sorted(set(counts) - set(first))
+        found = ", ".join(f"{counts[name]} {name}" for name in order)
+        raise InputError(f"{label}: already quantized ({found} nodes); calibrate takes a float model")
 
 
 def augment_model(

@@ -122,8 +122,8 @@ def import_command(
             )
         if unmatched:
             listed = ", ".join(unmatched[:5]) + (" ..." if len(unmatched) > 5 else "")
-            print(f"qconvert: warning: {ranges}: no float tensor for {len(unmatched)} range(s): {listed}",
-                  file=sys.stderr)  # fmt: skip
+            warning = f"{ranges}: no float tensor for {len(unmatched)} range(s): {listed}"
+            print(f"qconvert: warning: {warning}", file=sys.stderr)
     if elide_weights:
         elide(module)
     if output == "-":

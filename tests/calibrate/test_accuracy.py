@@ -120,6 +120,17 @@ def test_digits_default_calibration_is_at_least_onnxruntimes_best(
     assert ours >= 0.95
 
 
+def row_cosines(
+    path: Path, output: str, reference: list[np.ndarray], batches: list[dict[str, np.ndarray]]
+) -> np.ndarray:
+    """Per sample (a row of `output`, flattened): the cosine of the model's output to `reference`'s."""
+    run = session(path)
+    got = np.concatenate([np.asarray(run.run([output], b)[0]) for b in batches]).astype(np.float64)
+    want = np.concatenate(reference).astype(np.float64)
+    got, want = got.reshape(len(got), -1), want.reshape(len(want), -1)
+    return (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+
+
 # ----------------------------------------------------------------------------------------------------------
 # tiny_encoder
 
@@ -134,17 +145,10 @@ def test_tiny_encoder_default_calibration_is_at_least_onnxruntimes_best(
     calibration = [{"input_ids": rng.integers(0, 32, (2, 16), dtype=np.int64)} for _ in range(32)]
     evaluation = [{"input_ids": rng.integers(0, 32, (2, 16), dtype=np.int64)} for _ in range(64)]
     float_path = MODELS / "tiny_encoder.onnx"
-    reference = session(float_path)
+    reference = [np.asarray(session(float_path).run(["last_hidden_state"], b)[0]) for b in evaluation]
 
     def cosine(path: Path) -> float:
-        run, cosines = session(path), []
-        for batch in evaluation:
-            got = np.asarray(run.run(["last_hidden_state"], batch)[0], np.float64).reshape(2, -1)
-            want = np.asarray(reference.run(["last_hidden_state"], batch)[0], np.float64).reshape(2, -1)
-            cosines += list(
-                (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
-            )
-        return float(np.mean(cosines))
+        return float(row_cosines(path, "last_hidden_state", reference, evaluation).mean())
 
     calibrate(float_path, calibration, out=tmp_path / "ours.onnx")
     ours = cosine(tmp_path / "ours.onnx")
@@ -168,16 +172,6 @@ def bert_data() -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]
     return list(build_bert_mask.calibration_data()), list(build_bert_mask.evaluation_data())
 
 
-def sentence_cosines(
-    path: Path, reference: list[np.ndarray], batches: list[dict[str, np.ndarray]]
-) -> np.ndarray:
-    run = session(path)
-    got = np.concatenate([np.asarray(run.run(["sentence_embedding"], b)[0]) for b in batches])
-    got = got.astype(np.float64)
-    want = np.concatenate(reference).astype(np.float64)
-    return (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
-
-
 def float_tensors_without_qdq(path: Path) -> set[str]:
     """Activations of the quantized model that no QuantizeLinear reads (those left in float)."""
     model = onnx.load(str(path))
@@ -196,11 +190,13 @@ def test_bert_mask_default_calibration_beats_onnxruntime_with_every_matmul_quant
     float_path = MODELS / "bert_mask.onnx"
     reference = [np.asarray(session(float_path).run(["sentence_embedding"], b)[0]) for b in evaluation]
     result = calibrate(float_path, calibration, out=tmp_path / "ours.onnx")
-    ours = sentence_cosines(tmp_path / "ours.onnx", reference, evaluation)
+    ours = row_cosines(tmp_path / "ours.onnx", "sentence_embedding", reference, evaluation)
     theirs: dict[str, float | str] = {}
     for name, path in onnxruntime_static(float_path, tmp_path, calibration, monkeypatch).items():
         theirs[name] = (
-            path if isinstance(path, str) else float(sentence_cosines(path, reference, evaluation).mean())
+            path
+            if isinstance(path, str)
+            else float(row_cosines(path, "sentence_embedding", reference, evaluation).mean())
         )
     report(
         f"bert_mask sentence-embedding cosine, mean of {len(ours)} (min {ours.min():.4f})",
@@ -237,7 +233,7 @@ def test_bert_mask_clip_policy_quantizes_the_masked_scores_with_their_robust_ran
     float_path = MODELS / "bert_mask.onnx"
     reference = [np.asarray(session(float_path).run(["sentence_embedding"], b)[0]) for b in evaluation]
     result = calibrate(float_path, calibration, out=tmp_path / "clip.onnx", sentinel="clip")
-    cosines = sentence_cosines(tmp_path / "clip.onnx", reference, evaluation)
+    cosines = row_cosines(tmp_path / "clip.onnx", "sentence_embedding", reference, evaluation)
     print(f"\nbert_mask, sentinel clip: mean cosine {cosines.mean():.4f} (min {cosines.min():.4f})")
     assert cosines.mean() >= 0.99
     mask_constants, masks, _ = mask_tensors(onnx.load(str(float_path)))

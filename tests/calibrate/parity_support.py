@@ -57,6 +57,12 @@ def mask_tensors(model: onnx.ModelProto) -> tuple[set[str], set[str], set[str]]:
     return float_min - {t.name for t in model.graph.initializer}, masks, adds
 
 
+def save_npz(path: Path, batches: list[dict[str, np.ndarray]]) -> Path:
+    """The batches as one .npz (samples on axis 0), as `qconvert calibrate --data` reads it."""
+    np.savez(path, **{name: np.concatenate([b[name] for b in batches]) for name in batches[0]})
+    return path
+
+
 def lowest_cosines(
     float_path: Path, quantized_path: Path, feeds: list[dict[str, np.ndarray]], level: str = "ORT_ENABLE_ALL"
 ) -> dict[str, float]:

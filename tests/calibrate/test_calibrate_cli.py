@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from calibrate.parity_support import onnxruntime_qdq, written_qdq
+from calibrate.parity_support import onnxruntime_qdq, save_npz, written_qdq
 from onnx import TensorProto, helper
 
 from qconvert.calibrate import counting
@@ -33,11 +33,6 @@ def digit_batches(count: int = 4) -> list[dict[str, np.ndarray]]:
 def encoder_batches(count: int = 4) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(12)
     return [{"input_ids": rng.integers(0, 32, (2, 16), dtype=np.int64)} for _ in range(count)]
-
-
-def save_npz(path: Path, batches: list[dict[str, np.ndarray]]) -> Path:
-    np.savez(path, **{name: np.concatenate([b[name] for b in batches]) for name in batches[0]})
-    return path
 
 
 def run(model: Path, batches: list[dict[str, np.ndarray]]) -> list[np.ndarray]:

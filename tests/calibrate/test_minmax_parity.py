@@ -43,6 +43,7 @@ from calibrate.parity_support import (
     minmax_ranges,
     onnxruntime_qdq,
     op_zoo_model,
+    save_npz,
     written_qdq,
 )
 from conftest import require_module
@@ -311,8 +312,7 @@ def test_cli_scheme_flags_give_quantize_statics_model(
     from qconvert.cli import main
 
     data = batches(model_name)
-    samples = tmp_path / "data.npz"
-    np.savez(samples, **{name: np.concatenate([batch[name] for batch in data]) for name in data[0]})
+    samples = save_npz(tmp_path / "data.npz", data)
     out = tmp_path / "ours.qdq.onnx"
     command = ["calibrate", str(MODELS / f"{model_name}.onnx"), "--data", str(samples), "-o", str(out)]
     flags = CLI_FLAGS[variant]

@@ -178,7 +178,8 @@ def check_selection(
         if not selected:
             continue
         if name.startswith("op_types"):
-            unknown = sorted(set(selected) - set(op_types) - known_op_types())
+            missing = set(selected) - set(op_types)  # ONNX's schemas are read only when some are
+            unknown = sorted(missing - known_op_types()) if missing else []
             # Suggest the model's op types first: 'Matmul' is nearer its 'MatMul' than ONNX's 'MatMulInteger'.
             suggest = [_suggestion(item, op_types) or _suggestion(item, known_op_types()) for item in unknown]
             kind = "not an op type of the model or of ONNX"

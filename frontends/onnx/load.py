@@ -89,6 +89,7 @@ class LoadedModel:
     model: ModelProto
     inference_error: InputError | None
     base_dir: Path | None  # the model's folder (None for a ModelProto)
+    label: str  # what errors call the model: its path, or "<ModelProto>"
     # initializer name -> its raw_data bytes, taken out of the proto before shape inference (which
     # would copy the whole serialized model several times over); weights.py views them with frombuffer.
     detached: dict[str, bytes] = field(default_factory=dict)
@@ -139,14 +140,15 @@ def load_model(
     if any(node.domain == MICROSOFT_DOMAIN for node in model.graph.node):
         # Imported here: it imports the IR, which reading a float model for calibration does not need.
         from .qoperator import infer_contrib_shapes as infer_contrib
+    label = "<ModelProto>" if isinstance(source, ModelProto) else str(source)
     inference_error = None
     try:
         model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
         if infer_contrib is not None:  # com.microsoft QOperator outputs, then downstream again
             model = infer_contrib(model)
     except Exception as error:  # onnx raises InferenceError, ValidationError or RuntimeError
-        inference_error = InputError(f"shape inference failed: {error}")
+        inference_error = InputError(f"{label}: onnx shape inference failed: {error}")
     if external and load_external_data:
         assert base_dir is not None
         load_external_data_for_model(model, str(base_dir))
-    return LoadedModel(model, inference_error, base_dir, detached)
+    return LoadedModel(model, inference_error, base_dir, label, detached)

@@ -333,10 +333,9 @@ def calibrate(
         {"the model": model, "--data": data, "--load-ranges": load_ranges},
     )
     loaded = load_float_model(model)
-    model_label = str(model) if not isinstance(model, ModelProto) else "<ModelProto>"
     graph = loaded.model.graph
     node_names, op_types = [node.name for node in graph.node], [node.op_type for node in graph.node]
-    check_selection(chosen, node_names, op_types, model_label)
+    check_selection(chosen, node_names, op_types, loaded.label)
     result: CalibrationResult
     if load_ranges is not None:
         given = {
@@ -375,7 +374,7 @@ def calibrate(
         keep_float = observed.keep_float
         ranges = CalibrationRanges(
             metadata={
-                "model": model_label,
+                "model": loaded.label,
                 "method": chosen_method.name,
                 "method_options": _options_json(chosen_method),
                 "samples": observed.stats.samples_used,

@@ -121,7 +121,7 @@ def load_float_model(source: str | os.PathLike[str] | ModelProto) -> LoadedModel
     loaded = load_model(source, detach=detach)
     if loaded.inference_error is not None:
         raise loaded.inference_error
-    refuse_quantized(loaded.model, str(source) if not isinstance(source, ModelProto) else "<ModelProto>")
+    refuse_quantized(loaded.model, loaded.label)
     return loaded
 
 
@@ -194,7 +194,7 @@ def augment_model(
         weights[tensor.name] = np.frombuffer(data, _DETACHED_TYPES[tensor.data_type]).reshape(tensor.dims)
         tensor.data_location = TensorProto.EXTERNAL
         tensor.external_data.add(key="location", value=DETACHED_LOCATION)
-    return AugmentedModel(augmented.SerializeToString(), folder, tuple(types), types, weights)
+    return AugmentedModel(augmented.SerializeToString(), folder, tuple(types), types, loaded.label, weights)
 
 
 # Public entry point ------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ class AugmentedModel:
     external_data_folder: str | None
     tensors: tuple[str, ...]  # calibrated tensors, in graph order
     element_types: dict[str, str]  # tensor -> "f32" | "f16"
+    label: str  # the model's path for error messages, or "<ModelProto>"
     weights: dict[str, np.ndarray] = field(default_factory=dict)  # initializer -> its data
 
 
@@ -80,7 +81,7 @@ def make_session(augmented: AugmentedModel, threads: int = 1) -> Any:
     try:
         session = ort.InferenceSession(augmented.model_bytes, options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own exception types for any invalid model
-        raise InputError(f"onnxruntime cannot load the model: {error}") from None
+        raise InputError(f"{augmented.label}: onnxruntime cannot load the model: {error}") from None
     session.qconvert_weights = weights
     return session
 

@@ -105,7 +105,7 @@ def check(
     else:
         feeds, inputs_source = random_inputs(model), f"random (seed {RANDOM_SEED})"
     types = element_types(model)
-    values, unreturnable = run_oracle(model, feeds, types)
+    values, unreturnable = run_oracle(model, feeds, types, str(model_path))
     values.update(feeds)
     values.update({t.name: numpy_helper.to_array(t) for t in model.graph.initializer})
     constants = {n.output[0] for n in model.graph.node if n.op_type == "Constant"}
@@ -121,9 +121,7 @@ def check(
         inputs_source=inputs_source,
     )
     if inference_error is not None:
-        report.notes.append(
-            f"onnx shape inference failed ({inference_error.message}); types from onnxruntime"
-        )
+        report.notes.append(f"{inference_error.message}; types from onnxruntime")
 
     # Every fused group holds Q/DQ nodes: no case at all means the model has no quantization node.
     cases = node_cases(
@@ -181,7 +179,8 @@ def _end_to_end(
 ) -> None:
     """Every graph output: the backend's value against the oracle, beside the noise floor."""
     producers = {o: n for n in model.graph.node for o in n.output}
-    optimized = float8_views(run_session(ort_session(model, optimized=True), feeds), types)
+    session = ort_session(model, optimized=True, label=report.model)
+    optimized = float8_views(run_session(session, feeds), types)
     try:
         ours: dict[str, np.ndarray] | None = runner.run_model(typed_for_lift(model, values, types), feeds)
         reason = None

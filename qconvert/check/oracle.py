@@ -139,7 +139,8 @@ def random_inputs(model: ModelProto, seed: int = RANDOM_SEED) -> dict[str, np.nd
 
 
 # onnxruntime ---------------------------------------------------------------------------------------
-def ort_session(model: ModelProto, optimized: bool) -> Any:
+def ort_session(model: ModelProto, optimized: bool, label: str) -> Any:
+    """An onnxruntime CPU session; `label` (the model's file) starts its error message."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -150,7 +151,7 @@ def ort_session(model: ModelProto, optimized: bool) -> Any:
     try:
         return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own exception types for any invalid model
-        raise InputError(f"onnxruntime cannot load the model: {error}") from None
+        raise InputError(f"{label}: onnxruntime cannot load the model: {error}") from None
 
 
 def run_session(session: Any, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -178,7 +179,7 @@ def _type_name(elem_type: int) -> str:
 
 
 def run_oracle(
-    model: ModelProto, inputs: Mapping[str, np.ndarray], types: Mapping[str, int]
+    model: ModelProto, inputs: Mapping[str, np.ndarray], types: Mapping[str, int], label: str
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """onnxruntime, optimizations disabled, every node output exposed: values, and why some are absent."""
     exposed = ModelProto()
@@ -198,7 +199,8 @@ def run_oracle(
                 continue
             exposed.graph.output.append(onnx.ValueInfoProto(name=name))
             outputs.add(name)
-    return float8_views(run_session(ort_session(exposed, optimized=False), inputs), types), unreturnable
+    session = ort_session(exposed, optimized=False, label=label)
+    return float8_views(run_session(session, inputs), types), unreturnable
 
 
 def float8_views(values: dict[str, np.ndarray], types: Mapping[str, int]) -> dict[str, np.ndarray]:

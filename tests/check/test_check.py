@@ -159,6 +159,7 @@ def write_npz(path: Path, **arrays: np.ndarray) -> str:
         ("garbage_npz", "not a readable .npz"),
         ("garbage_model", "not a valid ONNX model"),
         ("missing_model", "no such model file"),
+        ("corrupt_weight", "corrupt.onnx: onnxruntime cannot load the model"),
         ("unknown_backend", "unknown backend 'iree'"),
         ("bad_input_shape", "--input-shape 'image'"),
     ],
@@ -185,6 +186,12 @@ def test_check_bad_input_exits_2_without_json(
         model = str(tmp_path / "m.onnx")
     elif case == "missing_model":
         model = str(tmp_path / "absent.onnx")
+    elif case == "corrupt_weight":  # onnx reads it; onnxruntime refuses the scale's raw_data by name
+        proto = onnx.load(model)
+        (scale,) = [t for t in proto.graph.initializer if t.name == "conv2.bias_quantized_scale"]
+        scale.raw_data = scale.raw_data[:-4]
+        model = str(tmp_path / "corrupt.onnx")
+        onnx.save(proto, model)
     elif case == "unknown_backend":
         extra = ["--backend", "iree"]
     elif case == "bad_input_shape":

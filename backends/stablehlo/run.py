@@ -297,8 +297,10 @@ def attribute_to_numpy(attribute: Any) -> np.ndarray:
     if sub_byte is not None and 0 in shaped.shape:
         return np.zeros(shaped.shape, sub_byte)  # qconvert's parser fails on an empty sub-byte `dense<>`
     from qconvert.ir.attribute_parser import AttributeParser
+    from qconvert.ir.attributes import DenseElementsAttr
 
     parsed = AttributeParser(str(attribute)).parse_attribute()
+    assert isinstance(parsed, DenseElementsAttr), f"not a dense attribute: {attribute}"
     array = np.array(parsed.array).reshape(shaped.shape)  # `dense<>` parses flat
     # The parser keeps sub-byte integers in int8/uint8; XLA returns ml_dtypes' int4 & co: agree with XLA.
     return array.astype(sub_byte) if sub_byte is not None else array

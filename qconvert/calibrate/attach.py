@@ -10,9 +10,11 @@ swap the calibrated type for a `!quant.uniform` one.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 
 import numpy as np
+from onnx import ModelProto
 
 from qconvert.calibrate.block_edit import BlockEdit
 from qconvert.calibrate.ranges import CalibrationRanges, TensorRange
@@ -43,7 +45,7 @@ def calibrated_type(expressed: FloatType, tensor_range: TensorRange) -> Calibrat
 def attach_ranges(
     module: ModuleOp,
     ranges: CalibrationRanges | Mapping[str, TensorRange],
-    model: object | None = None,
+    model: ModelProto | str | os.PathLike[str] | None = None,
 ) -> list[str]:
     """Insert a calibrated qcast/dcast pair on each observed float value of `module` (in place).
 
@@ -54,7 +56,8 @@ def attach_ranges(
     """
     entries = ranges.ranges if isinstance(ranges, CalibrationRanges) else dict(ranges)
     if model is None and isinstance(ranges, CalibrationRanges):
-        model = ranges.metadata.get("model")
+        stored = ranges.metadata.get("model")
+        model = stored if isinstance(stored, str) else None
     values = tensor_values(module, model)
     edit = BlockEdit(main_function(module).regions[0].entry)
     unmatched = []

@@ -309,9 +309,11 @@ class _Finalizer:
             # A range onnxruntime sets without observing it (Softmax outputs): add the pair now.
             low, high = self.plan.ranges.get(value, (0.0, 1.0))
             name = graph.name(value)
+            expressed = element_type_of(value.type)
+            assert isinstance(expressed, FloatType)
             quantize = insert_calibrated_pair(
                 value,
-                calibrated_type(element_type_of(value.type), TensorRange(name, low, high)),
+                calibrated_type(expressed, TensorRange(name, float(low), float(high))),
                 name,
                 self.edit,
             )
@@ -335,6 +337,7 @@ class _Finalizer:
         assert isinstance(producer, ConstantOp)
         data = constant_array(producer)
         if params.block_size:
+            assert params.axis is not None  # blocked parameters always name their axis
             stored = numerics.quantize_blocked(
                 data, params.axis, params.block_size, params.scale, params.zero_point, params.quant_type
             )

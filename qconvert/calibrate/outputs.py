@@ -69,7 +69,7 @@ class TextOutput:
 
     option: str
     path: PathLike
-    write: Callable[[Path], None]
+    write: Callable[[Path], object]  # its return value is ignored
 
 
 def write_outputs(texts: Sequence[TextOutput], write_model: Callable[[], Path] | None) -> None:

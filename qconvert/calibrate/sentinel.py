@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Self
+from typing import Self, TypeGuard
 
 import numpy as np
 
@@ -319,7 +319,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, SentinelAction]:
     return overrides
 
 
-def _spans(robust_range: tuple[float, float] | None) -> bool:
+def _spans(robust_range: tuple[float, float] | None) -> TypeGuard[tuple[float, float]]:
     """Whether the values other than the sentinels span a range to clip to (more than one value)."""
     return robust_range is not None and robust_range[0] < robust_range[1]
 

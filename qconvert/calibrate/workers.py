@@ -82,7 +82,7 @@ def make_session(augmented: AugmentedModel, threads: int = 1) -> Any:
         session = ort.InferenceSession(augmented.model_bytes, options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own exception types for any invalid model
         raise InputError(f"{augmented.label}: onnxruntime cannot load the model: {error}") from None
-    session.qconvert_weights = weights
+    session.qconvert_weights = weights  # pyright: ignore[reportAttributeAccessIssue]
     return session
 
 

@@ -21,6 +21,7 @@ The rules, from reference §2.5:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import ml_dtypes
 import numpy as np
@@ -171,8 +172,8 @@ def compute_scales_zero_points(
 
 
 def activation_params(
-    rmin: float,
-    rmax: float,
+    rmin: float | np.floating,
+    rmax: float | np.floating,
     quant_type: str,
     symmetric: bool = False,
     reduce_range: bool = False,
@@ -201,7 +202,7 @@ def float8_params(std: np.floating) -> ScaleZeroPoint:
         every = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
         _FLOAT8_STD[FLOAT8] = np.std(every[np.isfinite(every)])
     scale = np.asarray(std / _FLOAT8_STD[FLOAT8], dtype=np.asarray(std).dtype)
-    return ScaleZeroPoint(scale[()], 0)
+    return ScaleZeroPoint(cast(np.floating, scale[()]), 0)
 
 
 def float8_saturated_fraction(data: np.ndarray, scale: np.ndarray, axis: int | None = None) -> float:
@@ -339,13 +340,15 @@ def quantize_blocked(
 # Bias ---------------------------------------------------------------------------------------------
 
 
-def bias_scale(input_scale: np.floating, weight_scale: np.ndarray, beta: float = 1.0) -> np.ndarray:
+def bias_scale(
+    input_scale: np.floating | np.ndarray, weight_scale: np.ndarray, beta: float = 1.0
+) -> np.ndarray:
     """`s_in * s_w * beta` in the scales' float type (per-channel when the weight is)."""
     return np.asarray(np.asarray(input_scale) * np.asarray(weight_scale) * beta)
 
 
 def bias_scale_onnxruntime(
-    input_scale: np.floating, weight_scale: np.ndarray, beta: float, bias: np.ndarray
+    input_scale: np.floating | np.ndarray, weight_scale: np.ndarray, beta: float, bias: np.ndarray
 ) -> np.ndarray:
     """The bias scale onnxruntime writes, in the bias's float type, with its float16 fallback.
 
@@ -379,7 +382,7 @@ def quantize_bias(bias: np.ndarray, scale: np.ndarray) -> np.ndarray:
 
 
 def adjust_weight_scale_for_int32_bias(
-    input_scale: np.floating, weight_scale: np.ndarray, bias: np.ndarray, per_channel: bool
+    input_scale: np.floating | np.ndarray, weight_scale: np.ndarray, bias: np.ndarray, per_channel: bool
 ) -> np.ndarray | None:
     """onnxruntime's `_adjust_weight_scale_for_int32_bias`: the increased weight scale, or None if unchanged.
 

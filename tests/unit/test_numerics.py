@@ -169,7 +169,7 @@ def test_numerics_imports_only_numpy_ml_dtypes_and_stdlib(module: Path) -> None:
         for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
     }
-    assert imported <= {"__future__", "dataclasses", "enum", "math", "ml_dtypes", "numpy"}, imported
+    assert imported <= {"__future__", "dataclasses", "enum", "math", "ml_dtypes", "numpy", "typing"}, imported
 
 
 # --- rounding helpers ---------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from qconvert.ir.attributes import StringAttr
+from qconvert.ir.attributes import Attribute, StringAttr
 from qconvert.ir.core import Block, Operation, Region, register_op
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ class ModuleOp(Operation):
 
     @classmethod
     def create(cls, sym_name: str | None = None) -> ModuleOp:
-        attributes = {"sym_name": StringAttr(sym_name)} if sym_name is not None else {}
+        attributes: dict[str, Attribute] = {"sym_name": StringAttr(sym_name)} if sym_name is not None else {}
         return cls(attributes=attributes, regions=[Region([Block()])])
 
     @property

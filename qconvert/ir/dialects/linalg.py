@@ -107,7 +107,7 @@ class GenericOp(Operation):
         op.results = [OpResult(t, op, i) for i, t in enumerate(result_types)]
         return op
 
-    def block_argument_names(self, region_index: int) -> list[str | None]:
+    def block_argument_names(self, region_index: int) -> Sequence[str | None]:
         return ["in"] * self.num_inputs + ["out"] * (len(self.operands) - self.num_inputs)
 
 

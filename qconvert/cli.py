@@ -265,6 +265,9 @@ def calibrate_command(
     per_channel: bool = typer.Option(False, "--per-channel", help="one scale per output channel of weights"),
     block_size: int = typer.Option(0, "--block-size", help="blocked weights of this size (opset 21)"),
     reduce_range: bool = typer.Option(False, "--reduce-range", help="7-bit weights"),
+    float8_scale: str = typer.Option(
+        "std", "--float8-scale", help="float8e4m3fn scales: std (onnxruntime's) | max (none saturate)"
+    ),
     op_types: list[str] = typer.Option([], "--op-types", help="only these op types (comma-separated)"),  # noqa: B008
     exclude_op_types: list[str] = typer.Option([], "--exclude-op-types", help="not these op types"),  # noqa: B008
     nodes: list[str] = typer.Option([], "--nodes", help="only these node names (comma-separated)"),  # noqa: B008
@@ -301,6 +304,7 @@ def calibrate_command(
         "per_channel": per_channel,
         "block_size": block_size,
         "reduce_range": reduce_range,
+        "float8_scale": float8_scale,
         "op_types_to_quantize": names(op_types),
         "op_types_to_exclude": names(exclude_op_types) or frozenset(),
         "nodes_to_quantize": names(nodes),

@@ -283,7 +283,12 @@ def _method(method: str | Method, scheme: Scheme, options: Mapping[str, object])
     if method == "mse" and scheme.activation_type == "float8e4m3fn":
         raise InputError(
             "--method mse searches integer storage ranges; float8e4m3fn activations take their scale "
-            "from --method distribution"
+            "from --method distribution (or, with --float8-scale max, from another method's range)"
+        )
+    if method != "distribution" and scheme.activation_type == "float8e4m3fn" and scheme.float8_scale == "std":
+        raise InputError(
+            f"--method {method}: onnxruntime's float8e4m3fn scales come from the standard deviation that "
+            f"only --method distribution observes; use it, or --float8-scale max"
         )
     if method == "mse":  # the error to minimise is the one of the storage the scheme quantizes to
         settings.setdefault("quant_type", scheme.activation_type)

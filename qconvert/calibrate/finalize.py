@@ -113,10 +113,11 @@ class _Finalizer:
             return None
         dtype = _expressed_dtype(value)
         std = self._std(value)
-        if self.scheme.activation_type == numerics.FLOAT8 and std is None:
+        std_rule = self.scheme.activation_type == numerics.FLOAT8 and self.scheme.float8_scale == "std"
+        if std_rule and std is None:
             raise InputError(
-                f"tensor '{self.graph.name(value)}': float8e4m3fn activations need the standard deviation "
-                f"of the tensor; calibrate with --method distribution"
+                f"tensor '{self.graph.name(value)}': onnxruntime's float8e4m3fn scales need the standard "
+                f"deviation of the tensor; calibrate with --method distribution, or use --float8-scale max"
             )
         try:
             pair = self._activation_pair(found, std, dtype)
@@ -126,12 +127,13 @@ class _Finalizer:
                 f"with a method that clips outliers"
             ) from None
         params = Params(self.scheme.activation_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
-        if self.scheme.activation_type == numerics.FLOAT8:
+        if std_rule:
             limit = numerics.float8_limit() * float(pair.scale)
             if max(-float(found[0]), float(found[1])) > 2 * limit:  # far past: not a tail, the bulk
                 self.plan.notes.append(
                     f"tensor '{self.graph.name(value)}': onnxruntime's float8 scale (from the standard "
-                    f"deviation) saturates at ±{limit:.4g}, its range is [{found[0]:.4g}, {found[1]:.4g}]"
+                    f"deviation) saturates at ±{limit:.4g}, its range is [{found[0]:.4g}, {found[1]:.4g}] "
+                    f"(--float8-scale max does not saturate)"
                 )
         self.activation_cache[value] = params
         return params
@@ -147,6 +149,7 @@ class _Finalizer:
             min_real_range=self.scheme.min_real_range,
             std=std,
             dtype=dtype,
+            float8_scale=self.scheme.float8_scale,
         )
 
     def _std(self, value: Value) -> float | None:
@@ -184,20 +187,32 @@ class _Finalizer:
                 )
             if mark.axis is None:
                 pair = numerics.weight_params(
-                    data.reshape(-1), quant_type, symmetric, scheme.reduce_range, scheme.min_real_range
+                    data.reshape(-1),
+                    quant_type,
+                    symmetric,
+                    scheme.reduce_range,
+                    scheme.min_real_range,
+                    scheme.float8_scale,
                 )
                 params = Params(quant_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
             else:
                 scales, zero_points = numerics.weight_params_per_channel(
-                    data, mark.axis, quant_type, symmetric, scheme.reduce_range, scheme.min_real_range
+                    data,
+                    mark.axis,
+                    quant_type,
+                    symmetric,
+                    scheme.reduce_range,
+                    scheme.min_real_range,
+                    scheme.float8_scale,
                 )
                 params = Params(quant_type, scales, zero_points, axis=mark.axis)
-            if quant_type == numerics.FLOAT8:
+            if quant_type == numerics.FLOAT8 and scheme.float8_scale == "std":
                 saturated = numerics.float8_saturated_fraction(data, params.scale, params.axis)
                 if saturated >= 0.01:  # a few tail values saturate under any std-based scale
                     self.plan.notes.append(
                         f"initializer '{self.graph.name(value)}': onnxruntime's float8 scale (from the "
-                        f"standard deviation) saturates {saturated:.1%} of its values"
+                        f"standard deviation) saturates {saturated:.1%} of its values (--float8-scale max "
+                        f"does not saturate)"
                     )
             self.initializer_params[value] = params
 

@@ -15,7 +15,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, fields
 
 from qconvert.errors import InputError
-from qconvert.numerics.calibration import FLOAT8, QUANT_TYPES, is_signed
+from qconvert.numerics.calibration import FLOAT8, FLOAT8_SCALE_RULES, QUANT_TYPES, is_signed
 
 # onnxruntime QuantType enum names -> our storage kind names (1:1).
 ORT_QUANT_TYPE_NAMES = {
@@ -65,6 +65,9 @@ class Scheme:
     - `op_types_to_exclude_output_quantization`: onnxruntime `OpTypesToExcludeOutputQuantization`.
     - `force_quantize_no_input_check`: Direct8Bit ops quantized even when their input is not
       (onnxruntime's `quantize_static` turns this off by default; `quantize(...)` config turns it on).
+    - `float8_scale`: how float8e4m3fn scales are chosen: "std" is onnxruntime's (std / std of every
+      e4m3fn value; activations need Distribution's std; saturates data whose mean is far from 0, e.g.
+      LayerNorm gammas), "max" is qconvert's (max|x| / 448: nothing saturates; any method's range).
     """
 
     activation_type: str = "int8"
@@ -86,6 +89,7 @@ class Scheme:
     adjust_weight_scale_for_int32_bias: bool = True
     op_types_to_exclude_output_quantization: frozenset[str] = frozenset()
     force_quantize_no_input_check: bool = False
+    float8_scale: str = "std"
 
     def __post_init__(self) -> None:
         self.activation_type = ORT_QUANT_TYPE_NAMES.get(self.activation_type, self.activation_type)
@@ -143,6 +147,10 @@ class Scheme:
             raise InputError("scheme: blocked weights need an integer weight_type, not float8e4m3fn")
         if self.reduce_range and FLOAT8 in (self.activation_type, self.weight_type):
             raise InputError("scheme: reduce_range is not supported with float8e4m3fn")
+        if self.float8_scale not in FLOAT8_SCALE_RULES:
+            raise InputError(
+                f"scheme: float8_scale '{self.float8_scale}' is not one of {', '.join(FLOAT8_SCALE_RULES)}"
+            )
         if self.min_real_range is not None and not self.min_real_range >= 0:
             raise InputError(f"scheme: min_real_range must be >= 0, got {self.min_real_range}")
 

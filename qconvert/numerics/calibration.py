@@ -31,6 +31,9 @@ from . import round_half_to_even
 QUANT_TYPES = ("int8", "uint8", "int16", "uint16", "int4", "uint4", "float8e4m3fn")
 INTEGER_QUANT_TYPES = QUANT_TYPES[:-1]
 FLOAT8 = "float8e4m3fn"
+# How a float8 scale is chosen: "std" is onnxruntime's rule (`float8_params`), "max" qconvert's
+# (`float8_params_from_maximum`).
+FLOAT8_SCALE_RULES = ("std", "max")
 
 STORAGE_DTYPES: dict[str, np.dtype] = {
     "int8": np.dtype(np.int8),
@@ -180,8 +183,12 @@ def activation_params(
     min_real_range: float | None = None,
     std: float | None = None,
     dtype: np.dtype | type = np.float32,
+    float8_scale: str = "std",
 ) -> ScaleZeroPoint:
-    """onnxruntime's `calc_quant_params` for one calibrated activation (float8 needs the range's `std`)."""
+    """onnxruntime's `calc_quant_params` for one calibrated activation (float8 needs the range's `std`,
+    unless `float8_scale` is "max")."""
+    if quant_type == FLOAT8 and float8_scale == "max":
+        return float8_params_from_maximum(max(abs(float(rmin)), abs(float(rmax))), dtype)
     if quant_type == FLOAT8:
         if std is None:
             raise ValueError("float8e4m3fn activations need a standard deviation (Distribution observer)")
@@ -203,6 +210,22 @@ def float8_params(std: np.floating) -> ScaleZeroPoint:
         _FLOAT8_STD[FLOAT8] = np.std(every[np.isfinite(every)])
     scale = np.asarray(std / _FLOAT8_STD[FLOAT8], dtype=np.asarray(std).dtype)
     return ScaleZeroPoint(cast(np.floating, scale[()]), 0)
+
+
+def float8_params_from_maximum(
+    absolute_maximum: float, dtype: np.dtype | type = np.float32
+) -> ScaleZeroPoint:
+    """`max|x| / 448` in `dtype`, zp 0: the largest value lands on e4m3fn's largest finite one, so nothing
+    saturates (not onnxruntime's rule; its std-based one saturates data whose mean is far from 0). The
+    scale is rounded up where rounding to `dtype` would put max|x| / scale past 448. An all-zero tensor
+    gets scale 1."""
+    kind = np.dtype(dtype).type
+    if not absolute_maximum > 0:
+        return ScaleZeroPoint(kind(1.0), 0)
+    scale = kind(absolute_maximum / float8_limit())
+    if kind(absolute_maximum) / scale > float8_limit():
+        scale = np.nextafter(scale, kind(np.inf))
+    return ScaleZeroPoint(scale, 0)
 
 
 def float8_saturated_fraction(data: np.ndarray, scale: np.ndarray, axis: int | None = None) -> float:
@@ -230,12 +253,16 @@ def weight_params(
     symmetric: bool,
     reduce_range: bool = False,
     min_real_range: float | None = None,
+    float8_scale: str = "std",
 ) -> ScaleZeroPoint:
-    """onnxruntime's `compute_data_quant_params` on a whole weight (or one channel of it)."""
+    """onnxruntime's `compute_data_quant_params` on a whole weight (or one channel of it); float8 by
+    `float8_scale` ("std": onnxruntime's, "max": `float8_params_from_maximum`)."""
     data = np.asarray(data)
     if quant_type == FLOAT8:
         if reduce_range:
             raise ValueError("reduce_range is not supported for float8e4m3fn")
+        if float8_scale == "max":
+            return float8_params_from_maximum(float(np.abs(data).max()) if data.size else 0.0, data.dtype)
         return float8_params(np.std(data))
     if data.size == 0:
         return ScaleZeroPoint(data.dtype.type(1.0), 0)
@@ -270,10 +297,13 @@ def weight_params_per_channel(
     symmetric: bool,
     reduce_range: bool = False,
     min_real_range: float | None = None,
+    float8_scale: str = "std",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel `(scales, zero_points)` along `axis`: each slice `data.take(i, axis)` on its own."""
     pairs = [
-        weight_params(data.take(i, axis).ravel(), quant_type, symmetric, reduce_range, min_real_range)
+        weight_params(
+            data.take(i, axis).ravel(), quant_type, symmetric, reduce_range, min_real_range, float8_scale
+        )
         for i in range(data.shape[axis])
     ]
     scales = np.array(

@@ -13,13 +13,14 @@ and is compared with the float model.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from calibrate.parity_support import MODELS, batches, lowest_cosines
+from calibrate.parity_support import MODELS, batches, lowest_cosines, save_npz
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.calibrate.api import calibrate
@@ -188,6 +189,42 @@ def test_float8_saturation_under_onnxruntimes_rule_is_noted(tmp_path: Path) -> N
     assert saturated == gammas and len(gammas) == 5
     softmax = [note for note in result.notes if "Softmax_output_0': onnxruntime's float8 scale" in note]
     assert len(softmax) == 2 and all("its range is [0, 1]" in note for note in softmax)
+
+
+def test_float8_max_scales_keep_the_encoder_close_to_float(tmp_path: Path) -> None:
+    """`--float8-scale max` (max|x| / 448, from any method's range): nothing saturates, so no note, and
+    tiny_encoder's outputs stay near float in onnxruntime, where onnxruntime's std-based scales (same
+    data, run beside it) lose them. A method without std under the std rule is refused before any work."""
+    from qconvert.cli import main
+
+    model, data = MODELS / "tiny_encoder.onnx", batches("tiny_encoder")
+    float8 = ["--activation-type", "float8e4m3fn", "--weight-type", "float8e4m3fn"]
+    npz = save_npz(tmp_path / "data.npz", data)
+    by_max, by_std = tmp_path / "max.onnx", tmp_path / "std.onnx"
+    common = ["calibrate", str(model), "--data", str(npz), "--quiet", *float8]
+    json_path = tmp_path / "max.json"
+    assert (
+        main(
+            [
+                *common,
+                "--method",
+                "minmax",
+                "--float8-scale",
+                "max",
+                "-o",
+                str(by_max),
+                "--json",
+                str(json_path),
+            ]
+        )
+        == 0
+    )
+    assert main([*common, "--method", "distribution", "-o", str(by_std)]) == 0
+    assert not [note for note in json.loads(json_path.read_text())["notes"] if "saturates" in note]
+    near, lost = lowest_cosines(model, by_max, data), lowest_cosines(model, by_std, data)
+    assert min(near.values()) > 0.95 and max(lost.values()) < 0.5, (near, lost)
+    refused = tmp_path / "refused.onnx"
+    assert main([*common, "--method", "minmax", "-o", str(refused)]) == 2 and not refused.exists()
 
 
 @pytest.mark.parametrize("adjust", [True, False])

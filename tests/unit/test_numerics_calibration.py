@@ -268,3 +268,26 @@ def test_bad_arguments_raise() -> None:
         cal.weight_params_blocked(np.zeros((2, 2, 2), np.float32), 0, 2, "int8", True)
     with pytest.raises(ValueError, match="standard deviation"):
         cal.activation_params(0.0, 1.0, "float8e4m3fn")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_float8_max_scale_saturates_nothing_where_the_std_scale_saturates_everything(dtype: type) -> None:
+    """LayerNorm-gamma-like data (mean 1, std 0.05): onnxruntime's std-based scale puts all of it past
+    448; max|x| / 448 puts the largest value on 448 and every value within half a float8 step of itself."""
+    rng = np.random.default_rng(11)
+    gammas = (1 + 0.05 * rng.standard_normal(4096)).astype(dtype)
+    by_std = cal.weight_params(gammas, cal.FLOAT8, True)
+    by_max = cal.weight_params(gammas, cal.FLOAT8, True, float8_scale="max")
+    assert cal.float8_saturated_fraction(gammas, np.asarray(by_std.scale)) == 1.0
+    assert cal.float8_saturated_fraction(gammas, np.asarray(by_max.scale)) == 0.0
+    assert np.asarray(by_max.scale).dtype == dtype and by_max.zero_point == 0
+    stored = cal.quantize_values(gammas, by_max.scale, 0, cal.FLOAT8).astype(np.float64)
+    assert np.abs(stored).max() == cal.float8_limit()
+    # e4m3fn's spacing is 2**(e - 3) in [2**e, 2**(e + 1)): half of it bounds the rounding error.
+    spacing = np.exp2(np.floor(np.log2(np.abs(stored))) - 3)
+    error = np.abs(stored * float(by_max.scale) - gammas.astype(np.float64))
+    assert np.all(error <= (spacing / 2 + 1e-6) * float(by_max.scale))
+    # The same rule for an activation's range, and an all-zero tensor's scale is 1.
+    pair = cal.activation_params(-3.5, 2.0, cal.FLOAT8, float8_scale="max", dtype=dtype)
+    assert np.asarray(pair.scale).dtype == dtype and 447.5 < 3.5 / float(pair.scale) <= 448
+    assert float(cal.weight_params(np.zeros(8, dtype), cal.FLOAT8, True, float8_scale="max").scale) == 1.0

@@ -280,6 +280,12 @@ def calibrate_command(
         None, "--json", help="write the result (ranges, samples) as JSON ('-': stdout, the table to stderr)"
     ),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar and no table; warnings only"),
+    evaluate_samples: int = typer.Option(
+        32,
+        "--evaluate",
+        help="compare the QDQ model with the float one in onnxruntime on this many of the "
+        "first samples (0: skip)",
+    ),
 ) -> None:
     """Calibrate a float ONNX model on data and write it as QDQ ONNX (exit 2 on bad input; nothing written)
 
@@ -328,6 +334,7 @@ def calibrate_command(
             sentinel=sentinel,
             sentinel_overrides=sentinel_override,
             progress=progress,
+            evaluate_samples=evaluate_samples,
         )
     if json_path == "-":  # stdout carries the JSON alone, for a pipe; the summary goes to stderr
         render(result, sys.stderr, sys.stderr, quiet)

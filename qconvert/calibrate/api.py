@@ -42,6 +42,7 @@ from qconvert.calibrate.collect import (
     value_preserving_sources,
 )
 from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
+from qconvert.calibrate.evaluate import Agreement, evaluate
 from qconvert.calibrate.methods import Method, make_method
 from qconvert.calibrate.observers import MinMaxObserver
 from qconvert.calibrate.outputs import TextOutput, check_output_paths, write_outputs
@@ -59,6 +60,7 @@ from qconvert.errors import InputError
 
 if TYPE_CHECKING:
     from qconvert.frontends.onnx.load import LoadedModel
+    from qconvert.ir.dialects.builtin import ModuleOp
 
 KEEP_FLOAT_KEY = "keep_float"  # ranges metadata: tensor -> why it stays float (reapplied by load_ranges)
 
@@ -80,6 +82,7 @@ class CalibrationResult:
     seconds_total: float = 0.0
     output: Path | None = None
     ranges_path: Path | None = None
+    agreement: Agreement | None = None  # the QDQ model against the float one (`evaluate_samples`)
 
     @property
     def samples_per_second(self) -> float | None:
@@ -111,6 +114,7 @@ class CalibrationResult:
             "warnings": self.warnings,
             "notes": self.notes,
             "keep_float": self.keep_float,
+            "agreement": None if self.agreement is None else self.agreement.to_json(),
             "ranges": self.ranges.to_json()["tensors"],
         }
 
@@ -316,6 +320,7 @@ def calibrate(
     sentinel: SentinelPolicy | str = SentinelPolicy.KEEP,
     sentinel_overrides: Mapping[str, str] | Sequence[str] | None = None,
     progress: ProgressCallback | None = None,
+    evaluate_samples: int = 0,
 ) -> CalibrationResult:
     """Calibrate a float ONNX model on `data` and write the QDQ model to `out` (if given).
 
@@ -327,10 +332,14 @@ def calibrate(
     (`CalibrationResult.to_json`). Every output path is checked first; all are written, or none.
     `workers`/`engine`: split the batches across processes ("local") or Ray tasks ("ray"). `sentinel`:
     keep (default), clip or off for ranges a mask dominates; `sentinel_overrides`: NAME=keep|clip|quantize.
-    `progress(samples done, total or None)`.
+    `progress(samples done, total or None)`. `evaluate_samples` > 0: run the QDQ model and the float one
+    in onnxruntime on that many of the first samples and compare their outputs (`result.agreement`,
+    `evaluate.py`); needs `out` and `data`.
     Raises InputError (nothing written) for bad data, a bad model, a bad scheme or an unwritable output.
     """
     started = time.perf_counter()
+    if evaluate_samples < 0:
+        raise InputError(f"--evaluate {evaluate_samples}: give a number of samples, or 0 to skip")
     chosen = make_scheme(scheme)
     chosen.check()
     check_output_paths(
@@ -403,6 +412,9 @@ def calibrate(
     module = None
     if out is not None:
         module = _finalize(model, ranges, chosen, result)
+        if evaluate_samples > 0 and data is not None:
+            result.agreement = _agreement(model, loaded, module, data, batch_size, evaluate_samples)
+            result.warnings.extend(result.agreement.warnings)
     texts = []
     if ranges_path is not None:
         texts.append(TextOutput("--ranges", ranges_path, ranges.save))
@@ -426,7 +438,7 @@ def _finalize(
     ranges: CalibrationRanges,
     scheme: Scheme,
     result: CalibrationResult,
-):
+) -> ModuleOp:
     """The lifted model with the ranges attached and finalized to Q/DQ (not written yet)."""
     from qconvert.calibrate.attach import attach_ranges
     from qconvert.calibrate.finalize import finalize
@@ -443,6 +455,31 @@ def _finalize(
             "model is the float one)"
         )
     return module
+
+
+def _agreement(
+    model: str | os.PathLike[str] | ModelProto,
+    loaded: LoadedModel,
+    module: ModuleOp,
+    data: DataSource,
+    batch_size: int | None,
+    samples: int,
+) -> Agreement:
+    """The finalized module, serialized in memory, against the float model in onnxruntime."""
+    from onnx_ir.serde import serialize_model
+
+    from qconvert.backends.onnx import build_model
+    from qconvert.backends.onnx.save import EXTERNAL_DATA_THRESHOLD
+    from qconvert.backends.onnx.write import initializer_bytes
+
+    quantized = build_model(module)
+    if initializer_bytes(quantized) >= EXTERNAL_DATA_THRESHOLD:
+        return Agreement(
+            "not run", 0, [], ["the model's weights pass 2 GB: not compared with the float model"]
+        )
+    reference = model.SerializeToString() if isinstance(model, ModelProto) else os.fspath(model)
+    dataset = open_dataset(data, loaded.model, batch_size)
+    return evaluate(reference, serialize_model(quantized).SerializeToString(), dataset, samples)
 
 
 def _options_json(method: Method) -> dict[str, object]:

@@ -1,0 +1,138 @@
+"""`evaluate_samples` / `--evaluate`: the written QDQ model against the float model, both in onnxruntime.
+
+Every figure calibrate reports is recomputed here from onnxruntime runs of the written file, sample by
+sample, with plain numpy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from calibrate.parity_support import MODELS, batches, save_npz
+from onnx import TensorProto, helper, numpy_helper
+
+from qconvert.calibrate.api import calibrate
+from qconvert.calibrate.evaluate import sample_cosines
+from qconvert.cli import main
+
+
+def runs(model: Path, feeds: list[dict[str, np.ndarray]], level: str = "ORT_ENABLE_ALL") -> list[list]:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    return [session.run(None, feed) for feed in feeds]
+
+
+def test_the_reported_agreement_is_what_onnxruntime_gives_sample_by_sample(tmp_path: Path) -> None:
+    data = batches("digits_cnn")  # 4 batches of 8; 12 samples to compare means the first 2 batches
+    out = tmp_path / "digits.qdq.onnx"
+    result = calibrate(MODELS / "digits_cnn.onnx", data, method="entropy", out=out, evaluate_samples=12)
+    agreement = result.agreement
+    assert agreement is not None and agreement.level == "ORT_ENABLE_ALL" and agreement.samples == 16
+    want = [run[0] for run in runs(MODELS / "digits_cnn.onnx", data[:2])]
+    got = [run[0] for run in runs(out, data[:2])]
+    cosines = [
+        float(f @ q / (np.linalg.norm(f) * np.linalg.norm(q)))
+        for batch_want, batch_got in zip(want, got)
+        for f, q in zip(batch_want.astype(np.float64), batch_got.astype(np.float64))
+    ]
+    (logits,) = agreement.outputs
+    assert logits.name == "logits" and logits.matching is None
+    assert logits.mean_cosine == pytest.approx(np.mean(cosines), abs=1e-12)
+    assert logits.lowest_cosine == pytest.approx(min(cosines), abs=1e-12)
+    errors = [np.abs(f.astype(np.float64) - q).max() for f, q in zip(want, got)]
+    assert logits.max_abs_error == max(errors)
+    assert 0.99 < logits.lowest_cosine < 1.0  # a real comparison: quantization moves the logits
+
+
+def test_an_integer_output_reports_the_fraction_of_equal_elements(tmp_path: Path) -> None:
+    """MatMul -> ArgMax: the class ids agree or not; the float scores get cosines."""
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((16, 6)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["scores"], name="mm"),
+            helper.make_node("ArgMax", ["scores"], ["label"], name="argmax", axis=1, keepdims=0),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])],
+        [
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n", 6]),
+            helper.make_tensor_value_info("label", TensorProto.INT64, ["n"]),
+        ],
+        [numpy_helper.from_array(weight, "W")],
+    )
+    model = tmp_path / "argmax.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    data = [{"x": rng.standard_normal((64, 16)).astype(np.float32)}]
+    out = tmp_path / "out.onnx"
+    result = calibrate(model, data, out=out, evaluate_samples=64, scheme={"activation_type": "int4"})
+    assert result.agreement is not None
+    outputs = {output.name: output for output in result.agreement.outputs}
+    ((want_scores, want_labels),), ((got_scores, got_labels),) = runs(model, data), runs(out, data)
+    assert (
+        outputs["label"].matching == np.mean(want_labels == got_labels)
+        and outputs["label"].mean_cosine is None
+    )
+    assert outputs["label"].matching < 1.0  # 4-bit scores flip some of the 64 labels
+    cosines = sample_cosines(want_scores, got_scores, 64)
+    assert outputs["scores"].lowest_cosine == pytest.approx(cosines.min(), abs=1e-12)
+
+
+def test_a_model_onnxruntime_cannot_optimize_is_compared_at_basic_level(tmp_path: Path) -> None:
+    """int4 around digits' MaxPool: ORT_ENABLE_ALL refuses the model, ORT_ENABLE_BASIC runs it."""
+    data = batches("digits_cnn", 1)
+    out = tmp_path / "int4.onnx"
+    scheme = {"activation_type": "int4", "weight_type": "int4"}
+    result = calibrate(MODELS / "digits_cnn.onnx", data, out=out, scheme=scheme, evaluate_samples=8)
+    assert result.agreement is not None and result.agreement.level == "ORT_ENABLE_BASIC"
+    assert any("onnxruntime (ORT_ENABLE_ALL) cannot run the written model" in w for w in result.warnings)
+    with pytest.raises(Exception, match="int4"):
+        runs(out, data)
+    ((want,),), ((got,),) = (
+        runs(MODELS / "digits_cnn.onnx", data, "ORT_ENABLE_BASIC"),
+        runs(out, data, "ORT_ENABLE_BASIC"),
+    )
+    assert result.agreement.outputs[0].lowest_cosine == pytest.approx(
+        sample_cosines(want, got, 8).min(), abs=1e-12
+    )
+
+
+def test_cli_prints_the_comparison_by_default_and_skips_it_on_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    npz = save_npz(tmp_path / "data.npz", batches("digits_cnn"))
+    common = [
+        "calibrate",
+        str(MODELS / "digits_cnn.onnx"),
+        "--data",
+        str(npz),
+        "-o",
+        str(tmp_path / "m.onnx"),
+    ]
+    assert main([*common, "--json", str(tmp_path / "default.json")]) == 0
+    shown = capsys.readouterr().out
+    assert "QDQ model against float in onnxruntime (ORT_ENABLE_ALL), first 32 samples" in shown
+    default = json.loads((tmp_path / "default.json").read_text())["agreement"]
+    assert default["samples"] == 32 and default["outputs"][0]["name"] == "logits"
+    assert main([*common, "--json", str(tmp_path / "skipped.json"), "--evaluate", "0"]) == 0
+    assert "QDQ model against float" not in capsys.readouterr().out
+    assert json.loads((tmp_path / "skipped.json").read_text())["agreement"] is None
+    refused = tmp_path / "refused.onnx"
+    assert main([*common[:-1], str(refused), "--evaluate", "-1"]) == 2 and not refused.exists()
+    assert "--evaluate -1" in capsys.readouterr().err
+
+
+def test_sample_cosines_of_zero_and_non_finite_samples() -> None:
+    reference = np.array([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [np.nan, 1.0], [np.inf, 1.0]])
+    candidate = np.array([[1.0, 1.0], [0.0, 0.0], [2.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
+    cosines = sample_cosines(reference, candidate, 5)
+    assert cosines[:3] == pytest.approx([np.sqrt(0.5), 1.0, 0.0])
+    assert np.isnan(cosines[3:]).all()
+    # No batch axis (a scalar or an output whose first dim is not the batch): one cosine for the whole.
+    assert sample_cosines(np.array([3.0, 4.0]), np.array([3.0, 4.0]), 5).tolist() == [1.0]

@@ -284,7 +284,7 @@ def calibrate_command(
         32,
         "--evaluate",
         help="compare the QDQ model with the float one in onnxruntime on this many of the "
-        "first samples (0: skip)",
+        "first samples, whole batches (0: skip)",
     ),
 ) -> None:
     """Calibrate a float ONNX model on data and write it as QDQ ONNX (exit 2 on bad input; nothing written)

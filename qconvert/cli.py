@@ -242,7 +242,7 @@ def calibrate_command(
     out: str | None = typer.Option(None, "--out", "-o", help="write the QDQ ONNX model here"),
     ranges: str | None = typer.Option(None, "--ranges", help="save the calibrated ranges as JSON"),
     load_ranges: str | None = typer.Option(
-        None, "--load-ranges", help="reuse a ranges JSON instead of calibrating (no --data needed)"
+        None, "--load-ranges", help="reuse a ranges JSON instead of calibrating (--data: for --evaluate)"
     ),
     workers: int = typer.Option(1, "--workers", help="processes (or Ray tasks) sharing the batches"),
     engine: str = typer.Option("local", "--engine", help="local (processes) or ray"),

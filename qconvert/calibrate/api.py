@@ -328,8 +328,9 @@ def calibrate(
     {input: array} (see `dataset`). `method`: minmax, moving-average, percentile, entropy, mse,
     distribution (options in `method_options`, e.g. {"percentile": 99.99}). `scheme`: a `Scheme` or its
     fields. `ranges_path`: also save the ranges JSON there. `load_ranges`: take the ranges from that JSON
-    instead of calibrating (`data` is then not needed). `json_path`: also write the result as JSON there
-    (`CalibrationResult.to_json`). Every output path is checked first; all are written, or none.
+    instead of calibrating (`data` then only feeds `evaluate_samples`). `json_path`: also write the result
+    as JSON there (`CalibrationResult.to_json`). Every output path is checked first; all are written, or
+    none.
     `workers`/`engine`: split the batches across processes ("local") or Ray tasks ("ray"). `sentinel`:
     keep (default), clip or off for ranges a mask dominates; `sentinel_overrides`: NAME=keep|clip|quantize.
     `progress(samples done, total or None)`. `evaluate_samples` > 0: run the QDQ model and the float one
@@ -352,8 +353,8 @@ def calibrate(
     check_selection(chosen, node_names, op_types, loaded.label)
     result: CalibrationResult
     if load_ranges is not None:
-        given = {
-            "--data": data is not None,
+        given = {  # --data still serves the comparison with the float model
+            "--data": data is not None and not (evaluate_samples > 0 and out is not None),
             "the method's options (--percentile, --num-bins, --num-quantized-bins)": bool(method_options),
             "--sentinel-override": bool(sentinel_overrides),
         }

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from qconvert.calibrate.dataset import Dataset
+from qconvert.errors import QConvertError
 
 LEVELS = ("ORT_ENABLE_ALL", "ORT_ENABLE_BASIC")
 
@@ -74,6 +75,8 @@ def evaluate(float_model: str | bytes, quantized_model: bytes, dataset: Dataset,
         try:
             quantized = ort.InferenceSession(quantized_model, options, providers=["CPUExecutionProvider"])
             runs = list(_runs(quantized, dataset, samples))
+        except QConvertError:  # bad data: the user's to fix, not onnxruntime's
+            raise
         except Exception as error:  # onnxruntime's own exception types
             warnings.append(f"onnxruntime ({level}) cannot run the written model: {_first_line(error)}")
             continue

@@ -136,3 +136,43 @@ def test_sample_cosines_of_zero_and_non_finite_samples() -> None:
     assert np.isnan(cosines[3:]).all()
     # No batch axis (a scalar or an output whose first dim is not the batch): one cosine for the whole.
     assert sample_cosines(np.array([3.0, 4.0]), np.array([3.0, 4.0]), 5).tolist() == [1.0]
+
+
+def test_loaded_ranges_are_compared_on_the_data_given(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--load-ranges with --data: the data serves the comparison only (and is refused without one)."""
+    npz = save_npz(tmp_path / "data.npz", batches("digits_cnn", 2))
+    ranges, first, second = tmp_path / "ranges.json", tmp_path / "first.json", tmp_path / "second.json"
+    model = str(MODELS / "digits_cnn.onnx")
+    out = ["-o", str(tmp_path / "m.onnx"), "--quiet"]
+    assert (
+        main(["calibrate", model, "--data", str(npz), "--ranges", str(ranges), "--json", str(first), *out])
+        == 0
+    )
+    assert (
+        main(
+            [
+                "calibrate",
+                model,
+                "--load-ranges",
+                str(ranges),
+                "--data",
+                str(npz),
+                "--json",
+                str(second),
+                *out,
+            ]
+        )
+        == 0
+    )
+    reloaded = json.loads(second.read_text())["agreement"]
+    assert reloaded == json.loads(first.read_text())["agreement"] and reloaded["samples"] == 16
+    capsys.readouterr()
+    skipped = ["calibrate", model, "--load-ranges", str(ranges), "--data", str(npz), "--evaluate", "0", *out]
+    assert main(skipped) == 2 and "--data would have no effect" in capsys.readouterr().err
+    wrong = save_npz(tmp_path / "wrong.npz", [{"pixels": batches("digits_cnn", 1)[0]["image"]}])
+    written = tmp_path / "never.onnx"
+    assert (
+        main(["calibrate", model, "--load-ranges", str(ranges), "--data", str(wrong), "-o", str(written)])
+        == 2
+    )
+    assert "pixels" in capsys.readouterr().err and not written.exists()

@@ -286,6 +286,11 @@ def calibrate_command(
         help="compare the QDQ model with the float one in onnxruntime on this many of the "
         "first samples, whole batches (0: skip)",
     ),
+    worst_tensors: int = typer.Option(
+        0,
+        "--worst-tensors",
+        help="also list the N activations losing most to their own Q/DQ (--evaluate's samples)",
+    ),
 ) -> None:
     """Calibrate a float ONNX model on data and write it as QDQ ONNX (exit 2 on bad input; nothing written)
 
@@ -335,12 +340,13 @@ def calibrate_command(
             sentinel_overrides=sentinel_override,
             progress=progress,
             evaluate_samples=evaluate_samples,
+            evaluate_tensors=worst_tensors > 0,
         )
     if json_path == "-":  # stdout carries the JSON alone, for a pipe; the summary goes to stderr
-        render(result, sys.stderr, sys.stderr, quiet)
+        render(result, sys.stderr, sys.stderr, quiet, worst_tensors)
         sys.stdout.write(result.json_text())
         return
-    render(result, sys.stdout, sys.stderr, quiet)
+    render(result, sys.stdout, sys.stderr, quiet, worst_tensors)
 
 
 if __name__ == "__main__":

@@ -39,10 +39,11 @@ from qconvert.calibrate.collect import (
     calibration_tensors,
     collect_passes,
     load_float_model,
+    make_session,
     value_preserving_sources,
 )
 from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
-from qconvert.calibrate.evaluate import Agreement, evaluate
+from qconvert.calibrate.evaluate import Agreement, evaluate, quantized_activations, tensor_losses
 from qconvert.calibrate.methods import Method, make_method
 from qconvert.calibrate.observers import MinMaxObserver
 from qconvert.calibrate.outputs import TextOutput, check_output_paths, write_outputs
@@ -321,6 +322,7 @@ def calibrate(
     sentinel_overrides: Mapping[str, str] | Sequence[str] | None = None,
     progress: ProgressCallback | None = None,
     evaluate_samples: int = 0,
+    evaluate_tensors: bool = False,
 ) -> CalibrationResult:
     """Calibrate a float ONNX model on `data` and write the QDQ model to `out` (if given).
 
@@ -335,7 +337,8 @@ def calibrate(
     keep (default), clip or off for ranges a mask dominates; `sentinel_overrides`: NAME=keep|clip|quantize.
     `progress(samples done, total or None)`. `evaluate_samples` > 0: run the QDQ model and the float one
     in onnxruntime on that many of the first samples and compare their outputs (`result.agreement`,
-    `evaluate.py`); needs `out` and `data`.
+    `evaluate.py`); needs `out` and `data`. `evaluate_tensors`: also each quantized activation's own
+    quantization loss on those samples (`result.agreement.tensors`).
     Raises InputError (nothing written) for bad data, a bad model, a bad scheme or an unwritable output.
     """
     started = time.perf_counter()
@@ -414,7 +417,9 @@ def calibrate(
     if out is not None:
         module = _finalize(model, ranges, chosen, result)
         if evaluate_samples > 0 and data is not None:
-            result.agreement = _agreement(model, loaded, module, data, batch_size, evaluate_samples)
+            result.agreement = _agreement(
+                model, loaded, module, data, batch_size, evaluate_samples, evaluate_tensors
+            )
             result.warnings.extend(result.agreement.warnings)
     texts = []
     if ranges_path is not None:
@@ -465,8 +470,10 @@ def _agreement(
     data: DataSource,
     batch_size: int | None,
     samples: int,
+    tensors: bool,
 ) -> Agreement:
-    """The finalized module, serialized in memory, against the float model in onnxruntime."""
+    """The finalized module, serialized in memory, against the float model in onnxruntime; with `tensors`,
+    each quantized activation's own loss too (the float model exposing them, as calibration ran it)."""
     from onnx_ir.serde import serialize_model
 
     from qconvert.backends.onnx import build_model
@@ -480,7 +487,12 @@ def _agreement(
         )
     reference = model.SerializeToString() if isinstance(model, ModelProto) else os.fspath(model)
     dataset = open_dataset(data, loaded.model, batch_size)
-    return evaluate(reference, serialize_model(quantized).SerializeToString(), dataset, samples)
+    agreement = evaluate(reference, serialize_model(quantized).SerializeToString(), dataset, samples)
+    if tensors:
+        activations = quantized_activations(module)
+        session = make_session(augment_model(loaded, list(activations)), threads=0)
+        agreement.tensors = tensor_losses(session, activations, dataset, samples)
+    return agreement
 
 
 def _options_json(method: Method) -> dict[str, object]:

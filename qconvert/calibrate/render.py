@@ -96,6 +96,22 @@ def agreement_table(agreement: Agreement) -> Table:
     return table
 
 
+def loss_table(agreement: Agreement, count: int) -> Table:
+    """The `count` activations whose own quantize-dequantize moves them most, worst first."""
+    title = (
+        f"activations losing most to their own Q/DQ ({len(agreement.tensors or [])} quantized; relative "
+        f"error ‖x - x̂‖ / ‖x‖ of their quantize-dequantize x̂)"
+    )
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("tensor", overflow="fold")
+    table.add_column("mean error", justify="right")
+    table.add_column("largest error", justify="right")
+    for loss in agreement.worst_tensors(count):
+        cells = (loss.mean_relative_error, loss.largest_relative_error)
+        table.add_row(loss.name, *("-" if value is None else f"{value:.6g}" for value in cells))
+    return table
+
+
 def headline(result: CalibrationResult) -> str:
     """`calibrated 64 samples (8 batches of 8) in 0.21 s, 301 samples/s; wrote out.onnx`."""
     parts = []
@@ -121,7 +137,9 @@ def headline(result: CalibrationResult) -> str:
     return "; ".join(parts)
 
 
-def render(result: CalibrationResult, stdout: TextIO, stderr: TextIO, quiet: bool) -> None:
+def render(
+    result: CalibrationResult, stdout: TextIO, stderr: TextIO, quiet: bool, worst_tensors: int = 0
+) -> None:
     """Warnings on stderr always; the table and the headline on stdout unless `quiet`."""
     errors = Console(file=stderr, highlight=False, soft_wrap=True)
     for warning in result.warnings:
@@ -134,6 +152,8 @@ def render(result: CalibrationResult, stdout: TextIO, stderr: TextIO, quiet: boo
     out.print(summary_table(result))
     if result.agreement is not None and result.agreement.outputs:
         out.print(agreement_table(result.agreement))
+    if result.agreement is not None and worst_tensors > 0 and result.agreement.tensors:
+        out.print(loss_table(result.agreement, worst_tensors))
     for note in result.notes:
         if not any(f"'{name}'" in note for name in result.keep_float):  # already a warning above
             out.print(f"note: {note}", markup=False)

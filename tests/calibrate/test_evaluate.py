@@ -176,3 +176,68 @@ def test_loaded_ranges_are_compared_on_the_data_given(tmp_path: Path, capsys: py
         == 2
     )
     assert "pixels" in capsys.readouterr().err and not written.exists()
+
+
+def test_each_activations_own_loss_is_its_quantize_dequantize_error(tmp_path: Path) -> None:
+    """Recomputed here from the written model's QuantizeLinear parameters and onnxruntime's float values."""
+    data = batches("digits_cnn", 2)
+    out = tmp_path / "digits.qdq.onnx"
+    result = calibrate(MODELS / "digits_cnn.onnx", data, out=out, evaluate_samples=16, evaluate_tensors=True)
+    assert result.agreement is not None and result.agreement.tensors is not None
+    losses = {loss.name: loss for loss in result.agreement.tensors}
+    written = onnx.load(out)
+    constants = {t.name: numpy_helper.to_array(t) for t in written.graph.initializer}
+    # A graph output keeps its name after its DequantizeLinear: its QuantizeLinear reads a renamed tensor.
+    outputs = {output.name for output in written.graph.output}
+    dequantized = {n.input[0]: n.output[0] for n in written.graph.node if n.op_type == "DequantizeLinear"}
+    quantize = {
+        dequantized[n.output[0]] if dequantized[n.output[0]] in outputs else n.input[0]: n
+        for n in written.graph.node
+        if n.op_type == "QuantizeLinear"
+    }
+    assert set(losses) == set(quantize) and len(losses) >= 5
+    exposed = onnx.load(MODELS / "digits_cnn.onnx")
+    exposed.graph.output.extend(onnx.ValueInfoProto(name=name) for name in losses if name != "image")
+    exposed_path = tmp_path / "exposed.onnx"
+    onnx.save(exposed, exposed_path)
+    options = ort.SessionOptions()  # unoptimized, as calibration runs the float model
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(exposed_path), options, providers=["CPUExecutionProvider"])
+    names = [output.name for output in session.get_outputs()]
+    for name, loss in losses.items():
+        errors = []
+        for feed in data:
+            values = feed["image"] if name == "image" else session.run(names, feed)[names.index(name)]
+            scale, zero = constants[quantize[name].input[1]], constants[quantize[name].input[2]]
+            info = np.iinfo(zero.dtype)
+            stored = np.clip(np.rint(values / scale) + zero.astype(np.float32), info.min, info.max)
+            restored = ((stored - zero.astype(np.float32)) * scale).astype(np.float64)
+            for x, x_hat in zip(values.astype(np.float64), restored):
+                errors.append(np.linalg.norm(x - x_hat) / np.linalg.norm(x))
+        assert loss.mean_relative_error == pytest.approx(np.mean(errors), rel=1e-9), name
+        assert loss.largest_relative_error == pytest.approx(max(errors), rel=1e-9), name
+    worst = result.agreement.worst_tensors(3)
+    assert [w.mean_relative_error for w in worst] == sorted(
+        (loss.mean_relative_error for loss in losses.values()), reverse=True
+    )[:3]
+    assert worst[0].mean_relative_error > 0.001  # int8 loses something real
+
+
+def test_cli_lists_the_worst_tensors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    npz = save_npz(tmp_path / "data.npz", batches("digits_cnn", 2))
+    json_path = tmp_path / "result.json"
+    arguments = [
+        "calibrate",
+        str(MODELS / "digits_cnn.onnx"),
+        "--data",
+        str(npz),
+        "-o",
+        str(tmp_path / "m.onnx"),
+    ]
+    assert main([*arguments, "--worst-tensors", "2", "--json", str(json_path)]) == 0
+    shown = capsys.readouterr().out.split("activations losing most to their own Q/DQ")
+    assert len(shown) == 2 and len([line for line in shown[1].splitlines() if "│" in line]) == 2
+    tensors = json.loads(json_path.read_text())["agreement"]["tensors"]
+    assert {"name", "mean_relative_error", "largest_relative_error"} == set(tensors[0])
+    assert main([*arguments, "--json", str(json_path)]) == 0  # off by default
+    assert json.loads(json_path.read_text())["agreement"]["tensors"] is None

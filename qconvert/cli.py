@@ -268,6 +268,11 @@ def calibrate_command(
     float8_scale: str = typer.Option(
         "std", "--float8-scale", help="float8e4m3fn scales: std (onnxruntime's) | max (none saturate)"
     ),
+    overrides: str | None = typer.Option(
+        None,
+        "--overrides",
+        help="per-tensor overrides: a JSON file in onnxruntime's TensorQuantOverrides form",
+    ),
     op_types: list[str] = typer.Option([], "--op-types", help="only these op types (comma-separated)"),  # noqa: B008
     exclude_op_types: list[str] = typer.Option([], "--exclude-op-types", help="not these op types"),  # noqa: B008
     nodes: list[str] = typer.Option([], "--nodes", help="only these node names (comma-separated)"),  # noqa: B008
@@ -296,6 +301,7 @@ def calibrate_command(
 
     Progress on stderr, then a table of the ranges (and any sentinel warning) on stdout."""
     from qconvert.calibrate.api import calibrate
+    from qconvert.calibrate.overrides import read_overrides
     from qconvert.calibrate.render import progress_bar, render
     from qconvert.errors import InputError
 
@@ -316,6 +322,7 @@ def calibrate_command(
         "block_size": block_size,
         "reduce_range": reduce_range,
         "float8_scale": float8_scale,
+        "tensor_overrides": read_overrides(overrides) if overrides else {},
         "op_types_to_quantize": names(op_types),
         "op_types_to_exclude": names(exclude_op_types) or frozenset(),
         "nodes_to_quantize": names(nodes),

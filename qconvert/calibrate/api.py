@@ -47,6 +47,7 @@ from qconvert.calibrate.evaluate import Agreement, evaluate, quantized_activatio
 from qconvert.calibrate.methods import Method, make_method
 from qconvert.calibrate.observers import MinMaxObserver
 from qconvert.calibrate.outputs import TextOutput, check_output_paths, write_outputs
+from qconvert.calibrate.overrides import check_override_names
 from qconvert.calibrate.ranges import CalibrationRanges, TensorRange
 from qconvert.calibrate.scheme import Scheme, check_selection
 from qconvert.calibrate.sentinel import (
@@ -354,6 +355,9 @@ def calibrate(
     graph = loaded.model.graph
     node_names, op_types = [node.name for node in graph.node], [node.op_type for node in graph.node]
     check_selection(chosen, node_names, op_types, loaded.label)
+    tensors = {name for node in graph.node for name in (*node.input, *node.output)}
+    tensors |= {tensor.name for tensor in (*graph.input, *graph.initializer)}
+    check_override_names(chosen.tensor_overrides, tensors, loaded.label)
     result: CalibrationResult
     if load_ranges is not None:
         given = {  # --data still serves the comparison with the float model

@@ -27,6 +27,7 @@ import numpy as np
 from qconvert.calibrate import opset_raise, placement
 from qconvert.calibrate.attach import STD_ATTR, calibrated_type, insert_calibrated_pair
 from qconvert.calibrate.block_edit import BlockEdit
+from qconvert.calibrate.overrides import TensorOverride
 from qconvert.calibrate.placement import Bias, Graph, Plan
 from qconvert.calibrate.ranges import TensorRange
 from qconvert.calibrate.scheme import OPSET21_TYPES, Scheme
@@ -83,6 +84,7 @@ def finalize(module: ModuleOp, scheme: Scheme, notes: list[str] | None = None) -
     """
     scheme.check()
     graph, plan = placement.plan_quantization(module, scheme)
+    _check_overrides(graph, plan, scheme)
     finalizer = _Finalizer(graph, plan, scheme)
     finalizer.run()
     _raise_opset(module, scheme, finalizer.uses_per_axis)
@@ -105,13 +107,26 @@ class _Finalizer:
 
     # Parameters ----------------------------------------------------------------------------------
     def activation_params(self, value: Value) -> Params | None:
-        """onnxruntime's `calc_quant_params` from the (adjusted) range; None without a range."""
+        """onnxruntime's `calc_quant_params` from the (adjusted) range and the tensor's overrides; None
+        without a range."""
         if value in self.activation_cache:
             return self.activation_cache[value]
         found = self.plan.ranges.get(value)
         if found is None:
             return None
         dtype = _expressed_dtype(value)
+        name = self.graph.name(value)
+        override = self.scheme.tensor_overrides.get(name)
+        quant_type = self.scheme.activation_type_of(name)
+        if override is not None and override.scale is not None:
+            scale = np.asarray(override.scale, dtype=dtype)
+            self.activation_cache[value] = Params(quant_type, scale, np.asarray(override.zero_point))
+            return self.activation_cache[value]
+        if override is not None:  # onnxruntime casts the bounds to the tensor's float type
+            found = (
+                dtype.type(found[0] if override.rmin is None else override.rmin),
+                dtype.type(found[1] if override.rmax is None else override.rmax),
+            )
         std = self._std(value)
         std_rule = self.scheme.activation_type == numerics.FLOAT8 and self.scheme.float8_scale == "std"
         if std_rule and std is None:
@@ -120,13 +135,15 @@ class _Finalizer:
                 f"deviation of the tensor; calibrate with --method distribution, or use --float8-scale max"
             )
         try:
-            pair = self._activation_pair(found, std, dtype)
+            pair = self._activation_pair(
+                found, std, dtype, quant_type, self.scheme.activation_symmetric_of(name)
+            )
         except ValueError as error:
             raise InputError(
                 f"tensor '{self.graph.name(value)}': {error}; leave it in float (keep_float) or calibrate it "
                 f"with a method that clips outliers"
             ) from None
-        params = Params(self.scheme.activation_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
+        params = Params(quant_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
         if std_rule:
             limit = numerics.float8_limit() * float(pair.scale)
             if max(-float(found[0]), float(found[1])) > 2 * limit:  # far past: not a tail, the bulk
@@ -139,13 +156,18 @@ class _Finalizer:
         return params
 
     def _activation_pair(
-        self, found: tuple[np.float32, np.float32], std: float | None, dtype: np.dtype
+        self,
+        found: tuple[np.floating, np.floating],
+        std: float | None,
+        dtype: np.dtype,
+        quant_type: str,
+        symmetric: bool,
     ) -> numerics.ScaleZeroPoint:
         return numerics.activation_params(
             found[0],
             found[1],
-            self.scheme.activation_type,
-            symmetric=self.scheme.activation_symmetric,
+            quant_type,
+            symmetric=symmetric,
             min_real_range=self.scheme.min_real_range,
             std=std,
             dtype=dtype,
@@ -170,10 +192,19 @@ class _Finalizer:
                     f"{np.count_nonzero(~np.isfinite(data))} Inf/NaN value(s)"
                 )
                 continue
-            quant_type = scheme.weight_type if mark.is_weight else scheme.activation_type
-            symmetric = mark.axis is not None or (
-                scheme.weight_is_symmetric if mark.is_weight else scheme.activation_symmetric
+            override = scheme.tensor_overrides.get(self.graph.name(value), TensorOverride())
+            quant_type = override.quant_type or (
+                scheme.weight_type if mark.is_weight else scheme.activation_type
             )
+            if override.scale is not None:  # onnxruntime takes them as given, in the weight's float type
+                scale = np.asarray(override.scale, dtype=data.dtype)
+                self.initializer_params[value] = Params(quant_type, scale, np.asarray(override.zero_point))
+                continue
+            symmetric = mark.axis is not None or (
+                scheme.weight_symmetric_for(quant_type) if mark.is_weight else scheme.activation_symmetric
+            )
+            symmetric = symmetric if override.symmetric is None else override.symmetric
+            reduce_range = scheme.reduce_range if override.reduce_range is None else override.reduce_range
             if mark.is_weight and scheme.block_size > 0:
                 axis = mark.axis if mark.axis is not None else 0
                 if data.ndim == 2:
@@ -190,9 +221,11 @@ class _Finalizer:
                     data.reshape(-1),
                     quant_type,
                     symmetric,
-                    scheme.reduce_range,
+                    reduce_range,
                     scheme.min_real_range,
                     scheme.float8_scale,
+                    rmin=override.rmin,
+                    rmax=override.rmax,
                 )
                 params = Params(quant_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
             else:
@@ -201,7 +234,7 @@ class _Finalizer:
                     mark.axis,
                     quant_type,
                     symmetric,
-                    scheme.reduce_range,
+                    reduce_range,
                     scheme.min_real_range,
                     scheme.float8_scale,
                 )
@@ -487,6 +520,46 @@ def quant_type_for(
     return UniformQuantizedType(**common, scale=float(params.scale), zero_point=int(params.zero_point))
 
 
+def _check_overrides(graph: Graph, plan: Plan, scheme: Scheme) -> None:
+    """InputError for an override naming no calibrated tensor or initializer (with a close name), an
+    initializer-only key on an activation, or a bias (onnxruntime would quantize it as a weight); a note
+    for an override that placement leaves without effect (onnxruntime drops those without a word)."""
+    if not scheme.tensor_overrides:
+        return
+    by_name = {graph.name(value): value for value in graph.pairs}
+    folded = {upstream: node for node, upstream, _ in plan.removed}
+    for name in sorted(scheme.tensor_overrides.keys() & by_name.keys()):
+        value = by_name[name]
+        mark = plan.marks.get(value)
+        if value in folded:
+            why = (
+                f"{folded[value].op_type} '{folded[value].name}' is folded into it: its output's Q/DQ is used"
+            )
+        elif mark is None:
+            why = "it gets no Q/DQ (not selected, or its consumers are not quantized)"
+        elif mark.provider is not None:
+            why = f"it shares the Q/DQ parameters of '{graph.name(mark.provider)}'"
+        else:
+            continue
+        plan.notes.append(f"override of '{name}' has no effect: {why}")
+    activations = set(by_name)
+    initializers = {graph.name(op.result) for op in graph.block.ops if isinstance(op, ConstantOp)}
+    biases = {graph.name(bias.value) for bias in plan.biases}
+    problems = []
+    for name, override in scheme.tensor_overrides.items():
+        if name not in activations | initializers:  # the model has it (api checked): not calibrated
+            problems.append(
+                f"'{name}': not a calibrated tensor (its nodes' op types are not quantized), nor an "
+                f"initializer"
+            )
+        elif name in biases:
+            problems.append(f"'{name}': a bias (int32 from its input's and weight's scales); not overridable")
+        elif name not in initializers and (override.reduce_range is not None or override.axis is not None):
+            problems.append(f"'{name}': 'reduce_range' and 'axis' apply to initializers only")
+    if problems:
+        raise InputError(f"tensor overrides: {'; '.join(problems)}")
+
+
 def _expressed_dtype(value: Value) -> np.dtype:
     expressed = element_type_of(value.type)
     return float_dtype(expressed) if isinstance(expressed, FloatType) else np.dtype(np.float32)
@@ -513,7 +586,11 @@ def _raise_opset(module: ModuleOp, scheme: Scheme, uses_per_axis: bool) -> None:
 def _opset_reason(scheme: Scheme, uses_per_axis: bool, needed: int) -> str:
     """Why the opset rises to `needed`, for the error of an op that cannot be converted."""
     if scheme.needs_opset21:
-        types = [t for t in (scheme.activation_type, scheme.weight_type) if t in OPSET21_TYPES]
+        types = [
+            t
+            for t in (scheme.activation_type, scheme.weight_type, *sorted(scheme.storage_types))
+            if t in OPSET21_TYPES
+        ]
         what = [f"{t} storage" for t in dict.fromkeys(types)]
         if scheme.block_size:
             what.append(f"blocked weights (block size {scheme.block_size})")

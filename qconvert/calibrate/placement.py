@@ -229,10 +229,15 @@ class Planner:
         self.plan.biases.append(Bias(node, index, value, input_, weight, beta))
 
     def per_channel_axis(self, value: Value, default_axis: int, op_type: str | None) -> int | None:
-        """onnxruntime's `is_tensor_per_channel`: the axis, or None (not per-channel, or out of range)."""
-        if not self.graph.is_initializer(value) or not self.scheme.per_channel:
+        """onnxruntime's `is_tensor_per_channel`: the axis, or None (not per-channel, or out of range). An
+        override with an axis makes the weight per-channel along it, one without makes it per-tensor."""
+        override = self.scheme.tensor_overrides.get(self.graph.name(value))
+        if not self.graph.is_initializer(value) or (override is None and not self.scheme.per_channel):
+            return None
+        if override is not None and override.axis is None:
             return None
         axis = self.scheme.per_channel_axis.get(op_type, default_axis) if op_type else default_axis
+        axis = axis if override is None or override.axis is None else override.axis
         rank = len(getattr(value.type, "shape", ()))
         if not -rank <= axis < rank:
             self.plan.notes.append(
@@ -339,9 +344,10 @@ class Planner:
             return
         scheme = self.scheme
         # Folding hands the op's clamp to the output's Q/DQ: there must be one, and it must clamp where the
-        # op does; float8 has no zero point to clamp at (onnxruntime folds in all these cases).
+        # op does; float8 has no zero point to clamp at (onnxruntime folds in all these cases, and reads
+        # only the scheme's symmetry, not an override's).
         foldable = (
-            not scheme.activation_symmetric
+            not scheme.activation_symmetric_of(self.graph.name(output))
             and scheme.activation_type != "float8e4m3fn"
             and not scheme.keep_removable_activations
             and not self.output_disabled(node)
@@ -413,10 +419,11 @@ class Planner:
     def quantize_MaxPool(self, node: Node) -> None:
         if self.opset >= 12 and self.scheme.activation_type != "float8e4m3fn":
             self.quantize_direct(node)
-        if self.scheme.activation_type in ("int4", "uint4") and node.outputs[0] in self.plan.marks:
+        storage = self.scheme.activation_type_of(self.graph.name(node.inputs[0]))
+        if storage in ("int4", "uint4") and node.outputs[0] in self.plan.marks:
             self.plan.notes.append(
                 f"MaxPool '{node.name}': onnxruntime's extended graph optimizations drop its Q/DQ pair, then "
-                f"refuse a {self.scheme.activation_type} MaxPool: run this model at ORT_ENABLE_BASIC "
+                f"refuse a {storage} MaxPool: run this model at ORT_ENABLE_BASIC "
                 f"(quantize_static's model fails the same way)"
             )
 

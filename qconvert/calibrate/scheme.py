@@ -14,19 +14,9 @@ import functools
 from collections.abc import Collection
 from dataclasses import dataclass, field, fields
 
+from qconvert.calibrate.overrides import ORT_QUANT_TYPE_NAMES, TensorOverride, parse_overrides, storage_name
 from qconvert.errors import InputError
 from qconvert.numerics.calibration import FLOAT8, FLOAT8_SCALE_RULES, QUANT_TYPES, is_signed
-
-# onnxruntime QuantType enum names -> our storage kind names (1:1).
-ORT_QUANT_TYPE_NAMES = {
-    "QInt8": "int8",
-    "QUInt8": "uint8",
-    "QInt16": "int16",
-    "QUInt16": "uint16",
-    "QInt4": "int4",
-    "QUInt4": "uint4",
-    "QFLOAT8E4M3FN": "float8e4m3fn",
-}
 
 # onnxruntime's default op list for QDQ: the QLinear and QDQ registry keys (quantize.py).
 DEFAULT_OP_TYPES = frozenset(
@@ -68,6 +58,8 @@ class Scheme:
     - `float8_scale`: how float8e4m3fn scales are chosen: "std" is onnxruntime's (std / std of every
       e4m3fn value; activations need Distribution's std; saturates data whose mean is far from 0, e.g.
       LayerNorm gammas), "max" is qconvert's (max|x| / 448: nothing saturates; any method's range).
+    - `tensor_overrides`: tensor name -> `TensorOverride` (onnxruntime `TensorQuantOverrides`, whose
+      dict form is accepted too: overrides.py).
     """
 
     activation_type: str = "int8"
@@ -90,10 +82,12 @@ class Scheme:
     op_types_to_exclude_output_quantization: frozenset[str] = frozenset()
     force_quantize_no_input_check: bool = False
     float8_scale: str = "std"
+    tensor_overrides: dict[str, TensorOverride] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.activation_type = ORT_QUANT_TYPE_NAMES.get(self.activation_type, self.activation_type)
-        self.weight_type = ORT_QUANT_TYPE_NAMES.get(self.weight_type, self.weight_type)
+        self.activation_type = storage_name(self.activation_type)
+        self.weight_type = storage_name(self.weight_type)
+        self.tensor_overrides = parse_overrides(self.tensor_overrides)
         for name in ("op_types_to_quantize", "nodes_to_quantize"):
             value = getattr(self, name)
             if value is not None:
@@ -106,9 +100,11 @@ class Scheme:
     @property
     def weight_is_symmetric(self) -> bool:
         """onnxruntime's `is_weight_symmetric`: the explicit setting, else True for signed/float8 types."""
-        if self.weight_symmetric is not None:
-            return self.weight_symmetric
-        return is_signed(self.weight_type)
+        return self.weight_symmetric_for(self.weight_type)
+
+    def weight_symmetric_for(self, quant_type: str) -> bool:
+        """`weight_is_symmetric` for a weight stored as `quant_type` (an override's type)."""
+        return self.weight_symmetric if self.weight_symmetric is not None else is_signed(quant_type)
 
     @property
     def quantized_op_types(self) -> frozenset[str]:
@@ -118,9 +114,27 @@ class Scheme:
         return selected - self.op_types_to_exclude
 
     @property
+    def storage_types(self) -> frozenset[str]:
+        """Every storage kind the scheme may write: activations', weights' and the overrides'."""
+        overridden = {o.quant_type for o in self.tensor_overrides.values() if o.quant_type is not None}
+        return frozenset({self.activation_type, self.weight_type, *overridden})
+
+    @property
     def needs_opset21(self) -> bool:
         """16-bit and 4-bit storage, and blocked weights, exist in ONNX Q/DQ from opset 21 on."""
-        return self.block_size > 0 or bool({self.activation_type, self.weight_type} & OPSET21_TYPES)
+        return self.block_size > 0 or bool(self.storage_types & OPSET21_TYPES)
+
+    def activation_type_of(self, tensor: str) -> str:
+        """The storage of activation `tensor`: its override's, else the scheme's."""
+        override = self.tensor_overrides.get(tensor)
+        return override.quant_type if override and override.quant_type else self.activation_type
+
+    def activation_symmetric_of(self, tensor: str) -> bool:
+        """Whether activation `tensor`'s range is symmetric: its override's setting, else the scheme's."""
+        override = self.tensor_overrides.get(tensor)
+        return (
+            override.symmetric if override and override.symmetric is not None else self.activation_symmetric
+        )
 
     def check(self) -> None:
         """Refuse unknown types and the combinations onnxruntime refuses, naming the option."""
@@ -160,6 +174,7 @@ class Scheme:
         for item in fields(self):
             value = getattr(self, item.name)
             result[item.name] = sorted(value) if isinstance(value, frozenset) else value
+        result["tensor_overrides"] = {name: [o.to_json()] for name, o in self.tensor_overrides.items()}
         return result
 
 

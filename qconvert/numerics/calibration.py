@@ -254,9 +254,12 @@ def weight_params(
     reduce_range: bool = False,
     min_real_range: float | None = None,
     float8_scale: str = "std",
+    rmin: float | None = None,
+    rmax: float | None = None,
 ) -> ScaleZeroPoint:
     """onnxruntime's `compute_data_quant_params` on a whole weight (or one channel of it); float8 by
-    `float8_scale` ("std": onnxruntime's, "max": `float8_params_from_maximum`)."""
+    `float8_scale` ("std": onnxruntime's, "max": `float8_params_from_maximum`). `rmin`/`rmax` replace the
+    data's min/max (onnxruntime's overrides), cast to the data's float type as it does."""
     data = np.asarray(data)
     if quant_type == FLOAT8:
         if reduce_range:
@@ -267,7 +270,9 @@ def weight_params(
     if data.size == 0:
         return ScaleZeroPoint(data.dtype.type(1.0), 0)
     qmin, qmax = qmin_qmax(quant_type, reduce_range=reduce_range, symmetric=symmetric)
-    return compute_scale_zp(data.min(), data.max(), qmin, qmax, symmetric, min_real_range, data.dtype)
+    low = data.min() if rmin is None else data.dtype.type(rmin)
+    high = data.max() if rmax is None else data.dtype.type(rmax)
+    return compute_scale_zp(low, high, qmin, qmax, symmetric, min_real_range, data.dtype)
 
 
 def quantize_values(

@@ -53,6 +53,41 @@ from qconvert.calibrate.finalize import finalize
 from qconvert.calibrate.scheme import DEFAULT_OP_TYPES, Scheme
 from qconvert.frontends.onnx import import_onnx
 
+CNN_OVERRIDES = {
+    "image": [{"rmin": -1.0, "rmax": 2.0}],  # a range wider than the data's
+    "/Relu_output_0": [{"quant_type": "QUInt16"}],  # mixed precision: 16 bits between 8-bit ops
+    "/gap/GlobalAveragePool_output_0": [{"symmetric": True}],
+    "logits": [{"scale": 0.25, "zero_point": 3}],
+    "conv1.weight": [{"quant_type": "QInt4", "axis": 0}],  # per-channel though per_channel is off
+    "fc.weight": [{"symmetric": False, "reduce_range": True}],
+    "conv2.weight": [{"rmin": -0.5, "rmax": 0.5}],
+}
+ENCODER_OVERRIDES = {
+    "/layers.0/Softmax_output_0": [{"quant_type": "QUInt16", "rmin": 0.0, "rmax": 1.0}],
+    "/layers.1/gelu/Mul_1_output_0": [{"quant_type": "QInt16", "symmetric": True}],
+    "onnx::MatMul_218": [{"quant_type": "QUInt8"}],  # per-tensor though per_channel is on
+    "onnx::MatMul_224": [{"quant_type": "QInt4", "axis": 1}],
+}
+
+
+def ort_overrides(overrides: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """Our overrides in the types onnxruntime's quantize_static requires (QuantType, numpy values)."""
+    from onnxruntime.quantization import QuantType
+
+    converted = {}
+    for name, (options,) in overrides.items():
+        options = dict(options)
+        if "quant_type" in options:
+            options["quant_type"] = QuantType[options["quant_type"]]
+        for key in ("scale", "rmin", "rmax"):  # it reads the dtype of an activation's
+            if key in options:
+                options[key] = np.array(options[key], dtype=np.float32)
+        if "zero_point" in options:
+            options["zero_point"] = np.array(options["zero_point"], dtype=np.uint8)
+        converted[name] = [options]
+    return converted
+
+
 # name: (onnxruntime quantize_static settings, our scheme, models it applies to)
 BOTH = ("digits_cnn", "tiny_encoder")
 VARIANTS: dict[str, tuple[dict, Scheme, tuple[str, ...]]] = {
@@ -199,6 +234,18 @@ VARIANTS: dict[str, tuple[dict, Scheme, tuple[str, ...]]] = {
         Scheme(op_types_to_quantize={"MatMul"}, activation_type="uint8", weight_type="uint4", block_size=32),
         ("tiny_encoder",),
     ),
+    # TensorQuantOverrides, in onnxruntime's form on both sides (its quant types as enums, its activation
+    # scale and zero point as numpy values, as it requires); one override of each kind per model.
+    "overrides_cnn": (
+        {"extra_options": {"TensorQuantOverrides": ort_overrides(CNN_OVERRIDES)}},
+        Scheme(tensor_overrides=CNN_OVERRIDES),
+        ("digits_cnn",),
+    ),
+    "overrides_encoder": (
+        {"per_channel": True, "extra_options": {"TensorQuantOverrides": ort_overrides(ENCODER_OVERRIDES)}},
+        Scheme(per_channel=True, tensor_overrides=ENCODER_OVERRIDES),
+        ("tiny_encoder",),
+    ),
 }
 CASES = [(model, variant) for variant, (_, _, models) in VARIANTS.items() for model in models]
 
@@ -240,6 +287,8 @@ def test_minmax_matches_quantize_static(model_name: str, variant: str, onnxrunti
 # End to end through the public API and the ONNX writer (a subset: each case runs two quantizers).
 WRITTEN_CASES = [
     ("digits_cnn", "per_channel"),
+    ("digits_cnn", "overrides_cnn"),
+    ("tiny_encoder", "overrides_encoder"),
     ("digits_cnn", "uint8"),
     ("tiny_encoder", "per_channel"),
     ("tiny_encoder", "int16"),

@@ -266,7 +266,7 @@ def calibrate_command(
     block_size: int = typer.Option(0, "--block-size", help="blocked weights of this size (opset 21)"),
     reduce_range: bool = typer.Option(False, "--reduce-range", help="7-bit weights"),
     float8_scale: str = typer.Option(
-        "std", "--float8-scale", help="float8e4m3fn scales: std (onnxruntime's) | max (none saturate)"
+        "std", "--float8-scale", help="float8e4m3fn scales: std (onnxruntime's) | max (max|x| / 448)"
     ),
     overrides: str | None = typer.Option(
         None,

@@ -20,11 +20,10 @@ only after every step succeeded: the ranges JSON first, the model last.
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,7 +43,7 @@ from qconvert.calibrate.collect import (
 )
 from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
 from qconvert.calibrate.evaluate import Agreement, evaluate, quantized_activations, tensor_losses
-from qconvert.calibrate.methods import Method, make_method
+from qconvert.calibrate.methods import METHODS, Method, make_method
 from qconvert.calibrate.observers import MinMaxObserver
 from qconvert.calibrate.outputs import TextOutput, check_output_paths, write_outputs
 from qconvert.calibrate.overrides import check_override_names
@@ -286,6 +285,10 @@ def _method(method: str | Method, scheme: Scheme, options: Mapping[str, object])
     if isinstance(method, Method):
         return method
     settings = dict(options)
+    if method not in METHODS:  # before the scheme's checks below, which take the name as valid
+        raise InputError(
+            f"--method {method}: unknown calibration method (expected one of {', '.join(METHODS)})"
+        )
     if method == "mse" and scheme.activation_type == "float8e4m3fn":
         raise InputError(
             "--method mse searches integer storage ranges; float8e4m3fn activations take their scale "
@@ -371,6 +374,8 @@ def calibrate(
                 f"--load-ranges {load_ranges}: the ranges are reused as saved, so {', '.join(ignored)} would "
                 f"have no effect; drop {'it' if len(ignored) == 1 else 'them'}"
             )
+        if data is not None and evaluate_samples > 0:  # only for the comparison: checked before any work
+            open_dataset(data, loaded.model, batch_size).count_samples()
         ranges = CalibrationRanges.load(load_ranges)
         stored = ranges.metadata.get(KEEP_FLOAT_KEY, {})
         keep_float = {str(k): str(v) for k, v in stored.items()} if isinstance(stored, dict) else {}
@@ -417,29 +422,43 @@ def calibrate(
             engine=engine,
             seconds_collecting=observed.seconds,
         )
-    module = None
-    if out is not None:
-        module = _finalize(model, ranges, chosen, result)
-        if evaluate_samples > 0 and data is not None:
-            result.agreement = _agreement(
-                model, loaded, module, data, batch_size, evaluate_samples, evaluate_tensors
-            )
-            result.warnings.extend(result.agreement.warnings)
     texts = []
     if ranges_path is not None:
         texts.append(TextOutput("--ranges", ranges_path, ranges.save))
         result.ranges_path = Path(ranges_path)
-    write_model = None
-    if module is not None and out is not None:
+    write_model: Callable[[], Path] | None = None
+    if out is not None:
         from qconvert.backends.onnx import save_onnx
+        from qconvert.calibrate.placement import ORT_BASIC_ADVICE
 
+        module = _finalize(model, ranges, chosen, result)
         result.output = Path(out)
-        write_model = functools.partial(save_onnx, module, out)
-    result.seconds_total = time.perf_counter() - started
-    if json_path is not None:
-        text = result.json_text()  # the paths above are in it: written together with them, or not at all
-        texts.append(TextOutput("--json", json_path, lambda path: path.write_text(text, encoding="utf-8")))
+
+        def write_and_compare() -> Path:
+            """The model, then the comparison with the float model on the file as written."""
+            path = save_onnx(module, out)
+            if evaluate_samples > 0 and data is not None:
+                needs_basic = any(ORT_BASIC_ADVICE in note for note in result.notes)
+                options = (evaluate_samples, evaluate_tensors, load_ranges is None, needs_basic)
+                try:
+                    result.agreement = _agreement(path, model, loaded, module, data, batch_size, *options)
+                except BaseException:  # bad data (or Ctrl-C): no model without its report
+                    path.unlink(missing_ok=True)
+                    raise
+                result.warnings.extend(result.agreement.warnings)
+            return path
+
+        write_model = write_and_compare
+
+    if json_path is not None:  # written after the model (with the comparison in it), or not at all
+
+        def write_json(path: Path) -> None:
+            result.seconds_total = time.perf_counter() - started
+            path.write_text(result.json_text(), encoding="utf-8")
+
+        texts.append(TextOutput("--json", json_path, write_json))
     write_outputs(texts, write_model)
+    result.seconds_total = time.perf_counter() - started
     return result
 
 
@@ -468,6 +487,7 @@ def _finalize(
 
 
 def _agreement(
+    written: Path,
     model: str | os.PathLike[str] | ModelProto,
     loaded: LoadedModel,
     module: ModuleOp,
@@ -475,27 +495,25 @@ def _agreement(
     batch_size: int | None,
     samples: int,
     tensors: bool,
+    read_before: bool,
+    needs_basic: bool,
 ) -> Agreement:
-    """The finalized module, serialized in memory, against the float model in onnxruntime; with `tensors`,
-    each quantized activation's own loss too (the float model exposing them, as calibration ran it)."""
-    from onnx_ir.serde import serialize_model
-
-    from qconvert.backends.onnx import build_model
-    from qconvert.backends.onnx.save import EXTERNAL_DATA_THRESHOLD
-    from qconvert.backends.onnx.write import initializer_bytes
-
-    quantized = build_model(module)
-    if initializer_bytes(quantized) >= EXTERNAL_DATA_THRESHOLD:
-        return Agreement(
-            "not run", 0, [], ["the model's weights pass 2 GB: not compared with the float model"]
-        )
+    """The written model against the float model in onnxruntime; with `tensors`, each quantized
+    activation's own loss too (the float model exposing them, as calibration ran it). Data read once
+    already (`read_before`) that cannot be read again (a one-shot iterator) skips the comparison."""
     reference = model.SerializeToString() if isinstance(model, ModelProto) else os.fspath(model)
     dataset = open_dataset(data, loaded.model, batch_size)
-    agreement = evaluate(reference, serialize_model(quantized).SerializeToString(), dataset, samples)
-    if tensors:
-        activations = quantized_activations(module)
-        session = make_session(augment_model(loaded, list(activations)), threads=0)
-        agreement.tensors = tensor_losses(session, activations, dataset, samples)
+    try:
+        agreement = evaluate(reference, os.fspath(written), dataset, samples, needs_basic)
+        if tensors:
+            activations = quantized_activations(module)
+            session = make_session(augment_model(loaded, list(activations)), threads=0)
+            agreement.tensors = tensor_losses(session, activations, dataset, samples)
+    except InputError as error:
+        if not read_before:
+            raise
+        reason = f"reading --data again failed ({error.message}; a one-shot iterator?): --evaluate 0 skips it"
+        return Agreement("not run", 0, [], [f"the comparison with the float model did not run: {reason}"])
     return agreement
 
 

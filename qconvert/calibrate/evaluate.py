@@ -1,50 +1,57 @@
-"""How close the QDQ model stays to the float model: both run by onnxruntime on the first calibration samples.
+"""How close the written QDQ model stays to the float model: both run by onnxruntime on the first samples.
 
 NOTE: this is the check a user would otherwise script by hand after every calibration, and the one that
 catches what no range table shows: a folded Relu over a symmetric range, a saturating float8 scale, a
-masked tensor quantized to nothing. The samples are calibration samples (the first `samples` the dataset
-gives, NaN/Inf ones left out as in calibration), not held-out data: a broken model shows, an overfitted
-range does not. onnxruntime runs both models at its default graph optimizations (ORT_ENABLE_ALL), as a
-user would; where it cannot run the QDQ model there (4-bit MaxPool), the comparison runs at
-ORT_ENABLE_BASIC and says why. Per graph output and per sample (a row of the batch axis; the whole output
-when it has none): the cosine of the flattened float and quantized values, in float64 (1.0 when both are
-zero, 0.0 when one is; none for a sample holding Inf or NaN) and the largest |difference| over the elements
-finite in both; integer and boolean outputs report the fraction of equal elements instead.
+masked tensor quantized to nothing. The samples are the first `samples` the data gives when read again
+(whole batches, NaN/Inf ones left out as in calibration): the calibration samples for files, and for a
+function whatever it returns the second time. They are not held-out data: a broken model shows, an
+overfitted range does not. onnxruntime runs both models at its default graph optimizations
+(ORT_ENABLE_ALL), as a user would, or at ORT_ENABLE_BASIC where finalize says the model needs it; where
+it cannot run the QDQ model at ALL (4-bit MaxPool) the comparison falls back to BASIC and says why.
+
+Per graph output, batch by batch (nothing is kept but per-sample figures): per sample (a row of the batch
+axis; the whole output when it has none, `batch_axis`), the cosine of the float and quantized values over
+the elements finite in both (none for a sample of one element: ±1 says nothing), the largest |difference|
+over those elements, and a count of the elements finite in one model and not in the other (or NaN in one
+and ±Inf in the other), which the cosine cannot show and a warning reports. Integer and boolean outputs
+report the share of equal elements instead.
 
 Per quantized activation (`tensor_losses`, opt-in: it runs the float model with every such tensor exposed):
 the relative error ‖x - x̂‖ / ‖x‖ of its float values x against their quantize-dequantize x̂ with its own
-Q/DQ parameters (`numerics.quantize` and `dequantize`, onnxruntime's arithmetic), per sample, on the same
-samples. That is what the tensor's scale alone costs, apart from the error it inherits upstream: the
-tensors to keep in float or recalibrate come first. (Not a cosine: a range clipped too tight scales the
-values down, which a cosine does not see.)
+Q/DQ parameters (`numerics.quantize` and `dequantize`, onnxruntime's arithmetic), per sample. That is what
+the tensor's scale alone costs, apart from the error it inherits upstream: the tensors to keep in float or
+recalibrate come first. (Not a cosine: a range clipped too tight scales the values down, which a cosine
+does not see.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from qconvert.calibrate.dataset import Dataset
+from qconvert.calibrate.dataset import Batch, Dataset
 from qconvert.errors import QConvertError
 from qconvert.numerics import Rounding, UniformParams, dequantize, quantize
 
 if TYPE_CHECKING:
     from qconvert.ir.dialects.builtin import ModuleOp
 
-LEVELS = ("ORT_ENABLE_ALL", "ORT_ENABLE_BASIC")
+ALL, BASIC = "ORT_ENABLE_ALL", "ORT_ENABLE_BASIC"
 
 
 @dataclass(frozen=True, slots=True)
 class OutputAgreement:
-    """One graph output: cosines over samples (float outputs) or the fraction of equal elements."""
+    """One graph output: cosines over samples and the largest error (float outputs), or the share of
+    equal elements; elements whose finiteness differs between the models are counted apart."""
 
     name: str
     mean_cosine: float | None = None
     lowest_cosine: float | None = None
     max_abs_error: float | None = None
+    nonfinite_mismatches: int = 0
     matching: float | None = None  # integer/boolean outputs
 
 
@@ -80,56 +87,150 @@ class Agreement:
         return sorted(ranked, key=lambda t: (-(t.mean_relative_error or 0.0), t.name))[:count]
 
 
-def sample_cosines(reference: np.ndarray, candidate: np.ndarray, batch: int) -> np.ndarray:
-    """The cosine of each sample's flattened values (rows of axis 0 when it is the batch axis), float64;
-    NaN for a sample holding Inf or NaN."""
-    rows = batch if reference.ndim and reference.shape[0] == batch else 1
-    left = reference.astype(np.float64).reshape(rows, -1)
-    right = candidate.astype(np.float64).reshape(rows, -1)
+def batch_axis(declared: Sequence[object], array: np.ndarray, batch: Batch, dataset: Dataset) -> bool:
+    """Whether axis 0 of an output is the batch axis: declared symbolic (or the model's fixed batch size)
+    and as long as the batch. An output without one (a weight, a reduction) is one row per batch."""
+    if array.ndim == 0 or array.shape[0] != batch.size or not declared:
+        return False
+    first = declared[0]
+    return not isinstance(first, int) or (dataset.fixed_batch and first == dataset.batch_size)
+
+
+def _rows(array: np.ndarray, per_sample: bool) -> np.ndarray:
+    return array.astype(np.float64).reshape(array.shape[0] if per_sample else 1, -1)
+
+
+def sample_cosines(reference: np.ndarray, candidate: np.ndarray, per_sample: bool) -> np.ndarray:
+    """The cosine of each row's values finite in both (rows: samples, or the whole array), float64; NaN
+    for a row of at most one such element, 1.0 where both are zero, 0.0 where one is."""
+    left, right = _rows(reference, per_sample), _rows(candidate, per_sample)
+    finite = np.isfinite(left) & np.isfinite(right)
+    left, right = np.where(finite, left, 0.0), np.where(finite, right, 0.0)
     left_norm, right_norm = np.linalg.norm(left, axis=1), np.linalg.norm(right, axis=1)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         cosines = np.einsum("ij,ij->i", left, right) / (left_norm * right_norm)
     cosines = np.where((left_norm == 0) != (right_norm == 0), 0.0, cosines)
-    return np.where((left_norm == 0) & (right_norm == 0), 1.0, cosines)
+    cosines = np.where((left_norm == 0) & (right_norm == 0), 1.0, cosines)
+    return np.where(finite.sum(axis=1) > 1, cosines, np.nan)
 
 
-def sample_relative_errors(reference: np.ndarray, candidate: np.ndarray, batch: int) -> np.ndarray:
-    """‖reference - candidate‖ / ‖reference‖ per sample (rows as `sample_cosines`), float64; 0 where both
-    are zero, NaN for a sample holding Inf or NaN."""
-    rows = batch if reference.ndim and reference.shape[0] == batch else 1
-    left = reference.astype(np.float64).reshape(rows, -1)
+def sample_relative_errors(reference: np.ndarray, candidate: np.ndarray, per_sample: bool) -> np.ndarray:
+    """‖reference - candidate‖ / ‖reference‖ per row (as `sample_cosines`), float64; 0 where both are
+    zero, NaN for a row holding Inf or NaN."""
+    left, right = _rows(reference, per_sample), _rows(candidate, per_sample)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        errors = np.linalg.norm(left - candidate.astype(np.float64).reshape(rows, -1), axis=1)
+        errors = np.linalg.norm(left - right, axis=1)
         relative = errors / np.linalg.norm(left, axis=1)
     return np.where(errors == 0, 0.0, relative)
 
 
-def evaluate(float_model: str | bytes, quantized_model: bytes, dataset: Dataset, samples: int) -> Agreement:
-    """Run both models on the dataset's first `samples` samples (whole batches) and compare every output."""
-    import onnxruntime as ort
+def nonfinite_mismatches(reference: np.ndarray, candidate: np.ndarray) -> int:
+    """Elements finite in one array and not the other, or non-finite in both but different (NaN vs ±Inf,
+    +Inf vs -Inf)."""
+    left, right = np.asarray(reference), np.asarray(candidate)
+    left_finite, right_finite = np.isfinite(left), np.isfinite(right)
+    same = (left == right) | (np.isnan(left) & np.isnan(right))
+    return int(np.count_nonzero((left_finite != right_finite) | (~left_finite & ~right_finite & ~same)))
 
+
+class _OutputTally:
+    """One output's figures, batch by batch."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.cosines: list[np.ndarray] = []
+        self.max_abs_error: float | None = None
+        self.mismatches = 0
+        self.equal = self.elements = 0
+        self.integer = False
+
+    def add(self, reference: np.ndarray, candidate: np.ndarray, per_sample: bool) -> None:
+        reference, candidate = np.asarray(reference), np.asarray(candidate)
+        if not np.issubdtype(reference.dtype, np.floating):
+            self.integer = True
+            self.equal += int(np.count_nonzero(reference == candidate))
+            self.elements += reference.size
+            return
+        self.cosines.append(sample_cosines(reference, candidate, per_sample))
+        self.mismatches += nonfinite_mismatches(reference, candidate)
+        finite = np.isfinite(reference) & np.isfinite(candidate)
+        if finite.any():
+            error = float(np.abs(reference[finite].astype(np.float64) - candidate[finite]).max())
+            self.max_abs_error = max(error, self.max_abs_error or 0.0)
+
+    def result(self) -> OutputAgreement:
+        if self.integer:
+            return OutputAgreement(self.name, matching=self.equal / self.elements if self.elements else 1.0)
+        cosines = np.concatenate(self.cosines) if self.cosines else np.zeros(0)
+        cosines = cosines[np.isfinite(cosines)]
+        return OutputAgreement(
+            self.name,
+            mean_cosine=float(cosines.mean()) if cosines.size else None,
+            lowest_cosine=float(cosines.min()) if cosines.size else None,
+            max_abs_error=self.max_abs_error,
+            nonfinite_mismatches=self.mismatches,
+        )
+
+
+def evaluate(
+    float_model: str | bytes, quantized_model: str, dataset: Dataset, samples: int, needs_basic: bool = False
+) -> Agreement:
+    """Run both models on the dataset's first `samples` samples (whole batches) and compare every output;
+    at ORT_ENABLE_BASIC when `needs_basic` (finalize's advice) or when ALL cannot run the QDQ model."""
     warnings: list[str] = []
-    for level in LEVELS:
-        options = ort.SessionOptions()
-        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
-        options.log_severity_level = 3
+    for level in (BASIC,) if needs_basic else (ALL, BASIC):
         try:
-            quantized = ort.InferenceSession(quantized_model, options, providers=["CPUExecutionProvider"])
-            runs = list(_runs(quantized, dataset, samples))
+            quantized = _session(quantized_model, level)
+            tallies, count = _compare(quantized, _session(float_model, level), dataset, samples)
         except QConvertError:  # bad data: the user's to fix, not onnxruntime's
             raise
         except Exception as error:  # onnxruntime's own exception types
             warnings.append(f"onnxruntime ({level}) cannot run the written model: {_first_line(error)}")
             continue
-        reference = ort.InferenceSession(float_model, options, providers=["CPUExecutionProvider"])
-        names = [output.name for output in quantized.get_outputs()]
-        expected = [(reference.run(names, feeds), size) for feeds, size, _ in runs]
-        outputs = [
-            _compare(name, [(want[k], got[k], size) for (want, size), (_, _, got) in zip(expected, runs)])
-            for k, name in enumerate(names)
-        ]
-        return Agreement(level, sum(size for _, size, _ in runs), outputs, warnings)
+        outputs = [tally.result() for tally in tallies]
+        for output in outputs:
+            if output.nonfinite_mismatches:
+                warnings.append(
+                    f"output '{output.name}': {output.nonfinite_mismatches} element(s) are Inf/NaN in one "
+                    f"model and not the other (the cosines and errors leave them out)"
+                )
+        return Agreement(level, count, outputs, warnings)
     return Agreement("not run", 0, [], warnings)
+
+
+def _session(model: str | bytes, level: str) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    options.log_severity_level = 3
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def _batches(dataset: Dataset, samples: int) -> Iterator[Batch]:
+    """Whole batches until `samples` samples are covered."""
+    done = 0
+    for batch in dataset.batches():
+        if done >= samples:
+            return
+        yield batch
+        done += batch.size
+
+
+def _compare(
+    quantized: Any, reference: Any, dataset: Dataset, samples: int
+) -> tuple[list[_OutputTally], int]:
+    outputs = quantized.get_outputs()
+    names = [output.name for output in outputs]
+    tallies = [_OutputTally(name) for name in names]
+    count = 0
+    for batch in _batches(dataset, samples):
+        got = quantized.run(names, batch.arrays)
+        want = reference.run(names, batch.arrays)
+        for tally, output, expected, actual in zip(tallies, outputs, want, got):
+            tally.add(expected, actual, batch_axis(output.shape, np.asarray(expected), batch, dataset))
+        count += batch.size
+    return tallies, count
 
 
 def quantized_activations(module: ModuleOp) -> dict[str, UniformParams]:
@@ -157,58 +258,21 @@ def tensor_losses(
     """Each activation's float values (from `session`, the float model exposing them) against their
     quantize-dequantize with its parameters, per sample, on the first `samples` samples (whole batches)."""
     names = list(activations)
+    declared = {output.name: output.shape for output in session.get_outputs()}
     errors: dict[str, list[np.ndarray]] = {name: [] for name in names}
-    done = 0
-    for batch in dataset.batches():
-        if done >= samples:
-            break
+    for batch in _batches(dataset, samples):
         for name, values in zip(names, session.run(names, batch.arrays)):
             params = activations[name]
             restored = dequantize(quantize(values, params, Rounding.ONNX), params, Rounding.ONNX)
-            errors[name].append(sample_relative_errors(values, restored, batch.size))
-        done += batch.size
+            per_sample = batch_axis(declared.get(name, ()), values, batch, dataset)
+            errors[name].append(sample_relative_errors(values, restored, per_sample))
     losses = []
     for name in names:
         found = np.concatenate(errors[name]) if errors[name] else np.zeros(0)
         found = found[np.isfinite(found)]
-        losses.append(
-            TensorLoss(
-                name, float(found.mean()) if found.size else None, float(found.max()) if found.size else None
-            )
-        )
+        mean, largest = (float(found.mean()), float(found.max())) if found.size else (None, None)
+        losses.append(TensorLoss(name, mean, largest))
     return losses
-
-
-def _runs(session: Any, dataset: Dataset, samples: int) -> Iterator[tuple[dict[str, np.ndarray], int, list]]:
-    """(feeds, batch size, the session's outputs) for whole batches until `samples` are covered."""
-    done = 0
-    names = [output.name for output in session.get_outputs()]
-    for batch in dataset.batches():
-        if done >= samples:
-            return
-        yield batch.arrays, batch.size, session.run(names, batch.arrays)
-        done += batch.size
-
-
-def _compare(name: str, pairs: list[tuple[np.ndarray, np.ndarray, int]]) -> OutputAgreement:
-    if not all(np.issubdtype(np.asarray(want).dtype, np.floating) for want, _, _ in pairs):
-        equal = sum(int(np.count_nonzero(np.asarray(want) == np.asarray(got))) for want, got, _ in pairs)
-        total = sum(np.asarray(want).size for want, _, _ in pairs)
-        return OutputAgreement(name, matching=equal / total if total else 1.0)
-    # Samples holding Inf/NaN (in either model) have no cosine; None when no sample has one.
-    cosines = np.concatenate([sample_cosines(want, got, size) for want, got, size in pairs])
-    cosines = cosines[np.isfinite(cosines)]
-    with np.errstate(invalid="ignore"):  # Inf - Inf: such elements have no error, as NaN ones
-        errors = np.concatenate(
-            [np.abs(want.astype(np.float64) - got.astype(np.float64)).ravel() for want, got, _ in pairs]
-        )
-    errors = errors[np.isfinite(errors)]
-    return OutputAgreement(
-        name,
-        mean_cosine=float(cosines.mean()) if cosines.size else None,
-        lowest_cosine=float(cosines.min()) if cosines.size else None,
-        max_abs_error=float(errors.max()) if errors.size else None,
-    )
 
 
 def _first_line(error: BaseException) -> str:
@@ -219,7 +283,9 @@ __all__ = [
     "Agreement",
     "OutputAgreement",
     "TensorLoss",
+    "batch_axis",
     "evaluate",
+    "nonfinite_mismatches",
     "quantized_activations",
     "sample_cosines",
     "sample_relative_errors",

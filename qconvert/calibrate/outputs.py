@@ -2,9 +2,10 @@
 
 NOTE: `check_output_paths` runs before the model is even loaded, so a path that cannot be written (missing
 or non-folder parent, a folder in the way, two outputs naming one file, an output naming an input) costs
-no calibration. `write_outputs` then stages each JSON as a hidden temporary file beside its target, writes
-the model (backends/onnx's `save_onnx`, itself temp-then-rename), and only then renames the JSON files into
-place: a failure at any step removes what this run wrote, so no output exists without the others.
+no calibration. `write_outputs` then writes the model (backends/onnx's `save_onnx`, itself
+temp-then-rename; calibrate compares it with the float model there, and the result JSON reports that),
+stages each JSON as a hidden temporary file beside its target and only then renames them into place: a
+failure at any step removes what this run wrote, so no output exists without the others.
 """
 
 from __future__ import annotations
@@ -73,14 +74,15 @@ class TextOutput:
 
 
 def write_outputs(texts: Sequence[TextOutput], write_model: Callable[[], Path] | None) -> None:
-    """Write every text output and the model, or nothing: texts staged, the model written, texts renamed."""
+    """Write the model and every text output, or nothing: the model written, texts staged, texts renamed
+    (a text may report what writing the model found)."""
     staged: list[tuple[TextOutput, Path]] = []
     placed: list[Path] = []
     try:
-        for output in texts:
-            staged.append((output, _stage(output)))
         if write_model is not None:
             placed.append(write_model())
+        for output in texts:
+            staged.append((output, _stage(output)))
         for output, temporary in staged:
             try:
                 os.replace(temporary, output.path)

@@ -89,7 +89,7 @@ def parse_overrides(raw: Mapping[str, Any], source: str = "tensor overrides") ->
                 f"{where}: per-channel override lists (one dict per channel) are not supported; give one "
                 f"dict (with 'axis' for a per-channel weight)"
             )
-        parsed[str(name)] = _parse_one(entry[0], where)
+        parsed[str(name)] = _parse_one(next(iter(entry)), where)
     return parsed
 
 

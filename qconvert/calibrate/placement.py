@@ -55,6 +55,9 @@ DIRECT_8BIT = frozenset(
 )
 NORMALIZATION = frozenset({"InstanceNormalization", "LayerNormalization", "BatchNormalization"})
 REMOVABLE = frozenset({"Relu", "Clip"})
+# The end of a note saying onnxruntime's extended optimizations break the model (calibrate's comparison
+# with the float model then runs at BASIC too).
+ORT_BASIC_ADVICE = "run this model at ORT_ENABLE_BASIC"
 
 
 @dataclass(eq=False)
@@ -360,8 +363,8 @@ class Planner:
             if scheme.activation_type == "float8e4m3fn":
                 self.plan.notes.append(
                     f"{node.op_type} '{node.name}' kept between float8 Q/DQ: onnxruntime's extended graph "
-                    f"optimizations remove it anyway (measured: digits logits cosine 0.05-0.42): run this "
-                    f"model at ORT_ENABLE_BASIC"
+                    f"optimizations remove it anyway (measured: digits logits cosine 0.05-0.42): "
+                    f"{ORT_BASIC_ADVICE}"
                 )
         if not self.output_disabled(node):
             self.activation(output)
@@ -423,7 +426,7 @@ class Planner:
         if storage in ("int4", "uint4") and node.outputs[0] in self.plan.marks:
             self.plan.notes.append(
                 f"MaxPool '{node.name}': onnxruntime's extended graph optimizations drop its Q/DQ pair, then "
-                f"refuse a {storage} MaxPool: run this model at ORT_ENABLE_BASIC "
+                f"refuse a {storage} MaxPool: {ORT_BASIC_ADVICE} "
                 f"(quantize_static's model fails the same way)"
             )
 

@@ -85,14 +85,19 @@ def agreement_table(agreement: Agreement) -> Table:
         f"{counted(agreement.samples, 'sample')}"
     )
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    for column in ("output", "mean cosine", "lowest cosine", "max |error|"):
+    mismatches = any(output.nonfinite_mismatches for output in agreement.outputs)
+    columns = ["output", "mean cosine", "lowest cosine", "max |error|"] + (
+        ["Inf/NaN differ"] if mismatches else []
+    )
+    for column in columns:
         table.add_column(column, justify="left" if column == "output" else "right", overflow="fold")
     for output in agreement.outputs:
+        extra = [str(output.nonfinite_mismatches)] if mismatches else []
         if output.matching is not None:
-            table.add_row(output.name, f"{output.matching:.2%} equal", "", "")
+            table.add_row(output.name, f"{output.matching:.2%} equal", "", "", *extra)
             continue
         cells = (output.mean_cosine, output.lowest_cosine, output.max_abs_error)
-        table.add_row(output.name, *("-" if value is None else f"{value:.6g}" for value in cells))
+        table.add_row(output.name, *("-" if value is None else f"{value:.6g}" for value in cells), *extra)
     return table
 
 

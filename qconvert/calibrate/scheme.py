@@ -57,7 +57,8 @@ class Scheme:
       (onnxruntime's `quantize_static` turns this off by default; `quantize(...)` config turns it on).
     - `float8_scale`: how float8e4m3fn scales are chosen: "std" is onnxruntime's (std / std of every
       e4m3fn value; activations need Distribution's std; saturates data whose mean is far from 0, e.g.
-      LayerNorm gammas), "max" is qconvert's (max|x| / 448: nothing saturates; any method's range).
+      LayerNorm gammas), "max" is qconvert's (max|x| / 448 of the range: nothing inside it saturates;
+      any method; float8 schemes only).
     - `tensor_overrides`: tensor name -> `TensorOverride` (onnxruntime `TensorQuantOverrides`, whose
       dict form is accepted too: overrides.py).
     """
@@ -164,6 +165,11 @@ class Scheme:
         if self.float8_scale not in FLOAT8_SCALE_RULES:
             raise InputError(
                 f"scheme: float8_scale '{self.float8_scale}' is not one of {', '.join(FLOAT8_SCALE_RULES)}"
+            )
+        if self.float8_scale != "std" and FLOAT8 not in (self.activation_type, self.weight_type):
+            raise InputError(
+                f"scheme: float8_scale '{self.float8_scale}' applies to float8e4m3fn storage only "
+                f"(activation_type={self.activation_type}, weight_type={self.weight_type})"
             )
         if self.min_real_range is not None and not self.min_real_range >= 0:
             raise InputError(f"scheme: min_real_range must be >= 0, got {self.min_real_range}")

@@ -20,6 +20,7 @@ The rules, from reference §2.5:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import cast
 
@@ -34,6 +35,14 @@ FLOAT8 = "float8e4m3fn"
 # How a float8 scale is chosen: "std" is onnxruntime's rule (`float8_params`), "max" qconvert's
 # (`float8_params_from_maximum`).
 FLOAT8_SCALE_RULES = ("std", "max")
+
+
+def check_float8_scale_rule(rule: str) -> str:
+    """`rule` if it names a float8 scale rule, else ValueError (never a silent fallback to one)."""
+    if rule not in FLOAT8_SCALE_RULES:
+        raise ValueError(f"float8 scale rule '{rule}' is not one of {', '.join(FLOAT8_SCALE_RULES)}")
+    return rule
+
 
 STORAGE_DTYPES: dict[str, np.dtype] = {
     "int8": np.dtype(np.int8),
@@ -187,6 +196,7 @@ def activation_params(
 ) -> ScaleZeroPoint:
     """onnxruntime's `calc_quant_params` for one calibrated activation (float8 needs the range's `std`,
     unless `float8_scale` is "max")."""
+    check_float8_scale_rule(float8_scale)
     if quant_type == FLOAT8 and float8_scale == "max":
         return float8_params_from_maximum(max(abs(float(rmin)), abs(float(rmax))), dtype)
     if quant_type == FLOAT8:
@@ -215,15 +225,17 @@ def float8_params(std: np.floating) -> ScaleZeroPoint:
 def float8_params_from_maximum(
     absolute_maximum: float, dtype: np.dtype | type = np.float32
 ) -> ScaleZeroPoint:
-    """`max|x| / 448` in `dtype`, zp 0: the largest value lands on e4m3fn's largest finite one, so nothing
-    saturates (not onnxruntime's rule; its std-based one saturates data whose mean is far from 0). The
-    scale is rounded up where rounding to `dtype` would put max|x| / scale past 448. An all-zero tensor
-    gets scale 1."""
+    """`max|x| / 448` in `dtype`, zp 0: the largest value lands on e4m3fn's largest finite one, so no value
+    within the range saturates (not onnxruntime's rule; its std-based one saturates data whose mean is far
+    from 0). The scale is rounded up where rounding to `dtype` would put max|x| / scale past 448, and is at
+    least `dtype`'s smallest subnormal. An all-zero tensor gets scale 1; a non-finite maximum is an error."""
+    if not math.isfinite(absolute_maximum):
+        raise ValueError(f"range is not finite (max |x| = {absolute_maximum})")
     kind = np.dtype(dtype).type
     if not absolute_maximum > 0:
         return ScaleZeroPoint(kind(1.0), 0)
-    scale = kind(absolute_maximum / float8_limit())
-    if kind(absolute_maximum) / scale > float8_limit():
+    scale = max(kind(absolute_maximum / float8_limit()), np.nextafter(kind(0), kind(1)))
+    if absolute_maximum / float(scale) > float8_limit():  # in float64: the true ratio, not dtype's rounding
         scale = np.nextafter(scale, kind(np.inf))
     return ScaleZeroPoint(scale, 0)
 
@@ -264,7 +276,7 @@ def weight_params(
     if quant_type == FLOAT8:
         if reduce_range:
             raise ValueError("reduce_range is not supported for float8e4m3fn")
-        if float8_scale == "max":
+        if check_float8_scale_rule(float8_scale) == "max":
             return float8_params_from_maximum(float(np.abs(data).max()) if data.size else 0.0, data.dtype)
         return float8_params(np.std(data))
     if data.size == 0:

@@ -17,7 +17,8 @@ from calibrate.parity_support import MODELS, batches, save_npz
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.calibrate.api import calibrate
-from qconvert.calibrate.evaluate import sample_cosines
+from qconvert.calibrate.dataset import open_dataset
+from qconvert.calibrate.evaluate import evaluate, nonfinite_mismatches, sample_cosines
 from qconvert.cli import main
 
 
@@ -80,26 +81,31 @@ def test_an_integer_output_reports_the_fraction_of_equal_elements(tmp_path: Path
         and outputs["label"].mean_cosine is None
     )
     assert outputs["label"].matching < 1.0  # 4-bit scores flip some of the 64 labels
-    cosines = sample_cosines(want_scores, got_scores, 64)
+    cosines = sample_cosines(want_scores, got_scores, per_sample=True)
     assert outputs["scores"].lowest_cosine == pytest.approx(cosines.min(), abs=1e-12)
 
 
 def test_a_model_onnxruntime_cannot_optimize_is_compared_at_basic_level(tmp_path: Path) -> None:
-    """int4 around digits' MaxPool: ORT_ENABLE_ALL refuses the model, ORT_ENABLE_BASIC runs it."""
+    """int4 around digits' MaxPool: ORT_ENABLE_ALL refuses the model, ORT_ENABLE_BASIC runs it. Finalize
+    says so in a note, so the comparison runs at BASIC; without that advice it falls back to BASIC."""
     data = batches("digits_cnn", 1)
     out = tmp_path / "int4.onnx"
     scheme = {"activation_type": "int4", "weight_type": "int4"}
     result = calibrate(MODELS / "digits_cnn.onnx", data, out=out, scheme=scheme, evaluate_samples=8)
     assert result.agreement is not None and result.agreement.level == "ORT_ENABLE_BASIC"
-    assert any("onnxruntime (ORT_ENABLE_ALL) cannot run the written model" in w for w in result.warnings)
+    assert any("ORT_ENABLE_BASIC" in note for note in result.notes) and not result.agreement.warnings
     with pytest.raises(Exception, match="int4"):
         runs(out, data)
+    dataset = open_dataset(data, onnx.load(MODELS / "digits_cnn.onnx"))
+    unadvised = evaluate(str(MODELS / "digits_cnn.onnx"), str(out), dataset, 8)
+    assert unadvised.level == "ORT_ENABLE_BASIC" and unadvised.outputs == result.agreement.outputs
+    assert "onnxruntime (ORT_ENABLE_ALL) cannot run the written model" in unadvised.warnings[0]
     ((want,),), ((got,),) = (
         runs(MODELS / "digits_cnn.onnx", data, "ORT_ENABLE_BASIC"),
         runs(out, data, "ORT_ENABLE_BASIC"),
     )
     assert result.agreement.outputs[0].lowest_cosine == pytest.approx(
-        sample_cosines(want, got, 8).min(), abs=1e-12
+        sample_cosines(want, got, per_sample=True).min(), abs=1e-12
     )
 
 
@@ -128,14 +134,20 @@ def test_cli_prints_the_comparison_by_default_and_skips_it_on_request(
     assert "--evaluate -1" in capsys.readouterr().err
 
 
-def test_sample_cosines_of_zero_and_non_finite_samples() -> None:
-    reference = np.array([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [np.nan, 1.0], [np.inf, 1.0]])
-    candidate = np.array([[1.0, 1.0], [0.0, 0.0], [2.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
-    cosines = sample_cosines(reference, candidate, 5)
-    assert cosines[:3] == pytest.approx([np.sqrt(0.5), 1.0, 0.0])
-    assert np.isnan(cosines[3:]).all()
-    # No batch axis (a scalar or an output whose first dim is not the batch): one cosine for the whole.
-    assert sample_cosines(np.array([3.0, 4.0]), np.array([3.0, 4.0]), 5).tolist() == [1.0]
+def test_sample_cosines_count_the_elements_finite_in_both() -> None:
+    reference = np.array(
+        [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [np.nan, 1.0, 1.0], [np.inf, 1.0, 5.0]]
+    )
+    candidate = np.array(
+        [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [2.0, 0.0, 0.0], [1.0, 1.0, 1.0], [1.0, np.nan, 5.0]]
+    )
+    cosines = sample_cosines(reference, candidate, per_sample=True)
+    # Rows 3 and 4 compare their finite pairs: (1, 1) with (1, 1), and (5) alone, which says nothing.
+    assert cosines[:4] == pytest.approx([np.sqrt(0.5), 1.0, 0.0, 1.0]) and np.isnan(cosines[4])
+    assert nonfinite_mismatches(reference, candidate) == 3  # NaN vs 1, Inf vs 1, 1 vs NaN
+    assert nonfinite_mismatches(np.array([np.inf, np.nan]), np.array([-np.inf, np.nan])) == 1
+    # Without a batch axis: one cosine for the whole output.
+    assert sample_cosines(np.array([3.0, 4.0]), np.array([3.0, 4.0]), per_sample=False).tolist() == [1.0]
 
 
 def test_loaded_ranges_are_compared_on_the_data_given(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -241,3 +253,76 @@ def test_cli_lists_the_worst_tensors(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert {"name", "mean_relative_error", "largest_relative_error"} == set(tensors[0])
     assert main([*arguments, "--json", str(json_path)]) == 0  # off by default
     assert json.loads(json_path.read_text())["agreement"]["tensors"] is None
+
+
+def small_model(tmp_path: Path, nodes: list, outputs: list, initializers: dict[str, np.ndarray]) -> Path:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6])],
+        outputs,
+        [numpy_helper.from_array(value, name) for name, value in initializers.items()],
+    )
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_an_output_turning_infinite_is_counted_and_warned_about(tmp_path: Path) -> None:
+    """1 / MatMul(x): the small products of the first batch quantize to 0 beside the second batch's large
+    ones, and their quotients become Inf (Div is not quantized)."""
+    weight = np.full((6, 1), 1e-4, dtype=np.float32)
+    model = small_model(
+        tmp_path,
+        [
+            helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"),
+            helper.make_node("Div", ["one", "m"], ["y"], name="div"),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 1])],
+        {"W": weight, "one": np.ones(1, np.float32)},
+    )
+    data = [{"x": np.full((4, 6), value, dtype=np.float32)} for value in (0.5, 1000.0)]
+    out = tmp_path / "out.onnx"
+    # The guard would keep both clusters' tensors in float (4+ empty octaves apart): off, to quantize them.
+    result = calibrate(model, data, out=out, evaluate_samples=8, batch_size=4, sentinel="off")
+    assert result.agreement is not None
+    (y,) = result.agreement.outputs
+    ((want,),), ((got,),) = runs(model, data[:1]), runs(out, data[:1])
+    assert np.isfinite(want).all() and np.isinf(got).all()  # the first batch: 4 of the 8 samples
+    assert y.nonfinite_mismatches == 4 and y.max_abs_error is not None  # the second batch stays finite
+    assert any(f"output 'y': {y.nonfinite_mismatches} element(s) are Inf/NaN" in w for w in result.warnings)
+
+
+def test_an_output_without_a_batch_axis_is_one_sample_per_batch(tmp_path: Path) -> None:
+    """A column mean [6] with batches of 6: its 6 values are not 6 samples (each would score cosine 1)."""
+    rng = np.random.default_rng(5)
+    model = small_model(
+        tmp_path,
+        [
+            helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"),
+            helper.make_node("ReduceMean", ["m"], ["mean"], name="mean", axes=[0], keepdims=0),
+        ],
+        [
+            helper.make_tensor_value_info("m", TensorProto.FLOAT, ["n", 6]),
+            helper.make_tensor_value_info("mean", TensorProto.FLOAT, [6]),
+        ],
+        {"W": rng.standard_normal((6, 6)).astype(np.float32)},
+    )
+    data = [{"x": rng.standard_normal((6, 6)).astype(np.float32)} for _ in range(3)]
+    out = tmp_path / "out.onnx"
+    result = calibrate(model, data, out=out, evaluate_samples=18, batch_size=6)
+    assert result.agreement is not None
+    outputs = {output.name: output for output in result.agreement.outputs}
+    want, got = runs(model, data), runs(out, data)
+    per_batch = [sample_cosines(w[1], g[1], per_sample=False)[0] for w, g in zip(want, got)]
+    assert outputs["mean"].mean_cosine == pytest.approx(np.mean(per_batch), abs=1e-12)
+    per_sample = np.concatenate([sample_cosines(w[0], g[0], per_sample=True) for w, g in zip(want, got)])
+    assert outputs["m"].lowest_cosine == pytest.approx(per_sample.min(), abs=1e-12)
+
+
+def test_data_that_reads_once_skips_the_comparison_with_a_warning(tmp_path: Path) -> None:
+    feeds = iter(batches("digits_cnn", 2))  # a function handing out the same iterator: empty the 2nd time
+    out = tmp_path / "out.onnx"
+    result = calibrate(MODELS / "digits_cnn.onnx", lambda: feeds, out=out, evaluate_samples=16)
+    assert out.exists() and result.agreement is not None and result.agreement.level == "not run"
+    assert any("reading --data again failed" in w and "--evaluate 0" in w for w in result.warnings)

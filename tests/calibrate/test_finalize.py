@@ -390,6 +390,7 @@ def test_float8_without_std_is_an_input_error() -> None:
         ({"weight_type": "int7"}, "weight_type 'int7' is not one of"),
         ({"block_size": -1}, "block_size must be 0"),
         ({"float8_scale": "mean"}, "float8_scale 'mean' is not one of std, max"),
+        ({"float8_scale": "max"}, "float8_scale 'max' applies to float8e4m3fn storage only"),
         (
             {"reduce_range": True, "activation_type": "float8e4m3fn", "weight_type": "float8e4m3fn"},
             "reduce_range",

@@ -24,6 +24,7 @@ from calibrate.parity_support import MODELS, batches, lowest_cosines, save_npz
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.calibrate.api import calibrate
+from qconvert.errors import InputError
 
 
 def op_types(path: Path) -> list[str]:
@@ -225,6 +226,14 @@ def test_float8_max_scales_keep_the_encoder_close_to_float(tmp_path: Path) -> No
     assert min(near.values()) > 0.95 and max(lost.values()) < 0.5, (near, lost)
     refused = tmp_path / "refused.onnx"
     assert main([*common, "--method", "minmax", "-o", str(refused)]) == 2 and not refused.exists()
+    # A misspelt method is named as such, not as a method without the std the float8 rule needs.
+    with pytest.raises(InputError, match="--method minmx: unknown calibration method"):
+        calibrate(
+            model,
+            data,
+            method="minmx",
+            scheme={"activation_type": "float8e4m3fn", "weight_type": "float8e4m3fn"},
+        )
 
 
 @pytest.mark.parametrize("adjust", [True, False])

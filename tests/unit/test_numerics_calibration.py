@@ -291,3 +291,19 @@ def test_float8_max_scale_saturates_nothing_where_the_std_scale_saturates_everyt
     pair = cal.activation_params(-3.5, 2.0, cal.FLOAT8, float8_scale="max", dtype=dtype)
     assert np.asarray(pair.scale).dtype == dtype and 447.5 < 3.5 / float(pair.scale) <= 448
     assert float(cal.weight_params(np.zeros(8, dtype), cal.FLOAT8, True, float8_scale="max").scale) == 1.0
+
+
+def test_float8_max_scale_edges() -> None:
+    """float16 maximum 3: the float16 scale rounds down, so it is raised until 3 / scale <= 448 in float64;
+    a tiny maximum gets the smallest subnormal, never 0; Inf/NaN maxima and unknown rules are refused."""
+    pair = cal.float8_params_from_maximum(3.0, np.float16)
+    assert np.asarray(pair.scale).dtype == np.float16 and 3.0 / float(pair.scale) <= 448
+    assert 3.0 / float(np.nextafter(pair.scale, np.float16(0))) > 448  # the smallest such float16
+    assert float(cal.float8_params_from_maximum(1e-9, np.float16).scale) == float(
+        np.nextafter(np.float16(0), 1)
+    )
+    for bad in (np.inf, np.nan):
+        with pytest.raises(ValueError, match="not finite"):
+            cal.float8_params_from_maximum(bad)
+    with pytest.raises(ValueError, match="float8 scale rule 'mean'"):
+        cal.weight_params(np.ones(4, np.float32), cal.FLOAT8, True, float8_scale="mean")

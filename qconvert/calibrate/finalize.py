@@ -9,8 +9,8 @@ into, following onnxruntime's `quantize_static` (QDQ format) decisions and numbe
 - a folded Relu/Clip disappears and its producer's output is quantized with the Relu's range;
 - a chosen constant (weight, or a constant input of a generic op) becomes `arith.constant` of storage
   values, `quant.scast` and `quant.dcast`, per-tensor, per-channel or blocked; a bias becomes int32
-  with scale `s_in * s_w * beta` (Gemm's beta then reset to 1), after onnxruntime's weight-scale
-  increase for int32 biases;
+  `beta * C` with scale `s_in * s_w` (Gemm's beta then reset to 1; onnxruntime stores C with scale
+  `s_in * s_w * beta`, which adds C), after onnxruntime's weight-scale increase for int32 biases;
 - the module's opset is raised to what the Q/DQ need: 13 per-axis, 19 float8, 21 for 16-bit, 4-bit
   and blocked (onnxruntime switches to com.microsoft Q/DQ below 21 instead; we raise the opset), the
   other ops converted to it (opset_raise.py: ReduceMean's `axes` attribute becomes an input, ...).
@@ -435,7 +435,10 @@ class _Finalizer:
         return dequantize.result
 
     def quantize_bias(self, bias: Bias) -> None:
-        """int32 bias with scale `s_in * s_w * beta` for the one node that uses it."""
+        """int32 bias `beta * C` with scale `s_in * s_w` for the one node that uses it (Gemm's beta is then
+        reset to 1). onnxruntime stores C with scale `s_in * s_w * beta`, which adds C instead of beta * C
+        where it runs the Q/DQ as written, and C again where it fuses them into QGemm (whose int32 bias is
+        in units of `s_in * s_w`): its int8 Gemm at beta 2 has cosine 0.77 to float. Same for beta = 1."""
         graph = self.graph
         input_params = self.effective(bias.input)
         weight_params = self.effective(bias.weight)
@@ -453,8 +456,9 @@ class _Finalizer:
         producer = bias.value.owner_op()
         assert isinstance(producer, ConstantOp)
         data = constant_array(producer)
-        scale = numerics.bias_scale_onnxruntime(input_params.scale, weight_params.scale, bias.beta, data)
-        stored = numerics.quantize_bias(data, scale)
+        added = data * data.dtype.type(bias.beta)  # in the bias's float type, as the op multiplies it
+        scale = numerics.bias_scale_onnxruntime(input_params.scale, weight_params.scale, 1.0, added)
+        stored = numerics.quantize_bias(added, scale)
         flat = scale.reshape(-1)
         if flat.size > 1:
             params = Params("int32", flat, np.zeros(flat.size, np.int64), axis=0)

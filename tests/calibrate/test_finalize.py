@@ -84,7 +84,9 @@ def gemm_model(beta: float) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
-def test_gemm_beta_is_folded_into_the_bias_scale_as_onnxruntime(per_channel: bool, tmp_path: Path) -> None:
+def test_gemm_beta_goes_into_the_stored_bias_not_its_scale(per_channel: bool, tmp_path: Path) -> None:
+    """onnxruntime's bias scale is s_in * s_w * beta (so its beta 0.5 Gemm adds C, test_placement.py); ours
+    is s_in * s_w for a stored beta * C. Every other Q/DQ is onnxruntime's."""
     require_module("onnxruntime")
     path = tmp_path / "gemm.onnx"
     onnx.save(gemm_model(beta=0.5), path)
@@ -94,7 +96,11 @@ def test_gemm_beta_is_folded_into_the_bias_scale_as_onnxruntime(per_channel: boo
     module = import_onnx(path)
     attach_ranges(module, minmax_ranges(path, data))
     finalize(module, Scheme(per_channel=per_channel))
-    assert finalized_qdq(module) == expected
+    ours = finalized_qdq(module)
+    bias = ours.pop("b_DequantizeLinear")
+    theirs = expected.pop("b_DequantizeLinear")
+    assert ours == expected
+    assert [scale * 0.5 for scale in bias.scale] == list(theirs.scale)  # beta 0.5: exact in float32
     (gemm,) = [op for op in module.walk() if op.name == "onnx.Gemm"]  # type: ignore[attr-defined]
     assert gemm.attributes["beta"].value == 1.0
     assert gemm.attributes["alpha"].value == 0.75

@@ -7,8 +7,8 @@ Relu, a Clip whose lower bound is not 0 is not a Q/DQ clamp, and an input that i
 loses its negatives. An initializer holding Inf or NaN has no scale: onnxruntime fails, finalize leaves
 it in float. A graph input that is also an output (which the ONNX writer refused once calibration put a
 Q/DQ pair on it) is written as the input. Where onnxruntime's own graph optimizations break a correct
-model (float8 Relus, 4-bit MaxPool), finalize notes the level to run it at. Each case runs in onnxruntime
-and is compared with the float model.
+model (float8 Relus, 4-bit MaxPool), finalize notes the level to run it at. A Gemm with beta != 1 gets
+the bias it adds. Each case runs in onnxruntime and is compared with the float model.
 """
 
 from __future__ import annotations
@@ -275,3 +275,35 @@ def test_weights_alone_quantized_is_not_reported_as_nothing_quantized(tmp_path: 
     result = calibrate(model, feeds(), out=out, scheme={"keep_float": keep})
     assert op_types(out).count("DequantizeLinear") == 1 and "QuantizeLinear" not in op_types(out)
     assert not [warning for warning in result.warnings if "nothing was quantized" in warning]
+
+
+@pytest.mark.parametrize("beta", [2.0, 0.25])
+def test_a_gemm_bias_is_stored_as_what_the_gemm_adds(beta: float, tmp_path: Path) -> None:
+    """Gemm adds beta * C; the written Gemm has beta 1, so its int32 bias must dequantize to beta * C in
+    units of s_in * s_w (onnxruntime's QGemm fusion reads it so). onnxruntime's quantize_static stores C
+    with scale s_in * s_w * beta: its model, run beside ours, adds C."""
+    from calibrate.parity_support import Reader
+    from onnxruntime.quantization import QuantFormat, quantize_static
+
+    rng = np.random.default_rng(0)
+    weights = {
+        "W": (rng.standard_normal((20, 12)) * 0.3).astype(np.float32),
+        "C": rng.standard_normal(12).astype(np.float32),
+    }
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "W", "C"], ["y"], name="gemm", beta=beta)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 12])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    model = tmp_path / "gemm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    data = [{"x": rng.standard_normal((16, 20)).astype(np.float32)} for _ in range(2)]
+    ours, theirs = tmp_path / "ours.onnx", tmp_path / "theirs.onnx"
+    calibrate(model, data, out=ours)
+    quantize_static(str(model), str(theirs), Reader(data), quant_format=QuantFormat.QDQ)
+    gemm = next(node for node in onnx.load(ours).graph.node if node.op_type == "Gemm")
+    assert helper.get_attribute_value(next(a for a in gemm.attribute if a.name == "beta")) == 1.0
+    assert lowest_cosines(model, ours, data)["y"] > 0.999
+    assert lowest_cosines(model, theirs, data)["y"] < 0.98  # onnxruntime's adds C, not beta * C

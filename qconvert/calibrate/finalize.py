@@ -286,6 +286,8 @@ class _Finalizer:
                 continue
             if weight.quant_type not in ("int8", "int16") or weight.zero_point.any() or weight.block_size:
                 continue
+            if _channel_mismatch(constant_array(bias.value.owner_op()), weight):  # type: ignore[arg-type]
+                continue  # stays float (quantize_bias says why)
             input_params = self.activation_params(bias.input)
             assert input_params is not None
             bias_data = constant_array(bias.value.owner_op())  # type: ignore[arg-type]
@@ -442,6 +444,9 @@ class _Finalizer:
         graph = self.graph
         input_params = self.effective(bias.input)
         weight_params = self.effective(bias.weight)
+        producer = bias.value.owner_op()
+        assert isinstance(producer, ConstantOp)
+        data = constant_array(producer)
         reason = None
         if input_params is None or weight_params is None:
             reason = "its input or weight is not quantized"
@@ -449,13 +454,16 @@ class _Finalizer:
             reason = "its weight is quantized in blocks (a bias scale per block has no ONNX form)"
         elif numerics.FLOAT8 in (input_params.quant_type, weight_params.quant_type):
             reason = "float8 schemes keep biases in float (onnxruntime casts them)"
+        elif _channel_mismatch(data, weight_params):
+            reason = (
+                f"its weight has {weight_params.scale.size} per-channel scales and it has shape "
+                f"{list(data.shape)}: an int32 bias needs one scale per entry (a 2-D Gemm C, a grouped "
+                f"ConvTranspose; onnxruntime fails on both)"
+            )
         if reason is not None:
             self.plan.notes.append(f"bias '{graph.name(bias.value)}' left in float: {reason}")
             return
         assert input_params is not None and weight_params is not None
-        producer = bias.value.owner_op()
-        assert isinstance(producer, ConstantOp)
-        data = constant_array(producer)
         added = data * data.dtype.type(bias.beta)  # in the bias's float type, as the op multiplies it
         scale = numerics.bias_scale_onnxruntime(input_params.scale, weight_params.scale, 1.0, added)
         stored = numerics.quantize_bias(added, scale)
@@ -522,6 +530,11 @@ def quant_type_for(
             quantized_dimension=params.axis,
         )
     return UniformQuantizedType(**common, scale=float(params.scale), zero_point=int(params.zero_point))
+
+
+def _channel_mismatch(bias: np.ndarray, weight: Params) -> bool:
+    """Whether a per-channel weight's scales do not pair one to one with a 1-D bias's entries."""
+    return weight.axis is not None and (bias.ndim != 1 or bias.shape[0] != weight.scale.size)
 
 
 def _check_overrides(graph: Graph, plan: Plan, scheme: Scheme) -> None:

@@ -307,3 +307,34 @@ def test_a_gemm_bias_is_stored_as_what_the_gemm_adds(beta: float, tmp_path: Path
     assert helper.get_attribute_value(next(a for a in gemm.attribute if a.name == "beta")) == 1.0
     assert lowest_cosines(model, ours, data)["y"] > 0.999
     assert lowest_cosines(model, theirs, data)["y"] < 0.98  # onnxruntime's adds C, not beta * C
+
+
+@pytest.mark.parametrize("case", ["grouped_conv_transpose", "gemm_2d_bias"])
+def test_a_bias_without_one_entry_per_weight_channel_stays_float(case: str, tmp_path: Path) -> None:
+    """--per-channel: a grouped ConvTranspose's weight has C_out / group scales for C_out bias entries, and
+    a Gemm C of shape [M, N] has rows: no per-channel int32 form (onnxruntime fails on both). The bias
+    stays float with a note; the rest is quantized and the model stays close to float."""
+    rng = np.random.default_rng(0)
+    if case == "grouped_conv_transpose":
+        node = helper.make_node("ConvTranspose", ["x", "W", "b"], ["y"], name="op", group=2, strides=[2, 2])
+        shapes = {"x": ["n", 4, 5, 5], "y": ["n", 6, 10, 10], "W": (4, 3, 2, 2), "b": (6,)}
+    else:
+        node = helper.make_node("Gemm", ["x", "W", "b"], ["y"], name="op", transB=1)
+        shapes = {"x": [6, 12], "y": [6, 10], "W": (10, 12), "b": (6, 10)}
+    weights = {name: (rng.standard_normal(shapes[name]) * 0.3).astype(np.float32) for name in ("W", "b")}
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shapes["x"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shapes["y"])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    model = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    batch = [6 if case == "gemm_2d_bias" else 8, *shapes["x"][1:]]
+    data = [{"x": rng.standard_normal(batch).astype(np.float32)} for _ in range(2)]
+    out = tmp_path / "out.onnx"
+    result = calibrate(model, data, out=out, scheme={"per_channel": True})
+    assert any(note.startswith("bias 'b' left in float: its weight has") for note in result.notes)
+    assert op_types(out).count("DequantizeLinear") == 3  # x, W (per channel) and y; not b
+    assert lowest_cosines(model, out, data)["y"] > 0.999

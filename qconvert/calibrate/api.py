@@ -266,6 +266,9 @@ def _observe(
         warning = next((w for w in decision.warnings if w.startswith(f"{name}: ")), f"{name}: by the guard")
         keep_float[name] = "sentinel " + warning[len(name) + 2 :].removeprefix("left in float ")
     warnings = [*stats.warnings(dataset.batch_size), *decision.warnings]
+    warnings += [
+        f"{name}: {r.note}" for name, r in ranges.items() if r.note and name not in decision.keep_float
+    ]
     return _Observed(ranges, keep_float, warnings, stats, dataset.batch_size, seconds)
 
 

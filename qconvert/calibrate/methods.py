@@ -76,6 +76,7 @@ class ObservedRange:
     max: float
     std: float | None = None
     avg: float | None = None
+    note: str | None = None  # where the method's rule gave way, and why
 
 
 # What pass 1 observes for a tensor: exact extremes (every method but moving-average) or per-batch means.
@@ -145,6 +146,7 @@ class Method:
             std=result.std,
             nan_count=extrema.nan_count,
             inf_count=extrema.positive_inf_count + extrema.negative_inf_count,
+            note=result.note,
         )
 
 
@@ -325,6 +327,13 @@ def entropy_layout(bins: AlignedBins, num_bins: int) -> AlignedBins:
     return layout.merged(max(1, (half - 1) // quarter))
 
 
+def _share_outside(bins: AlignedBins, low: float, high: float) -> float:
+    """The share of the binned values in bins wholly outside [low, high]."""
+    total = int(bins.counts.sum())
+    outside = bins.counts[(bins.edges[1:] <= low) | (bins.edges[:-1] > high)].sum()
+    return float(outside) / total if total else 0.0
+
+
 def _absolute_maximum(bounds: Bounds) -> float:
     return max(abs(bounds[0]), abs(bounds[1]))
 
@@ -416,6 +425,16 @@ class EntropyMethod(_HistogramMethod):
         low, high = entropy_threshold(
             layout.counts, layout.edges, bounds[0], bounds[1], self.num_quantized_bins
         )
+        # The KL windows are centred on 0: for values that keep away from it (all of one sign), narrow
+        # windows hold none of them inside, only the folded outliers, and their KL is ~0 (onnxruntime's
+        # search picks those too). Such a pick clips most values: min/max instead, said in a note.
+        outside = _share_outside(layout, low, high)
+        if outside > 0.5:
+            note = (
+                f"entropy's pick [{low:.6g}, {high:.6g}] would clip {outside:.1%} of the values (they keep "
+                f"away from 0, where its windows are centred): min/max instead"
+            )
+            return ObservedRange(_float32(bounds[0]), _float32(bounds[1]), note=note)
         return ObservedRange(_float32(low), _float32(high))
 
 

@@ -34,7 +34,8 @@ class TensorRange:
     `min`/`max` are float32 values; `method` names the observer (minmax, percentile, ...); `std` is
     set by the Distribution observer (float8 scales); `samples` counts observed samples; `nan_count` /
     `inf_count` count excluded non-finite elements; `sentinel` explains a range dominated by a
-    sentinel value (the tensor is then normally kept in float).
+    sentinel value (the tensor is then normally kept in float); `note` says where the method's own rule
+    gave way (an entropy pick that would clip most values).
     """
 
     name: str
@@ -46,6 +47,7 @@ class TensorRange:
     nan_count: int = 0
     inf_count: int = 0
     sentinel: str | None = None
+    note: str | None = None
 
     def __post_init__(self) -> None:
         self.min = as_float32(self.min)
@@ -64,8 +66,9 @@ class TensorRange:
         for key in ("samples", "nan_count", "inf_count"):
             if getattr(self, key):
                 entry[key] = getattr(self, key)
-        if self.sentinel is not None:
-            entry["sentinel"] = self.sentinel
+        for key in ("sentinel", "note"):
+            if getattr(self, key) is not None:
+                entry[key] = getattr(self, key)
         return entry
 
 
@@ -175,9 +178,10 @@ def _range_from_json(name: str, entry: object, source: str) -> TensorRange:
             raise InputError(f'{where}: "{key}" must be a non-negative integer, got {value!r}')
         counts[key] = value
     std = entry.get("std")
-    sentinel = entry.get("sentinel")
-    if sentinel is not None and not isinstance(sentinel, str):
-        raise InputError(f'{where}: "sentinel" must be a string')
+    texts = {key: entry.get(key) for key in ("sentinel", "note")}
+    for key, text in texts.items():
+        if text is not None and not isinstance(text, str):
+            raise InputError(f'{where}: "{key}" must be a string')
     method = entry.get("method", "minmax")
     if not isinstance(method, str):
         raise InputError(f'{where}: "method" must be a string')
@@ -187,6 +191,6 @@ def _range_from_json(name: str, entry: object, source: str) -> TensorRange:
         high,
         method=method,
         std=None if std is None else _float_in(std, f'{where}: "std"'),
-        sentinel=sentinel,
+        **texts,  # type: ignore[arg-type]
         **counts,
     )

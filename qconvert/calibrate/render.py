@@ -71,7 +71,7 @@ def summary_table(result: CalibrationResult) -> Table:
     table.add_column("max", justify="right")
     table.add_column("note", overflow="fold")
     for name, tensor_range in result.ranges.ranges.items():
-        note = result.keep_float.get(name) or tensor_range.sentinel or ""
+        note = result.keep_float.get(name) or tensor_range.sentinel or tensor_range.note or ""
         if name in result.keep_float:
             note = f"[yellow]{note}[/yellow]"
         table.add_row(name, f"{tensor_range.min:.6g}", f"{tensor_range.max:.6g}", note)

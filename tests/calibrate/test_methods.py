@@ -525,3 +525,35 @@ def test_distribution_equals_onnxruntime_on_the_aligned_histogram(kind: int, sce
     result = method.compute_range(first, None)
     assert result is not None
     assert (np.float32(result.avg), np.float32(result.std)) == (theirs.avg, theirs.std)
+
+
+def test_an_entropy_pick_that_clips_most_values_gives_way_to_min_max(tmp_path: Path) -> None:
+    """Negative values that keep away from 0 (-|N| - 1): windows centred on 0 that hold none of them inside
+    have a KL of ~0 (onnxruntime's search picks one too, at other offsets); the pick would clip nearly all
+    of them, so the range is min/max, with a note that reaches the ranges file and a warning. The same
+    values made positive meet the search's extra right-hand bin and get an ordinary pick: no note."""
+    from qconvert.calibrate.api import calibrate as qconvert_calibrate
+    from qconvert.calibrate.ranges import CalibrationRanges
+
+    values = (-(np.abs(np.random.default_rng(0).standard_normal(64 * 64)) + 1)).astype(np.float32)
+    method = EntropyMethod()
+    result = method.compute_range(_aligned(method, values), None)
+    assert result is not None and (result.min, result.max) == (float(values.min()), float(values.max()))
+    assert result.note is not None and "would clip 99." in result.note
+    positive = method.compute_range(_aligned(method, -values), None)
+    assert positive is not None and positive.note is None and 1.0 <= positive.min < positive.max
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+        [numpy_helper.from_array(np.ones((64, 4), np.float32), "W")],
+    )
+    model = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    ranges = tmp_path / "ranges.json"
+    calibrated = qconvert_calibrate(
+        model, [{"x": values.reshape(64, 64)}], method="entropy", ranges_path=ranges
+    )
+    assert any(w.startswith("x: entropy's pick") for w in calibrated.warnings)
+    assert CalibrationRanges.load(ranges)["x"].note == calibrated.ranges["x"].note is not None

@@ -436,6 +436,24 @@ class _Finalizer:
         self.edit.insert_after(anchor, constant, cast, dequantize)
         return dequantize.result
 
+    def _normalization_bias_too_coarse(
+        self, bias: Bias, input_params: Params, weight_params: Params
+    ) -> str | None:
+        """Why a normalization's int32 bias would be coarser than its output's Q/DQ step, or None. Its step
+        is onnxruntime's `s_in * s_gamma`, but the bias is added after normalizing, where the input's scale
+        does not apply: an input of magnitude 3000 made the step 27 output steps (cosine 0.976)."""
+        if bias.node.op_type not in placement.NORMALIZATION:
+            return None
+        output = self.effective(bias.node.outputs[0])
+        step = float(np.max(np.asarray(input_params.scale, np.float64) * np.asarray(weight_params.scale)))
+        if output is None or step <= float(np.min(output.scale)):
+            return None
+        return (
+            f"its int32 step s_in * s_gamma = {step:.4g} is coarser than its output's step "
+            f"{float(np.min(output.scale)):.4g} (a normalization adds its bias after normalizing, where the "
+            f"input's scale does not apply; onnxruntime quantizes it anyway)"
+        )
+
     def quantize_bias(self, bias: Bias) -> None:
         """int32 bias `beta * C` with scale `s_in * s_w` for the one node that uses it (Gemm's beta is then
         reset to 1). onnxruntime stores C with scale `s_in * s_w * beta`, which adds C instead of beta * C
@@ -454,6 +472,8 @@ class _Finalizer:
             reason = "its weight is quantized in blocks (a bias scale per block has no ONNX form)"
         elif numerics.FLOAT8 in (input_params.quant_type, weight_params.quant_type):
             reason = "float8 schemes keep biases in float (onnxruntime casts them)"
+        elif (coarse := self._normalization_bias_too_coarse(bias, input_params, weight_params)) is not None:
+            reason = coarse
         elif _channel_mismatch(data, weight_params):
             reason = (
                 f"its weight has {weight_params.scale.size} per-channel scales and it has shape "

@@ -8,7 +8,7 @@ loses its negatives. An initializer holding Inf or NaN has no scale: onnxruntime
 it in float. A graph input that is also an output (which the ONNX writer refused once calibration put a
 Q/DQ pair on it) is written as the input. Where onnxruntime's own graph optimizations break a correct
 model (float8 Relus, 4-bit MaxPool), finalize notes the level to run it at. A Gemm with beta != 1 gets
-the bias it adds. Each case runs in onnxruntime and is compared with the float model.
+the bias it adds; a normalization bias is not stored coarser than its output. Each case runs in onnxruntime and is compared with the float model.
 """
 
 from __future__ import annotations
@@ -338,3 +338,32 @@ def test_a_bias_without_one_entry_per_weight_channel_stays_float(case: str, tmp_
     assert any(note.startswith("bias 'b' left in float: its weight has") for note in result.notes)
     assert op_types(out).count("DequantizeLinear") == 3  # x, W (per channel) and y; not b
     assert lowest_cosines(model, out, data)["y"] > 0.999
+
+
+def test_a_normalization_bias_coarser_than_its_output_step_stays_float(tmp_path: Path) -> None:
+    """LayerNorm of inputs of magnitude 3000: onnxruntime's int32 bias step s_in * s_gamma (0.77) is 27
+    output steps, so biases of ~0.3 dequantize to 0 or 0.77. The bias added after normalizing stays float
+    (with a note); its model, run beside ours, loses that bias."""
+    from calibrate.parity_support import Reader
+    from onnxruntime.quantization import QuantFormat, quantize_static
+
+    rng = np.random.default_rng(0)
+    weights = {
+        "g": (1 + 0.1 * rng.standard_normal(64)).astype(np.float32),
+        "b": (0.3 * rng.standard_normal(64)).astype(np.float32),
+    }
+    graph = helper.make_graph(
+        [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], name="ln", axis=-1)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    model = tmp_path / "ln.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    data = [{"x": (3000 * rng.standard_normal((32, 64))).astype(np.float32)}]
+    ours, theirs = tmp_path / "ours.onnx", tmp_path / "theirs.onnx"
+    result = calibrate(model, data, out=ours)
+    assert any(note.startswith("bias 'b' left in float: its int32 step") for note in result.notes)
+    quantize_static(str(model), str(theirs), Reader(data), quant_format=QuantFormat.QDQ)
+    assert lowest_cosines(model, ours, data)["y"] > 0.999 > 0.98 > lowest_cosines(model, theirs, data)["y"]

@@ -285,10 +285,14 @@ class Lifter:
         return problems
 
     # Lifting -----------------------------------------------------------------------------------
-    def lift(self) -> ModuleOp:
+    def check_liftable(self) -> None:
+        """InputError listing the nodes `lift` cannot lift (before any work that would need them)."""
         problems = self.unsupported_nodes()
         if problems:
             raise InputError(f"the model has {len(problems)} unsupported node(s): " + "; ".join(problems))
+
+    def lift(self) -> ModuleOp:
+        self.check_liftable()
         if self.inference_error is not None:
             raise self.inference_error
         module = ModuleOp.create()

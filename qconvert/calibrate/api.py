@@ -364,6 +364,13 @@ def calibrate(
     tensors = {name for node in graph.node for name in (*node.input, *node.output)}
     tensors |= {tensor.name for tensor in (*graph.input, *graph.initializer)}
     check_override_names(chosen.tensor_overrides, tensors, loaded.label)
+    if out is not None:  # a model that cannot be written is refused before the data is read
+        from qconvert.frontends.onnx.lift import Lifter
+
+        try:
+            Lifter(loaded.model).check_liftable()
+        except InputError as error:
+            raise InputError(f"{loaded.label}: {error.message}") from None
     result: CalibrationResult
     if load_ranges is not None:
         given = {  # --data still serves the comparison with the float model

@@ -620,3 +620,39 @@ def test_options_that_loaded_ranges_would_ignore_are_refused(
     error = capsys.readouterr().err
     assert "the ranges are reused as saved" in error and named in error
     assert not out.exists()
+
+
+def test_a_model_that_cannot_be_written_is_refused_before_any_data_is_read(tmp_path: Path) -> None:
+    """An If node (GRAPH attributes are not lifted): with -o, refused before the data source is called
+    (which would fail the test); ranges alone (no -o) need no lifting and are computed."""
+    from qconvert.calibrate.api import calibrate
+    from qconvert.errors import InputError
+
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["m"], ["r"])],
+        "b",
+        [],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["m"], name="relu"),
+            helper.make_node("ReduceSum", ["m"], ["s"], name="sum", keepdims=0),
+            helper.make_node("Greater", ["s", "zero"], ["c"], name="positive"),
+            helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch, else_branch=branch),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])],
+    )
+    model = tmp_path / "if.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+
+    def data() -> list:
+        raise AssertionError("the data was read")
+
+    with pytest.raises(InputError, match=r"if\.onnx: the model has 1 unsupported node\(s\): 'if' \(onnx\.If"):
+        calibrate(model, data, out=tmp_path / "out.onnx")
+    feeds = [{"x": np.ones((2, 4), np.float32)}]
+    assert calibrate(model, feeds).ranges["m"].max == 1.0

@@ -8,7 +8,8 @@ loses its negatives. An initializer holding Inf or NaN has no scale: onnxruntime
 it in float. A graph input that is also an output (which the ONNX writer refused once calibration put a
 Q/DQ pair on it) is written as the input. Where onnxruntime's own graph optimizations break a correct
 model (float8 Relus, 4-bit MaxPool), finalize notes the level to run it at. A Gemm with beta != 1 gets
-the bias it adds; a normalization bias is not stored coarser than its output. Each case runs in onnxruntime and is compared with the float model.
+the bias it adds; a normalization bias is not stored coarser than its output. Each case runs in
+onnxruntime and is compared with the float model.
 """
 
 from __future__ import annotations

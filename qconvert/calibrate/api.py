@@ -46,7 +46,7 @@ from qconvert.calibrate.evaluate import Agreement, evaluate, quantized_activatio
 from qconvert.calibrate.methods import METHODS, Method, make_method
 from qconvert.calibrate.observers import MinMaxObserver
 from qconvert.calibrate.outputs import TextOutput, check_output_paths, write_outputs
-from qconvert.calibrate.overrides import check_override_names
+from qconvert.calibrate.overrides import check_tensor_names
 from qconvert.calibrate.ranges import CalibrationRanges, TensorRange
 from qconvert.calibrate.scheme import Scheme, check_selection
 from qconvert.calibrate.sentinel import (
@@ -363,7 +363,7 @@ def calibrate(
     check_selection(chosen, node_names, op_types, loaded.label)
     tensors = {name for node in graph.node for name in (*node.input, *node.output)}
     tensors |= {tensor.name for tensor in (*graph.input, *graph.initializer)}
-    check_override_names(chosen.tensor_overrides, tensors, loaded.label)
+    check_tensor_names(chosen.tensor_overrides, tensors, "tensor overrides", loaded.label)
     if out is not None:  # a model that cannot be written is refused before the data is read
         from qconvert.frontends.onnx.lift import Lifter
 
@@ -389,6 +389,8 @@ def calibrate(
         ranges = CalibrationRanges.load(load_ranges)
         stored = ranges.metadata.get(KEEP_FLOAT_KEY, {})
         keep_float = {str(k): str(v) for k, v in stored.items()} if isinstance(stored, dict) else {}
+        where = f"--load-ranges {load_ranges}: its keep_float entries"
+        check_tensor_names(keep_float, tensors, where, loaded.label)
         result = CalibrationResult(
             ranges, str(ranges.metadata.get("method", "loaded")), keep_float=keep_float
         )

@@ -102,17 +102,18 @@ def read_overrides(path: str | os.PathLike[str]) -> dict[str, TensorOverride]:
     return parse_overrides(raw, f"--overrides {os.fspath(path)}")
 
 
-def check_override_names(overrides: Mapping[str, TensorOverride], names: Collection[str], model: str) -> None:
-    """InputError, before any calibration, for overrides naming no tensor of `model`'s graph (with the
-    closest name); which of its tensors can take one is known only after placement (finalize checks)."""
-    unknown = sorted(set(overrides) - set(names))
+def check_tensor_names(named: Collection[str], names: Collection[str], what: str, model: str) -> None:
+    """InputError, before any calibration, for names in `named` (`what` says whose: "tensor overrides")
+    that are no tensor of `model`'s graph, with the closest name. (Which tensors can take an override is
+    known only after placement: finalize checks that.)"""
+    unknown = sorted(set(named) - set(names))
     if unknown:
         hints = [difflib.get_close_matches(name, sorted(names), n=1) for name in unknown]
         listed = ", ".join(
             f"'{name}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
             for name, hint in zip(unknown, hints)
         )
-        raise InputError(f"{model}: tensor overrides name no tensor of the model: {listed}")
+        raise InputError(f"{model}: {what} name no tensor of the model: {listed}")
 
 
 def _parse_one(options: object, where: str) -> TensorOverride:
@@ -174,7 +175,7 @@ def _integer(value: object) -> int:
 __all__ = [
     "ORT_QUANT_TYPE_NAMES",
     "TensorOverride",
-    "check_override_names",
+    "check_tensor_names",
     "parse_overrides",
     "read_overrides",
     "storage_name",

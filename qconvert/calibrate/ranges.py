@@ -165,7 +165,10 @@ def _range_from_json(name: str, entry: object, source: str) -> TensorRange:
             raise InputError(f'{where}: missing "{key}"')
     low = _float_in(entry["min"], f'{where}: "min"')
     high = _float_in(entry["max"], f'{where}: "max"')
-    if math.isnan(low) or math.isnan(high) or low > high:
+    for key, value in (("min", low), ("max", high)):
+        if math.isnan(value):
+            raise InputError(f'{where}: "{key}" is NaN; a range needs numbers (or "inf", "-inf")')
+    if low > high:
         raise InputError(f"{where}: min {entry['min']!r} must not exceed max {entry['max']!r}")
     largest = float(np.finfo(np.float32).max)
     for key, value in (("min", low), ("max", high)):

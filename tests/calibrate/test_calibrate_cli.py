@@ -656,3 +656,21 @@ def test_a_model_that_cannot_be_written_is_refused_before_any_data_is_read(tmp_p
         calibrate(model, data, out=tmp_path / "out.onnx")
     feeds = [{"x": np.ones((2, 4), np.float32)}]
     assert calibrate(model, feeds).ranges["m"].max == 1.0
+
+
+def test_a_misspelt_keep_float_entry_in_loaded_ranges_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    data, ranges = save_npz(tmp_path / "data.npz", digit_batches(1)), tmp_path / "ranges.json"
+    assert main(["calibrate", str(DIGITS), "--data", str(data), "--ranges", str(ranges), "--quiet"]) == 0
+    edited = json.loads(ranges.read_text())
+    edited["metadata"]["keep_float"] = {"imagee": "kept by hand"}
+    ranges.write_text(json.dumps(edited))
+    out = tmp_path / "out.onnx"
+    capsys.readouterr()
+    assert main(["calibrate", str(DIGITS), "--load-ranges", str(ranges), "-o", str(out)]) == 2
+    assert (
+        "keep_float entries name no tensor of the model: 'imagee' (did you mean 'image'?)"
+        in capsys.readouterr().err
+    )
+    assert not out.exists()

@@ -83,6 +83,16 @@ def test_json_round_trip_is_exact(tmp_path: Path) -> None:
             '"tensors": {"x": {"min": 0, "max": 1e39}}}',
             '"max" 1e\\+39 is past float32\'s largest value',
         ),
+        (
+            '{"format": "qconvert.calibration_ranges", "version": 1, '
+            '"tensors": {"x": {"min": "nan", "max": 1}}}',
+            '"min" is NaN; a range needs numbers',
+        ),
+        (
+            '{"format": "qconvert.calibration_ranges", "version": 1, "tensors": {"x": {"min": 0, "max": 1, '
+            '"note": 3}}}',
+            '"note" must be a string',
+        ),
     ],
 )
 def test_bad_files_name_the_problem(tmp_path: Path, text: str, message: str) -> None:

@@ -144,6 +144,7 @@ class _Finalizer:
                 f"with a method that clips outliers"
             ) from None
         params = Params(quant_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
+        self._note_vanishing(name, params, float(np.max(np.abs(found))), dtype)
         if std_rule:
             limit = numerics.float8_limit() * float(pair.scale)
             if max(-float(found[0]), float(found[1])) > 2 * limit:  # far past: not a tail, the bulk
@@ -154,6 +155,15 @@ class _Finalizer:
                 )
         self.activation_cache[value] = params
         return params
+
+    def _note_vanishing(self, name: str, params: Params, magnitude: float, dtype: np.dtype) -> None:
+        """A note when onnxruntime's scale 1 (its answer to a scale below `dtype`'s smallest) quantizes a
+        tensor's every value to its zero point: a float16 tensor of magnitude 3e-6 is all zeros then."""
+        if params.quant_type != numerics.FLOAT8 and np.all(params.scale == 1) and 0 < magnitude < 0.5:
+            self.plan.notes.append(
+                f"tensor '{name}': its scale would be below {dtype}'s smallest (max |x| {magnitude:.3g}): "
+                f"onnxruntime's scale 1 quantizes every value to the zero point; keep it in float"
+            )
 
     def _activation_pair(
         self,
@@ -228,6 +238,7 @@ class _Finalizer:
                     rmax=override.rmax,
                 )
                 params = Params(quant_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
+                self._note_vanishing(self.graph.name(value), params, float(np.abs(data).max()), data.dtype)
             else:
                 scales, zero_points = numerics.weight_params_per_channel(
                     data,

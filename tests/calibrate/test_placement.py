@@ -368,3 +368,26 @@ def test_a_normalization_bias_coarser_than_its_output_step_stays_float(tmp_path:
     assert any(note.startswith("bias 'b' left in float: its int32 step") for note in result.notes)
     quantize_static(str(model), str(theirs), Reader(data), quant_format=QuantFormat.QDQ)
     assert lowest_cosines(model, ours, data)["y"] > 0.999 > 0.98 > lowest_cosines(model, theirs, data)["y"]
+
+
+def test_a_float16_tensor_whose_scale_vanishes_is_noted(tmp_path: Path) -> None:
+    """|x| ~ 3e-6 in float16: its scale (2e-8) is below float16's smallest, onnxruntime's rule makes it 1
+    and every value quantizes to 0. The scale stays onnxruntime's; the note says so and suggests float."""
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["n", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["n", 8])],
+        [numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float16), "W")],
+    )
+    model = tmp_path / "f16.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    data = [{"x": (rng.standard_normal((16, 16)) * 1e-6).astype(np.float16)}]
+    out = tmp_path / "out.onnx"
+    result = calibrate(model, data, out=out)
+    assert [
+        note.split(":")[0] for note in result.notes if "quantizes every value to the zero point" in note
+    ] == ["tensor 'x'"]
+    quantized = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, data[0])[0]
+    assert not quantized.any()  # what the note warns of, in onnxruntime

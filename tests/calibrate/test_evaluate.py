@@ -29,6 +29,12 @@ def runs(model: Path, feeds: list[dict[str, np.ndarray]], level: str = "ORT_ENAB
     return [session.run(None, feed) for feed in feeds]
 
 
+def digits_command(tmp_path: Path, data: list[dict[str, np.ndarray]]) -> list[str]:
+    """`qconvert calibrate` of digits_cnn on `data` (saved as one .npz), writing m.onnx."""
+    npz = save_npz(tmp_path / "data.npz", data)
+    return ["calibrate", str(MODELS / "digits_cnn.onnx"), "--data", str(npz), "-o", str(tmp_path / "m.onnx")]
+
+
 def test_the_reported_agreement_is_what_onnxruntime_gives_sample_by_sample(tmp_path: Path) -> None:
     data = batches("digits_cnn")  # 4 batches of 8; 12 samples to compare means the first 2 batches
     out = tmp_path / "digits.qdq.onnx"
@@ -112,15 +118,7 @@ def test_a_model_onnxruntime_cannot_optimize_is_compared_at_basic_level(tmp_path
 def test_cli_prints_the_comparison_by_default_and_skips_it_on_request(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    npz = save_npz(tmp_path / "data.npz", batches("digits_cnn"))
-    common = [
-        "calibrate",
-        str(MODELS / "digits_cnn.onnx"),
-        "--data",
-        str(npz),
-        "-o",
-        str(tmp_path / "m.onnx"),
-    ]
+    common = digits_command(tmp_path, batches("digits_cnn"))
     assert main([*common, "--json", str(tmp_path / "default.json")]) == 0
     shown = capsys.readouterr().out
     assert "QDQ model against float in onnxruntime (ORT_ENABLE_ALL), first 32 samples" in shown
@@ -236,16 +234,8 @@ def test_each_activations_own_loss_is_its_quantize_dequantize_error(tmp_path: Pa
 
 
 def test_cli_lists_the_worst_tensors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    npz = save_npz(tmp_path / "data.npz", batches("digits_cnn", 2))
     json_path = tmp_path / "result.json"
-    arguments = [
-        "calibrate",
-        str(MODELS / "digits_cnn.onnx"),
-        "--data",
-        str(npz),
-        "-o",
-        str(tmp_path / "m.onnx"),
-    ]
+    arguments = digits_command(tmp_path, batches("digits_cnn", 2))
     assert main([*arguments, "--worst-tensors", "2", "--json", str(json_path)]) == 0
     shown = capsys.readouterr().out.split("activations losing most to their own Q/DQ")
     assert len(shown) == 2 and len([line for line in shown[1].splitlines() if "│" in line]) == 2

@@ -32,6 +32,26 @@ def op_types(path: Path) -> list[str]:
     return [node.op_type for node in onnx.load(path).graph.node]
 
 
+def one_node_model(
+    tmp_path: Path,
+    node: onnx.NodeProto,
+    shapes: tuple[list, list],
+    weights: dict[str, np.ndarray],
+    element_type: int = TensorProto.FLOAT,
+) -> Path:
+    """`node` alone, reading graph input x and `weights`, writing graph output y (x, y shaped `shapes`)."""
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", element_type, shapes[0])],
+        [helper.make_tensor_value_info("y", element_type, shapes[1])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    path = tmp_path / f"{node.op_type.lower()}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
 def test_a_symmetric_relu_range_keeps_the_relu(tmp_path: Path) -> None:
     """Distribution gives int8 ranges symmetric about 0: a Q/DQ over [-a, a] does not clamp at 0."""
     data = batches("digits_cnn")
@@ -245,15 +265,8 @@ def test_a_bias_holding_inf_stays_float(adjust: bool, tmp_path: Path) -> None:
     bias = rng.standard_normal(8).astype(np.float32)
     bias[3] = np.inf
     weights = {"W": rng.standard_normal((8, 16)).astype(np.float32), "C": bias}
-    graph = helper.make_graph(
-        [helper.make_node("Gemm", ["x", "W", "C"], ["y"], name="gemm", transB=1)],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
-        [numpy_helper.from_array(value, name) for name, value in weights.items()],
-    )
-    model = tmp_path / "gemm.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    gemm = helper.make_node("Gemm", ["x", "W", "C"], ["y"], name="gemm", transB=1)
+    model = one_node_model(tmp_path, gemm, ([2, 16], [2, 8]), weights)
     out = tmp_path / "out.onnx"
     scheme = {"adjust_weight_scale_for_int32_bias": adjust}
     result = calibrate(model, feeds(), out=out, scheme=scheme)  # the guard keeps y (+Inf) in float
@@ -291,15 +304,8 @@ def test_a_gemm_bias_is_stored_as_what_the_gemm_adds(beta: float, tmp_path: Path
         "W": (rng.standard_normal((20, 12)) * 0.3).astype(np.float32),
         "C": rng.standard_normal(12).astype(np.float32),
     }
-    graph = helper.make_graph(
-        [helper.make_node("Gemm", ["x", "W", "C"], ["y"], name="gemm", beta=beta)],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 20])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 12])],
-        [numpy_helper.from_array(value, name) for name, value in weights.items()],
-    )
-    model = tmp_path / "gemm.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    gemm = helper.make_node("Gemm", ["x", "W", "C"], ["y"], name="gemm", beta=beta)
+    model = one_node_model(tmp_path, gemm, (["n", 20], ["n", 12]), weights)
     data = [{"x": rng.standard_normal((16, 20)).astype(np.float32)} for _ in range(2)]
     ours, theirs = tmp_path / "ours.onnx", tmp_path / "theirs.onnx"
     calibrate(model, data, out=ours)
@@ -323,15 +329,7 @@ def test_a_bias_without_one_entry_per_weight_channel_stays_float(case: str, tmp_
         node = helper.make_node("Gemm", ["x", "W", "b"], ["y"], name="op", transB=1)
         shapes = {"x": [6, 12], "y": [6, 10], "W": (10, 12), "b": (6, 10)}
     weights = {name: (rng.standard_normal(shapes[name]) * 0.3).astype(np.float32) for name in ("W", "b")}
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shapes["x"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shapes["y"])],
-        [numpy_helper.from_array(value, name) for name, value in weights.items()],
-    )
-    model = tmp_path / "model.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    model = one_node_model(tmp_path, node, (shapes["x"], shapes["y"]), weights)
     batch = [6 if case == "gemm_2d_bias" else 8, *shapes["x"][1:]]
     data = [{"x": rng.standard_normal(batch).astype(np.float32)} for _ in range(2)]
     out = tmp_path / "out.onnx"
@@ -353,15 +351,8 @@ def test_a_normalization_bias_coarser_than_its_output_step_stays_float(tmp_path:
         "g": (1 + 0.1 * rng.standard_normal(64)).astype(np.float32),
         "b": (0.3 * rng.standard_normal(64)).astype(np.float32),
     }
-    graph = helper.make_graph(
-        [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], name="ln", axis=-1)],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])],
-        [numpy_helper.from_array(value, name) for name, value in weights.items()],
-    )
-    model = tmp_path / "ln.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    norm = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], name="ln", axis=-1)
+    model = one_node_model(tmp_path, norm, (["n", 64], ["n", 64]), weights)
     data = [{"x": (3000 * rng.standard_normal((32, 64))).astype(np.float32)}]
     ours, theirs = tmp_path / "ours.onnx", tmp_path / "theirs.onnx"
     result = calibrate(model, data, out=ours)
@@ -374,15 +365,9 @@ def test_a_float16_tensor_whose_scale_vanishes_is_noted(tmp_path: Path) -> None:
     """|x| ~ 3e-6 in float16: its scale (2e-8) is below float16's smallest, onnxruntime's rule makes it 1
     and every value quantizes to 0. The scale stays onnxruntime's; the note says so and suggests float."""
     rng = np.random.default_rng(0)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["n", 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["n", 8])],
-        [numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float16), "W")],
-    )
-    model = tmp_path / "f16.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    matmul = helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")
+    weights = {"W": rng.standard_normal((16, 8)).astype(np.float16)}
+    model = one_node_model(tmp_path, matmul, (["n", 16], ["n", 8]), weights, TensorProto.FLOAT16)
     data = [{"x": (rng.standard_normal((16, 16)) * 1e-6).astype(np.float16)}]
     out = tmp_path / "out.onnx"
     result = calibrate(model, data, out=out)

@@ -443,7 +443,7 @@ def calibrate(
         from qconvert.backends.onnx import save_onnx
         from qconvert.calibrate.placement import ORT_BASIC_ADVICE
 
-        module = _finalize(model, ranges, chosen, result)
+        module = _finalize(model, loaded, ranges, chosen, result)
         result.output = Path(out)
 
         def write_and_compare() -> Path:
@@ -476,20 +476,24 @@ def calibrate(
 
 def _finalize(
     model: str | os.PathLike[str] | ModelProto,
+    loaded: LoadedModel,
     ranges: CalibrationRanges,
     scheme: Scheme,
     result: CalibrationResult,
 ) -> ModuleOp:
-    """The lifted model with the ranges attached and finalized to Q/DQ (not written yet)."""
+    """The lifted model with the ranges attached and finalized to Q/DQ (not written yet). The loaded
+    model (weights detached) names the intermediate values, for attaching and for finalize's messages."""
     from qconvert.calibrate.attach import attach_ranges
     from qconvert.calibrate.finalize import finalize
+    from qconvert.calibrate.tensor_names import tensor_values
     from qconvert.frontends.onnx import import_onnx
     from qconvert.ir.dialects.quant import DequantizeCastOp
 
     scheme.keep_float = {**result.keep_float, **scheme.keep_float}
     module = import_onnx(model)
-    attach_ranges(module, ranges, model=model)
-    finalize(module, scheme, result.notes)
+    attach_ranges(module, ranges, model=loaded.model)
+    names = {value: name for name, value in tensor_values(module, loaded.model).items()}
+    finalize(module, scheme, result.notes, value_names=names)
     if not any(isinstance(op, DequantizeCastOp) for op in module.walk()):  # weights have a dcast only
         result.warnings.append(
             "nothing was quantized: no tensor of the selected nodes and op types gets Q/DQ (the written "

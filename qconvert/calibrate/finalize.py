@@ -20,6 +20,7 @@ Every value written keeps ONNX names (`onnx.node_name` `<t>_QuantizeLinear` / `<
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,15 +76,21 @@ class Params:
     block_size: int = 0
 
 
-def finalize(module: ModuleOp, scheme: Scheme, notes: list[str] | None = None) -> ModuleOp:
+def finalize(
+    module: ModuleOp,
+    scheme: Scheme,
+    notes: list[str] | None = None,
+    value_names: Mapping[Value, str] | None = None,
+) -> ModuleOp:
     """Turn the calibrated module into a QDQ module (in place; returned for chaining).
 
     `notes` (if given) receives one line per decision a user may want to know about: tensors left in
-    float and why, per-channel fallbacks. Raises InputError naming the tensor for a quantized tensor
+    float and why, per-channel fallbacks. `value_names` names values the module does not (intermediate
+    tensors without a range) in messages. Raises InputError naming the tensor for a quantized tensor
     without a range.
     """
     scheme.check()
-    graph, plan = placement.plan_quantization(module, scheme)
+    graph, plan = placement.plan_quantization(module, scheme, value_names)
     _check_overrides(graph, plan, scheme)
     finalizer = _Finalizer(graph, plan, scheme)
     finalizer.run()

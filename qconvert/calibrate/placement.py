@@ -33,6 +33,7 @@ negatives).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,8 +114,9 @@ class Plan:
 class Graph:
     """The lifted module as onnxruntime's quantizer sees the ONNX graph."""
 
-    def __init__(self, module: ModuleOp) -> None:
+    def __init__(self, module: ModuleOp, value_names: Mapping[Value, str] | None = None) -> None:
         function = main_function(module)
+        self.value_names = dict(value_names or {})
         self.block = function.regions[0].entry
         self.argument_names = input_names(module)  # ONNX graph input names
         self.pairs: dict[Value, QuantizeCastOp] = {}
@@ -171,6 +173,8 @@ class Graph:
         producer = value.owner_op()
         if producer is not None and isinstance(producer.attributes.get(CONSTANT_NAME_ATTR), StringAttr):
             return producer.attributes[CONSTANT_NAME_ATTR].value  # type: ignore[union-attr]
+        if value in self.value_names:
+            return self.value_names[value]
         if isinstance(producer, Operation) and "onnx.node_name" in producer.attributes:
             return f"{producer.attributes['onnx.node_name'].value}:{value.index}"  # type: ignore[attr-defined,union-attr]
         return self.argument_names[value.index] if isinstance(value, BlockArgument) else "<unnamed>"
@@ -531,9 +535,12 @@ for _op_type in DIRECT_8BIT:
     setattr(Planner, f"quantize_{_op_type}", Planner.quantize_direct)
 
 
-def plan_quantization(module: ModuleOp, scheme: Scheme) -> tuple[Graph, Plan]:
-    """Mark the tensors onnxruntime's QDQ quantizer would quantize, on a module with calibrated pairs."""
-    graph = Graph(module)
+def plan_quantization(
+    module: ModuleOp, scheme: Scheme, value_names: Mapping[Value, str] | None = None
+) -> tuple[Graph, Plan]:
+    """Mark the tensors onnxruntime's QDQ quantizer would quantize, on a module with calibrated pairs
+    (`value_names`: ONNX names of values the module does not name, for messages)."""
+    graph = Graph(module, value_names)
     return graph, Planner(graph, scheme, model_opset(module)).run()
 
 

@@ -674,3 +674,21 @@ def test_a_misspelt_keep_float_entry_in_loaded_ranges_is_named(
         in capsys.readouterr().err
     )
     assert not out.exists()
+
+
+def test_a_range_missing_from_loaded_ranges_is_named_as_the_model_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    data, ranges = save_npz(tmp_path / "data.npz", digit_batches(1)), tmp_path / "ranges.json"
+    assert main(["calibrate", str(DIGITS), "--data", str(data), "--ranges", str(ranges), "--quiet"]) == 0
+    edited = json.loads(ranges.read_text())
+    del edited["tensors"]["/gap/GlobalAveragePool_output_0"]
+    ranges.write_text(json.dumps(edited))
+    capsys.readouterr()
+    assert (
+        main(["calibrate", str(DIGITS), "--load-ranges", str(ranges), "-o", str(tmp_path / "out.onnx")]) == 2
+    )
+    assert (
+        "no calibrated range for 1 tensor(s) that must be quantized: '/gap/GlobalAveragePool_output_0'"
+        in (capsys.readouterr().err)
+    )

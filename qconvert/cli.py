@@ -36,8 +36,25 @@ def callback() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `qconvert` console script: the exit code, never a traceback."""
+    """Entry point of the `qconvert` console script: the exit code, never a traceback.
+
+    SIGTERM takes Ctrl-C's path: its handler raises `Terminated`, so worker processes and temporary files
+    are cleaned up before the exit (128 + 15); a second SIGTERM during that cleanup ends the process."""
+    import signal
+    import threading
+
+    from qconvert.errors import Terminated
+
     arguments = sys.argv[1:] if argv is None else argv
+
+    def terminate(signal_number: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, previous_handler)
+        raise Terminated()
+
+    previous_handler = signal.getsignal(signal.SIGTERM) or signal.SIG_DFL  # None: set outside Python
+    on_main_thread = threading.current_thread() is threading.main_thread()  # where handlers may be set
+    if on_main_thread:
+        signal.signal(signal.SIGTERM, terminate)
     try:
         if arguments and arguments[0] == "opt":
             # mlir-opt's single-dash long flags (-split-input-file) must reach our own parser untouched.
@@ -51,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         app(arguments, prog_name="qconvert")
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 0
+    except Terminated:
+        print("qconvert: terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except QConvertError as error:
         print(f"qconvert: {error}", file=sys.stderr)
         return error.exit_code
@@ -59,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
             f"qconvert: internal error: {type(error).__name__}: {error} (please report this)", file=sys.stderr
         )
         return INTERNAL_ERROR
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous_handler)
     return 0
 
 
@@ -247,7 +270,7 @@ def calibrate_command(
     workers: int = typer.Option(1, "--workers", help="processes (or Ray tasks) sharing the batches"),
     engine: str = typer.Option("local", "--engine", help="local (processes) or ray"),
     batch_size: int | None = typer.Option(
-        None, "--batch-size", help="samples per run (default: the model's)"
+        None, "--batch-size", help="samples per run (default: the model's fixed batch dim, else 8)"
     ),
     percentile: float | None = typer.Option(None, "--percentile", help="percentile: the kept percentage"),
     num_bins: int | None = typer.Option(

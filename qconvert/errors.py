@@ -71,3 +71,10 @@ class InputError(QConvertError):
     """Bad input to a command (missing file, bad flag, bad model): exit code 2."""
 
     exit_code = 2
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (`kill`, `timeout`, a CI cancel, a service manager): raised by the CLI's handler so
+    that every `finally` and context manager runs, as for Ctrl-C: worker processes end, temporary folders
+    and half-written outputs go. A BaseException, like KeyboardInterrupt, so that no `except Exception`
+    (around a user's data function, say) mistakes it for a failure of the code it interrupted."""

@@ -38,16 +38,18 @@ class StoredArray:
     dtype: np.dtype
     # Yields consecutive pieces of the array flattened to (elements,) in C order, `max_bytes` at a time.
     pieces: Callable[[int], Iterator[np.ndarray]]
+    # "list", "float"...: the Python value a function gave instead of an array (numpy chose its dtype).
+    python_type: str | None = None
 
 
-def _in_memory(where: str, array: np.ndarray) -> StoredArray:
+def _in_memory(where: str, array: np.ndarray, python_type: str | None = None) -> StoredArray:
     def pieces(max_bytes: int) -> Iterator[np.ndarray]:
         flat = np.ascontiguousarray(array).reshape(-1)
         step = max(1, max_bytes // max(1, array.dtype.itemsize))
         for start in range(0, flat.size, step):
             yield flat[start : start + step]
 
-    return StoredArray(where, tuple(array.shape), array.dtype, pieces)
+    return StoredArray(where, tuple(array.shape), array.dtype, pieces, python_type)
 
 
 def _npy_file(path: Path) -> StoredArray:
@@ -140,8 +142,33 @@ def _item_part(where: str, item: object) -> Part:
         array = np.asarray(value)
         if array.dtype.hasobject:
             raise InputError(f"{where}: input '{name}' is not a numeric array (dtype {array.dtype})")
-        arrays[str(name)] = _in_memory(f"{where}['{name}']", array)
+        python_type = None if isinstance(value, np.ndarray | np.generic) else type(value).__name__
+        arrays[str(name)] = _in_memory(f"{where}['{name}']", array, python_type)
     return Part(where, arrays)
+
+
+def one_dict(data: Mapping[Any, Any]) -> str:
+    """`one dict ('x', 'mask')`: how a single {input: array} given where a list of them was expected shows."""
+    keys = ", ".join(f"'{key}'" for key in list(data)[:4]) + (", ..." if len(data) > 4 else "")
+    return f"one dict ({keys})"
+
+
+def _import_module(name: str) -> Any:
+    """`importlib.import_module`, and failing that the module in the current folder, as `python -m`,
+    uvicorn and gunicorn find `module:app` (the `qconvert` script's sys.path does not hold the folder)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        top = name.partition(".")[0]
+        if error.name != top:  # the module was found; something it imports was not
+            raise
+        folder = os.getcwd()
+        here = os.path.isfile(os.path.join(folder, f"{top}.py")) or os.path.isdir(os.path.join(folder, top))
+        if not here or folder in sys.path:
+            raise ModuleNotFoundError(f"{error}, on sys.path nor in the current folder {folder}") from None
+        sys.path.insert(0, folder)  # kept: the module may import its neighbours later; workers inherit it
+        importlib.invalidate_caches()
+        return importlib.import_module(name)
 
 
 # Sources -------------------------------------------------------------------------------------------------
@@ -163,7 +190,7 @@ def load_function(spec: str) -> Callable[[], Iterable[Mapping[str, Any]]]:
             sys.modules[unique] = module
             module_spec.loader.exec_module(module)
         else:
-            module = importlib.import_module(module_name)
+            module = _import_module(module_name)
     except InputError:
         raise
     except Exception as error:  # the user's module failed to import: say which and why
@@ -216,6 +243,11 @@ class Source:
                 raise InputError(
                     f"{self.label}: calling it failed: {type(error).__name__}: {error}"
                 ) from None
+            if isinstance(iterable, Mapping):  # iterating would give its keys, read as items
+                raise InputError(
+                    f"{self.label}: returned {one_dict(iterable)}; expected an iterable of such dicts "
+                    "(input name -> array, one per batch): return [data], or yield each"
+                )
             index = 0
             while True:
                 try:
@@ -255,4 +287,4 @@ def resolve_source(data: DataSource) -> Source:
     raise InputError(f"--data {text}: no such file or folder")
 
 
-__all__ = ["DataSource", "Part", "Source", "StoredArray", "load_function", "resolve_source"]
+__all__ = ["DataSource", "Part", "Source", "StoredArray", "load_function", "one_dict", "resolve_source"]

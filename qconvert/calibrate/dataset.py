@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import ModelProto, helper
 
-from qconvert.calibrate.data_sources import DataSource, Part, Source, StoredArray, resolve_source
+from qconvert.calibrate.data_sources import DataSource, Part, Source, StoredArray, one_dict, resolve_source
 from qconvert.errors import InputError
 
 DEFAULT_BATCH_SIZE = 8
@@ -158,6 +158,11 @@ def _check_part(part: Part, inputs: Sequence[InputSpec]) -> tuple[int, dict[str,
     sample_shapes: dict[str, tuple[int, ...]] = {}
     for spec in inputs:
         array = part.arrays[spec.name]
+        if array.dtype != spec.dtype and array.python_type is not None:
+            raise InputError(
+                f"{array.where}: input '{spec.name}' is a Python {array.python_type}, which numpy reads as "
+                f"{array.dtype}; the model takes {spec.shown()}: give np.asarray(..., dtype=np.{spec.dtype})"
+            )
         if array.dtype != spec.dtype:
             raise InputError(
                 f"{array.where}: input '{spec.name}' has dtype {array.dtype}; the model takes {spec.shown()}"
@@ -175,6 +180,7 @@ def _sample_blocks(part: Part, inputs: Sequence[InputSpec]) -> Iterator[dict[str
         return
     readers = {}
     sample_sizes = {}
+    dtypes = {spec.name: part.arrays[spec.name].dtype for spec in inputs}
     for spec in inputs:
         sample_sizes[spec.name] = int(np.prod(sample_shapes[spec.name], dtype=np.int64))
         readers[spec.name] = part.arrays[spec.name].pieces(CHUNK_BYTES)
@@ -199,6 +205,9 @@ def _sample_blocks(part: Part, inputs: Sequence[InputSpec]) -> Iterator[dict[str
         block = {}
         for name in readers:
             size = sample_sizes[name]
+            if size == 0:  # a zero-size dim: nothing stored, every sample an empty array of this shape
+                block[name] = np.empty((available, *sample_shapes[name]), dtypes[name])
+                continue
             pieces = buffers[name]
             joined = np.concatenate(pieces) if len(pieces) != 1 else pieces[0]
             block[name] = joined[: available * size].reshape((available, *sample_shapes[name]))
@@ -218,11 +227,15 @@ class DatasetStats:
     samples_used: int = 0
     nonfinite: dict[str, int] = field(default_factory=dict)  # input -> samples with NaN/Inf in it
     excluded: int = 0  # samples left out for NaN/Inf (in any input)
+    empty: int = 0  # samples left out as every input of them has no elements (a zero-size dim)
+    first_empty: str = ""  # where the first of them was: "in FILE: sample shape 'x' [0, 16]"
     dropped_tail: int = 0  # samples of a last partial batch a fixed batch dim could not take
     batches: int = 0
 
     def reset(self, inputs: Iterable[str]) -> None:
         self.samples_read = self.samples_used = self.excluded = self.dropped_tail = self.batches = 0
+        self.empty = 0
+        self.first_empty = ""
         self.nonfinite = dict.fromkeys(inputs, 0)
 
     def warnings(self, batch_size: int) -> list[str]:
@@ -232,6 +245,11 @@ class DatasetStats:
             notes.append(
                 f"{self.excluded} of {self.samples_read} samples contain NaN/Inf and were excluded "
                 f"({per_input})"
+            )
+        if self.empty:
+            notes.append(
+                f"{self.empty} of {self.samples_read} samples have no elements in any input and were left "
+                f"out (the first {self.first_empty})"
             )
         if self.dropped_tail:
             notes.append(
@@ -310,8 +328,19 @@ class Dataset:
                 block_size = next(iter(block.values())).shape[0]
                 stats.samples_read += block_size
                 read_since += block_size
+                # Samples whose every input has a zero-size dim hold nothing to observe (and might stop the
+                # model): left out and counted, as NaN samples are. An input empty beside non-empty ones
+                # (a decoder's first step, with its past key/value cache of length 0) is fed as it is.
+                if all(array.size == 0 for array in block.values()):
+                    stats.empty += block_size
+                    if not stats.first_empty:
+                        shapes = ", ".join(f"'{n}' {list(a.shape[1:])}" for n, a in block.items())
+                        stats.first_empty = f"in {part.where}: sample shape {shapes}"
+                    continue
                 keep = np.ones(block_size, dtype=bool)
                 for name in float_inputs:
+                    if block[name].size == 0:  # no values, so none is NaN (and reshape(n, -1) is ambiguous)
+                        continue
                     finite = np.isfinite(block[name].reshape(block_size, -1)).all(axis=1)
                     stats.nonfinite[name] += int(block_size - finite.sum())
                     keep &= finite
@@ -351,9 +380,16 @@ class Dataset:
                     f"{self.label}: all {stats.samples_read} samples contain NaN/Inf ({per_input}); "
                     "nothing to calibrate on"
                 )
+            if stats.excluded + stats.empty == stats.samples_read:
+                nonfinite = f"{stats.excluded} contain NaN/Inf, " if stats.excluded else ""
+                raise InputError(
+                    f"{self.label}: none of the {stats.samples_read} samples is usable: {nonfinite}"
+                    f"{stats.empty} have no elements (a zero-size dim in every input; the first "
+                    f"{stats.first_empty}); nothing to calibrate on"
+                )
             raise InputError(
-                f"{self.label}: {stats.samples_read - stats.excluded} usable samples do not fill one batch "
-                f"of {self.batch_size} (the model's fixed batch dim)"
+                f"{self.label}: {stats.samples_read - stats.excluded - stats.empty} usable samples do not "
+                f"fill one batch of {self.batch_size} (the model's fixed batch dim)"
             )
 
 
@@ -361,9 +397,8 @@ def open_dataset(data: DataSource, model: ModelProto, batch_size: int | None = N
     """Bind `data` to the model's inputs; InputError when the source or the batch size is unusable."""
     if isinstance(data, Mapping):
         # A dict is iterable (over its keys), which would read as a stream of names, not of batches.
-        keys = ", ".join(f"'{key}'" for key in list(data)[:4]) + (", ..." if len(data) > 4 else "")
         raise InputError(
-            f"data: got one dict ({keys}); expected a list of such dicts (input name -> array, one per "
+            f"data: got {one_dict(data)}; expected a list of such dicts (input name -> array, one per "
             "batch: wrap it as [data]), a function returning them, a folder, an .npz/.npy file or "
             "MODULE:FUNCTION"
         )

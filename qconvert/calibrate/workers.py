@@ -17,7 +17,10 @@ import multiprocessing
 import os
 import pickle
 import queue
+import re
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -173,8 +176,8 @@ def observe_share(session: Any, share: Share, report: Callable[[int], None], thr
         if pending is not None:
             observe(*pending, pool)
     if share.index == 0:  # samples read but not run: counted once, by the first share
-        result.samples_reported += stats.excluded + stats.dropped_tail
-        report(stats.excluded + stats.dropped_tail)
+        result.samples_reported += stats.excluded + stats.empty + stats.dropped_tail
+        report(stats.excluded + stats.empty + stats.dropped_tail)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -209,6 +212,8 @@ _worker_state: dict[str, Any] = {}
 
 
 def _start_worker(model_path: str, threads: int, messages: Any) -> None:
+    # A mark that this process started: one that dies without it died while starting (`_death`).
+    open(_started_mark(os.path.dirname(model_path), os.getpid()), "wb").close()
     with open(model_path, "rb") as file:  # the pickle ProcessEngine wrote for its own workers
         augmented = pickle.load(file)
     _worker_state.update(augmented=augmented, threads=threads, messages=messages, session=None)
@@ -242,11 +247,58 @@ _UNGUARDED_SCRIPT = (
 def _raise_from_share(error: BaseException) -> None:
     if isinstance(error, QConvertError):
         raise InputError(error.message) from None
-    if isinstance(error, BrokenProcessPool):
-        raise RuntimeError(
-            f"a calibration worker process died: out of memory, or {_UNGUARDED_SCRIPT}"
-        ) from None
     raise RuntimeError(f"calibration worker failed: {type(error).__name__}: {error}") from None
+
+
+def _started_mark(folder: str, pid: int) -> str:
+    return os.path.join(folder, f"started-{pid}")
+
+
+_SIGNAL_CAUSES = {
+    signal.SIGKILL: "out of memory?",
+    signal.SIGSEGV: "a crash in native code, such as a C extension the data source uses",
+    signal.SIGBUS: "a crash in native code, or a memory-mapped file that shrank",
+    signal.SIGABRT: "an abort in native code",
+    signal.SIGTERM: "terminated from outside",
+}
+
+
+def _how_it_ended(exit_code: int) -> str:
+    """`exit code 9`, `killed by signal 9 (SIGKILL: out of memory?)` from a multiprocessing exit code."""
+    if exit_code >= 0:
+        return f"exit code {exit_code}"
+    number = -exit_code
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"killed by signal {number}"
+    cause = _SIGNAL_CAUSES.get(signal.Signals(number))
+    return f"killed by signal {number} ({name}{': ' + cause if cause else ''})"
+
+
+def _death(processes: Sequence[multiprocessing.process.BaseProcess], folder: str) -> QConvertError:
+    """The error for a pool broken by a worker's death, naming the worker and how it ended.
+
+    A QConvertError (exit 2), not an InputError: the input may be fine (the system ran out of memory),
+    but this is no bug of qconvert either (exit 3, "please report this"): the user's data function,
+    the memory available or the environment ended the process, and one line says which worker and how.
+    """
+    # The pool terminates the other workers once one dies (SIGTERM): the one that died first ended
+    # otherwise, unless someone terminated it from outside.
+    ended = [(number, p) for number, p in enumerate(processes, 1) if p.exitcode not in (None, 0)]
+    first = [item for item in ended if item[1].exitcode != -signal.SIGTERM] or ended
+    if not first:
+        return QConvertError(f"a calibration worker process (of {len(processes)}) ended unexpectedly")
+    number, process = first[0]
+    assert process.exitcode is not None and process.pid is not None
+    how = _how_it_ended(process.exitcode)
+    who = f"calibration worker process {number} of {len(processes)} (pid {process.pid})"
+    if not os.path.exists(_started_mark(folder, process.pid)):
+        return QConvertError(
+            f"{who} died while starting ({how}; its own error, if any, is above): the usual cause is "
+            + _UNGUARDED_SCRIPT
+        )
+    return QConvertError(f"{who} died ({how}) while reading data or running the model")
 
 
 class ProcessEngine:
@@ -259,6 +311,7 @@ class ProcessEngine:
     """
 
     def __init__(self, augmented: AugmentedModel, workers: int) -> None:
+        self.processes: dict[int, multiprocessing.process.BaseProcess] = {}  # pid -> process, in start order
         # A spawned worker running the caller's unguarded script again: stop before creating semaphores
         # that its parent, killing the broken pool, would leave behind (and resource_tracker warn of).
         if getattr(multiprocessing.current_process(), "_inheriting", False):
@@ -281,6 +334,8 @@ class ProcessEngine:
     def run(self, shares: Sequence[Share], progress: Callable[[int], None]) -> list[ShareResult]:
         _check_picklable(shares[0].dataset)
         futures = [self.pool.submit(_run_in_worker, share) for share in shares]
+        # The pool starts its processes on submit; keep them to say how one died, and to end them early.
+        self.processes.update(getattr(self.pool, "_processes", None) or {})
         while True:
             try:
                 progress(self.messages.get(timeout=0.2))
@@ -290,15 +345,30 @@ class ProcessEngine:
         results = []
         for future in futures:
             error = future.exception()
+            if isinstance(error, BrokenProcessPool):
+                self.pool.shutdown(wait=True)  # every process joined: their exit codes are known
+                raise _death(list(self.processes.values()), self.folder.name) from None
             if error is not None:
                 _raise_from_share(error)
             results.append(future.result())
         return results
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
-        self.messages.close()
-        self.folder.cleanup()
+    def close(self, terminate: bool = False) -> None:
+        """Shut the pool down; `terminate` (on an error, Ctrl-C or SIGTERM) ends running workers at once
+        rather than waiting for them to finish shares nobody will use."""
+        try:
+            if terminate:
+                for process in self.processes.values():
+                    if process.is_alive():
+                        process.terminate()
+                for process in self.processes.values():
+                    process.join(timeout=5)
+                    if process.is_alive():  # a data function that catches SIGTERM
+                        process.kill()
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            self.messages.close()
+            self.folder.cleanup()
 
 
 class _RayWorker:
@@ -340,15 +410,44 @@ class RayEngine:
         references = [actor.run.remote(share) for actor, share in zip(self.actors, shares)]
         pending = list(references)
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
             try:
+                # Ray's wait runs signal handlers without stopping for any exception but KeyboardInterrupt
+                # (see below): a timeout bounds how late SIGTERM's takes effect.
+                done, pending = ray.wait(pending, num_returns=1, timeout=0.5)
+                if not done:
+                    continue
                 finished = ray.get(done[0])
             except ray.exceptions.RayTaskError as error:
                 _raise_from_share(error.cause)
                 raise
+            except ray.exceptions.ActorDiedError as error:
+                raise _actor_death(error, references.index(done[0]) + 1, len(references)) from None
+            except SystemError as error:
+                # A signal handler raised inside Ray's wait (the CLI's SIGTERM handler: Terminated). Ray's
+                # signal check stops waiting for KeyboardInterrupt and SystemExit only; it leaves any other
+                # exception set and returns when the wait ends, which Python reports as a SystemError
+                # caused by it. Raise the handler's own exception.
+                cause = error.__cause__ or error.__context__
+                if isinstance(cause, BaseException) and not isinstance(cause, Exception):
+                    raise cause from None
+                raise
             progress(finished.samples_reported)
         # Results come back read-only too (zero-copy); the parent merges into them, so copy.
         return [cast(ShareResult, copy.deepcopy(ray.get(reference))) for reference in references]
+
+
+def _actor_death(error: Any, number: int, count: int) -> QConvertError:
+    """One line for an actor whose process died (Ray's own text is 7 lines). Ray does not know the exit
+    code or signal: the process's connection just closed. A QConvertError, as `_death` says why."""
+    text = str(error)
+    pid = re.search(r"\bpid: (\d+)", text)
+    exit_type = re.search(r"Worker exit type: (\w+)", text)
+    who = f"calibration worker {number} of {count} (a Ray actor{f', pid {pid[1]}' if pid else ''})"
+    how = f"Ray says {exit_type[1]}" if exit_type else "Ray gives no reason"
+    return QConvertError(
+        f"{who} died while reading data or running the model ({how}): killed (out of memory?), "
+        "or a crash in native code or a data function that ended its process"
+    )
 
 
 @contextlib.contextmanager
@@ -361,11 +460,26 @@ def ray_instance(cpus: int) -> Iterator[None]:
     if ray.is_initialized():  # the caller's cluster (ray.init(address=...)): use it as it is
         yield
         return
-    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    # ray.init replaces the SIGTERM handler with one that calls sys.exit(15): keep one our caller set (the
+    # CLI's, which exits 143 after the same cleanup), and put the original back once Ray is shut down.
+    # A SIGTERM during ray.init meets Ray's handler: its SystemExit(15) becomes our caller's response too.
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous_handler = signal.getsignal(signal.SIGTERM) if on_main_thread else None
     try:
+        try:
+            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+        except SystemExit as exit_:
+            if exit_.code == signal.SIGTERM and callable(previous_handler):
+                signal.signal(signal.SIGTERM, previous_handler)
+                previous_handler(signal.SIGTERM, None)  # raises (the CLI's raises Terminated)
+            raise
+        if callable(previous_handler):
+            signal.signal(signal.SIGTERM, previous_handler)
         yield
     finally:
         ray.shutdown()
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
 
 
 @contextlib.contextmanager
@@ -385,8 +499,10 @@ def open_engine(augmented: AugmentedModel, workers: int = 1, engine: str = "loca
     processes = ProcessEngine(augmented, workers)
     try:
         yield processes
-    finally:
-        processes.close()
+    except BaseException:  # an error, Ctrl-C or SIGTERM (the CLI's `Terminated`): end the workers now
+        processes.close(terminate=True)
+        raise
+    processes.close()
 
 
 __all__ = [

@@ -5,6 +5,7 @@ header is read when the file is listed and its data streamed from the zip member
 (never the whole member at once, unless it is stored in Fortran order); a function is called again for
 every pass. A `Source` is picklable (a path, a `module:function` spec, a module-level function or a
 list), so worker processes re-open it themselves. Checking arrays against the model is dataset.py's job.
+A `module:function`'s module is looked up on sys.path, then in the current folder (as `python -m` does).
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ that size, and a ragged tail that cannot fill one is not used (counted in `Datas
 padding it would count repeated samples twice in histograms). A dynamic batch dim takes `batch_size`
 samples per batch (default 8) and a smaller last batch; a change of a dynamic non-batch dim (another
 sequence length) closes the batch early, so samples of different shapes are never stacked.
+
+Samples left out, counted and warned of: those holding NaN/Inf, and those with no elements in any input (a
+dynamic dim of 0): nothing in them to observe. An input empty beside others that are not is fed as it is.
 """
 
 from __future__ import annotations

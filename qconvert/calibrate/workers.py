@@ -6,6 +6,10 @@ two-pass method pays for start-up and model loading once. A pass is split into s
 runs the batches whose index is i mod N, observing into its own copy of the pass's (empty) observers;
 `collect` merges the copies in share order. Every share reads the whole dataset (so all form the same
 batches) but runs the model only on its own batches.
+
+When something stops a calibration (an error, Ctrl-C, the CLI's SIGTERM), worker processes are ended at
+once, not waited for. A worker that dies (killed, out of memory, a crash, a data function ending its process)
+is reported in one line naming it and its exit code or signal.
 """
 
 from __future__ import annotations

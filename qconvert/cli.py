@@ -259,16 +259,20 @@ def calibrate_command(
     data: str | None = typer.Option(
         None, "--data", help="folder of .npz/.npy samples, one .npz (samples on axis 0), or MODULE:FUNCTION"
     ),
-    method: str = typer.Option(
-        "minmax", "--method", help="minmax | moving-average | percentile | entropy | mse | distribution"
+    method: str | None = typer.Option(
+        None,
+        "--method",
+        help="minmax (default) | moving-average | percentile | entropy | mse | distribution",
     ),
     out: str | None = typer.Option(None, "--out", "-o", help="write the QDQ ONNX model here"),
     ranges: str | None = typer.Option(None, "--ranges", help="save the calibrated ranges as JSON"),
     load_ranges: str | None = typer.Option(
         None, "--load-ranges", help="reuse a ranges JSON instead of calibrating (--data: for --evaluate)"
     ),
-    workers: int = typer.Option(1, "--workers", help="processes (or Ray tasks) sharing the batches"),
-    engine: str = typer.Option("local", "--engine", help="local (processes) or ray"),
+    workers: int | None = typer.Option(
+        None, "--workers", help="processes (or Ray tasks) sharing the batches (default: 1)"
+    ),
+    engine: str | None = typer.Option(None, "--engine", help="local (processes, default) or ray"),
     batch_size: int | None = typer.Option(
         None, "--batch-size", help="samples per run (default: the model's fixed batch dim, else 8)"
     ),
@@ -300,8 +304,8 @@ def calibrate_command(
     exclude_op_types: list[str] = typer.Option([], "--exclude-op-types", help="not these op types"),  # noqa: B008
     nodes: list[str] = typer.Option([], "--nodes", help="only these node names (comma-separated)"),  # noqa: B008
     exclude_nodes: list[str] = typer.Option([], "--exclude-nodes", help="not these node names"),  # noqa: B008
-    sentinel: str = typer.Option(
-        "keep", "--sentinel", help="masked/padded ranges: keep (float) | clip | off"
+    sentinel: str | None = typer.Option(
+        None, "--sentinel", help="masked/padded ranges: keep (float, default) | clip | off"
     ),
     sentinel_override: list[str] = typer.Option([], "--sentinel-override", help="NAME=keep|clip|quantize"),  # noqa: B008
     json_path: str | None = typer.Option(
@@ -331,6 +335,15 @@ def calibrate_command(
     for option, path in (("--out", out), ("--ranges", ranges)):
         if path == "-":  # as --json - would; a binary model or a file to reuse has no place on stdout
             raise InputError(f"{option} -: give a file path ('-' for stdout is for --json only)")
+    if load_ranges is not None:  # what only calibrating reads (calibrate() checks the rest)
+        options = {"--method": method, "--sentinel": sentinel, "--workers": workers, "--engine": engine}
+        options["--batch-size"] = batch_size if data is None else None  # with --data: --evaluate's batches
+        ignored = [option for option, value in options.items() if value is not None]
+        if ignored:
+            raise InputError(
+                f"--load-ranges {load_ranges}: the ranges are reused as saved, so {', '.join(ignored)} would "
+                f"have no effect; drop {'it' if len(ignored) == 1 else 'them'}"
+            )
 
     def names(values: list[str]) -> frozenset[str] | None:
         split = [n.strip() for v in values for n in v.split(",") if n.strip()]
@@ -356,17 +369,17 @@ def calibrate_command(
         result = calibrate(
             model,
             data,
-            method=method,
+            method="minmax" if method is None else method,
             method_options={k: v for k, v in given.items() if v is not None},
             scheme=scheme,
             out=out,
             ranges_path=ranges,
             load_ranges=load_ranges,
             json_path=None if json_path == "-" else json_path,
-            workers=workers,
-            engine=engine,
+            workers=1 if workers is None else workers,
+            engine="local" if engine is None else engine,
             batch_size=batch_size,
-            sentinel=sentinel,
+            sentinel="keep" if sentinel is None else sentinel,
             sentinel_overrides=sentinel_override,
             progress=progress,
             evaluate_samples=evaluate_samples,

@@ -607,7 +607,14 @@ def test_a_selection_that_quantizes_nothing_says_so(tmp_path: Path, capsys: pyte
 
 @pytest.mark.parametrize(
     ("extra", "named"),
-    [(["--num-bins", "100"], "--num-bins"), (["--sentinel-override", "image=keep"], "--sentinel-override")],
+    [
+        (["--num-bins", "100"], "--num-bins"),
+        (["--sentinel-override", "image=keep"], "--sentinel-override"),
+        (["--method", "entropy"], "--method"),
+        (["--sentinel", "off", "--workers", "2"], "--sentinel, --workers"),
+        (["--engine", "ray"], "--engine"),
+        (["--batch-size", "4"], "--batch-size"),
+    ],
 )
 def test_options_that_loaded_ranges_would_ignore_are_refused(
     extra: list[str], named: str, tmp_path: Path, capsys: pytest.CaptureFixture

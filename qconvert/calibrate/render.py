@@ -37,8 +37,10 @@ class SamplesPerSecondColumn(ProgressColumn):
 
 @contextlib.contextmanager
 def progress_bar(enabled: bool, description: str = "calibrating") -> Iterator[ProgressCallback]:
-    """A progress callback drawing a bar on stderr (nothing when not `enabled`); the bar goes away at exit."""
-    if not enabled:
+    """A progress callback drawing a bar on stderr (nothing when not `enabled` or stderr is no terminal,
+    where rich would leave an empty line); the bar goes away at exit."""
+    console = Console(stderr=True)
+    if not enabled or not console.is_terminal:
         yield lambda done, total: None
         return
     progress = Progress(
@@ -50,7 +52,7 @@ def progress_bar(enabled: bool, description: str = "calibrating") -> Iterator[Pr
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
-        console=Console(stderr=True),
+        console=console,
         transient=True,
     )
     with progress:

@@ -212,6 +212,7 @@ def test_bad_input_exits_2_with_a_message_and_writes_nothing(
     assert code == 2, error
     assert message in error
     assert "Traceback" not in error and "internal error" not in error
+    assert error.splitlines() == [error.strip()]  # one line (no progress bar's blank line off a terminal)
     assert list(out_folder.iterdir()) == []  # no model, no ranges, no temporary file
 
 

@@ -302,6 +302,12 @@ def _method(method: str | Method, scheme: Scheme, options: Mapping[str, object])
             f"--method {method}: onnxruntime's float8e4m3fn scales come from the standard deviation that "
             f"only --method distribution observes; use it, or --float8-scale max"
         )
+    retyped = sorted(n for n, o in scheme.tensor_overrides.items() if o.quant_type or o.symmetric is not None)
+    if method == "mse" and retyped:
+        raise InputError(
+            f"--method mse searches every range for the scheme's {scheme.activation_type} storage; tensor "
+            f"overrides change the storage or symmetry of {retyped}: use another method for them"
+        )
     if method == "mse":  # the error to minimise is the one of the storage the scheme quantizes to
         settings.setdefault("quant_type", scheme.activation_type)
         settings.setdefault("symmetric", scheme.activation_symmetric)

@@ -126,7 +126,7 @@ class _Finalizer:
         override = self.scheme.tensor_overrides.get(name)
         quant_type = self.scheme.activation_type_of(name)
         if override is not None and override.scale is not None:
-            scale = np.asarray(override.scale, dtype=dtype)
+            scale = _override_scale(name, override.scale, dtype)
             self.activation_cache[value] = Params(quant_type, scale, np.asarray(override.zero_point))
             return self.activation_cache[value]
         if override is not None:  # onnxruntime casts the bounds to the tensor's float type
@@ -166,7 +166,9 @@ class _Finalizer:
     def _note_vanishing(self, name: str, params: Params, magnitude: float, dtype: np.dtype) -> None:
         """A note when onnxruntime's scale 1 (its answer to a scale below `dtype`'s smallest) quantizes a
         tensor's every value to its zero point: a float16 tensor of magnitude 3e-6 is all zeros then."""
-        if params.quant_type != numerics.FLOAT8 and np.all(params.scale == 1) and 0 < magnitude < 0.5:
+        # Above the smallest subnormal: an all-zero range is widened to it (attach), which needs no note.
+        smallest = float(np.finfo(np.float32).smallest_subnormal)
+        if params.quant_type != numerics.FLOAT8 and np.all(params.scale == 1) and smallest < magnitude < 0.5:
             self.plan.notes.append(
                 f"tensor '{name}': its scale would be below {dtype}'s smallest (max |x| {magnitude:.3g}): "
                 f"onnxruntime's scale 1 quantizes every value to the zero point; keep it in float"
@@ -214,7 +216,7 @@ class _Finalizer:
                 scheme.weight_type if mark.is_weight else scheme.activation_type
             )
             if override.scale is not None:  # onnxruntime takes them as given, in the weight's float type
-                scale = np.asarray(override.scale, dtype=data.dtype)
+                scale = _override_scale(self.graph.name(value), override.scale, data.dtype)
                 self.initializer_params[value] = Params(quant_type, scale, np.asarray(override.zero_point))
                 continue
             symmetric = mark.axis is not None or (
@@ -339,8 +341,7 @@ class _Finalizer:
         if missing:
             raise InputError(
                 f"no calibrated range for {len(missing)} tensor(s) that must be quantized: "
-                f"{', '.join(repr(n) for n in missing[:10])}{' ...' if len(missing) > 10 else ''} "
-                f"(a tensor the module does not name is shown as 'node:output index')"
+                f"{', '.join(repr(n) for n in missing[:10])}{' ...' if len(missing) > 10 else ''}"
             )
         for node, upstream, output in self.plan.removed:
             output.replace_all_uses_with(upstream)
@@ -462,7 +463,9 @@ class _Finalizer:
         does not apply: an input of magnitude 3000 made the step 27 output steps (cosine 0.976)."""
         if bias.node.op_type not in placement.NORMALIZATION:
             return None
-        output = self.effective(bias.node.outputs[0])
+        # A Relu/Clip folded into the normalization hands it its output's Q/DQ.
+        folded = {upstream: output for _, upstream, output in self.plan.removed}
+        output = self.effective(folded.get(bias.node.outputs[0], bias.node.outputs[0]))
         step = float(np.max(np.asarray(input_params.scale, np.float64) * np.asarray(weight_params.scale)))
         if output is None or step <= float(np.min(output.scale)):
             return None
@@ -495,8 +498,7 @@ class _Finalizer:
         elif _channel_mismatch(data, weight_params):
             reason = (
                 f"its weight has {weight_params.scale.size} per-channel scales and it has shape "
-                f"{list(data.shape)}: an int32 bias needs one scale per entry (a 2-D Gemm C, a grouped "
-                f"ConvTranspose; onnxruntime fails on both)"
+                f"{list(data.shape)}: an int32 bias needs one scale per entry (onnxruntime fails on it)"
             )
         if reason is not None:
             self.plan.notes.append(f"bias '{graph.name(bias.value)}' left in float: {reason}")
@@ -570,6 +572,17 @@ def quant_type_for(
     return UniformQuantizedType(**common, scale=float(params.scale), zero_point=int(params.zero_point))
 
 
+def _override_scale(name: str, scale: float, dtype: np.dtype) -> np.ndarray:
+    """An override's scale in the tensor's float type; InputError where that type cannot hold it."""
+    with np.errstate(over="ignore", under="ignore"):
+        stored = np.asarray(scale, dtype=dtype)
+    if not (np.isfinite(stored) and stored > 0):
+        raise InputError(
+            f"tensor overrides: '{name}': scale {scale:g} is not a positive finite {dtype} value"
+        )
+    return stored
+
+
 def _channel_mismatch(bias: np.ndarray, weight: Params) -> bool:
     """Whether a per-channel weight's scales do not pair one to one with a 1-D bias's entries."""
     return weight.axis is not None and (bias.ndim != 1 or bias.shape[0] != weight.scale.size)
@@ -597,6 +610,16 @@ def _check_overrides(graph: Graph, plan: Plan, scheme: Scheme) -> None:
         else:
             continue
         plan.notes.append(f"override of '{name}' has no effect: {why}")
+    constants = {graph.name(op.result): op.result for op in graph.block.ops if isinstance(op, ConstantOp)}
+    for name in sorted(scheme.tensor_overrides.keys() & constants.keys()):
+        mark = plan.marks.get(constants[name])
+        if mark is None and name not in {graph.name(bias.value) for bias in plan.biases}:
+            plan.notes.append(f"override of '{name}' has no effect: the initializer gets no Q/DQ")
+        elif mark is not None and mark.axis is None and scheme.tensor_overrides[name].axis is not None:
+            plan.notes.append(
+                f"override of '{name}': its 'axis' has no effect: per-channel quantization applies to the "
+                f"weights of Conv, ConvTranspose, Gemm, MatMul and normalizations; quantized per tensor"
+            )
     activations = set(by_name)
     initializers = {graph.name(op.result) for op in graph.block.ops if isinstance(op, ConstantOp)}
     biases = {graph.name(bias.value) for bias in plan.biases}
@@ -611,6 +634,14 @@ def _check_overrides(graph: Graph, plan: Plan, scheme: Scheme) -> None:
             problems.append(f"'{name}': a bias (int32 from its input's and weight's scales); not overridable")
         elif name not in initializers and (override.reduce_range is not None or override.axis is not None):
             problems.append(f"'{name}': 'reduce_range' and 'axis' apply to initializers only")
+        if override.zero_point is not None:
+            default = scheme.activation_type if name in activations else scheme.weight_type
+            low, high = numerics.full_range(override.quant_type or default)
+            if not low <= override.zero_point <= high:
+                problems.append(
+                    f"'{name}': zero_point {override.zero_point} is outside "
+                    f"{override.quant_type or default}'s [{low}, {high}]"
+                )
     if problems:
         raise InputError(f"tensor overrides: {'; '.join(problems)}")
 

@@ -6,10 +6,16 @@ Keys and their meaning (onnxruntime's `calc_quant_params` / `_calc_initializer_q
 - `quant_type`: the tensor's storage instead of the scheme's (onnxruntime's QuantType name or ours);
 - `symmetric`, `rmin`, `rmax`: inputs of the usual scale rule; `reduce_range`: initializers only;
 - `scale` and `zero_point` (both or neither, without the four above): the parameters themselves;
-- `axis` (initializers): per-channel along it, whatever `per_channel` says; an override without `axis`
-  makes a weight per-tensor even with `per_channel` (onnxruntime's `is_tensor_per_channel`).
-Not supported, refused by name: per-channel lists (one dict per channel), `convert` (a second type for
-some consumers), float8 types, and overrides of biases (onnxruntime then quantizes the bias as a weight).
+- `axis` (initializers): per-channel along it, whatever `per_channel` says, for the weights placement
+  quantizes per channel (Conv, ConvTranspose, Gemm, MatMul, normalizations; elsewhere a note says it had
+  no effect); an override without `axis` makes a weight per-tensor even with `per_channel`
+  (onnxruntime's `is_tensor_per_channel`). Conv/ConvTranspose/Gemm take only their output-channel axis.
+A `symmetric` override on a Relu/Clip output keeps the op (its Q/DQ no longer clamps at 0). `rmin`/`rmax`
+are the calibrated range's replacement, so `--block-size` weights (scales per block) ignore them.
+Not supported, refused by name: per-channel lists (one dict per channel) and `rmin`/`rmax`/`scale` beside
+`axis` (onnxruntime applies those to channel 0 alone), `convert` (a second type for some consumers),
+float8 types, zero points outside the type's range, and overrides of biases (onnxruntime then quantizes
+the bias as a weight).
 An override on a tensor that shares its input's parameters (Reshape, Transpose, MaxPool, ... outputs) has
 no effect there, as in onnxruntime: the input's parameters, overridden or not, are used.
 """
@@ -127,6 +133,11 @@ def _parse_one(options: object, where: str) -> TensorOverride:
         raise InputError(f"{where}: unknown override key(s) {unknown}; known: {sorted(known)}")
     if ("scale" in options) != ("zero_point" in options):
         raise InputError(f"{where}: give both 'scale' and 'zero_point', or neither")
+    if "axis" in options and {"rmin", "rmax", "scale"} & set(options):
+        raise InputError(
+            f"{where}: {sorted({'rmin', 'rmax', 'scale'} & set(options))} with 'axis' would set one channel "
+            f"(onnxruntime's per-channel lists, one dict per channel, are not supported)"
+        )
     if "scale" in options and _RULE_KEYS & set(options):
         raise InputError(
             f"{where}: {sorted(_RULE_KEYS & set(options))} cannot be combined with 'scale' and 'zero_point'"

@@ -27,7 +27,11 @@ whose output range would not make the Q/DQ clamp as the op does (a symmetric ran
 with bounds that are not constants), or whose output gets no Q/DQ (kept in float, output quantization
 excluded), is kept, not folded (MinMax ranges of a Relu always clamp as it does); a Relu/Clip input that
 is also a graph output keeps its own range (onnxruntime gives it the op's output range, clipping its
-negatives).
+negatives); a Relu/Clip output overridden to a symmetric range is not folded either; a per-channel axis
+override on the summed-over axis of a Conv/ConvTranspose/Gemm weight is refused (onnxruntime's fused
+kernels read it as per output channel and its model runs wrong). finalize.py departs on biases too: a
+Gemm's stores beta·C, a normalization's coarser than its output step stays float, one without an entry
+per weight channel stays float.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import numpy as np
 
 from qconvert.calibrate.scheme import Scheme
 from qconvert.calibrate.tensor_names import CONSTANT_NAME_ATTR, TENSOR_NAME_ATTR, main_function
+from qconvert.errors import InputError
 from qconvert.interpret import input_names
 from qconvert.ir.attributes import FloatAttr, IntegerAttr, StringAttr
 from qconvert.ir.core import BlockArgument, Operation, Value
@@ -246,6 +251,14 @@ class Planner:
         axis = self.scheme.per_channel_axis.get(op_type, default_axis) if op_type else default_axis
         axis = axis if override is None or override.axis is None else override.axis
         rank = len(getattr(value.type, "shape", ()))
+        if op_type is None and override is not None and -rank <= axis < rank and axis % rank != default_axis:
+            # Conv/ConvTranspose/Gemm: onnxruntime's fused kernels take per-channel scales as per output
+            # channel; along the summed-over axis its model runs wrong (Conv cosine 0.33 at ENABLE_ALL).
+            raise InputError(
+                f"tensor overrides: '{self.graph.name(value)}': axis {override.axis} is not the "
+                f"output-channel axis ({default_axis}) of its weight; per-channel scales go along the "
+                f"output channels"
+            )
         if not -rank <= axis < rank:
             self.plan.notes.append(
                 f"weight '{self.graph.name(value)}': per-channel axis {axis} is out of range for rank "

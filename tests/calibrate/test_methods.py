@@ -557,3 +557,12 @@ def test_an_entropy_pick_that_clips_most_values_gives_way_to_min_max(tmp_path: P
     )
     assert any(w.startswith("x: entropy's pick") for w in calibrated.warnings)
     assert CalibrationRanges.load(ranges)["x"].note == calibrated.ranges["x"].note is not None
+
+
+def test_an_entropy_pick_clipping_a_masks_ones_gives_way_to_min_max() -> None:
+    """A 0/1 mask with 60% zeros: the search picks [0, ~0.15], which clips every 1 (40% of the values)."""
+    values = (np.random.default_rng(3).random(4096) > 0.6).astype(np.float32)
+    method = EntropyMethod()
+    result = method.compute_range(_aligned(method, values), None)
+    assert result is not None and (result.min, result.max) == (0.0, 1.0)
+    assert result.note is not None and "would clip 4" in result.note

@@ -56,6 +56,13 @@ def test_the_cli_file_gives_the_apis_model(tmp_path: Path) -> None:
         ({"image": [{"quant_type": "QInt7"}]}, "quant_type 'QInt7' is not one of"),
         ({"image": [{"quant_type": "QFLOAT8E4M3FN"}]}, "float8e4m3fn overrides are not supported"),
         ({"image": [{"symmetric": "yes"}]}, "expected true or false"),
+        ({"conv2.weight": [{"axis": 1}]}, "axis 1 is not the output-channel axis (0) of its weight"),
+        ({"conv2.weight": [{"axis": 0, "rmin": -1.0}]}, "['rmin'] with 'axis' would set one channel"),
+        ({"logits": [{"scale": 0.1, "zero_point": 300}]}, "zero_point 300 is outside int8's [-128, 127]"),
+        (
+            {"logits": [{"scale": 1e39, "zero_point": 0}]},
+            "scale 1e+39 is not a positive finite float32 value",
+        ),
         ({"image": []}, "expected a non-empty list"),
         ([["image"]], "expected an object of tensor name"),
     ],
@@ -96,6 +103,25 @@ def test_overrides_placement_leaves_without_effect_are_noted_and_uncalibrated_on
     with pytest.raises(InputError, match="'/gap/GlobalAveragePool_output_0': not a calibrated tensor"):
         calibrate(DIGITS, data, out=tmp_path / "never.onnx", scheme=scheme)
     assert not (tmp_path / "never.onnx").exists()
+
+
+def test_mse_refuses_overrides_that_change_a_tensors_storage(tmp_path: Path) -> None:
+    scheme = {"tensor_overrides": {"/Relu_output_0": [{"quant_type": "QUInt16"}]}}
+    with pytest.raises(InputError, match=r"--method mse searches every range for the scheme's int8"):
+        calibrate(DIGITS, batches("digits_cnn", 1), method="mse", scheme=scheme)
+
+
+def test_initializer_overrides_without_effect_are_noted(tmp_path: Path) -> None:
+    """An initializer the selection leaves float, and an axis on a constant of an op without per-channel
+    quantization (onnxruntime writes per-channel scales there; we quantize per tensor and say so)."""
+    data = batches("digits_cnn", 1)
+    scheme = {"op_types_to_quantize": {"Conv"}, "tensor_overrides": {"fc.weight": [{"symmetric": True}]}}
+    result = calibrate(DIGITS, data, out=tmp_path / "conv.onnx", scheme=scheme)
+    assert "override of 'fc.weight' has no effect: the initializer gets no Q/DQ" in result.notes
+    encoder = MODELS / "tiny_encoder.onnx"
+    scheme = {"tensor_overrides": {"pos": [{"axis": 1}]}}
+    result = calibrate(encoder, batches("tiny_encoder", 1), out=tmp_path / "encoder.onnx", scheme=scheme)
+    assert any(note.startswith("override of 'pos': its 'axis' has no effect") for note in result.notes)
 
 
 def test_an_unreadable_overrides_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -376,3 +376,34 @@ def test_a_float16_tensor_whose_scale_vanishes_is_noted(tmp_path: Path) -> None:
     ] == ["tensor 'x'"]
     quantized = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, data[0])[0]
     assert not quantized.any()  # what the note warns of, in onnxruntime
+
+
+def test_a_normalization_bias_is_measured_against_the_folded_relus_output(tmp_path: Path) -> None:
+    """BatchNormalization then Relu: the Relu folds into it, so its output's Q/DQ is the Relu's. Inputs of
+    3000 make onnxruntime's bias step coarse: the bias stays float here too."""
+    rng = np.random.default_rng(1)
+    channels = 8
+    weights = {
+        "s": (1 + 0.1 * rng.standard_normal(channels)).astype(np.float32),
+        "b": (0.3 * rng.standard_normal(channels)).astype(np.float32),
+        "mean": (100 * rng.standard_normal(channels)).astype(np.float32),
+        "var": np.full(channels, 3000.0**2, np.float32),
+    }
+    graph = helper.make_graph(
+        [
+            helper.make_node("BatchNormalization", ["x", "s", "b", "mean", "var"], ["n"], name="bn"),
+            helper.make_node("Relu", ["n"], ["y"], name="relu"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", channels, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", channels, 4, 4])],
+        [numpy_helper.from_array(value, name) for name, value in weights.items()],
+    )
+    model = tmp_path / "bn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    data = [{"x": (3000 * rng.standard_normal((16, channels, 4, 4))).astype(np.float32)}]
+    out = tmp_path / "out.onnx"
+    result = calibrate(model, data, out=out)
+    assert "Relu" not in op_types(out)  # folded
+    assert any(note.startswith("bias 'b' left in float: its int32 step") for note in result.notes)
+    assert lowest_cosines(model, out, data)["y"] > 0.999

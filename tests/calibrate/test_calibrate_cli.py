@@ -8,6 +8,7 @@ import pty
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -666,37 +667,37 @@ def test_a_model_that_cannot_be_written_is_refused_before_any_data_is_read(tmp_p
     assert calibrate(model, feeds).ranges["m"].max == 1.0
 
 
-def test_a_misspelt_keep_float_entry_in_loaded_ranges_is_named(
-    tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
+def load_edited_ranges(tmp_path: Path, edit: Callable[[dict], None], capsys: pytest.CaptureFixture) -> str:
+    """Calibrate digits, `edit` the saved ranges JSON, then --load-ranges it: exit 2 and no model, and the
+    error message returned."""
     data, ranges = save_npz(tmp_path / "data.npz", digit_batches(1)), tmp_path / "ranges.json"
     assert main(["calibrate", str(DIGITS), "--data", str(data), "--ranges", str(ranges), "--quiet"]) == 0
     edited = json.loads(ranges.read_text())
-    edited["metadata"]["keep_float"] = {"imagee": "kept by hand"}
+    edit(edited)
     ranges.write_text(json.dumps(edited))
     out = tmp_path / "out.onnx"
     capsys.readouterr()
     assert main(["calibrate", str(DIGITS), "--load-ranges", str(ranges), "-o", str(out)]) == 2
-    assert (
-        "keep_float entries name no tensor of the model: 'imagee' (did you mean 'image'?)"
-        in capsys.readouterr().err
-    )
     assert not out.exists()
+    return capsys.readouterr().err
+
+
+def test_a_misspelt_keep_float_entry_in_loaded_ranges_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    error = load_edited_ranges(
+        tmp_path, lambda r: r["metadata"].update(keep_float={"imagee": "by hand"}), capsys
+    )
+    assert "keep_float entries name no tensor of the model: 'imagee' (did you mean 'image'?)" in error
 
 
 def test_a_range_missing_from_loaded_ranges_is_named_as_the_model_names_it(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    data, ranges = save_npz(tmp_path / "data.npz", digit_batches(1)), tmp_path / "ranges.json"
-    assert main(["calibrate", str(DIGITS), "--data", str(data), "--ranges", str(ranges), "--quiet"]) == 0
-    edited = json.loads(ranges.read_text())
-    del edited["tensors"]["/gap/GlobalAveragePool_output_0"]
-    ranges.write_text(json.dumps(edited))
-    capsys.readouterr()
-    assert (
-        main(["calibrate", str(DIGITS), "--load-ranges", str(ranges), "-o", str(tmp_path / "out.onnx")]) == 2
+    error = load_edited_ranges(
+        tmp_path, lambda r: r["tensors"].pop("/gap/GlobalAveragePool_output_0"), capsys
     )
     assert (
         "no calibrated range for 1 tensor(s) that must be quantized: '/gap/GlobalAveragePool_output_0'"
-        in (capsys.readouterr().err)
+        in error
     )

@@ -259,6 +259,17 @@ class _Finalizer:
                     scheme.float8_scale,
                 )
                 params = Params(quant_type, scales, zero_points, axis=mark.axis)
+                magnitudes = np.abs(np.moveaxis(data, mark.axis, 0).reshape(data.shape[mark.axis], -1)).max(
+                    axis=1
+                )
+                smallest = float(np.finfo(np.float32).smallest_subnormal)
+                vanishing = (scales == 1) & (magnitudes > smallest) & (magnitudes < 0.5)
+                if quant_type != numerics.FLOAT8 and vanishing.any():
+                    self.plan.notes.append(
+                        f"weight '{self.graph.name(value)}': {int(vanishing.sum())} of its {vanishing.size} "
+                        f"channels have scales below {data.dtype}'s smallest: onnxruntime's scale 1 "
+                        f"quantizes them to zero"
+                    )
             if quant_type == numerics.FLOAT8 and scheme.float8_scale == "std":
                 saturated = numerics.float8_saturated_fraction(data, params.scale, params.axis)
                 if saturated >= 0.01:  # a few tail values saturate under any std-based scale

@@ -376,6 +376,12 @@ def test_a_float16_tensor_whose_scale_vanishes_is_noted(tmp_path: Path) -> None:
     ] == ["tensor 'x'"]
     quantized = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, data[0])[0]
     assert not quantized.any()  # what the note warns of, in onnxruntime
+    # Per channel: one weight column of magnitude 1e-6 gets scale 1, the note counts it.
+    weights["W"][:, 2] *= np.float16(1e-6)
+    model = one_node_model(tmp_path, matmul, (["n", 16], ["n", 8]), weights, TensorProto.FLOAT16)
+    normal = [{"x": rng.standard_normal((16, 16)).astype(np.float16)}]
+    result = calibrate(model, normal, out=out, scheme={"per_channel": True})
+    assert "weight 'W': 1 of its 8 channels have scales below float16's smallest" in " ".join(result.notes)
 
 
 def test_a_normalization_bias_is_measured_against_the_folded_relus_output(tmp_path: Path) -> None:

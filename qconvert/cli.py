@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
     previous_handler = signal.getsignal(signal.SIGTERM) or signal.SIG_DFL  # None: set outside Python
     on_main_thread = threading.current_thread() is threading.main_thread()  # where handlers may be set
-    if on_main_thread:
+    if on_main_thread and previous_handler is not signal.SIG_IGN:  # an inherited "ignore" stays, as SIGINT's
         signal.signal(signal.SIGTERM, terminate)
     try:
         if arguments and arguments[0] == "opt":

@@ -23,7 +23,7 @@ import copy
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -284,7 +284,9 @@ def make_scheme(scheme: Scheme | Mapping[str, object] | None) -> Scheme:
         raise InputError(f"scheme: {error}") from None
 
 
-def _method(method: str | Method, scheme: Scheme, options: Mapping[str, object]) -> Method:
+def _method(
+    method: str | Method, scheme: Scheme, options: Mapping[str, object], initializers: Collection[str] = ()
+) -> Method:
     if isinstance(method, Method):
         return method
     settings = dict(options)
@@ -302,7 +304,16 @@ def _method(method: str | Method, scheme: Scheme, options: Mapping[str, object])
             f"--method {method}: onnxruntime's float8e4m3fn scales come from the standard deviation that "
             f"only --method distribution observes; use it, or --float8-scale max"
         )
-    retyped = sorted(n for n, o in scheme.tensor_overrides.items() if o.quant_type or o.symmetric is not None)
+    retyped = sorted(  # activations whose range mse would search for another storage than the scheme's
+        name
+        for name, o in scheme.tensor_overrides.items()
+        if name not in initializers
+        and o.scale is None
+        and (
+            o.quant_type not in (None, scheme.activation_type)
+            or o.symmetric not in (None, scheme.activation_symmetric)
+        )
+    )
     if method == "mse" and retyped:
         raise InputError(
             f"--method mse searches every range for the scheme's {scheme.activation_type} storage; tensor "
@@ -403,7 +414,8 @@ def calibrate(
     else:
         if data is None:
             raise InputError("calibrate needs --data (or --load-ranges to reuse saved ranges)")
-        chosen_method = _method(method, chosen, method_options or {})
+        initializers = {tensor.name for tensor in graph.initializer}
+        chosen_method = _method(method, chosen, method_options or {}, initializers)
         observed = _observe(
             loaded,
             data,

@@ -240,6 +240,8 @@ class Source:
             try:
                 iterable = function()
                 iterator = iter(iterable)
+            except SystemExit as exit_:  # would end calibrate silently, with exit 0 for sys.exit(0)
+                raise InputError(f"{self.label}: calling it called sys.exit({exit_.code!r})") from None
             except Exception as error:
                 raise InputError(
                     f"{self.label}: calling it failed: {type(error).__name__}: {error}"
@@ -255,6 +257,8 @@ class Source:
                     item = next(iterator)
                 except StopIteration:
                     return
+                except SystemExit as exit_:
+                    raise InputError(f"{self.label}: item {index} called sys.exit({exit_.code!r})") from None
                 except Exception as error:
                     raise InputError(
                         f"{self.label}: item {index} failed: {type(error).__name__}: {error}"

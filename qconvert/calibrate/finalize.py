@@ -583,6 +583,12 @@ def quant_type_for(
     return UniformQuantizedType(**common, scale=float(params.scale), zero_point=int(params.zero_point))
 
 
+def _axis_in_range(override: TensorOverride, value: Value) -> bool:
+    """Whether an override's axis names an axis of `value` (placement notes an axis out of range itself)."""
+    rank = len(getattr(value.type, "shape", ()))
+    return override.axis is not None and -rank <= override.axis < rank
+
+
 def _override_scale(name: str, scale: float, dtype: np.dtype) -> np.ndarray:
     """An override's scale in the tensor's float type; InputError where that type cannot hold it."""
     with np.errstate(over="ignore", under="ignore"):
@@ -626,7 +632,11 @@ def _check_overrides(graph: Graph, plan: Plan, scheme: Scheme) -> None:
         mark = plan.marks.get(constants[name])
         if mark is None and name not in {graph.name(bias.value) for bias in plan.biases}:
             plan.notes.append(f"override of '{name}' has no effect: the initializer gets no Q/DQ")
-        elif mark is not None and mark.axis is None and scheme.tensor_overrides[name].axis is not None:
+        elif (
+            mark is not None
+            and mark.axis is None
+            and _axis_in_range(scheme.tensor_overrides[name], constants[name])
+        ):
             plan.notes.append(
                 f"override of '{name}': its 'axis' has no effect: per-channel quantization applies to the "
                 f"weights of Conv, ConvTranspose, Gemm, MatMul and normalizations; quantized per tensor"

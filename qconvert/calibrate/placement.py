@@ -240,7 +240,9 @@ class Planner:
         self.bias_keys.add(value)
         self.plan.biases.append(Bias(node, index, value, input_, weight, beta))
 
-    def per_channel_axis(self, value: Value, default_axis: int, op_type: str | None) -> int | None:
+    def per_channel_axis(
+        self, value: Value, default_axis: int, op_type: str | None, fused_kernel: bool = False
+    ) -> int | None:
         """onnxruntime's `is_tensor_per_channel`: the axis, or None (not per-channel, or out of range). An
         override with an axis makes the weight per-channel along it, one without makes it per-tensor."""
         override = self.scheme.tensor_overrides.get(self.graph.name(value))
@@ -251,9 +253,9 @@ class Planner:
         axis = self.scheme.per_channel_axis.get(op_type, default_axis) if op_type else default_axis
         axis = axis if override is None or override.axis is None else override.axis
         rank = len(getattr(value.type, "shape", ()))
-        if op_type is None and override is not None and -rank <= axis < rank and axis % rank != default_axis:
-            # Conv/ConvTranspose/Gemm: onnxruntime's fused kernels take per-channel scales as per output
-            # channel; along the summed-over axis its model runs wrong (Conv cosine 0.33 at ENABLE_ALL).
+        if fused_kernel and override is not None and -rank <= axis < rank and axis % rank != default_axis:
+            # Conv/Gemm: onnxruntime's fused kernels take per-channel scales as per output channel; along
+            # the summed-over axis its model runs wrong (Conv cosine 0.33 at ENABLE_ALL).
             raise InputError(
                 f"tensor overrides: '{self.graph.name(value)}': axis {override.axis} is not the "
                 f"output-channel axis ({default_axis}) of its weight; per-channel scales go along the "
@@ -319,7 +321,9 @@ class Planner:
         self.activation(node.inputs[0])
         if not self.output_disabled(node):
             self.activation(node.outputs[0])
-        axis = self.per_channel_axis(node.inputs[1], 0 if node.op_type == "Conv" else 1, None)
+        # onnxruntime runs ConvTranspose unfused: a per-channel axis of its choice runs correctly.
+        fused = node.op_type == "Conv"
+        axis = self.per_channel_axis(node.inputs[1], 0 if fused else 1, None, fused_kernel=fused)
         if axis is not None:
             self.weight_per_channel(node.inputs[1], axis)
         else:
@@ -335,7 +339,7 @@ class Planner:
             self.activation(node.outputs[0])
         trans_b = node.op.attributes.get("transB")
         transposed = isinstance(trans_b, IntegerAttr) and trans_b.value != 0
-        axis = self.per_channel_axis(node.inputs[1], 0 if transposed else 1, None)
+        axis = self.per_channel_axis(node.inputs[1], 0 if transposed else 1, None, fused_kernel=True)
         if axis is not None:
             self.weight_per_channel(node.inputs[1], axis)
         else:

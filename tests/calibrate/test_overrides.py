@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
-from calibrate.parity_support import MODELS, batches, save_npz, written_qdq
+from calibrate.parity_support import MODELS, batches, lowest_cosines, save_npz, written_qdq
 from calibrate.test_minmax_parity import CNN_OVERRIDES
+from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.calibrate.api import calibrate
 from qconvert.calibrate.overrides import TensorOverride, parse_overrides
@@ -109,6 +111,34 @@ def test_mse_refuses_overrides_that_change_a_tensors_storage(tmp_path: Path) -> 
     scheme = {"tensor_overrides": {"/Relu_output_0": [{"quant_type": "QUInt16"}]}}
     with pytest.raises(InputError, match=r"--method mse searches every range for the scheme's int8"):
         calibrate(DIGITS, batches("digits_cnn", 1), method="mse", scheme=scheme)
+    # Weights, the scheme's own settings and given scales leave mse's searches as they are.
+    harmless = {
+        "conv1.weight": [{"symmetric": False, "quant_type": "QInt4"}],
+        "/Relu_output_0": [{"quant_type": "QInt8", "symmetric": False}],
+        "logits": [{"quant_type": "QUInt16", "scale": 0.25, "zero_point": 3}],
+    }
+    result = calibrate(DIGITS, batches("digits_cnn", 1), method="mse", scheme={"tensor_overrides": harmless})
+    assert result.method == "mse"
+
+
+def test_a_conv_transpose_weight_takes_an_axis_override_onnxruntime_runs_unfused(tmp_path: Path) -> None:
+    """Conv/Gemm refuse a per-channel axis off their output channels (onnxruntime's fused kernels read it
+    wrong); ConvTranspose, which onnxruntime does not fuse, runs either axis correctly."""
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("ConvTranspose", ["x", "W"], ["y"], name="ct")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 7, 7])],
+        [numpy_helper.from_array((rng.standard_normal((4, 4, 3, 3)) * 0.3).astype(np.float32), "W")],
+    )
+    model = tmp_path / "ct.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    data = [{"x": rng.standard_normal((4, 4, 5, 5)).astype(np.float32)}]
+    out = tmp_path / "out.onnx"
+    calibrate(model, data, out=out, scheme={"tensor_overrides": {"W": [{"axis": 0}]}})
+    assert written_qdq(onnx.load(out))["W_DequantizeLinear"].axis == 0
+    assert lowest_cosines(model, out, data)["y"] > 0.999
 
 
 def test_initializer_overrides_without_effect_are_noted(tmp_path: Path) -> None:

@@ -315,3 +315,53 @@ def test_python_lists_are_named_as_lists_with_the_dtype_the_model_takes(
         "item 0['x']: input 'x' is a Python list, which numpy reads as float64; the model takes "
         "float32[?,?,16]: give np.asarray(..., dtype=np.float32)"
     )
+
+
+EXITING_DATA = """\
+import sys, numpy as np
+def at_once():
+    sys.exit(0)
+def midway():
+    yield {"x": np.zeros((2, 4, 16), np.float32)}
+    sys.exit(0)
+"""
+
+
+@pytest.mark.parametrize(("function", "workers"), [("at_once", "1"), ("midway", "1"), ("midway", "2")])
+def test_a_data_function_calling_sys_exit_is_bad_input_not_a_silent_success(
+    function: str, workers: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """sys.exit(0) in the data function once ended calibrate with exit 0 and no model (exit 3 in a worker)."""
+    matmul_relu_model(tmp_path / "mm.onnx")
+    (tmp_path / "exiting.py").write_text(EXITING_DATA)
+    data, out = f"{tmp_path / 'exiting.py'}:{function}", tmp_path / "q.onnx"
+    code = main(
+        ["calibrate", str(tmp_path / "mm.onnx"), "--data", data, "--workers", workers, "-o", str(out)]
+    )
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and "sys.exit(0)" in error and len(error.splitlines()) == 1, error
+    assert not out.exists()
+
+
+def test_an_inherited_ignored_sigterm_stays_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Python keeps an inherited "ignore" for SIGINT, main() keeps one for SIGTERM: the data function,
+    called inside main(), sees it (and sees main's own handler when SIGTERM was not ignored)."""
+    matmul_relu_model(tmp_path / "mm.onnx")
+    (tmp_path / "probe.py").write_text(
+        "import os, signal, numpy as np\n"
+        "def data():\n"
+        "    with open(os.environ['QCONVERT_PROBE'], 'a') as seen:\n"
+        "        seen.write(str(signal.getsignal(signal.SIGTERM) is signal.SIG_IGN) + '\\n')\n"
+        "    return [{'x': np.zeros((2, 4, 16), np.float32)}]\n"
+    )
+    record = tmp_path / "seen.txt"
+    monkeypatch.setenv("QCONVERT_PROBE", str(record))
+    command = ["calibrate", str(tmp_path / "mm.onnx"), "--data", f"{tmp_path / 'probe.py'}:data", "--quiet"]
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        assert main(command) == 0
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert main(command) == 0
+    assert record.read_text().split() == ["True", "False"]

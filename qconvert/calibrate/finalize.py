@@ -151,7 +151,7 @@ class _Finalizer:
                 f"with a method that clips outliers"
             ) from None
         params = Params(quant_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
-        self._note_vanishing(name, params, float(np.max(np.abs(found))), dtype)
+        self._note_vanishing(name, params, np.max(np.abs(found)), dtype)
         if std_rule:
             limit = numerics.float8_limit() * float(pair.scale)
             if max(-float(found[0]), float(found[1])) > 2 * limit:  # far past: not a tail, the bulk
@@ -163,15 +163,25 @@ class _Finalizer:
         self.activation_cache[value] = params
         return params
 
-    def _note_vanishing(self, name: str, params: Params, magnitude: float, dtype: np.dtype) -> None:
+    def _note_vanishing(self, name: str, params: Params, magnitudes: np.ndarray, dtype: np.dtype) -> None:
         """A note when onnxruntime's scale 1 (its answer to a scale below `dtype`'s smallest) quantizes a
-        tensor's every value to its zero point: a float16 tensor of magnitude 3e-6 is all zeros then."""
+        tensor, or some of its channels (`magnitudes`: max |x| per scale), to the zero point: a float16
+        tensor of magnitude 3e-6 is all zeros then."""
         # Above the smallest subnormal: an all-zero range is widened to it (attach), which needs no note.
         smallest = float(np.finfo(np.float32).smallest_subnormal)
-        if params.quant_type != numerics.FLOAT8 and np.all(params.scale == 1) and smallest < magnitude < 0.5:
+        vanishing = (params.scale == 1) & (magnitudes > smallest) & (magnitudes < 0.5)
+        if params.quant_type == numerics.FLOAT8 or not vanishing.any():
+            return
+        if params.axis is None:
             self.plan.notes.append(
-                f"tensor '{name}': its scale would be below {dtype}'s smallest (max |x| {magnitude:.3g}): "
-                f"onnxruntime's scale 1 quantizes every value to the zero point; keep it in float"
+                f"tensor '{name}': its scale would be below {dtype}'s smallest (max |x| "
+                f"{float(magnitudes):.3g}): onnxruntime's scale 1 quantizes every value to the zero point; "
+                f"keep it in float"
+            )
+        else:
+            self.plan.notes.append(
+                f"weight '{name}': {int(vanishing.sum())} of its {vanishing.size} channels have scales below "
+                f"{dtype}'s smallest: onnxruntime's scale 1 quantizes them to zero"
             )
 
     def _activation_pair(
@@ -247,7 +257,7 @@ class _Finalizer:
                     rmax=override.rmax,
                 )
                 params = Params(quant_type, np.asarray(pair.scale), np.asarray(pair.zero_point))
-                self._note_vanishing(self.graph.name(value), params, float(np.abs(data).max()), data.dtype)
+                self._note_vanishing(self.graph.name(value), params, np.abs(data).max(), data.dtype)
             else:
                 scales, zero_points = numerics.weight_params_per_channel(
                     data,
@@ -259,17 +269,8 @@ class _Finalizer:
                     scheme.float8_scale,
                 )
                 params = Params(quant_type, scales, zero_points, axis=mark.axis)
-                magnitudes = np.abs(np.moveaxis(data, mark.axis, 0).reshape(data.shape[mark.axis], -1)).max(
-                    axis=1
-                )
-                smallest = float(np.finfo(np.float32).smallest_subnormal)
-                vanishing = (scales == 1) & (magnitudes > smallest) & (magnitudes < 0.5)
-                if quant_type != numerics.FLOAT8 and vanishing.any():
-                    self.plan.notes.append(
-                        f"weight '{self.graph.name(value)}': {int(vanishing.sum())} of its {vanishing.size} "
-                        f"channels have scales below {data.dtype}'s smallest: onnxruntime's scale 1 "
-                        f"quantizes them to zero"
-                    )
+                channels = np.moveaxis(data, mark.axis, 0).reshape(data.shape[mark.axis], -1)
+                self._note_vanishing(self.graph.name(value), params, np.abs(channels).max(axis=1), data.dtype)
             if quant_type == numerics.FLOAT8 and scheme.float8_scale == "std":
                 saturated = numerics.float8_saturated_fraction(data, params.scale, params.axis)
                 if saturated >= 0.01:  # a few tail values saturate under any std-based scale
@@ -317,13 +318,13 @@ class _Finalizer:
                 continue
             if weight.quant_type not in ("int8", "int16") or weight.zero_point.any() or weight.block_size:
                 continue
-            if _channel_mismatch(constant_array(bias.value.owner_op()), weight):  # type: ignore[arg-type]
+            added = _added_bias(bias)
+            if _channel_mismatch(added, weight):
                 continue  # stays float (quantize_bias says why)
             input_params = self.activation_params(bias.input)
             assert input_params is not None
-            bias_data = constant_array(bias.value.owner_op())  # type: ignore[arg-type]
             adjusted = numerics.adjust_weight_scale_for_int32_bias(
-                input_params.scale, weight.scale, bias_data, weight.axis is not None
+                input_params.scale, weight.scale, added, weight.axis is not None
             )
             if adjusted is not None:
                 weight.scale = adjusted
@@ -494,9 +495,7 @@ class _Finalizer:
         graph = self.graph
         input_params = self.effective(bias.input)
         weight_params = self.effective(bias.weight)
-        producer = bias.value.owner_op()
-        assert isinstance(producer, ConstantOp)
-        data = constant_array(producer)
+        added = _added_bias(bias)
         reason = None
         if input_params is None or weight_params is None:
             reason = "its input or weight is not quantized"
@@ -506,16 +505,15 @@ class _Finalizer:
             reason = "float8 schemes keep biases in float (onnxruntime casts them)"
         elif (coarse := self._normalization_bias_too_coarse(bias, input_params, weight_params)) is not None:
             reason = coarse
-        elif _channel_mismatch(data, weight_params):
+        elif _channel_mismatch(added, weight_params):
             reason = (
                 f"its weight has {weight_params.scale.size} per-channel scales and it has shape "
-                f"{list(data.shape)}: an int32 bias needs one scale per entry (onnxruntime fails on it)"
+                f"{list(added.shape)}: an int32 bias needs one scale per entry (onnxruntime fails on it)"
             )
         if reason is not None:
             self.plan.notes.append(f"bias '{graph.name(bias.value)}' left in float: {reason}")
             return
         assert input_params is not None and weight_params is not None
-        added = data * data.dtype.type(bias.beta)  # in the bias's float type, as the op multiplies it
         scale = numerics.bias_scale_onnxruntime(input_params.scale, weight_params.scale, 1.0, added)
         stored = numerics.quantize_bias(added, scale)
         flat = scale.reshape(-1)
@@ -525,10 +523,12 @@ class _Finalizer:
             params = Params("int32", flat[0], np.asarray(0))
         name = graph.name(bias.value)
         # An f16 bias whose f16 scale would vanish or clip dequantizes in f32, then casts (onnxruntime).
-        widened = scale.dtype != data.dtype
+        widened = scale.dtype != added.dtype
         expressed = F32 if widened else element_type_of(bias.value.type)
         quant_type = quant_type_for(params, expressed, (), self)  # type: ignore[arg-type]
         result_type = with_element_type(bias.value.type, F32) if widened else None
+        producer = bias.value.owner_op()
+        assert isinstance(producer, ConstantOp)
         result = self.emit_dequantized(producer, bias.value, stored, quant_type, name, result_type)
         if widened:
             cast = GenericOp(
@@ -600,6 +600,13 @@ def _override_scale(name: str, scale: float, dtype: np.dtype) -> np.ndarray:
     return stored
 
 
+def _added_bias(bias: Bias) -> np.ndarray:
+    """What the op adds: `beta * C` in the bias's float type, as the op multiplies it (the int32 form stores
+    it, and the weight-scale adjustment must fit it)."""
+    data = constant_array(bias.value.owner_op())  # type: ignore[arg-type]
+    return data * data.dtype.type(bias.beta)
+
+
 def _channel_mismatch(bias: np.ndarray, weight: Params) -> bool:
     """Whether a per-channel weight's scales do not pair one to one with a 1-D bias's entries."""
     return weight.axis is not None and (bias.ndim != 1 or bias.shape[0] != weight.scale.size)
@@ -628,9 +635,10 @@ def _check_overrides(graph: Graph, plan: Plan, scheme: Scheme) -> None:
             continue
         plan.notes.append(f"override of '{name}' has no effect: {why}")
     constants = {graph.name(op.result): op.result for op in graph.block.ops if isinstance(op, ConstantOp)}
+    biases = {graph.name(bias.value) for bias in plan.biases}
     for name in sorted(scheme.tensor_overrides.keys() & constants.keys()):
         mark = plan.marks.get(constants[name])
-        if mark is None and name not in {graph.name(bias.value) for bias in plan.biases}:
+        if mark is None and name not in biases:
             plan.notes.append(f"override of '{name}' has no effect: the initializer gets no Q/DQ")
         elif (
             mark is not None
@@ -641,9 +649,7 @@ def _check_overrides(graph: Graph, plan: Plan, scheme: Scheme) -> None:
                 f"override of '{name}': its 'axis' has no effect: per-channel quantization applies to the "
                 f"weights of Conv, ConvTranspose, Gemm, MatMul and normalizations; quantized per tensor"
             )
-    activations = set(by_name)
-    initializers = {graph.name(op.result) for op in graph.block.ops if isinstance(op, ConstantOp)}
-    biases = {graph.name(bias.value) for bias in plan.biases}
+    activations, initializers = set(by_name), set(constants)
     problems = []
     for name, override in scheme.tensor_overrides.items():
         if name not in activations | initializers:  # the model has it (api checked): not calibrated

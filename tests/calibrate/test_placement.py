@@ -413,3 +413,24 @@ def test_a_normalization_bias_is_measured_against_the_folded_relus_output(tmp_pa
     assert "Relu" not in op_types(out)  # folded
     assert any(note.startswith("bias 'b' left in float: its int32 step") for note in result.notes)
     assert lowest_cosines(model, out, data)["y"] > 0.999
+
+
+def test_the_weight_scale_adjustment_fits_the_bias_the_gemm_adds(tmp_path: Path) -> None:
+    """Tiny inputs and weights, a bias of 0.1 at beta 2: beta * C / (s_in * s_w) passes int32's range
+    though C / (s_in * s_w) does not; the weight scale grows for beta * C, so the int32 bias holds it."""
+    rng = np.random.default_rng(2)
+    # |x|, |W| <= 1.04e-3: s_in * s_w = 6.7e-11, so C / (s_in * s_w) = 1.5e9 fits int32, beta * C does not.
+    weight, x = rng.uniform(-1, 1, (8, 4)), rng.uniform(-1, 1, (16, 8))
+    weight[0, 0] = x[0, 0] = 1.0
+    x[0, 1] = -1.0
+    weights = {"W": (weight * 1.04e-3).astype(np.float32), "C": np.full(4, 0.1, np.float32)}
+    gemm = helper.make_node("Gemm", ["x", "W", "C"], ["y"], name="gemm", beta=2.0)
+    model = one_node_model(tmp_path, gemm, (["n", 8], ["n", 4]), weights)
+    data = [{"x": (x * 1.04e-3).astype(np.float32)}]
+    out = tmp_path / "out.onnx"
+    calibrate(model, data, out=out)
+    written = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    bias = written["C_quantized"].astype(np.float64) * written["C_quantized_scale"].astype(np.float64)
+    assert np.abs(written["C_quantized"]).max() < 2**31 - 1  # not clipped
+    np.testing.assert_allclose(bias, 0.2, rtol=1e-3)  # beta * C
+    assert lowest_cosines(model, out, data)["y"] > 0.999

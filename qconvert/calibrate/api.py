@@ -509,9 +509,9 @@ def _finalize(
 
     scheme.keep_float = {**result.keep_float, **scheme.keep_float}
     module = import_onnx(model)
-    attach_ranges(module, ranges, model=loaded.model)
-    names = {value: name for name, value in tensor_values(module, loaded.model).items()}
-    finalize(module, scheme, result.notes, value_names=names)
+    values = tensor_values(module, loaded.model)
+    attach_ranges(module, ranges, values=values)
+    finalize(module, scheme, result.notes, value_names={value: name for name, value in values.items()})
     if not any(isinstance(op, DequantizeCastOp) for op in module.walk()):  # weights have a dcast only
         result.warnings.append(
             "nothing was quantized: no tensor of the selected nodes and op types gets Q/DQ (the written "

@@ -46,19 +46,23 @@ def attach_ranges(
     module: ModuleOp,
     ranges: CalibrationRanges | Mapping[str, TensorRange],
     model: ModelProto | str | os.PathLike[str] | None = None,
+    *,
+    values: Mapping[str, Value] | None = None,
 ) -> list[str]:
     """Insert a calibrated qcast/dcast pair on each observed float value of `module` (in place).
 
     `model` (ModelProto or path; default: `ranges.metadata["model"]`) names the intermediate values;
-    graph inputs and outputs are named by the module itself. Also records ONNX names on the IR
+    graph inputs and outputs are named by the module itself. `values`: `tensor_values(module, model)`,
+    when the caller has it already. Also records ONNX names on the IR
     (`onnx.name` on constants, `onnx.tensor_name` on the qcast) for finalize and the ONNX writer.
     Returns the names of ranges that matched no float value (e.g. integer tensors), sorted.
     """
     entries = ranges.ranges if isinstance(ranges, CalibrationRanges) else dict(ranges)
-    if model is None and isinstance(ranges, CalibrationRanges):
-        stored = ranges.metadata.get("model")
-        model = stored if isinstance(stored, str) else None
-    values = tensor_values(module, model)
+    if values is None:
+        if model is None and isinstance(ranges, CalibrationRanges):
+            stored = ranges.metadata.get("model")
+            model = stored if isinstance(stored, str) else None
+        values = tensor_values(module, model)
     edit = BlockEdit(main_function(module).regions[0].entry)
     unmatched = []
     for name, tensor_range in entries.items():

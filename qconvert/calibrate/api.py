@@ -46,9 +46,8 @@ from qconvert.calibrate.evaluate import Agreement, evaluate, quantized_activatio
 from qconvert.calibrate.methods import METHODS, Method, make_method
 from qconvert.calibrate.observers import MinMaxObserver
 from qconvert.calibrate.outputs import TextOutput, check_output_paths, write_outputs
-from qconvert.calibrate.overrides import check_tensor_names
 from qconvert.calibrate.ranges import CalibrationRanges, TensorRange
-from qconvert.calibrate.scheme import Scheme, check_selection
+from qconvert.calibrate.scheme import Scheme, check_selection, check_tensor_names
 from qconvert.calibrate.sentinel import (
     MagnitudeObserver,
     SentinelDecision,

@@ -22,10 +22,9 @@ no effect there, as in onnxruntime: the input's parameters, overridden or not, a
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -108,20 +107,6 @@ def read_overrides(path: str | os.PathLike[str]) -> dict[str, TensorOverride]:
     return parse_overrides(raw, f"--overrides {os.fspath(path)}")
 
 
-def check_tensor_names(named: Collection[str], names: Collection[str], what: str, model: str) -> None:
-    """InputError, before any calibration, for names in `named` (`what` says whose: "tensor overrides")
-    that are no tensor of `model`'s graph, with the closest name. (Which tensors can take an override is
-    known only after placement: finalize checks that.)"""
-    unknown = sorted(set(named) - set(names))
-    if unknown:
-        hints = [difflib.get_close_matches(name, sorted(names), n=1) for name in unknown]
-        listed = ", ".join(
-            f"'{name}'" + (f" (did you mean '{hint[0]}'?)" if hint else "")
-            for name, hint in zip(unknown, hints)
-        )
-        raise InputError(f"{model}: {what} name no tensor of the model: {listed}")
-
-
 def _parse_one(options: object, where: str) -> TensorOverride:
     if not isinstance(options, Mapping):
         raise InputError(f"{where}: expected a dict of overrides, got {options!r}")
@@ -186,7 +171,6 @@ def _integer(value: object) -> int:
 __all__ = [
     "ORT_QUANT_TYPE_NAMES",
     "TensorOverride",
-    "check_tensor_names",
     "parse_overrides",
     "read_overrides",
     "storage_name",

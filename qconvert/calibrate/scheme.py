@@ -223,6 +223,16 @@ def check_selection(
         raise InputError(f"{model}: {'; '.join(problems)}")
 
 
+def check_tensor_names(named: Collection[str], names: Collection[str], what: str, model: str) -> None:
+    """InputError, before any calibration, for names in `named` (`what` says whose: "tensor overrides")
+    that are no tensor of `model`'s graph, with the closest name (as `check_selection` does for nodes).
+    Which tensors can take an override is known only after placement: finalize checks that."""
+    unknown = sorted(set(named) - set(names))
+    if unknown:
+        listed = ", ".join(f"'{name}'{_suggestion(name, names)}" for name in unknown)
+        raise InputError(f"{model}: {what} name no tensor of the model: {listed}")
+
+
 @functools.cache
 def known_op_types() -> frozenset[str]:
     """Every op type of ONNX's registered schemas, and onnxruntime's default list (com.microsoft's too)."""

@@ -9,7 +9,7 @@ Keys and their meaning (onnxruntime's `calc_quant_params` / `_calc_initializer_q
 - `axis` (initializers): per-channel along it, whatever `per_channel` says, for the weights placement
   quantizes per channel (Conv, ConvTranspose, Gemm, MatMul, normalizations; elsewhere a note says it had
   no effect); an override without `axis` makes a weight per-tensor even with `per_channel`
-  (onnxruntime's `is_tensor_per_channel`). Conv/ConvTranspose/Gemm take only their output-channel axis.
+  (onnxruntime's `is_tensor_per_channel`). Conv and Gemm take only their output-channel axis.
 A `symmetric` override on a Relu/Clip output keeps the op (its Q/DQ no longer clamps at 0). `rmin`/`rmax`
 are the calibrated range's replacement, so `--block-size` weights (scales per block) ignore them.
 Not supported, refused by name: per-channel lists (one dict per channel) and `rmin`/`rmax`/`scale` beside

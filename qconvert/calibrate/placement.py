@@ -28,10 +28,10 @@ with bounds that are not constants), or whose output gets no Q/DQ (kept in float
 excluded), is kept, not folded (MinMax ranges of a Relu always clamp as it does); a Relu/Clip input that
 is also a graph output keeps its own range (onnxruntime gives it the op's output range, clipping its
 negatives); a Relu/Clip output overridden to a symmetric range is not folded either; a per-channel axis
-override on the summed-over axis of a Conv/ConvTranspose/Gemm weight is refused (onnxruntime's fused
-kernels read it as per output channel and its model runs wrong). finalize.py departs on biases too: a
-Gemm's stores beta·C, a normalization's coarser than its output step stays float, one without an entry
-per weight channel stays float.
+override on the summed-over axis of a Conv or Gemm weight is refused (onnxruntime's fused kernels read
+it as per output channel and its model runs wrong; ConvTranspose runs unfused, any axis). finalize.py
+departs on biases too: a Gemm's stores beta·C, a normalization's coarser than its output step stays
+float, one without an entry per weight channel stays float.
 """
 
 from __future__ import annotations

@@ -251,8 +251,6 @@ _UNGUARDED_SCRIPT = (
 def _raise_from_share(error: BaseException) -> None:
     if isinstance(error, QConvertError):
         raise InputError(error.message) from None
-    if isinstance(error, SystemExit):  # the data source's own sys.exit, in the worker
-        raise InputError(f"a calibration worker's data source called sys.exit({error.code!r})") from None
     raise RuntimeError(f"calibration worker failed: {type(error).__name__}: {error}") from None
 
 

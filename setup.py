@@ -1,8 +1,9 @@
-"""The one build step pyproject.toml cannot state stably: calibration's C counting loops.
+"""The one build step pyproject.toml cannot state stably: calibration's two C extensions.
 
-qconvert/calibrate/counting.py says why they exist. The extension is optional: without a C compiler the
-install succeeds and the numpy loops, which give the same counts, run instead. (setuptools' own
-`[tool.setuptools.ext-modules]` table is still experimental, hence this file.)
+qconvert/calibrate/counting.py says why the counting loops exist, qconvert/calibrate/entropy.py why the
+entropy screen does. Both are optional: without a C compiler the install succeeds and the numpy code, which
+gives the same results, runs instead. (setuptools' own `[tool.setuptools.ext-modules]` table is still
+experimental, hence this file.)
 """
 
 from setuptools import Extension, setup
@@ -14,6 +15,13 @@ setup(
             sources=["qconvert/calibrate/_counting.c"],
             optional=True,
             extra_compile_args=["-O3", "-fno-trapping-math"],  # the latter lets gcc vectorise the clamps
-        )
+        ),
+        Extension(
+            "qconvert.calibrate._entropy_screen",
+            sources=["qconvert/calibrate/_entropy_screen.c"],
+            optional=True,
+            # Its float32 values repeat numpy's operations one for one: no fused multiply-adds.
+            extra_compile_args=["-O2", "-ffp-contract=off"],
+        ),
     ]
 )

@@ -18,8 +18,8 @@ so `peak MB` is that process's own ru_maxrss (os.wait4; the launcher's floor is 
   `set_range(start, end)` windows, one `collect_data` per window, and the row says `strided`.
 - `qconvert <method>`: `qconvert.calibrate(model, data, method=...)` with one worker, ranges only (no model
   written), also in its own process. `--tools ...,qconvert-numpy` adds the same with the observers' numpy
-  counting loops instead of the C ones (`qconvert/calibrate/counting.py`), as an install without a C
-  compiler runs.
+  counting loops and numpy's entropy screen instead of the C ones (`qconvert/calibrate/counting.py`,
+  `entropy.py`), as an install without a C compiler runs.
 - `METHOD@BINS` (e.g. `entropy@2048`): both tools with `num_bins=BINS`. Plain `entropy` compares each
   tool's defaults, which are not the same work: onnxruntime's 128 bins with 128 quantized bins leave its
   KL search one candidate (the MinMax range), qconvert's 2048 search. `entropy@2048` makes onnxruntime
@@ -157,11 +157,16 @@ def child_onnxruntime(args: argparse.Namespace) -> dict[str, Any]:
 def child_qconvert(args: argparse.Namespace) -> dict[str, Any]:
     import qconvert.calibrate.api as api
     import qconvert.calibrate.counting as counting
+    import qconvert.calibrate.entropy as entropy
+    import qconvert.calibrate.methods as methods
 
-    # Without the extension both qconvert rows would silently measure the numpy loops.
-    note = "" if counting.uses_c_loops() else "the C counting extension is not built: numpy loops"
+    # Without the extensions both qconvert rows would silently measure the numpy code.
+    built = counting.uses_c_loops() and entropy.uses_c_screen()
+    note = "" if built else "qconvert's C extensions are not built: numpy loops"
     if args.child == "qconvert-numpy":  # as installed without a C compiler
         counting._counting = None
+        entropy._entropy_screen = None
+        methods.EntropyMethod.parallel_ranges = False  # set at import from the screen's kind
     options = {"num_bins": args.num_bins} if args.num_bins else None
     started = time.perf_counter()
     result = api.calibrate(

@@ -1,4 +1,5 @@
-"""The observers' per-element counting: float32 values into power-of-two-aligned bins, and per exponent field.
+"""The observers' per-element work: float32 values into power-of-two-aligned bins, per exponent field, and the
+extrema of a batch.
 
 NOTE: each count has two implementations with one result. The numpy loops here define it; `_counting.c`, built
 with the package where a C compiler is found (setuptools' optional extension), does the same count in one
@@ -34,6 +35,19 @@ _FIELD_CHUNK = 1 << 16
 # 32 Ki float32 elements (128 KiB) per step keeps the histogram's temporaries in L2; measured fastest of
 # 8 Ki..128 Ki on 10M floats.
 HISTOGRAM_CHUNK = 1 << 15
+
+
+def finite_extrema(values: np.ndarray) -> tuple[float, float] | None:
+    """(min, max) of a non-empty float array when every value is finite (a zero extreme as +0.0), else None.
+
+    float32 arrays take the C loop's one pass; numpy's min() and max() are two."""
+    if _counting is not None and values.dtype == np.float32 and values.flags.c_contiguous:
+        return _counting.finite_extrema(values)
+    low, high = values.min(), values.max()
+    # min/max propagate NaN and reach ±Inf, so finite extremes prove every element is finite.
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return None
+    return float(low) + 0.0, float(high) + 0.0
 
 
 def exponent_field_counts(values: np.ndarray) -> np.ndarray:

@@ -57,7 +57,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from qconvert.calibrate.entropy import entropy_threshold
+from qconvert.calibrate.entropy import entropy_threshold, uses_c_screen
 from qconvert.calibrate.mse import mse_range
 from qconvert.calibrate.observers import (
     AlignedHistogramObserver,
@@ -101,8 +101,8 @@ class Method:
     name: ClassVar[str]
     needs_second_pass: ClassVar[bool] = False
     # Whether `range` runs on every core at once (api.py): worth it where a range is a search spending its
-    # time in long numpy loops, which release the GIL (MSE: two threads halved a BERT encoder's 159);
-    # entropy's screen is short numpy calls, which two threads slowed (0.35-0.45 s alone, 0.49-0.52).
+    # time in code that releases the GIL (MSE's long numpy loops: two threads halved a BERT encoder's 159;
+    # entropy's C screen: 0.19-0.26 s against 0.32-0.38 alone). Short numpy calls gain nothing.
     parallel_ranges: ClassVar[bool] = False
 
     def first_pass_observer(self) -> MinMaxObserver | MovingAverageMinMaxObserver:
@@ -400,6 +400,7 @@ class EntropyMethod(_HistogramMethod):
     """onnxruntime's Entropy (TensorRT KL search) with defaults that search: 2048 bins, 128 quantized."""
 
     name: ClassVar[str] = "entropy"
+    parallel_ranges: ClassVar[bool] = uses_c_screen()  # the numpy screen is short calls
     num_bins: int = 2048
     num_quantized_bins: int = 128
     # The KL search costs about num_bins² per tensor once its screen cannot prune (past ~512·Q bins, or at

@@ -25,6 +25,7 @@ from qconvert.calibrate.counting import (
     HISTOGRAM_CHUNK,
     add_aligned_bin_counts,
     exponent_field_counts,
+    finite_extrema,
 )
 
 # |x| >= 2**100 (1.27e30): the float-min / float-max class of sentinels. No trained activation gets there;
@@ -53,11 +54,9 @@ def batch_extrema(values: np.ndarray) -> BatchExtrema:
     count = int(array.size)
     if count == 0:
         return BatchExtrema(None, None, 0, 0, 0, 0)
-    low = array.min()
-    high = array.max()
-    if np.isfinite(low) and np.isfinite(high):
-        # min/max propagate NaN and reach ±Inf, so finite extremes prove every element is finite.
-        return BatchExtrema(float(low), float(high), count, 0, 0, 0)
+    extrema = finite_extrema(array)
+    if extrema is not None:
+        return BatchExtrema(*extrema, count, 0, 0, 0)
     nan_count = int(np.count_nonzero(np.isnan(array)))
     positive_inf_count = int(np.count_nonzero(array == np.inf))
     negative_inf_count = int(np.count_nonzero(array == -np.inf))

@@ -24,6 +24,7 @@ from qconvert.calibrate.api import CalibrationResult
 from qconvert.calibrate.collect import ProgressCallback
 from qconvert.calibrate.counting import uses_c_loops
 from qconvert.calibrate.dataset import counted
+from qconvert.calibrate.entropy import uses_c_screen
 from qconvert.calibrate.evaluate import Agreement
 
 
@@ -133,7 +134,7 @@ def headline(result: CalibrationResult) -> str:
             f"calibrated {counted(stats.samples_used, 'sample')} ({counted(stats.batches, 'batch')} of up to "
             f"{result.batch_size}){workers} in {result.seconds_collecting:.2f} s{speed}"
         )
-        if not uses_c_loops():
+        if not (uses_c_loops() and uses_c_screen()):
             parts.append(
                 "counted with numpy's loops: qconvert's C extension is not built (reinstalled with a C "
                 "compiler, calibration runs 1.2-1.5x faster)"

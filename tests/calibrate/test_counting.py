@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import threading
 import time
 from pathlib import Path
@@ -93,9 +94,20 @@ def test_the_extension_is_what_runs_and_is_built_from_the_current_source(c_count
         np.array([-3e38, 3e38, 1e30, -1e20, 0.0, 7.0], dtype=np.float32),
         # two values: the first and the last of the bins
         np.array([0.5, 0.75], dtype=np.float32),
+        # unit bins just below 2**24, where the C loop's float32 arithmetic is exact, and across it, where
+        # it must take float64
+        np.arange(2**24 - 3000, 2**24 - 2, dtype=np.float32),
+        np.arange(2**24 - 3000, 2**24 + 3000, 2, dtype=np.float32),
+        -np.arange(2**24 - 3000, 2**24 - 2, dtype=np.float32),
+        # the narrowest bins float32 takes (width 2**-126) and the next narrower
+        np.array([0.0, 2.0**-126, 3 * 2.0**-126, -(2.0**-125), 1.5 * 2.0**-115], dtype=np.float32),
+        np.array([0.0, 2.0**-126, 3 * 2.0**-126, -(2.0**-125), 1.5 * 2.0**-116], dtype=np.float32),
     ],
-    ids=["tiny-signs", "far-offset", "negative-first", "subnormal", "huge", "two-values"],
-)
+    ids=[
+        "tiny-signs", "far-offset", "negative-first", "subnormal", "huge", "two-values",
+        "below-2**24", "across-2**24", "negative-below-2**24", "width-2**-126", "width-2**-127",
+    ],
+)  # fmt: skip
 def test_edge_values_land_in_the_numpy_bins(c_counting: ModuleType, values: np.ndarray) -> None:
     assert_same(np.asarray(values, dtype=np.float32))
 
@@ -122,6 +134,32 @@ def test_bins_at_every_scale(c_counting: ModuleType) -> None:
         centre = rng.normal() * scale * 10.0 ** rng.uniform(0, 6)
         values = (centre + scale * rng.standard_normal(20000)).astype(np.float32)
         assert_same(values)
+
+
+@pytest.mark.parametrize("length", [1, 2, 15, 16, 17, 33, 1000])
+def test_finite_extrema_match_numpy(c_counting: ModuleType, length: int) -> None:
+    rng = np.random.default_rng(length)
+    values = (rng.standard_normal(length) * 10.0 ** rng.integers(-40, 38, length)).astype(np.float32)
+    with numpy_loops():
+        expected = counting.finite_extrema(values)
+    assert counting.finite_extrema(values) == expected
+    assert expected == (float(values.min()), float(values.max()))
+    for special in (np.nan, np.inf, -np.inf):  # anywhere, in the lanes or the tail
+        for position in {0, length // 2, length - 1}:
+            spoiled = values.copy()
+            spoiled[position] = special
+            assert counting.finite_extrema(spoiled) is None
+            with numpy_loops():
+                assert counting.finite_extrema(spoiled) is None
+
+
+def test_finite_extrema_give_zero_as_plus_zero(c_counting: ModuleType) -> None:
+    for values in ([-0.0, 0.0, -0.0], [0.0, -0.0], [-0.0] * 40, [1.0, -0.0, 2.0]):
+        array = np.array(values, dtype=np.float32)
+        for extreme in counting.finite_extrema(array) or ():
+            assert math.copysign(1.0, extreme) == 1.0 or extreme != 0.0
+    with pytest.raises(ValueError, match="must not be empty"):
+        c_counting.finite_extrema(np.zeros(0, dtype=np.float32))
 
 
 def test_exponent_fields_match_numpy(c_counting: ModuleType) -> None:

@@ -8,13 +8,19 @@
 - smoothing as max(count + correction, 1e-4) equals onnxruntime's `smooth_distribution`, including
   the rows (2 non-zero counts among 19,999 zeros) where it must not be used;
 - the screen's bound on how far each candidate's float32 KL is from its real-valued estimate holds,
-  so the candidates it rules out cannot win.
+  so the candidates it rules out cannot win; in both of its implementations, numpy's and the C
+  extension's (`_entropy_screen.c`), whose float32 rows also equal numpy's bit for bit.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+from unittest import mock
+
 import numpy as np
 import pytest
+from conftest import require_module
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from onnxruntime.quantization import calibrate
@@ -144,20 +150,33 @@ def test_smoothing_equals_onnxruntime_even_where_the_correction_nears_minus_one(
 
 # The screen: a real-valued KL per candidate with a bound on onnxruntime's float32 error, so that only
 # candidates that can win get the float32 rows.
-def _screen(counts: np.ndarray, num_quantized_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _screens(counts: np.ndarray, num_quantized_bins: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(estimates, bounds) of numpy's screen and, when built, of the C one, whose candidates must equal
+    numpy's to the bit (they feed the float32 rows)."""
     tables, candidates = entropy._prepare(counts, num_quantized_bins)
-    estimates, bounds = entropy._estimates(tables, candidates, num_quantized_bins)
-    return kl_divergences(counts, num_quantized_bins), estimates, bounds
+    screens = [entropy._estimates(tables, candidates, num_quantized_bins)]
+    if entropy.uses_c_screen():
+        in_c, estimates, bounds = entropy.screen_in_c(tables.histogram, num_quantized_bins)
+        for field in dataclasses.fields(candidates):
+            ours, theirs = getattr(in_c, field.name), getattr(candidates, field.name)
+            assert ours.dtype == theirs.dtype and ours.tobytes() == theirs.tobytes(), field.name
+        screens.append((estimates, bounds))
+    return screens
 
 
 def _assert_screen_holds(counts: np.ndarray, num_quantized_bins: int) -> int:
-    """The bound holds on every screened candidate and the winner is the full search's; returns how
-    many candidates the screen could not rule out."""
-    exact, estimates, bounds = _screen(counts, num_quantized_bins)
-    screened = np.isfinite(bounds)
-    errors = np.abs(exact - estimates)[screened]
-    assert np.all(errors <= bounds[screened]), np.max(errors / bounds[screened])
+    """The bound holds on every screened candidate, in each implementation, and the winner is the full
+    search's; returns how many candidates numpy's screen could not rule out."""
+    exact = kl_divergences(counts, num_quantized_bins)
+    screens = _screens(counts, num_quantized_bins)
+    for estimates, bounds in screens:
+        screened = np.isfinite(bounds)
+        errors = np.abs(exact - estimates)[screened]
+        assert np.all(errors <= bounds[screened]), np.max(errors / bounds[screened])
     assert entropy.best_candidate(counts, num_quantized_bins) == int(np.argmin(exact))
+    with mock.patch.object(entropy, "_entropy_screen", None):
+        assert entropy.best_candidate(counts, num_quantized_bins) == int(np.argmin(exact))
+    estimates, bounds = screens[0]
     finite = np.isfinite(exact)
     if not finite.any():
         return exact.size
@@ -231,3 +250,27 @@ def test_screen_holds_on_any_histogram(counts: list[int], num_quantized_bins: in
     histogram[np.arange(histogram.size) % 4 < sparsity] = 0  # up to 3 zeros in 4 bins
     assume(num_quantized_bins // 2 <= histogram.size // 2)
     _assert_screen_holds(histogram, num_quantized_bins)
+
+
+def test_the_c_screen_is_what_runs_and_is_built_from_the_current_source() -> None:
+    screen = require_module("qconvert.calibrate._entropy_screen")
+    assert entropy.uses_c_screen()
+    source = Path(entropy.__file__).with_name("_entropy_screen.c")
+    built = Path(screen.__file__ or "")
+    if source.exists():  # an editable install builds once: a later edit needs `pip install -e . --no-deps`
+        assert built.stat().st_mtime >= source.stat().st_mtime, f"{built.name} is older than {source.name}"
+
+
+def test_the_c_screen_refuses_candidates_outside_the_histogram() -> None:
+    require_module("qconvert.calibrate._entropy_screen")
+    histogram = np.arange(16, dtype=np.int64)
+    candidates, _, _ = entropy.screen_in_c(histogram, 4)
+    starts = candidates.starts.copy()
+    starts[-1] = 9  # its window of 16 bins would end past bin 15
+    outputs = [np.empty_like(candidates.p_correction) for _ in range(3)]
+    with pytest.raises(ValueError, match=r"candidate \d+ is outside the histogram"):
+        entropy._entropy_screen.entropy_screen(  # type: ignore[union-attr]
+            histogram, 4, 30, starts, candidates.lengths, candidates.merged, *outputs,
+            np.empty_like(candidates.q_values), np.empty_like(candidates.ok),
+            np.empty(starts.size), np.empty(starts.size),
+        )  # fmt: skip

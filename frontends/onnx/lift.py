@@ -106,7 +106,7 @@ def import_onnx(
     `InputError` (a one-paragraph message naming the node or file) for any bad or unsupported model.
     """
 
-    def detach(tensor: TensorProto) -> bool:
+    def detach(tensor: TensorProto, raw_data: bytes) -> bool:
         return as_resource(tensor.data_type, tuple(tensor.dims), resource_threshold)
 
     loaded = load_model(source, input_shapes, detach=detach)

@@ -110,13 +110,13 @@ def load_float_model(source: str | os.PathLike[str] | ModelProto) -> LoadedModel
     external data is checked but not read. An already quantized model is an InputError."""
     from qconvert.frontends.onnx.load import load_model
 
-    def detach(tensor: TensorProto) -> bool:
+    def detach(tensor: TensorProto, raw_data: bytes) -> bool:
         dtype = _DETACHED_TYPES.get(tensor.data_type)
         if dtype is None:
             return False
         size = math.prod(tensor.dims) * dtype.itemsize
         # A raw_data of the wrong length stays in the proto, for onnxruntime to refuse by name.
-        return size >= DETACHED_WEIGHT_BYTES and len(tensor.raw_data) == size
+        return size >= DETACHED_WEIGHT_BYTES and len(raw_data) == size
 
     loaded = load_model(source, detach=detach)
     if loaded.inference_error is not None:

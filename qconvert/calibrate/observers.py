@@ -448,6 +448,10 @@ class AlignedHistogramObserver(MinMaxObserver):
         shift = self.exponent - exponent
         if shift < 0:
             raise AssertionError("an aligned histogram is never finer than a part of its data")
+        if shift == 0:  # the same bins, only more of them (the usual growth after the first batch)
+            offset = first - self.first_bin
+            self.counts[offset : offset + counts.size] += counts
+            return
         # Old bin k -> floor(k / 2**shift): an arithmetic right shift, non-decreasing in k.
         targets = (np.arange(first, first + counts.size, dtype=np.int64) >> shift) - self.first_bin
         starts = np.flatnonzero(np.diff(targets, prepend=-1))

@@ -273,8 +273,12 @@ def calibrate_command(
         None, "--workers", help="processes (or Ray tasks) sharing the batches (default: 1)"
     ),
     engine: str | None = typer.Option(None, "--engine", help="local (processes, default) or ray"),
-    batch_size: int | None = typer.Option(
-        None, "--batch-size", help="samples per run (default: the model's fixed batch dim, else 8)"
+    batch_size: str | None = typer.Option(
+        None,
+        "--batch-size",
+        metavar="N|given",
+        help="samples per run (default: the model's fixed batch dim, else 8), or 'given': each item of "
+        "--data is one run, fed as stored (sequence-first models, inputs without a batch axis)",
     ),
     percentile: float | None = typer.Option(None, "--percentile", help="percentile: the kept percentage"),
     num_bins: int | None = typer.Option(
@@ -328,6 +332,7 @@ def calibrate_command(
 
     Progress on stderr, then a table of the ranges (and any sentinel warning) on stdout."""
     from qconvert.calibrate.api import calibrate
+    from qconvert.calibrate.dataset import AS_GIVEN
     from qconvert.calibrate.overrides import read_overrides
     from qconvert.calibrate.render import progress_bar, render
     from qconvert.errors import InputError
@@ -365,7 +370,11 @@ def calibrate_command(
         "nodes_to_exclude": names(exclude_nodes) or frozenset(),
     }
     given = {"percentile": percentile, "num_bins": num_bins, "num_quantized_bins": num_quantized_bins}
-    with progress_bar(not quiet) as progress:
+    batch: int | str | None = batch_size
+    if batch_size is not None and batch_size.strip().isdigit():
+        batch = int(batch_size)
+    unit = "runs" if batch == AS_GIVEN else "samples"
+    with progress_bar(not quiet, unit=unit) as progress:
         result = calibrate(
             model,
             data,
@@ -378,7 +387,7 @@ def calibrate_command(
             json_path=None if json_path == "-" else json_path,
             workers=1 if workers is None else workers,
             engine="local" if engine is None else engine,
-            batch_size=batch_size,
+            batch_size=batch,
             sentinel="keep" if sentinel is None else sentinel,
             sentinel_overrides=sentinel_override,
             progress=progress,

@@ -41,7 +41,7 @@ from qconvert.calibrate.collect import (
     make_session,
     value_preserving_sources,
 )
-from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
+from qconvert.calibrate.dataset import AS_GIVEN, DatasetStats, DataSource, open_dataset
 from qconvert.calibrate.evaluate import Agreement, evaluate, quantized_activations, tensor_losses
 from qconvert.calibrate.methods import METHODS, Method, make_method
 from qconvert.calibrate.observers import MinMaxObserver
@@ -75,7 +75,7 @@ class CalibrationResult:
     warnings: list[str] = field(default_factory=list)  # sentinels, NaN/Inf samples, dropped tail
     notes: list[str] = field(default_factory=list)  # finalize's decisions
     stats: DatasetStats | None = None  # None when the ranges were loaded
-    batch_size: int | None = None
+    batch_size: int | str | None = None  # AS_GIVEN: each item of the data one run
     workers: int = 1
     engine: str = "local"
     seconds_collecting: float = 0.0
@@ -130,7 +130,7 @@ class _Observed:
     keep_float: dict[str, str]  # tensor -> the sentinel guard's warning
     warnings: list[str]
     stats: DatasetStats
-    batch_size: int
+    batch_size: int | str
     seconds: float
 
 
@@ -204,7 +204,7 @@ def _observe(
     method: Method,
     scheme: Scheme,
     *,
-    batch_size: int | None,
+    batch_size: int | str | None,
     workers: int,
     engine: str,
     sentinel: SentinelPolicy | str,
@@ -264,11 +264,12 @@ def _observe(
         # The guard's warning is "NAME: left in float (--sentinel keep): why"; finalize prefixes its own.
         warning = next((w for w in decision.warnings if w.startswith(f"{name}: ")), f"{name}: by the guard")
         keep_float[name] = "sentinel " + warning[len(name) + 2 :].removeprefix("left in float ")
-    warnings = [*stats.warnings(dataset.batch_size), *decision.warnings]
+    warnings = [*stats.warnings(dataset.batch_size, dataset.unit), *decision.warnings]
     warnings += [
         f"{name}: {r.note}" for name, r in ranges.items() if r.note and name not in decision.keep_float
     ]
-    return _Observed(ranges, keep_float, warnings, stats, dataset.batch_size, seconds)
+    batch = AS_GIVEN if dataset.as_given else dataset.batch_size
+    return _Observed(ranges, keep_float, warnings, stats, batch, seconds)
 
 
 # The public function ----------------------------------------------------------------------------------
@@ -340,7 +341,7 @@ def calibrate(
     json_path: str | os.PathLike[str] | None = None,
     workers: int = 1,
     engine: str = "local",
-    batch_size: int | None = None,
+    batch_size: int | str | None = None,
     sentinel: SentinelPolicy | str = SentinelPolicy.KEEP,
     sentinel_overrides: Mapping[str, str] | Sequence[str] | None = None,
     progress: ProgressCallback | None = None,
@@ -350,12 +351,13 @@ def calibrate(
     """Calibrate a float ONNX model on `data` and write the QDQ model to `out` (if given).
 
     `data`: a folder of .npz/.npy files, one .npz, `module:function`, a function or a list of
-    {input: array} (see `dataset`). `method`: minmax, moving-average, percentile, entropy, mse,
-    distribution (options in `method_options`, e.g. {"percentile": 99.99}). `scheme`: a `Scheme` or its
-    fields. `ranges_path`: also save the ranges JSON there. `load_ranges`: take the ranges from that JSON
-    instead of calibrating (`data` then only feeds `evaluate_samples`). `json_path`: also write the result
-    as JSON there (`CalibrationResult.to_json`). Every output path is checked first; all are written, or
-    none.
+    {input: array} (see `dataset`), in runs of `batch_size` samples (None: the model's fixed batch dim,
+    else 8), or each item as stored with `batch_size="given"`. `method`: minmax, moving-average,
+    percentile, entropy, mse, distribution (options in `method_options`, e.g. {"percentile": 99.99}).
+    `scheme`: a `Scheme` or its fields. `ranges_path`: also save the ranges JSON there. `load_ranges`:
+    take the ranges from that JSON instead of calibrating (`data` then only feeds `evaluate_samples`).
+    `json_path`: also write the result as JSON there (`CalibrationResult.to_json`). Every output path is
+    checked first; all are written, or none.
     `workers`/`engine`: split the batches across processes ("local") or Ray tasks ("ray"). `sentinel`:
     keep (default), clip or off for ranges a mask dominates; `sentinel_overrides`: NAME=keep|clip|quantize.
     `progress(samples done, total or None)`. `evaluate_samples` > 0: run the QDQ model and the float one
@@ -525,7 +527,7 @@ def _agreement(
     loaded: LoadedModel,
     module: ModuleOp,
     data: DataSource,
-    batch_size: int | None,
+    batch_size: int | str | None,
     samples: int,
     tensors: bool,
     read_before: bool,

@@ -19,6 +19,12 @@ sequence length) closes the batch early, so samples of different shapes are neve
 
 Samples left out, counted and warned of: those holding NaN/Inf, and those with no elements in any input (a
 dynamic dim of 0): nothing in them to observe. An input empty beside others that are not is fed as it is.
+
+`--batch-size given` (`AS_GIVEN`) drops the batch axis: each item is one run of the model, fed as stored, as
+onnxruntime's CalibrationDataReader feeds each dict it returns. An array of the input's rank is one run,
+one rank more is runs stacked on axis 0 (one .npz holding many). This serves the models the rank rule
+cannot: sequence-first ones (x[S, B, F], whose axis 0 is not the batch) and inputs with no batch axis at
+all (a scalar, a fixed table). Runs are counted where samples are, and NaN/Inf ones left out whole.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from qconvert.calibrate.data_sources import DataSource, Part, Source, StoredArra
 from qconvert.errors import InputError
 
 DEFAULT_BATCH_SIZE = 8
+AS_GIVEN = "given"  # --batch-size given: every item of the data is one run, fed as stored
 CHUNK_BYTES = 16 << 20  # an .npz member is read this much at a time
 
 
@@ -57,8 +64,9 @@ class InputSpec:
         return f"{self.dtype}[{','.join('?' if d is None else str(d) for d in self.dims)}]"
 
 
-def model_inputs(model: ModelProto) -> tuple[InputSpec, ...]:
-    """The graph inputs that are not initializers, as `InputSpec`s; InputError for ones we cannot feed."""
+def model_inputs(model: ModelProto, as_given: bool = False) -> tuple[InputSpec, ...]:
+    """The graph inputs that are not initializers, as `InputSpec`s; InputError for ones we cannot feed
+    (a scalar has no batch axis, but for `as_given`)."""
     initializers = {t.name for t in model.graph.initializer}
     specs = []
     for info in model.graph.input:
@@ -78,9 +86,10 @@ def model_inputs(model: ModelProto) -> tuple[InputSpec, ...]:
         dims = tuple(
             d.dim_value if d.HasField("dim_value") else None for d in info.type.tensor_type.shape.dim
         )
-        if not dims:
+        if not dims and not as_given:
             raise InputError(
-                f"graph input '{info.name}' is a scalar: it has no batch axis to stack samples on"
+                f"graph input '{info.name}' is a scalar: it has no batch axis to stack samples on "
+                f"(--batch-size {AS_GIVEN} feeds each item of the data as stored)"
             )
         specs.append(InputSpec(info.name, dtype, dims))
     if not specs:
@@ -117,11 +126,23 @@ def counted(count: int, noun: str) -> str:
     return f"{count} {noun if count == 1 else plural}"
 
 
-def _samples_in(array: StoredArray, spec: InputSpec) -> tuple[int, tuple[int, ...]]:
-    """(number of samples, shape of one sample) by the rank rule; InputError naming input, file and shapes."""
+def _samples_in(array: StoredArray, spec: InputSpec, as_given: bool) -> tuple[int, tuple[int, ...]]:
+    """(number of samples, shape of one sample) by the rank rule, or (runs, shape of one run) as given;
+    InputError naming input, file and shapes."""
     shape = array.shape
-    sample_dims = spec.dims[1:]
-    if len(shape) == spec.rank - 1:
+    sample_dims = spec.dims if as_given else spec.dims[1:]
+    if as_given:
+        if len(shape) == spec.rank:
+            count, sample_shape, reading = 1, shape, "one run"
+        elif len(shape) == spec.rank + 1:
+            count, sample_shape, reading = shape[0], shape[1:], f"{counted(shape[0], 'run')} on axis 0"
+        else:
+            raise InputError(
+                f"{array.where}: input '{spec.name}' has rank {len(shape)} (shape {list(shape)}); the model "
+                f"takes {spec.shown()}: with --batch-size {AS_GIVEN}, give rank {spec.rank} (one run, as "
+                f"fed) or {spec.rank + 1} (runs stacked on axis 0)"
+            )
+    elif len(shape) == spec.rank - 1:
         count, sample_shape, reading = 1, shape, "one sample"
     elif len(shape) == spec.rank:
         count, sample_shape, reading = shape[0], shape[1:], counted(shape[0], "sample")
@@ -135,7 +156,7 @@ def _samples_in(array: StoredArray, spec: InputSpec) -> tuple[int, tuple[int, ..
             f"batch axis) or {spec.rank + 1} (a stack of batches)"
         )
     mismatch = [
-        axis + 1
+        axis + (0 if as_given else 1)
         for axis, (want, got) in enumerate(zip(sample_dims, sample_shape))
         if want is not None and want != got
     ]
@@ -147,7 +168,9 @@ def _samples_in(array: StoredArray, spec: InputSpec) -> tuple[int, tuple[int, ..
     return count, tuple(sample_shape)
 
 
-def _check_part(part: Part, inputs: Sequence[InputSpec]) -> tuple[int, dict[str, tuple[int, ...]]]:
+def _check_part(
+    part: Part, inputs: Sequence[InputSpec], as_given: bool
+) -> tuple[int, dict[str, tuple[int, ...]]]:
     names = [spec.name for spec in inputs]
     missing = [n for n in names if n not in part.arrays]
     extra = sorted(set(part.arrays) - set(names))
@@ -170,15 +193,18 @@ def _check_part(part: Part, inputs: Sequence[InputSpec]) -> tuple[int, dict[str,
             raise InputError(
                 f"{array.where}: input '{spec.name}' has dtype {array.dtype}; the model takes {spec.shown()}"
             )
-        counts[spec.name], sample_shapes[spec.name] = _samples_in(array, spec)
+        counts[spec.name], sample_shapes[spec.name] = _samples_in(array, spec, as_given)
     if len(set(counts.values())) > 1:
-        raise InputError(f"{part.where}: inputs hold different numbers of samples {counts}; they must agree")
+        unit = "runs" if as_given else "samples"
+        raise InputError(f"{part.where}: inputs hold different numbers of {unit} {counts}; they must agree")
     return next(iter(counts.values())), sample_shapes
 
 
-def _sample_blocks(part: Part, inputs: Sequence[InputSpec]) -> Iterator[dict[str, np.ndarray]]:
-    """The part's samples as blocks {input: array[n, *sample_shape]}, a few megabytes at a time."""
-    count, sample_shapes = _check_part(part, inputs)
+def _sample_blocks(
+    part: Part, inputs: Sequence[InputSpec], as_given: bool
+) -> Iterator[dict[str, np.ndarray]]:
+    """The part's samples (or runs) as blocks {input: array[n, *sample_shape]}, a few megabytes at a time."""
+    count, sample_shapes = _check_part(part, inputs, as_given)
     if count == 0:
         return
     readers = {}
@@ -241,18 +267,18 @@ class DatasetStats:
         self.first_empty = ""
         self.nonfinite = dict.fromkeys(inputs, 0)
 
-    def warnings(self, batch_size: int) -> list[str]:
+    def warnings(self, batch_size: int, unit: str = "sample") -> list[str]:
         notes = []
         if self.excluded:
             per_input = ", ".join(f"'{name}': {count}" for name, count in self.nonfinite.items() if count)
             notes.append(
-                f"{self.excluded} of {self.samples_read} samples contain NaN/Inf and were excluded "
+                f"{self.excluded} of {counted(self.samples_read, unit)} contain NaN/Inf and were excluded "
                 f"({per_input})"
             )
         if self.empty:
             notes.append(
-                f"{self.empty} of {self.samples_read} samples have no elements in any input and were left "
-                f"out (the first {self.first_empty})"
+                f"{self.empty} of {counted(self.samples_read, unit)} have no elements in any input and were "
+                f"left out (the first {self.first_empty})"
             )
         if self.dropped_tail:
             notes.append(
@@ -274,12 +300,19 @@ class Batch:
 
 @dataclass(frozen=True)
 class Dataset:
-    """A calibration dataset bound to a model's inputs and a batch size; iterate `batches()` (re-iterable)."""
+    """A calibration dataset bound to a model's inputs and a batch size; iterate `batches()` (re-iterable).
+    `as_given`: every item is one run as stored (a `Batch` of size 1), `batch_size` is then 1."""
 
     source: Source
     inputs: tuple[InputSpec, ...]
     batch_size: int
     fixed_batch: bool
+    as_given: bool = False
+
+    @property
+    def unit(self) -> str:
+        """What the stats count: samples, or runs as given."""
+        return "run" if self.as_given else "sample"
 
     @property
     def label(self) -> str:
@@ -293,7 +326,8 @@ class Dataset:
         """Samples in the source, from headers only (no data read); None when only iterating can tell."""
         if self.source.kind == "function":
             return None
-        return sum(_check_part(part, self.inputs)[0] for part in self.source.parts(self.input_names))
+        parts = self.source.parts(self.input_names)
+        return sum(_check_part(part, self.inputs, self.as_given)[0] for part in parts)
 
     def batches(self, stats: DatasetStats | None = None) -> Iterator[Batch]:
         """Batches in a fixed order; NaN/Inf samples left out and counted in `stats`. InputError when the
@@ -327,7 +361,7 @@ class Dataset:
             return batch
 
         for part in self.source.parts(self.input_names):
-            for block in _sample_blocks(part, self.inputs):
+            for block in _sample_blocks(part, self.inputs, self.as_given):
                 block_size = next(iter(block.values())).shape[0]
                 stats.samples_read += block_size
                 read_since += block_size
@@ -353,6 +387,15 @@ class Dataset:
                     block_size = int(keep.sum())
                     if block_size == 0:
                         continue
+                if self.as_given:  # every run alone, as stored
+                    for row in range(block_size):
+                        arrays = {name: np.ascontiguousarray(array[row]) for name, array in block.items()}
+                        yield Batch(index, arrays, 1, read_since)
+                        read_since = 0
+                        index += 1
+                        stats.samples_used += 1
+                        stats.batches += 1
+                    continue
                 shapes = {name: array.shape[1:] for name, array in block.items()}
                 if pending_shapes is not None and shapes != pending_shapes and pending_count:
                     if self.fixed_batch:
@@ -375,18 +418,18 @@ class Dataset:
             else:
                 yield flush(pending_count)
         if stats.samples_read == 0:
-            raise InputError(f"{self.label}: dataset is empty (no samples)")
+            raise InputError(f"{self.label}: dataset is empty (no {self.unit}s)")
         if stats.samples_used == 0:
             if stats.excluded == stats.samples_read:
                 per_input = ", ".join(f"'{n}': {c}" for n, c in stats.nonfinite.items() if c)
                 raise InputError(
-                    f"{self.label}: all {stats.samples_read} samples contain NaN/Inf ({per_input}); "
+                    f"{self.label}: all {stats.samples_read} {self.unit}s contain NaN/Inf ({per_input}); "
                     "nothing to calibrate on"
                 )
             if stats.excluded + stats.empty == stats.samples_read:
                 nonfinite = f"{stats.excluded} contain NaN/Inf, " if stats.excluded else ""
                 raise InputError(
-                    f"{self.label}: none of the {stats.samples_read} samples is usable: {nonfinite}"
+                    f"{self.label}: none of the {stats.samples_read} {self.unit}s is usable: {nonfinite}"
                     f"{stats.empty} have no elements (a zero-size dim in every input; the first "
                     f"{stats.first_empty}); nothing to calibrate on"
                 )
@@ -396,8 +439,9 @@ class Dataset:
             )
 
 
-def open_dataset(data: DataSource, model: ModelProto, batch_size: int | None = None) -> Dataset:
-    """Bind `data` to the model's inputs; InputError when the source or the batch size is unusable."""
+def open_dataset(data: DataSource, model: ModelProto, batch_size: int | str | None = None) -> Dataset:
+    """Bind `data` to the model's inputs; InputError when the source or the batch size is unusable.
+    `batch_size`: samples per run, None for the model's fixed batch dim (else 8), or `AS_GIVEN`."""
     if isinstance(data, Mapping):
         # A dict is iterable (over its keys), which would read as a stream of names, not of batches.
         raise InputError(
@@ -405,12 +449,17 @@ def open_dataset(data: DataSource, model: ModelProto, batch_size: int | None = N
             "batch: wrap it as [data]), a function returning them, a folder, an .npz/.npy file or "
             "MODULE:FUNCTION"
         )
+    if isinstance(batch_size, str):
+        if batch_size != AS_GIVEN:
+            raise InputError(f"--batch-size {batch_size}: expected a number of samples or '{AS_GIVEN}'")
+        return Dataset(resolve_source(data), model_inputs(model, as_given=True), 1, False, as_given=True)
     inputs = model_inputs(model)
     size, fixed = choose_batch_size(inputs, batch_size)
     return Dataset(resolve_source(data), inputs, size, fixed)
 
 
 __all__ = [
+    "AS_GIVEN",
     "Batch",
     "DataSource",
     "Dataset",

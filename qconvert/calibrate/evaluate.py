@@ -89,8 +89,9 @@ class Agreement:
 
 def batch_axis(declared: Sequence[object], array: np.ndarray, batch: Batch, dataset: Dataset) -> bool:
     """Whether axis 0 of an output is the batch axis: declared symbolic (or the model's fixed batch size)
-    and as long as the batch. An output without one (a weight, a reduction) is one row per batch."""
-    if array.ndim == 0 or array.shape[0] != batch.size or not declared:
+    and as long as the batch. An output without one (a weight, a reduction), and any output of a run fed
+    as given (its batch axis, if any, is unknown), is one row per batch."""
+    if dataset.as_given or array.ndim == 0 or array.shape[0] != batch.size or not declared:
         return False
     first = declared[0]
     return not isinstance(first, int) or (dataset.fixed_batch and first == dataset.batch_size)

@@ -23,7 +23,7 @@ from rich.text import Text
 from qconvert.calibrate.api import CalibrationResult
 from qconvert.calibrate.collect import ProgressCallback
 from qconvert.calibrate.counting import uses_c_loops
-from qconvert.calibrate.dataset import counted
+from qconvert.calibrate.dataset import AS_GIVEN, counted
 from qconvert.calibrate.entropy import uses_c_screen
 from qconvert.calibrate.evaluate import Agreement
 
@@ -37,7 +37,9 @@ class SamplesPerSecondColumn(ProgressColumn):
 
 
 @contextlib.contextmanager
-def progress_bar(enabled: bool, description: str = "calibrating") -> Iterator[ProgressCallback]:
+def progress_bar(
+    enabled: bool, description: str = "calibrating", unit: str = "samples"
+) -> Iterator[ProgressCallback]:
     """A progress callback drawing a bar on stderr (nothing when not `enabled` or stderr is no terminal,
     where rich would leave an empty line); the bar goes away at exit."""
     console = Console(stderr=True)
@@ -48,7 +50,7 @@ def progress_bar(enabled: bool, description: str = "calibrating") -> Iterator[Pr
         TextColumn("{task.description}"),
         BarColumn(bar_width=24),
         MofNCompleteColumn(),
-        TextColumn("samples"),
+        TextColumn(unit),
         SamplesPerSecondColumn(),
         TimeElapsedColumn(),
         TextColumn("ETA"),
@@ -128,12 +130,15 @@ def headline(result: CalibrationResult) -> str:
         parts.append(f"loaded {len(result.ranges)} ranges")
     else:
         rate = result.samples_per_second
-        speed = "" if rate is None else f", {rate:,.1f} samples/s"
+        unit = "runs" if result.batch_size == AS_GIVEN else "samples"
+        speed = "" if rate is None else f", {rate:,.1f} {unit}/s"
         workers = "" if result.workers == 1 else f" on {result.workers} workers ({result.engine})"
-        parts.append(
-            f"calibrated {counted(stats.samples_used, 'sample')} ({counted(stats.batches, 'batch')} of up to "
-            f"{result.batch_size}){workers} in {result.seconds_collecting:.2f} s{speed}"
-        )
+        if result.batch_size == AS_GIVEN:
+            runs = f"{counted(stats.samples_used, 'run')} (each item of the data as given)"
+        else:
+            batches = f"{counted(stats.batches, 'batch')} of up to {result.batch_size}"
+            runs = f"{counted(stats.samples_used, 'sample')} ({batches})"
+        parts.append(f"calibrated {runs}{workers} in {result.seconds_collecting:.2f} s{speed}")
         if not (uses_c_loops() and uses_c_screen()):
             parts.append(
                 "counted with numpy's loops: qconvert's C extension is not built (reinstalled with a C "

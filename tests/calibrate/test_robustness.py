@@ -144,7 +144,7 @@ def test_main_restores_the_sigterm_handler_it_replaced(capsys: pytest.CaptureFix
     # The help line of --batch-size gives the default for a dynamic batch dim (r13's neighbour).
     text = " ".join(capsys.readouterr().out.replace("│", " ").split())
     default = f"(default: the model's fixed batch dim, else {DEFAULT_BATCH_SIZE})"
-    assert f"--batch-size <int> samples per run {default}" in text
+    assert f"--batch-size N|given samples per run {default}" in text
 
 
 # A worker process that dies (r14_worker_death_exit3.sh) ------------------------------------------------

@@ -162,8 +162,7 @@ class _OutputTally:
     def result(self) -> OutputAgreement:
         if self.integer:
             return OutputAgreement(self.name, matching=self.equal / self.elements if self.elements else 1.0)
-        cosines = np.concatenate(self.cosines) if self.cosines else np.zeros(0)
-        cosines = cosines[np.isfinite(cosines)]
+        cosines = _finite(self.cosines)
         return OutputAgreement(
             self.name,
             mean_cosine=float(cosines.mean()) if cosines.size else None,
@@ -269,11 +268,16 @@ def tensor_losses(
             errors[name].append(sample_relative_errors(values, restored, per_sample))
     losses = []
     for name in names:
-        found = np.concatenate(errors[name]) if errors[name] else np.zeros(0)
-        found = found[np.isfinite(found)]
+        found = _finite(errors[name])
         mean, largest = (float(found.mean()), float(found.max())) if found.size else (None, None)
         losses.append(TensorLoss(name, mean, largest))
     return losses
+
+
+def _finite(figures: list[np.ndarray]) -> np.ndarray:
+    """The finite values of per-batch figures, in one array (a row of one value or none is NaN)."""
+    values = np.concatenate(figures) if figures else np.zeros(0)
+    return values[np.isfinite(values)]
 
 
 def _first_line(error: BaseException) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import sys
 
@@ -371,8 +372,8 @@ def calibrate_command(
     }
     given = {"percentile": percentile, "num_bins": num_bins, "num_quantized_bins": num_quantized_bins}
     batch: int | str | None = batch_size
-    if batch_size is not None and batch_size.strip().isdigit():
-        batch = int(batch_size)
+    with contextlib.suppress(TypeError, ValueError):  # a number, else 'given' or a word calibrate names
+        batch = int(batch_size)  # type: ignore[arg-type]
     unit = "runs" if batch == AS_GIVEN else "samples"
     with progress_bar(not quiet, unit=unit) as progress:
         result = calibrate(

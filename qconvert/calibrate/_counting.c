@@ -107,7 +107,7 @@ static int count_bins(const float *x, Py_ssize_t n, int exponent, int64_t first_
     const double scale = ldexp(1.0, -exponent);
     const int64_t float32_exact = 1 << 24;
     const int narrow = -126 <= exponent && exponent <= 0 && first_bin > -float32_exact &&
-                       first_bin + size < float32_exact;
+                       first_bin + size < float32_exact && size <= float32_exact;
     int status = 0;
     *zeros = 0;
     for (Py_ssize_t start = 0; start < n; start += CHUNK) {

@@ -1,6 +1,7 @@
 /* The entropy search's per-candidate screen in C: entropy.py's `_candidates` and `_estimates` for one
- * histogram, in loops instead of a few hundred small numpy calls (which is what they cost: 1.5 ms per
- * histogram in numpy, against about 0.1 ms here, and this runs without the GIL).
+ * histogram, in loops instead of a few hundred small numpy calls: 0.7 ms against numpy's 1.5 ms per
+ * histogram of a BERT encoder's (~1200 bins, Q = 128; about 123 K logarithms), and without the GIL, so
+ * that two threads search at once.
  *
  * entropy_screen(histogram, num_quantized_bins, depth, starts, lengths, merged,
  *                p_correction, p_first, p_last, q_values, ok, estimates, bounds)
@@ -265,7 +266,7 @@ static PyObject *entropy_screen(PyObject *module, PyObject *args) {
         const Py_ssize_t num_bins = views[0].len / 8;
         const int64_t *starts = views[1].buf, *lengths = views[2].buf, *merged = views[3].buf;
         for (Py_ssize_t c = 0; c < count; c++) { /* every window inside the histogram, merged as defined */
-            if (starts[c] < 0 || lengths[c] < 1 || starts[c] + lengths[c] > num_bins ||
+            if (starts[c] < 0 || lengths[c] < 1 || lengths[c] > num_bins - starts[c] || /* no overflow */
                 merged[c] != lengths[c] / quantized) {
                 PyErr_Format(PyExc_ValueError, "entropy_screen: candidate %zd is outside the histogram", c);
                 status = -1;

@@ -80,8 +80,9 @@ def add_aligned_bin_counts(values: np.ndarray, exponent: int, first_bin: int, co
     zeros = int(np.count_nonzero(values == 0))  # 2.6x faster than size - count_nonzero(values)
     # x · 2**-e is exact in float32 when -126 <= e <= 0 (the product stays below ~2**38); for e > 0 tiny
     # values could underflow (a tiny negative value would reach -0.0 and bin 0), and below -126 2**-e
-    # itself overflows float32 (a range narrower than ~1e-35), so use float64 there.
-    compute = np.float32 if -126 <= exponent <= 0 else np.float64
+    # itself overflows float32 (a range narrower than ~1e-35), so use float64 there; and past 2**24 bins,
+    # where a bin index is no longer exact in float32.
+    compute = np.float32 if -126 <= exponent <= 0 and counts.size <= 1 << 24 else np.float64
     scale = compute(np.ldexp(1.0, -exponent))
     first = compute(first_bin)  # |first_bin| < 2**38 with 24 significant bits: exact in float32
     chunk = min(HISTOGRAM_CHUNK, values.size)

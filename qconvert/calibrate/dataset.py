@@ -101,7 +101,7 @@ def choose_batch_size(inputs: Sequence[InputSpec], requested: int | None) -> tup
     """(samples per batch, whether the model fixes it); InputError if the model and the request clash."""
     fixed = {spec.name: spec.fixed_batch for spec in inputs if spec.fixed_batch is not None}
     if requested is not None and requested < 1:
-        raise InputError(f"--batch-size {requested}: expected 1 or more samples")
+        raise InputError(f"--batch-size {requested}: expected 1 or more samples, or '{AS_GIVEN}'")
     if not fixed:
         return (requested or DEFAULT_BATCH_SIZE), False
     sizes = sorted(set(fixed.values()))
@@ -315,6 +315,11 @@ class Dataset:
         return "run" if self.as_given else "sample"
 
     @property
+    def feed(self) -> str:
+        """What one `Batch` is called: a batch of samples, or a run as given."""
+        return "run" if self.as_given else "batch"
+
+    @property
     def label(self) -> str:
         return self.source.label
 
@@ -451,8 +456,9 @@ def open_dataset(data: DataSource, model: ModelProto, batch_size: int | str | No
         )
     if isinstance(batch_size, str):
         if batch_size != AS_GIVEN:
-            raise InputError(f"--batch-size {batch_size}: expected a number of samples or '{AS_GIVEN}'")
+            raise InputError(f"--batch-size {batch_size}: expected 1 or more samples, or '{AS_GIVEN}'")
         return Dataset(resolve_source(data), model_inputs(model, as_given=True), 1, False, as_given=True)
+    choose_batch_size((), batch_size)  # a bad number is named before the model's inputs are
     inputs = model_inputs(model)
     size, fixed = choose_batch_size(inputs, batch_size)
     return Dataset(resolve_source(data), inputs, size, fixed)

@@ -203,7 +203,7 @@ def _session(model: str | bytes, level: str) -> Any:
 
     options = ort.SessionOptions()
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # fatal only: its errors reach us as exceptions, named once by us
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 

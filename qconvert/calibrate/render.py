@@ -83,12 +83,10 @@ def summary_table(result: CalibrationResult) -> Table:
     return table
 
 
-def agreement_table(agreement: Agreement) -> Table:
+def agreement_table(agreement: Agreement, unit: str = "sample") -> Table:
     """One row per graph output: how close the QDQ model's values are to the float model's."""
-    title = (
-        f"QDQ model against float in onnxruntime ({agreement.level}), first "
-        f"{counted(agreement.samples, 'sample')}"
-    )
+    first = counted(agreement.samples, unit)
+    title = f"QDQ model against float in onnxruntime ({agreement.level}), first {first}"
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     mismatches = any(output.nonfinite_mismatches for output in agreement.outputs)
     columns = ["output", "mean cosine", "lowest cosine", "max |error|"] + (
@@ -164,7 +162,7 @@ def render(
     out = Console(file=stdout, highlight=False, soft_wrap=True, width=width)
     out.print(summary_table(result))
     if result.agreement is not None and result.agreement.outputs:
-        out.print(agreement_table(result.agreement))
+        out.print(agreement_table(result.agreement, "run" if result.batch_size == AS_GIVEN else "sample"))
     if result.agreement is not None and worst_tensors > 0 and result.agreement.tensors:
         out.print(loss_table(result.agreement, worst_tensors))
     for note in result.notes:

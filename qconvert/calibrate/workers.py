@@ -74,7 +74,7 @@ def make_session(augmented: AugmentedModel, threads: int = 1) -> Any:
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # fatal only: its errors reach us as exceptions, named once by us
     options.intra_op_num_threads = threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if augmented.external_data_folder is not None:
@@ -143,7 +143,7 @@ def observe_share(session: Any, share: Share, report: Callable[[int], None], thr
             return session.run(names, batch.arrays)
         except Exception as error:  # onnxruntime's own exception types
             raise InputError(
-                f"{share.dataset.label}: onnxruntime failed on batch {batch.index}: {error}"
+                f"{share.dataset.label}: onnxruntime failed on {share.dataset.feed} {batch.index}: {error}"
             ) from None
 
     def observe_tensor(name: str, values: np.ndarray) -> None:

@@ -153,7 +153,7 @@ def test_a_nan_run_is_left_out_whole_and_counted_as_a_run(tmp_path: Path) -> Non
     stats_batches = list(dataset.batches())
     assert [batch.size for batch in stats_batches] == [1, 1, 1]
     assert stats_batches[1].arrays["x"].shape == items[2]["x"].shape  # fed as stored, no axis added
-    with pytest.raises(InputError, match="--batch-size 4x: expected a number of samples or 'given'"):
+    with pytest.raises(InputError, match="--batch-size 4x: expected 1 or more samples, or 'given'"):
         open_dataset(items, model, "4x")
 
 
@@ -169,5 +169,6 @@ def test_the_cli_calibrates_compares_and_reports_runs(tmp_path: Path, capsys: py
     assert result["agreement"]["samples"] == 4  # runs
     (agreement,) = result["agreement"]["outputs"]
     assert agreement["mean_cosine"] > 0.99 and agreement["lowest_cosine"] > 0.98
-    assert main(["calibrate", str(model), "--data", str(folder), "--batch-size", "-2", "-o", str(out)]) == 2
-    assert "--batch-size -2: expected a number of samples or 'given'" in capsys.readouterr().err
+    for bad in ("-2", "²", "8.0"):  # '²' is a digit to str.isdigit, not to int()
+        assert main([*command[:4], "--batch-size", bad, "-o", str(out)]) == 2
+        assert f"--batch-size {bad}: expected 1 or more samples, or 'given'" in capsys.readouterr().err

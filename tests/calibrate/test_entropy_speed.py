@@ -265,12 +265,19 @@ def test_the_c_screen_refuses_candidates_outside_the_histogram() -> None:
     require_module("qconvert.calibrate._entropy_screen")
     histogram = np.arange(16, dtype=np.int64)
     candidates, _, _ = entropy.screen_in_c(histogram, 4)
+    outputs = [np.empty_like(candidates.p_correction) for _ in range(3)]
     starts = candidates.starts.copy()
     starts[-1] = 9  # its window of 16 bins would end past bin 15
-    outputs = [np.empty_like(candidates.p_correction) for _ in range(3)]
-    with pytest.raises(ValueError, match=r"candidate \d+ is outside the histogram"):
-        entropy._entropy_screen.entropy_screen(  # type: ignore[union-attr]
-            histogram, 4, 30, starts, candidates.lengths, candidates.merged, *outputs,
-            np.empty_like(candidates.q_values), np.empty_like(candidates.ok),
-            np.empty(starts.size), np.empty(starts.size),
-        )  # fmt: skip
+    lengths, merged = candidates.lengths.copy(), candidates.merged.copy()
+    lengths[0] = 2**63 - 4  # start + length overflows int64
+    merged[0] = lengths[0] // 4
+    for first, length, size in (
+        (starts, candidates.lengths, candidates.merged),
+        (candidates.starts, lengths, merged),
+    ):
+        with pytest.raises(ValueError, match=r"candidate \d+ is outside the histogram"):
+            entropy._entropy_screen.entropy_screen(  # type: ignore[union-attr]
+                histogram, 4, 30, first, length, size, *outputs,
+                np.empty_like(candidates.q_values), np.empty_like(candidates.ok),
+                np.empty(first.size), np.empty(first.size),
+            )  # fmt: skip

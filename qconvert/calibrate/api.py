@@ -85,6 +85,11 @@ class CalibrationResult:
     agreement: Agreement | None = None  # the QDQ model against the float one (`evaluate_samples`)
 
     @property
+    def unit(self) -> str:
+        """What the stats count: samples, or runs of items fed as given."""
+        return "run" if self.batch_size == AS_GIVEN else "sample"
+
+    @property
     def samples_per_second(self) -> float | None:
         if self.stats is None or self.seconds_collecting <= 0:
             return None

@@ -128,14 +128,13 @@ def headline(result: CalibrationResult) -> str:
         parts.append(f"loaded {len(result.ranges)} ranges")
     else:
         rate = result.samples_per_second
-        unit = "runs" if result.batch_size == AS_GIVEN else "samples"
-        speed = "" if rate is None else f", {rate:,.1f} {unit}/s"
+        speed = "" if rate is None else f", {rate:,.1f} {result.unit}s/s"
         workers = "" if result.workers == 1 else f" on {result.workers} workers ({result.engine})"
-        if result.batch_size == AS_GIVEN:
-            runs = f"{counted(stats.samples_used, 'run')} (each item of the data as given)"
-        else:
-            batches = f"{counted(stats.batches, 'batch')} of up to {result.batch_size}"
-            runs = f"{counted(stats.samples_used, 'sample')} ({batches})"
+        runs = f"{counted(stats.samples_used, result.unit)} " + (
+            "(each item of the data as given)"
+            if result.batch_size == AS_GIVEN
+            else f"({counted(stats.batches, 'batch')} of up to {result.batch_size})"
+        )
         parts.append(f"calibrated {runs}{workers} in {result.seconds_collecting:.2f} s{speed}")
         if not (uses_c_loops() and uses_c_screen()):
             parts.append(
@@ -162,7 +161,7 @@ def render(
     out = Console(file=stdout, highlight=False, soft_wrap=True, width=width)
     out.print(summary_table(result))
     if result.agreement is not None and result.agreement.outputs:
-        out.print(agreement_table(result.agreement, "run" if result.batch_size == AS_GIVEN else "sample"))
+        out.print(agreement_table(result.agreement, result.unit))
     if result.agreement is not None and worst_tensors > 0 and result.agreement.tensors:
         out.print(loss_table(result.agreement, worst_tensors))
     for note in result.notes:

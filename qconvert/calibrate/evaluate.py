@@ -10,11 +10,11 @@ overfitted range does not. onnxruntime runs both models at its default graph opt
 it cannot run the QDQ model at ALL (4-bit MaxPool) the comparison falls back to BASIC and says why.
 
 Per graph output, batch by batch (nothing is kept but per-sample figures): per sample (a row of the batch
-axis; the whole output when it has none, `batch_axis`), the cosine of the float and quantized values over
-the elements finite in both (none for a sample of one element: ±1 says nothing), the largest |difference|
-over those elements, and a count of the elements finite in one model and not in the other (or NaN in one
-and ±Inf in the other), which the cosine cannot show and a warning reports. Integer and boolean outputs
-report the share of equal elements instead.
+axis; the whole output when it has none, `batch_axis`, and for each run fed as given), the cosine of the
+float and quantized values over the elements finite in both (none for a sample of one element: ±1 says
+nothing), the largest |difference| over those elements, and a count of the elements finite in one model
+and not in the other (or NaN in one and ±Inf in the other), which the cosine cannot show and a warning
+reports. Integer and boolean outputs report the share of equal elements instead.
 
 Per quantized activation (`tensor_losses`, opt-in: it runs the float model with every such tensor exposed):
 the relative error ‖x - x̂‖ / ‖x‖ of its float values x against their quantize-dequantize x̂ with its own

@@ -354,7 +354,11 @@ class Dataset:
                 else pending[0][name]
                 for name in pending[0]
             }
-            batch_arrays = {name: np.ascontiguousarray(array[:count]) for name, array in arrays.items()}
+            # A run as given is fed as stored: its one item, without the axis the blocks stack items on.
+            batch_arrays = {
+                name: np.ascontiguousarray(array[0] if self.as_given else array[:count])
+                for name, array in arrays.items()
+            }
             rest = {name: array[count:] for name, array in arrays.items()}
             pending_count -= count
             pending = [rest] if pending_count else []
@@ -392,15 +396,6 @@ class Dataset:
                     block_size = int(keep.sum())
                     if block_size == 0:
                         continue
-                if self.as_given:  # every run alone, as stored
-                    for row in range(block_size):
-                        arrays = {name: np.ascontiguousarray(array[row]) for name, array in block.items()}
-                        yield Batch(index, arrays, 1, read_since)
-                        read_since = 0
-                        index += 1
-                        stats.samples_used += 1
-                        stats.batches += 1
-                    continue
                 shapes = {name: array.shape[1:] for name, array in block.items()}
                 if pending_shapes is not None and shapes != pending_shapes and pending_count:
                     if self.fixed_batch:

@@ -215,17 +215,27 @@ class _Tables:
     """Per-histogram lookups shared by every block: prefix sums of counts, of non-zero and zero bins;
     windows of the counts as float32 (onnxruntime's astype(float32)): row s of `windows` starts at bin
     s - 1 (a zero before bin 0), and zeros follow the last bin, so any row can read `num_bins + 1`; and
-    the count sum and non-zero count of every run of m bins, per m (q's values and the screen read them)."""
+    the count sum and non-zero count of every run of m bins, per m (q's values and the screen read them).
+    The prefix sums are made on first use: with the C screen, only the float32 rows read the tables."""
 
     def __init__(self, histogram: np.ndarray) -> None:
         self.histogram = histogram
-        self.prefix = _prefix(histogram)
-        self.nonzero_prefix = _prefix(histogram != 0)
-        self.zero_prefix = _prefix(histogram == 0)
         padded = np.zeros(2 * histogram.size + 2, dtype=np.float32)
         padded[1 : histogram.size + 1] = histogram
         self.windows = as_strided(padded, (histogram.size + 1, histogram.size + 1), 2 * padded.strides)
         self._runs: dict[int, np.ndarray] = {}
+
+    @functools.cached_property
+    def prefix(self) -> np.ndarray:
+        return _prefix(self.histogram)
+
+    @functools.cached_property
+    def nonzero_prefix(self) -> np.ndarray:
+        return _prefix(self.histogram != 0)
+
+    @functools.cached_property
+    def zero_prefix(self) -> np.ndarray:
+        return _prefix(self.histogram == 0)
 
     def runs(self, merged: int) -> np.ndarray:
         """Row 0, k: the count sum of bins [k, k + merged); row 1, k: how many of them are non-zero."""

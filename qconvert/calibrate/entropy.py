@@ -120,23 +120,24 @@ def kl_divergences(counts: np.ndarray, num_quantized_bins: int) -> np.ndarray:
 def best_candidate(counts: np.ndarray, num_quantized_bins: int) -> int:
     """`argmin(kl_divergences(counts, num_quantized_bins))`, the first on ties, computing the float32
     KL only of the candidates that the screen (`_estimates`) cannot rule out."""
+    screen: tuple[np.ndarray, np.ndarray] | None = None  # (estimates, bounds)
     if _entropy_screen is not None:
         tables = _Tables(_histogram(counts, num_quantized_bins))
         candidates, estimates, bounds = screen_in_c(tables.histogram, num_quantized_bins)
-        screened = True
+        screen = (estimates, bounds)
     else:
         tables, candidates = _prepare(counts, num_quantized_bins)
         # Its loop over merged sizes costs more than it saves with many of them.
-        screened = len(_runs(candidates.merged)) <= _MAX_SCREENED_SIZES
-        if screened:
-            estimates, bounds = _estimates(tables, candidates, num_quantized_bins)
+        if len(_runs(candidates.merged)) <= _MAX_SCREENED_SIZES:
+            screen = _estimates(tables, candidates, num_quantized_bins)
     if not candidates.ok.any():
         return 0  # every divergence is inf
-    if not screened:
+    if screen is None:
         runs = [slice(0, candidates.starts.size)]
     else:
         # A candidate whose lowest possible KL is above the least upper bound is above the float32 KL of
         # the candidate with that bound: it cannot win.
+        estimates, bounds = screen
         least_upper = np.min((estimates + bounds)[candidates.ok])
         contenders = np.flatnonzero(candidates.ok & (estimates - bounds <= least_upper))
         split = np.split(contenders, np.flatnonzero(np.diff(contenders) != 1) + 1)

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 from calibrate.parity_support import onnxruntime_qdq, written_qdq
+from conftest import require_module
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.calibrate.api import calibrate
@@ -123,6 +124,17 @@ def test_two_workers_give_the_ranges_of_one(tmp_path: Path) -> None:
     one = calibrate(model, folder, batch_size=AS_GIVEN, method="entropy")
     two = calibrate(model, folder, batch_size=AS_GIVEN, method="entropy", workers=2)
     assert one.ranges.to_json()["tensors"] == two.ranges.to_json()["tensors"]
+
+
+def test_ray_gives_the_ranges_of_one_process(tmp_path: Path) -> None:
+    ray = require_module("ray")
+    model = sequence_first_model(tmp_path / "model.onnx")
+    folder = save_folder(tmp_path / "runs", runs(5))
+    one = calibrate(model, folder, batch_size=AS_GIVEN, method="distribution")
+    on_ray = calibrate(model, folder, batch_size=AS_GIVEN, method="distribution", workers=2, engine="ray")
+    assert one.ranges.to_json()["tensors"] == on_ray.ranges.to_json()["tensors"]
+    assert on_ray.stats is not None and on_ray.stats.samples_used == 5
+    assert not ray.is_initialized()  # the local instance was shut down
 
 
 def test_without_given_a_scalar_input_is_refused_with_the_way_out(tmp_path: Path) -> None:

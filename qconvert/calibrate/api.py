@@ -309,22 +309,20 @@ def _method(
             f"--method {method}: onnxruntime's float8e4m3fn scales come from the standard deviation that "
             f"only --method distribution observes; use it, or --float8-scale max"
         )
-    retyped = sorted(  # activations whose range mse would search for another storage than the scheme's
-        name
-        for name, o in scheme.tensor_overrides.items()
-        if name not in initializers
-        and o.scale is None
-        and (
-            o.quant_type not in (None, scheme.activation_type)
-            or o.symmetric not in (None, scheme.activation_symmetric)
-        )
-    )
-    if method == "mse" and retyped:
-        raise InputError(
-            f"--method mse searches every range for the scheme's {scheme.activation_type} storage; tensor "
-            f"overrides change the storage or symmetry of {retyped}: use another method for them"
-        )
     if method == "mse":  # the error to minimise is the one of the storage the scheme quantizes to
+        storage = (scheme.activation_type, scheme.activation_symmetric)
+        retyped = sorted(  # activations whose range mse would search for another storage than theirs
+            name
+            for name, override in scheme.tensor_overrides.items()
+            if name not in initializers
+            and override.scale is None
+            and (scheme.activation_type_of(name), scheme.activation_symmetric_of(name)) != storage
+        )
+        if retyped:
+            raise InputError(
+                f"--method mse searches every range for the scheme's {scheme.activation_type} storage; "
+                f"tensor overrides change the storage or symmetry of {retyped}: use another method for them"
+            )
         settings.setdefault("quant_type", scheme.activation_type)
         settings.setdefault("symmetric", scheme.activation_symmetric)
     try:

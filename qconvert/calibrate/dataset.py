@@ -98,10 +98,9 @@ def model_inputs(model: ModelProto, as_given: bool = False) -> tuple[InputSpec, 
 
 
 def choose_batch_size(inputs: Sequence[InputSpec], requested: int | None) -> tuple[int, bool]:
-    """(samples per batch, whether the model fixes it); InputError if the model and the request clash."""
+    """(samples per batch, whether the model fixes it) for a `requested` of None or 1 or more (open_dataset
+    checks it); InputError if the model and the request clash."""
     fixed = {spec.name: spec.fixed_batch for spec in inputs if spec.fixed_batch is not None}
-    if requested is not None and requested < 1:
-        raise InputError(f"--batch-size {requested}: expected 1 or more samples, or '{AS_GIVEN}'")
     if not fixed:
         return (requested or DEFAULT_BATCH_SIZE), False
     sizes = sorted(set(fixed.values()))
@@ -130,7 +129,8 @@ def _samples_in(array: StoredArray, spec: InputSpec, as_given: bool) -> tuple[in
     """(number of samples, shape of one sample) by the rank rule, or (runs, shape of one run) as given;
     InputError naming input, file and shapes."""
     shape = array.shape
-    sample_dims = spec.dims if as_given else spec.dims[1:]
+    first_axis = 0 if as_given else 1  # a sample leaves out the batch axis; a run as given has none
+    sample_dims = spec.dims[first_axis:]
     if as_given:
         if len(shape) == spec.rank:
             count, sample_shape, reading = 1, shape, "one run"
@@ -156,7 +156,7 @@ def _samples_in(array: StoredArray, spec: InputSpec, as_given: bool) -> tuple[in
             f"batch axis) or {spec.rank + 1} (a stack of batches)"
         )
     mismatch = [
-        axis + (0 if as_given else 1)
+        axis + first_axis
         for axis, (want, got) in enumerate(zip(sample_dims, sample_shape))
         if want is not None and want != got
     ]
@@ -449,11 +449,10 @@ def open_dataset(data: DataSource, model: ModelProto, batch_size: int | str | No
             "batch: wrap it as [data]), a function returning them, a folder, an .npz/.npy file or "
             "MODULE:FUNCTION"
         )
-    if isinstance(batch_size, str):
-        if batch_size != AS_GIVEN:
-            raise InputError(f"--batch-size {batch_size}: expected 1 or more samples, or '{AS_GIVEN}'")
+    if batch_size == AS_GIVEN:
         return Dataset(resolve_source(data), model_inputs(model, as_given=True), 1, False, as_given=True)
-    choose_batch_size((), batch_size)  # a bad number is named before the model's inputs are
+    if isinstance(batch_size, str) or (batch_size is not None and batch_size < 1):  # before the inputs
+        raise InputError(f"--batch-size {batch_size}: expected 1 or more samples, or '{AS_GIVEN}'")
     inputs = model_inputs(model)
     size, fixed = choose_batch_size(inputs, batch_size)
     return Dataset(resolve_source(data), inputs, size, fixed)

@@ -332,7 +332,7 @@ def calibrate_command(
     """Calibrate a float ONNX model on data and write it as QDQ ONNX (exit 2 on bad input; nothing written)
 
     Progress on stderr, then a table of the ranges (and any sentinel warning) on stdout."""
-    from qconvert.calibrate.api import calibrate
+    from qconvert.calibrate.api import calibrate, refuse_unused_with_load_ranges
     from qconvert.calibrate.dataset import AS_GIVEN
     from qconvert.calibrate.overrides import read_overrides
     from qconvert.calibrate.render import progress_bar, render
@@ -344,12 +344,9 @@ def calibrate_command(
     if load_ranges is not None:  # what only calibrating reads (calibrate() checks the rest)
         options = {"--method": method, "--sentinel": sentinel, "--workers": workers, "--engine": engine}
         options["--batch-size"] = batch_size if data is None else None  # with --data: --evaluate's batches
-        ignored = [option for option, value in options.items() if value is not None]
-        if ignored:
-            raise InputError(
-                f"--load-ranges {load_ranges}: the ranges are reused as saved, so {', '.join(ignored)} would "
-                f"have no effect; drop {'it' if len(ignored) == 1 else 'them'}"
-            )
+        refuse_unused_with_load_ranges(
+            load_ranges, {name: value is not None for name, value in options.items()}
+        )
 
     def names(values: list[str]) -> frozenset[str] | None:
         split = [n.strip() for v in values for n in v.split(",") if n.strip()]

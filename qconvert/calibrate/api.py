@@ -278,6 +278,16 @@ def _observe(
 
 
 # The public function ----------------------------------------------------------------------------------
+def refuse_unused_with_load_ranges(load_ranges: str | os.PathLike[str], given: Mapping[str, bool]) -> None:
+    """InputError naming the options `given` (option -> whether it was given) that reused ranges ignore."""
+    ignored = [name for name, present in given.items() if present]
+    if ignored:
+        raise InputError(
+            f"--load-ranges {os.fspath(load_ranges)}: the ranges are reused as saved, so "
+            f"{', '.join(ignored)} would have no effect; drop {'it' if len(ignored) == 1 else 'them'}"
+        )
+
+
 def make_scheme(scheme: Scheme | Mapping[str, object] | None) -> Scheme:
     if scheme is None:
         return Scheme()
@@ -399,12 +409,7 @@ def calibrate(
             "the method's options (--percentile, --num-bins, --num-quantized-bins)": bool(method_options),
             "--sentinel-override": bool(sentinel_overrides),
         }
-        ignored = [name for name, present in given.items() if present]
-        if ignored:
-            raise InputError(
-                f"--load-ranges {load_ranges}: the ranges are reused as saved, so {', '.join(ignored)} would "
-                f"have no effect; drop {'it' if len(ignored) == 1 else 'them'}"
-            )
+        refuse_unused_with_load_ranges(load_ranges, given)
         if data is not None and evaluate_samples > 0:  # only for the comparison: checked before any work
             open_dataset(data, loaded.model, batch_size).count_samples()
         ranges = CalibrationRanges.load(load_ranges)
@@ -561,4 +566,4 @@ def _options_json(method: Method) -> dict[str, object]:
     return asdict(method) if is_dataclass(method) else {}
 
 
-__all__ = ["CalibrationResult", "calibrate", "make_scheme"]
+__all__ = ["CalibrationResult", "calibrate", "make_scheme", "refuse_unused_with_load_ranges"]

@@ -139,7 +139,7 @@ def headline(result: CalibrationResult) -> str:
         if not (uses_c_loops() and uses_c_screen()):
             parts.append(
                 "counted with numpy's loops: qconvert's C extension is not built (reinstalled with a C "
-                "compiler, calibration runs 1.2-1.5x faster)"
+                "compiler, calibration runs 1.3-1.5x faster)"
             )
     written = [str(path) for path in (result.output, result.ranges_path) if path is not None]
     if written:

@@ -273,11 +273,11 @@ def _how_it_ended(exit_code: int) -> str:
         return f"exit code {exit_code}"
     number = -exit_code
     try:
-        name = signal.Signals(number).name
+        kind = signal.Signals(number)
     except ValueError:
         return f"killed by signal {number}"
-    cause = _SIGNAL_CAUSES.get(signal.Signals(number))
-    return f"killed by signal {number} ({name}{': ' + cause if cause else ''})"
+    cause = _SIGNAL_CAUSES.get(kind)
+    return f"killed by signal {number} ({kind.name}{': ' + cause if cause else ''})"
 
 
 def _death(processes: Sequence[multiprocessing.process.BaseProcess], folder: str) -> QConvertError:

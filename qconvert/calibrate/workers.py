@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -65,10 +65,8 @@ class AugmentedModel:
 
 def make_session(augmented: AugmentedModel, threads: int = 1) -> Any:
     """An onnxruntime CPU session without graph optimizations (the calibrator's), with `threads` intra-op
-    threads (0: onnxruntime's default, one per core).
-
-    `observe_share` runs two batches side by side, so its callers give each run half the cores. The
-    threads do not spin between ops: the observers run beside them and need those cores.
+    threads (0: onnxruntime's default, one per core). The threads do not spin between ops: other workers'
+    sessions and the observers need those cores.
     """
     import onnxruntime as ort
 
@@ -113,22 +111,15 @@ class ShareResult:
     seconds: float = 0.0
 
 
-def run_threads(threads: int) -> int:
-    """Intra-op threads of a session that `observe_share` runs on `threads` cores (two runs at once)."""
-    return max(1, threads // 2)
-
-
 def observe_share(session: Any, share: Share, report: Callable[[int], None], threads: int = 1) -> ShareResult:
     """Run the model on the share's batches, feeding its observers; `report(samples)` after each batch.
 
-    `threads` is the number of cores this share may use. Batch k's tensors are observed by that many
-    threads (numpy releases the GIL in its loops), the largest first, while onnxruntime runs batch k+1 on
-    a helper thread (it releases the GIL too), so at most two batches of intermediates are alive. There
-    are two such helpers (one with a single core) and the session has half the cores (`run_threads`):
-    when onnxruntime is the slower side, batch k+2 starts as soon as batch k is observed, beside k+1, so
-    the model then uses every core, and two runs on half the cores each spend less CPU than one run on
-    all of them. Every observer still sees its batches in order, one at a time, so the result does not
-    depend on `threads`.
+    `threads` is the number of cores this share may use: the session runs on them, then that many threads
+    observe the batch's tensors (numpy and our C loops release the GIL), the largest first, and the
+    batch is dropped before the next one runs. So one batch of intermediates is alive at a time: running
+    batch k + 1 beside the observing of batch k took as long on 2 cores (BERT encoder, 32 and 128 samples)
+    and needed a second batch's memory, 0.2 GB more at peak and 0.15 s of first-touch page faults. Every
+    observer sees its batches in order, one at a time, so the result does not depend on `threads`.
     """
     started = time.perf_counter()
     names = list(share.observers)
@@ -138,47 +129,41 @@ def observe_share(session: Any, share: Share, report: Callable[[int], None], thr
     stats = DatasetStats()
     result = ShareResult(share.observers, stats)
 
-    def run(batch: Batch) -> list[np.ndarray]:
+    def run(batch: Batch) -> list[tuple[str, np.ndarray]]:
         try:
-            return session.run(names, batch.arrays)
+            outputs = session.run(names, batch.arrays)
         except Exception as error:  # onnxruntime's own exception types
             raise InputError(
                 f"{share.dataset.label}: onnxruntime failed on {share.dataset.feed} {batch.index}: {error}"
             ) from None
+        # A zero-size dim leaves nothing to observe (and min/max of nothing is undefined).
+        tensors = [(name, values) for name, values in zip(names, outputs) if values.size]
+        return sorted(tensors, key=lambda item: item[1].size, reverse=True)
 
     def observe_tensor(name: str, values: np.ndarray) -> None:
         for observer in share.observers[name]:
             observer.observe(values)
 
-    def observe(batch: Batch, outputs: Future[list[np.ndarray]], pool: ThreadPoolExecutor | None) -> None:
-        # A zero-size dim leaves nothing to observe (and min/max of nothing is undefined).
-        tensors = [(name, values) for name, values in zip(names, outputs.result()) if values.size]
-        tensors.sort(key=lambda item: item[1].size, reverse=True)
+    # Its outputs are dropped on return, before the next run allocates its own.
+    def observe(batch: Batch, pool: ThreadPoolExecutor | None) -> None:
         if pool is None:
-            for name, values in tensors:
+            for name, values in run(batch):
                 observe_tensor(name, values)
         else:
-            for future in [pool.submit(observe_tensor, name, values) for name, values in tensors]:
+            for future in [pool.submit(observe_tensor, name, values) for name, values in run(batch)]:
                 future.result()
-        result.batches_run += 1
-        result.samples_reported += batch.size
-        report(batch.size)
 
     with contextlib.ExitStack() as stack:
-        runner = stack.enter_context(ThreadPoolExecutor(min(threads, 2), thread_name_prefix="onnxruntime"))
         pool = None
         if threads > 1:
             pool = stack.enter_context(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe"))
-        pending: tuple[Batch, Future[list[np.ndarray]]] | None = None
         for batch in share.dataset.batches(stats):
             if batch.index % share.count != share.index:
                 continue
-            running = (batch, runner.submit(run, batch))
-            if pending is not None:
-                observe(*pending, pool)
-            pending = running
-        if pending is not None:
-            observe(*pending, pool)
+            observe(batch, pool)
+            result.batches_run += 1
+            result.samples_reported += batch.size
+            report(batch.size)
     if share.index == 0:  # samples read but not run: counted once, by the first share
         result.samples_reported += stats.excluded + stats.empty + stats.dropped_tail
         report(stats.excluded + stats.empty + stats.dropped_tail)
@@ -207,7 +192,7 @@ class InProcessEngine:
     def run(self, shares: Sequence[Share], progress: Callable[[int], None]) -> list[ShareResult]:
         threads = os.cpu_count() or 1
         if self.session is None:
-            self.session = make_session(self.augmented, run_threads(threads))
+            self.session = make_session(self.augmented, threads)
         return [observe_share(self.session, share, progress, threads) for share in shares]
 
 
@@ -226,7 +211,7 @@ def _start_worker(model_path: str, threads: int, messages: Any) -> None:
 def _run_in_worker(share: Share) -> ShareResult:
     state = _worker_state
     if state["session"] is None:
-        state["session"] = make_session(state["augmented"], run_threads(state["threads"]))
+        state["session"] = make_session(state["augmented"], state["threads"])
     messages = state["messages"]
     return observe_share(state["session"], share, lambda samples: messages.put(samples), state["threads"])
 
@@ -385,7 +370,7 @@ class _RayWorker:
 
     def run(self, share: Share) -> ShareResult:
         if self.session is None:  # on a cluster (threads 0) the actor cannot know its cores: the default
-            self.session = make_session(self.augmented, run_threads(self.threads) if self.threads else 0)
+            self.session = make_session(self.augmented, self.threads)
         # Ray hands numpy arrays over zero-copy from its object store, read-only: observe into a copy.
         share = Share(share.dataset, copy.deepcopy(share.observers), share.index, share.count)
         return observe_share(self.session, share, lambda samples: None, max(1, self.threads))

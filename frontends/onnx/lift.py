@@ -85,6 +85,7 @@ from .load import load_model
 from .qoperator import lift_qoperator
 from .quant import NodeRef, check_storage, quant_type_of
 from .weights import RESOURCE_THRESHOLD, ResourceNames, as_resource, initializer_array, lazy_elements
+from .wire import RawData
 
 FLOAT_STORAGE_CAST = "qconvert.storage_cast"
 """Generic op name of the storage cast for float storage types (`quant.scast` takes integers only)."""
@@ -106,7 +107,7 @@ def import_onnx(
     `InputError` (a one-paragraph message naming the node or file) for any bad or unsupported model.
     """
 
-    def detach(tensor: TensorProto, raw_data: bytes) -> bool:
+    def detach(tensor: TensorProto, raw_data: RawData) -> bool:
         return as_resource(tensor.data_type, tuple(tensor.dims), resource_threshold)
 
     loaded = load_model(source, input_shapes, detach=detach)
@@ -129,7 +130,7 @@ class Lifter:
         inference_error: InputError | None = None,
         base_dir: Path | None = None,
         resource_threshold: int = RESOURCE_THRESHOLD,
-        detached: Mapping[str, bytes] | None = None,
+        detached: Mapping[str, RawData] | None = None,
     ) -> None:
         self.model = model
         self.base_dir = base_dir  # where external data lives (already checked by load.py)

@@ -9,6 +9,7 @@ its external data (small even for models over 2 GB), typing com.microsoft QOpera
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from onnx import ModelProto, TensorProto
 from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
 from qconvert.errors import InputError
+
+from .wire import RawData, strip_raw_data
 
 MICROSOFT_DOMAIN = "com.microsoft"
 
@@ -63,11 +66,35 @@ def read_model(source: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto,
         model = onnx.load_model(str(path), load_external_data=False)
     except (DecodeError, RuntimeWarning, ValueError, OSError) as error:
         raise InputError(f"{path}: not a valid ONNX model (protobuf does not parse: {error})") from None
+    _check_parsed(model, path)
+    return model, path.parent
+
+
+def read_model_mapped(
+    source: str | os.PathLike[str] | ModelProto,
+) -> tuple[ModelProto, Path | None, dict[int, RawData] | None]:
+    """`read_model`, with the main graph's initializer raw_data left in a mapping of the file: returned
+    by initializer position, absent from the proto (wire.py). None instead of that dict when the model
+    was parsed whole (a ModelProto, a text format, a file the wire walk does not take)."""
+    if isinstance(source, ModelProto):
+        return *read_model(source), None
+    path = Path(source)
+    extension_format = onnx.serialization.registry.get_format_from_file_extension(path.suffix)
+    stripped = None
+    if path.is_file() and extension_format in (None, "protobuf"):
+        with contextlib.suppress(OSError, DecodeError, RuntimeWarning, ValueError):
+            stripped = strip_raw_data(path)
+    if stripped is None:  # read_model gives the error, if there is one
+        return *read_model(path), None
+    _check_parsed(stripped.model, path)
+    return stripped.model, path.parent, dict(stripped.raw_data)
+
+
+def _check_parsed(model: ModelProto, path: Path) -> None:
     if not model.HasField("graph") or model.ir_version <= 0:
         raise InputError(
             f"{path}: not a valid ONNX model (no graph or no ir_version: truncated or not an ONNX file)"
         )
-    return model, path.parent
 
 
 def override_input_shapes(model: ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> None:
@@ -90,9 +117,10 @@ class LoadedModel:
     inference_error: InputError | None
     base_dir: Path | None  # the model's folder (None for a ModelProto)
     label: str  # what errors call the model: its path, or "<ModelProto>"
-    # initializer name -> its raw_data bytes, taken out of the proto before shape inference (which
-    # would copy the whole serialized model several times over); weights.py views them with frombuffer.
-    detached: dict[str, bytes] = field(default_factory=dict)
+    # initializer name -> its raw_data, kept out of the proto for shape inference (which would copy the
+    # whole serialized model several times over): a view of the mapped file (wire.py), or bytes taken
+    # out of a parsed proto; weights.py views them with frombuffer.
+    detached: dict[str, RawData] = field(default_factory=dict)
 
 
 def load(
@@ -113,13 +141,13 @@ def load_model(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     *,
     load_external_data: bool = False,
-    detach: Callable[[TensorProto, bytes], bool] | None = None,
+    detach: Callable[[TensorProto, RawData], bool] | None = None,
 ) -> LoadedModel:
     """`load`, for the lifter: external data is checked (inside the model's folder, present) but not
     read unless `load_external_data`; the raw_data of the initializers `detach(tensor, raw_data)`
     selects is moved out of the proto into `LoadedModel.detached` before shape inference, so no step
     copies the weights."""
-    model, base_dir = read_model(source)
+    model, base_dir, mapped = read_model_mapped(source) if detach is not None else (*read_model(source), None)
     if input_shapes:
         override_input_shapes(model, input_shapes)
     external = _external_tensors(model)
@@ -131,15 +159,20 @@ def load_model(
     if external:
         assert base_dir is not None
         check_external_data(model, base_dir)
-    detached: dict[str, bytes] = {}
+    detached: dict[str, RawData] = {}
     if detach is not None:
-        for tensor in model.graph.initializer:
-            if not tensor.HasField("raw_data") or tensor.name in detached:
+        for index, tensor in enumerate(model.graph.initializer):
+            if mapped is None:  # parsed whole: the raw_data is in the proto (reading it copies it)
+                raw_data = tensor.raw_data if tensor.HasField("raw_data") else None
+            else:
+                raw_data = mapped.get(index)
+            if raw_data is None:
                 continue
-            raw_data = tensor.raw_data  # a copy: read once (60 MB of a BERT's weights take 0.03 s)
-            if detach(tensor, raw_data):
+            if tensor.name not in detached and detach(tensor, raw_data):
                 detached[tensor.name] = raw_data
                 tensor.ClearField("raw_data")
+            elif mapped is not None:  # kept in the proto, as a whole parse has it
+                tensor.raw_data = bytes(raw_data)
     infer_contrib = None
     if any(node.domain == MICROSOFT_DOMAIN for node in model.graph.node):
         # Imported here: it imports the IR, which reading a float model for calibration does not need.

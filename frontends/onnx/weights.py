@@ -8,7 +8,8 @@ they are printed (`qconvert.ir.printer.write_module`), so lifting a model never 
 - external data (`onnx.save(..., save_as_external_data=True)`, and every model over 2 GB) is an
   `np.memmap` of the `location` file at `offset` (read-only): the OS pages it in as the printer walks it.
   `load.check_external_data` has already refused locations outside the model's folder.
-- in-proto `raw_data` is viewed with `np.frombuffer` (the one copy is protobuf's `bytes` object).
+- `raw_data` is viewed with `np.frombuffer`: in the memory-mapped model file when load.py located it
+  there (wire.py), else in protobuf's `bytes` object (its one copy).
 - the typed fields (`float_data`, `int32_data`, ...) go through `onnx.numpy_helper.to_array`.
 
 Smaller constants, sub-byte types (int4, float4, ...), bool and strings stay inline `dense<...>`.
@@ -31,6 +32,7 @@ from qconvert.ir.parser import resource_dtype
 from qconvert.ir.types import RankedTensorType
 
 from .dtypes import ELEMENT_TYPES
+from .wire import RawData
 
 RESOURCE_THRESHOLD = 64
 """Constants of at least this many elements print as `dense_resource` blobs (0: never)."""
@@ -72,7 +74,7 @@ def as_resource(onnx_type: int, shape: tuple[int, ...], threshold: int) -> bool:
 
 
 def lazy_elements(
-    tensor: TensorProto, base_dir: Path | None, threshold: int, raw: bytes | None = None
+    tensor: TensorProto, base_dir: Path | None, threshold: int, raw: RawData | None = None
 ) -> LazyElements | None:
     """The tensor as lazily read elements, or None when it should stay an inline `dense<...>`; `raw`
     is its raw_data when load.py detached it from the proto."""
@@ -93,12 +95,12 @@ def lazy_elements(
     return LazyElements(shape, dtype, lambda: numpy_helper.to_array(tensor).reshape(shape))
 
 
-def initializer_array(tensor: TensorProto, base_dir: Path | None, raw: bytes | None = None) -> np.ndarray:
+def initializer_array(tensor: TensorProto, base_dir: Path | None, raw: RawData | None = None) -> np.ndarray:
     """The whole array (small tensors, and quantization parameters), external data read from its file."""
     if raw is not None:
         with_data = TensorProto()
         with_data.CopyFrom(tensor)
-        with_data.raw_data = raw
+        with_data.raw_data = bytes(raw)
         return numpy_helper.to_array(with_data)
     if uses_external_data(tensor):
         if base_dir is None:
@@ -142,7 +144,7 @@ def _map_external(tensor: TensorProto, base_dir: Path, dtype: np.dtype, shape: t
     return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
 
 
-def _view_raw(name: str, raw: bytes, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+def _view_raw(name: str, raw: RawData, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if len(raw) != nbytes:
         raise InputError(

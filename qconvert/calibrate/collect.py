@@ -41,6 +41,7 @@ from qconvert.errors import InputError
 
 if TYPE_CHECKING:
     from qconvert.frontends.onnx.load import LoadedModel
+    from qconvert.frontends.onnx.wire import RawData
 
 FLOAT_TYPES: dict[int, str] = {TensorProto.FLOAT: "f32", TensorProto.FLOAT16: "f16"}
 # Ops whose (first) output holds exactly their first input's values, rearranged: every observer sees the
@@ -110,7 +111,7 @@ def load_float_model(source: str | os.PathLike[str] | ModelProto) -> LoadedModel
     external data is checked but not read. An already quantized model is an InputError."""
     from qconvert.frontends.onnx.load import load_model
 
-    def detach(tensor: TensorProto, raw_data: bytes) -> bool:
+    def detach(tensor: TensorProto, raw_data: RawData) -> bool:
         dtype = _DETACHED_TYPES.get(tensor.data_type)
         if dtype is None:
             return False

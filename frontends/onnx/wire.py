@@ -85,9 +85,8 @@ def _strip_model(data: memoryview) -> tuple[bytes, dict[int, tuple[int, int]]]:
     ):
         if initializer.wire_type != LENGTH_DELIMITED:
             raise WireError("an initializer that is not a message")
-        raw = [
-            f for f in _fields(data, initializer.value_start, initializer.end) if f.number == TENSOR_RAW_DATA
-        ]
+        fields = _fields(data, initializer.value_start, initializer.end)
+        raw = [field for field in fields if field.number == TENSOR_RAW_DATA]
         if not raw:
             continue
         if len(raw) != 1 or raw[0].wire_type != LENGTH_DELIMITED:

@@ -23,6 +23,7 @@ import pickle
 import queue
 import re
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -454,21 +455,26 @@ def ray_instance(cpus: int) -> Iterator[None]:
     # A SIGTERM during ray.init meets Ray's handler: its SystemExit(15) becomes our caller's response too.
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous_handler = signal.getsignal(signal.SIGTERM) if on_main_thread else None
-    try:
+    # Ray's driver prints what its raylet reports (a worker that died, ...) to stdout, whatever
+    # log_to_driver says: diagnostics, which belong on stderr (stdout may carry `--json -`).
+    with contextlib.redirect_stdout(sys.stderr):
         try:
-            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-        except SystemExit as exit_:
-            if exit_.code == signal.SIGTERM and callable(previous_handler):
+            try:
+                ray.init(
+                    num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR
+                )
+            except SystemExit as exit_:
+                if exit_.code == signal.SIGTERM and callable(previous_handler):
+                    signal.signal(signal.SIGTERM, previous_handler)
+                    previous_handler(signal.SIGTERM, None)  # raises (the CLI's raises Terminated)
+                raise
+            if callable(previous_handler):
                 signal.signal(signal.SIGTERM, previous_handler)
-                previous_handler(signal.SIGTERM, None)  # raises (the CLI's raises Terminated)
-            raise
-        if callable(previous_handler):
-            signal.signal(signal.SIGTERM, previous_handler)
-        yield
-    finally:
-        ray.shutdown()
-        if previous_handler is not None:
-            signal.signal(signal.SIGTERM, previous_handler)
+            yield
+        finally:
+            ray.shutdown()
+            if previous_handler is not None:
+                signal.signal(signal.SIGTERM, previous_handler)
 
 
 @contextlib.contextmanager

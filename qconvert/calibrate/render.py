@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 from collections.abc import Iterator
 from typing import TextIO
 
@@ -156,9 +157,13 @@ def render(
         errors.print(f"qconvert: warning: {warning}", markup=False)
     if quiet:
         return
-    # Piped output gets wide rows (rich assumes 80 columns off a terminal): one tensor per line, for grep.
-    width = None if stdout.isatty() else 200
-    out = Console(file=stdout, highlight=False, soft_wrap=True, width=width)
+    # Piped output gets wide rows (rich assumes 80 columns off a terminal): one tensor per line, for grep;
+    # rich pads every cell to its column's width, so those rows are written without their trailing blanks.
+    piped = not stdout.isatty()
+    buffer = io.StringIO()
+    out = Console(
+        file=buffer if piped else stdout, highlight=False, soft_wrap=True, width=200 if piped else None
+    )
     out.print(summary_table(result))
     if result.agreement is not None and result.agreement.outputs:
         out.print(agreement_table(result.agreement, result.unit))
@@ -168,3 +173,5 @@ def render(
         if not any(f"'{name}'" in note for name in result.keep_float):  # already a warning above
             out.print(f"note: {note}", markup=False)
     out.print(headline(result), markup=False)
+    if piped:
+        stdout.write("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()))

@@ -112,6 +112,7 @@ def test_the_summary_has_one_row_per_range_with_its_min_and_max(
         low, high = f"{float(tensor_range['min']):.6g}", f"{float(tensor_range['max']):.6g}"
         assert any(row.replace("│", " ").split() == [name, low, high] for row in rows), name
     assert rows[-1].startswith("calibrated 16 samples (2 batches of up to 8)") and f"wrote {out}" in rows[-1]
+    assert [row for row in rows if row != row.rstrip()] == []  # piped: no cell padding at the ends of rows
 
 
 def test_the_progress_bar_shows_samples_per_second_and_eta_on_a_terminal(tmp_path: Path) -> None:

@@ -188,6 +188,27 @@ def test_values_outside_the_bins_are_refused_and_leave_the_counts(c_counting: Mo
     assert not counts.any()
 
 
+@pytest.mark.parametrize("size", [8, 20_000], ids=["four-lanes", "one-lane"])
+def test_millions_of_values_in_few_bins_are_all_counted(c_counting: ModuleType, size: int) -> None:
+    """The C loop's int32 sub-histograms are added into the totals every 2**20 values: 3·2**20 + 5 values
+    in three bins cross that three times, and a value outside the bins after two of them still leaves the
+    counts as they were."""
+    values = np.tile(np.array([0.0, 1.0, 1.5, 7.25], dtype=np.float32), 3 * 2**18)
+    values = np.append(values, np.full(5, 7.5, dtype=np.float32))
+    counts = np.zeros(size, dtype=np.int64)
+    assert counting.add_aligned_bin_counts(values, 0, 0, counts) == 3 * 2**18
+    expected = np.zeros(size, dtype=np.int64)
+    expected[[0, 1, 7]] = [3 * 2**18, 2 * 3 * 2**18, 3 * 2**18 + 5]
+    np.testing.assert_array_equal(counts, expected)
+    with numpy_loops():
+        in_numpy = np.zeros(size, dtype=np.int64)
+        counting.add_aligned_bin_counts(values, 0, 0, in_numpy)
+    np.testing.assert_array_equal(in_numpy, expected)
+    with pytest.raises(ValueError, match="outside the bins"):
+        counting.add_aligned_bin_counts(np.append(values[: 2**21 + 7], np.float32(-1)), 0, 0, counts)
+    np.testing.assert_array_equal(counts, expected)
+
+
 def test_wrong_buffers_are_refused(c_counting: ModuleType) -> None:
     with pytest.raises(TypeError, match="values must hold float32"):
         c_counting.aligned_bin_counts(np.zeros(4, dtype=np.float64), 0, 0, np.zeros(4, dtype=np.int64))

@@ -148,6 +148,19 @@ def headline(result: CalibrationResult) -> str:
     return "; ".join(parts)
 
 
+class _Buffer(io.StringIO):
+    """Text for a stream, kept until written: with the stream's encoding, which rich reads to choose
+    box characters that it can encode (ASCII ones for cp1252 or ascii)."""
+
+    def __init__(self, encoding: str | None) -> None:
+        super().__init__()
+        self._encoding = encoding or "utf-8"
+
+    @property
+    def encoding(self) -> str:  # pyright: ignore[reportIncompatibleVariableOverride]
+        return self._encoding
+
+
 def render(
     result: CalibrationResult, stdout: TextIO, stderr: TextIO, quiet: bool, worst_tensors: int = 0
 ) -> None:
@@ -160,7 +173,7 @@ def render(
     # Piped output gets wide rows (rich assumes 80 columns off a terminal): one tensor per line, for grep;
     # rich pads every cell to its column's width, so those rows are written without their trailing blanks.
     piped = not stdout.isatty()
-    buffer = io.StringIO()
+    buffer = _Buffer(getattr(stdout, "encoding", None))
     out = Console(
         file=buffer if piped else stdout, highlight=False, soft_wrap=True, width=200 if piped else None
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -113,6 +114,21 @@ def test_the_summary_has_one_row_per_range_with_its_min_and_max(
         assert any(row.replace("│", " ").split() == [name, low, high] for row in rows), name
     assert rows[-1].startswith("calibrated 16 samples (2 batches of up to 8)") and f"wrote {out}" in rows[-1]
     assert [row for row in rows if row != row.rstrip()] == []  # piped: no cell padding at the ends of rows
+
+
+@pytest.mark.parametrize("encoding", ["cp1252", "ascii"])
+def test_a_piped_summary_is_drawn_in_what_stdout_can_encode(
+    encoding: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Windows pipe is cp1252: rich draws the table with ASCII boxes there instead of failing."""
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding=encoding)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    data, out = save_npz(tmp_path / "data.npz", digit_batches(2)), tmp_path / "out.onnx"
+    assert main(["calibrate", str(DIGITS), "--data", str(data), "-o", str(out)]) == 0
+    stdout.flush()
+    rows = stdout.buffer.getvalue().decode(encoding).splitlines()  # type: ignore[attr-defined]
+    assert rows[0].startswith("9 ranges (minmax)") and rows[-1].startswith("calibrated 16 samples")
+    assert any(row.startswith("image ") and row.count("|") == 3 for row in rows), rows
 
 
 def test_the_progress_bar_shows_samples_per_second_and_eta_on_a_terminal(tmp_path: Path) -> None:

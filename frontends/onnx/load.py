@@ -142,12 +142,18 @@ def load_model(
     *,
     load_external_data: bool = False,
     detach: Callable[[TensorProto, RawData], bool] | None = None,
+    map_file: bool = False,
 ) -> LoadedModel:
     """`load`, for the lifter: external data is checked (inside the model's folder, present) but not
     read unless `load_external_data`; the raw_data of the initializers `detach(tensor, raw_data)`
     selects is moved out of the proto into `LoadedModel.detached` before shape inference, so no step
-    copies the weights."""
-    model, base_dir, mapped = read_model_mapped(source) if detach is not None else (*read_model(source), None)
+    copies the weights. `map_file`: that raw_data is never parsed but viewed in a mapping of the file
+    (`read_model_mapped`), for callers done with it before the file could change: while the views
+    live, the file stays open, and a file truncated in place ends the process (SIGBUS)."""
+    if detach is not None and map_file:
+        model, base_dir, mapped = read_model_mapped(source)
+    else:
+        (model, base_dir), mapped = read_model(source), None
     if input_shapes:
         override_input_shapes(model, input_shapes)
     external = _external_tensors(model)

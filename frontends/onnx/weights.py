@@ -8,8 +8,8 @@ they are printed (`qconvert.ir.printer.write_module`), so lifting a model never 
 - external data (`onnx.save(..., save_as_external_data=True)`, and every model over 2 GB) is an
   `np.memmap` of the `location` file at `offset` (read-only): the OS pages it in as the printer walks it.
   `load.check_external_data` has already refused locations outside the model's folder.
-- `raw_data` is viewed with `np.frombuffer`: in the memory-mapped model file when load.py located it
-  there (wire.py), else in protobuf's `bytes` object (its one copy).
+- `raw_data` is viewed with `np.frombuffer`, in protobuf's `bytes` object (its one copy), or in the
+  memory-mapped model file where calibration loaded it so (load.py's `map_file`, wire.py).
 - the typed fields (`float_data`, `int32_data`, ...) go through `onnx.numpy_helper.to_array`.
 
 Smaller constants, sub-byte types (int4, float4, ...), bool and strings stay inline `dense<...>`.

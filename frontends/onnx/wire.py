@@ -9,11 +9,16 @@ fields left out. The weights stay views of the mapped file, read only by whoever
 
 Anything this walk does not expect (groups, a graph field given twice, a tensor with two raw_data fields,
 a length past the end) makes `strip_raw_data` return None, and the caller parses the file as usual: that
-path also produces protobuf's own error for a file that is not a model.
+path also produces protobuf's own error for a file that is not a model. A tensor of more than
+TENSOR_FIELDS fields (strings, unpacked numbers: one field each) is left whole, raw_data included, so that
+the walk stays a few fields per tensor.
+
+The views keep the file mapped and open (load.py's `map_file` says who may use them).
 """
 
 from __future__ import annotations
 
+import itertools
 import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +30,9 @@ from onnx import ModelProto
 MODEL_GRAPH = 7
 GRAPH_INITIALIZER = 5
 TENSOR_RAW_DATA = 9
+# Fields read per initializer before it is left whole: a tensor with raw_data has its dims, type, name and
+# location around it (one field per dim when unpacked).
+TENSOR_FIELDS = 64
 # Wire types (protobuf encoding): what follows a field's tag.
 VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
 
@@ -85,8 +93,11 @@ def _strip_model(data: memoryview) -> tuple[bytes, dict[int, tuple[int, int]]]:
     ):
         if initializer.wire_type != LENGTH_DELIMITED:
             raise WireError("an initializer that is not a message")
-        fields = _fields(data, initializer.value_start, initializer.end)
-        raw = [field for field in fields if field.number == TENSOR_RAW_DATA]
+        fields = itertools.islice(_fields(data, initializer.value_start, initializer.end), TENSOR_FIELDS + 1)
+        tensor_fields = list(fields)
+        if len(tensor_fields) > TENSOR_FIELDS:
+            continue  # left whole
+        raw = [field for field in tensor_fields if field.number == TENSOR_RAW_DATA]
         if not raw:
             continue
         if len(raw) != 1 or raw[0].wire_type != LENGTH_DELIMITED:

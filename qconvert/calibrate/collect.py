@@ -107,8 +107,9 @@ DETACHED_LOCATION = "qconvert-detached-weight"
 
 
 def load_float_model(source: str | os.PathLike[str] | ModelProto) -> LoadedModel:
-    """The model with inferred types and its large float weights detached (`LoadedModel.detached`);
-    external data is checked but not read. An already quantized model is an InputError."""
+    """The model with inferred types and its large float weights detached (`LoadedModel.detached`, views
+    of a mapping of the file); external data is checked but not read. An already quantized model is an
+    InputError."""
     from qconvert.frontends.onnx.load import load_model
 
     def detach(tensor: TensorProto, raw_data: RawData) -> bool:
@@ -119,7 +120,8 @@ def load_float_model(source: str | os.PathLike[str] | ModelProto) -> LoadedModel
         # A raw_data of the wrong length stays in the proto, for onnxruntime to refuse by name.
         return size >= DETACHED_WEIGHT_BYTES and len(raw_data) == size
 
-    loaded = load_model(source, detach=detach)
+    # Mapped: calibrate is done with the weights when it returns (and refuses to write over the model).
+    loaded = load_model(source, detach=detach, map_file=True)
     if loaded.inference_error is not None:
         raise loaded.inference_error
     refuse_quantized(loaded.model, loaded.label)

@@ -4,6 +4,8 @@ layout the walk does not expect falls back to protobuf's parse (and its errors).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -136,7 +138,7 @@ def load_parsed_whole(
     """load_model as it was before wire.py: the file parsed whole, raw_data taken out of the proto."""
     with monkeypatch.context() as patch:
         patch.setattr(load, "strip_raw_data", lambda path: None)
-        loaded = load_model(path, detach=detach)
+        loaded = load_model(path, detach=detach, map_file=True)
     assert all(isinstance(raw, bytes) for raw in loaded.detached.values())
     return loaded
 
@@ -149,7 +151,7 @@ def test_load_model_detaches_views_of_the_file_equal_to_a_whole_parse(
     def detach(tensor: TensorProto, raw_data: bytes | memoryview) -> bool:
         return tensor.name != "w0"  # w0 stays in the proto, as a whole parse has it
 
-    mapped = load_model(path, detach=detach)
+    mapped = load_model(path, detach=detach, map_file=True)
     whole = load_parsed_whole(path, detach, monkeypatch)
     assert mapped.model == whole.model
     assert mapped.model.graph.initializer[0].HasField("raw_data")  # w0
@@ -166,7 +168,7 @@ def test_a_name_given_twice_is_detached_once_as_by_a_whole_parse(
     twin.CopyFrom(model.graph.initializer[0])  # a second w0
     onnx.save(model, tmp_path / "twin.onnx")
     (tmp_path / "external.bin").write_bytes(np.ones(8, np.float32).tobytes())
-    mapped = load_model(tmp_path / "twin.onnx", detach=lambda tensor, raw: True)
+    mapped = load_model(tmp_path / "twin.onnx", detach=lambda tensor, raw: True, map_file=True)
     whole = load_parsed_whole(tmp_path / "twin.onnx", lambda tensor, raw: True, monkeypatch)
     assert mapped.model == whole.model
     assert mapped.model.graph.initializer[-1].HasField("raw_data")  # the second w0 stays
@@ -219,3 +221,49 @@ def test_a_text_format_model_is_parsed_by_onnx(tmp_path: Path) -> None:
     model, _, mapped = read_model_mapped(path)
     assert mapped is None
     assert model == onnx.load_model(str(path), load_external_data=False)
+
+
+def test_a_tensor_of_many_fields_is_left_whole(tmp_path: Path) -> None:
+    """A string tensor is one field per string (so are unpacked numbers): past TENSOR_FIELDS the walk
+    leaves the tensor as it is, raw_data included (protobuf writes it after string_data, and accepts it
+    there), and protobuf parses it with the rest."""
+    model = mixed_model()
+    strings = helper.make_tensor("strings", TensorProto.STRING, [1000], [b"s%d" % k for k in range(1000)])
+    strings.raw_data = b"\0" * 16
+    model.graph.initializer.append(strings)
+    path = tmp_path / "many.onnx"
+    path.write_bytes(model.SerializeToString())
+    (tmp_path / "external.bin").write_bytes(np.ones(8, np.float32).tobytes())
+    stripped = strip_raw_data(path)
+    assert stripped is not None
+    names = [stripped.model.graph.initializer[i].name for i in stripped.raw_data]
+    assert names == ["w0", "flag", "w1"]  # not strings
+    expected = onnx.load_model(str(path), load_external_data=False)
+    for index in stripped.raw_data:
+        expected.graph.initializer[index].ClearField("raw_data")
+    assert stripped.model == expected
+    assert stripped.model.graph.initializer[-1].raw_data == b"\0" * 16
+
+
+LIFT_THEN_OVERWRITE = """
+import sys
+import onnx
+from qconvert.frontends.onnx import import_onnx
+from qconvert.ir import print_module
+path = sys.argv[1]
+module = import_onnx(path, resource_threshold=1)
+before = print_module(module)
+onnx.save(onnx.helper.make_model(onnx.helper.make_graph([], "empty", [], [])), path)  # truncated in place
+assert print_module(module) == before
+"""
+
+
+def test_a_lifted_module_does_not_depend_on_its_file(tmp_path: Path) -> None:
+    """The lifter parses the file whole: a module outlives a rewrite of the model in place (a mapping
+    of the file would end the process with SIGBUS when printing its weights)."""
+    path = tmp_path / "model.onnx"
+    path.write_bytes((MODELS / "digits_cnn.onnx").read_bytes())
+    done = subprocess.run(
+        [sys.executable, "-c", LIFT_THEN_OVERWRITE, str(path)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -107,9 +107,9 @@ DETACHED_LOCATION = "qconvert-detached-weight"
 
 
 def load_float_model(source: str | os.PathLike[str] | ModelProto) -> LoadedModel:
-    """The model with inferred types and its large float weights detached (`LoadedModel.detached`, views
-    of a mapping of the file); external data is checked but not read. An already quantized model is an
-    InputError."""
+    """The model with inferred types and its large float weights detached (`LoadedModel.detached`: views
+    of a mapping of the file for a path, bytes for a ModelProto); external data is checked but not read.
+    An already quantized model is an InputError."""
     from qconvert.frontends.onnx.load import load_model
 
     def detach(tensor: TensorProto, raw_data: RawData) -> bool:

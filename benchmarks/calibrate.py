@@ -28,8 +28,10 @@ so `peak MB` is that process's own ru_maxrss (os.wait4; the launcher's floor is 
 Children run with their modules' bytecode cached (`child_environment`), as installed packages run.
 `seconds` is the whole process (start-up, imports, model load, session, calibration); `calibrate s` is the
 calibration alone as the child measured it (wall); `cpu s` is the child's user + system CPU time over all its
-threads (getrusage(RUSAGE_SELF) at its end), which a busy machine disturbs far less than wall time. A tool
-that fails shows `failed` and its error, never a time.
+threads (getrusage(RUSAGE_SELF) at its end), which a busy machine disturbs far less than wall time;
+`speed-up` is onnxruntime's `seconds` over the row's. With `--repeat R` the tools take turns, round by
+round (onnxruntime, qconvert, onnxruntime, ...), so that a slow spell of a shared machine falls on both.
+A tool that fails shows `failed` and its error, never a time.
 
 Usage: python benchmarks/calibrate.py [--samples 32,128,512] [--methods minmax,entropy,entropy@2048,...]
        [--repeat R] [--quick] [--mask-value -10000|float-min] [--keep DIR] [--json PATH]
@@ -49,7 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +87,8 @@ class Row:
     cpu_seconds: float | None = None
     peak_mb: float | None = None
     note: str = ""
+    speedup: float | None = None  # onnxruntime's seconds / these, same N and method
+    runs: list[tuple[float, float, float, float]] = field(default_factory=list)  # s, calibrate s, cpu s, MB
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -262,45 +266,68 @@ def child_environment(folder: Path) -> dict[str, str]:
     return env
 
 
-def measure(command: list[str], row: Row, result_path: Path, env: dict[str, str], repeat: int = 1) -> Row:
-    """Run `command` `repeat` times: the median of each time, the largest peak; any failure fails the row."""
-    runs: list[tuple[float, float, float, float]] = []  # seconds, calibrate s, cpu s, peak MB
-    for _ in range(repeat):
-        result_path.unlink(missing_ok=True)
-        try:
-            code, seconds, peak_mb, _, stderr = parse_print.run_child(command, env)
-        except TimeoutError:
-            row.status = "timeout"
-            return row
-        if code != 0:
-            row.status = "failed"
-            error = f"after {seconds:.1f} s, peak {peak_mb:.0f} MB: {parse_print.last_line(stderr)}"
-            row.note = (row.note + "; " if row.note else "") + error
-            return row
-        reply = json.loads(result_path.read_text())
-        runs.append((seconds, reply["calibrate_seconds"], reply["cpu_seconds"], peak_mb))
-        if reply.get("note") and reply["note"] not in row.note:
-            row.note = (row.note + "; " if row.note else "") + reply["note"]
+def measure_once(command: list[str], row: Row, result_path: Path, env: dict[str, str]) -> None:
+    """One run of `command` into `row.runs`; a failure or timeout fails the row (it is not run again)."""
+    result_path.unlink(missing_ok=True)
+    try:
+        code, seconds, peak_mb, _, stderr = parse_print.run_child(command, env)
+    except TimeoutError:
+        row.status = "timeout"
+        return
+    if code != 0:
+        row.status = "failed"
+        error = f"after {seconds:.1f} s, peak {peak_mb:.0f} MB: {parse_print.last_line(stderr)}"
+        row.note = (row.note + "; " if row.note else "") + error
+        return
+    reply = json.loads(result_path.read_text())
+    row.runs.append((seconds, reply["calibrate_seconds"], reply["cpu_seconds"], peak_mb))
+    if reply.get("note") and reply["note"] not in row.note:
+        row.note = (row.note + "; " if row.note else "") + reply["note"]
+
+
+def summarise(row: Row) -> None:
+    """The median of each time over the row's runs and the largest peak; nothing for a row that failed."""
+    if row.status != "ok" or not row.runs:
+        return
     row.seconds, row.calibrate_seconds, row.cpu_seconds = (
-        statistics.median(run[k] for run in runs) for k in range(3)
+        statistics.median(run[k] for run in row.runs) for k in range(3)
     )
-    row.peak_mb = max(run[3] for run in runs)
-    return row
+    row.peak_mb = max(run[3] for run in row.runs)
 
 
 def print_table(rows: list[Row]) -> None:
     header = (
         f"{'samples':>7}  {'method':<17} {'tool':<14} {'seconds':>8} {'calibrate s':>11} {'cpu s':>7} "
-        f"{'peak MB':>8}  note"
+        f"{'peak MB':>8} {'speed-up':>8}  note"
     )
     print(header)
     print("-" * len(header))
     for r in rows:
-        sec = f"{r.seconds:8.1f}" if r.seconds is not None else f"{r.status:>8}"
-        cal = f"{r.calibrate_seconds:11.1f}" if r.calibrate_seconds is not None else " " * 11
+        sec = f"{r.seconds:8.2f}" if r.seconds is not None else f"{r.status:>8}"
+        cal = f"{r.calibrate_seconds:11.2f}" if r.calibrate_seconds is not None else " " * 11
         cpu = f"{r.cpu_seconds:7.1f}" if r.cpu_seconds is not None else " " * 7
         mb = f"{r.peak_mb:8.0f}" if r.peak_mb is not None else " " * 8
-        print(f"{r.samples:>7}  {r.method:<17} {r.tool:<14} {sec} {cal} {cpu} {mb}  {r.note}")
+        speedup = f"{r.speedup:7.2f}x" if r.speedup is not None else " " * 8
+        print(f"{r.samples:>7}  {r.method:<17} {r.tool:<14} {sec} {cal} {cpu} {mb} {speedup}  {r.note}")
+
+
+def planned_row(
+    tool: str, token: str, samples: int, common: list[str], args: argparse.Namespace, per_sample: int
+) -> tuple[Row, list[str]]:
+    """The empty row of one tool for `token` (METHOD or METHOD@BINS) and the command of its child."""
+    method, _, bins = token.partition("@")
+    script = [sys.executable, str(Path(__file__).resolve())]
+    common = [*common, "--num-bins", bins or "0"]
+    if tool != "onnxruntime":
+        return Row(tool, token, samples, "ok"), [*script, "--child", tool, "--method", method, *common]
+    row = Row("onnxruntime", METHODS[method] + (f"@{bins}" if bins else ""), samples, "ok")
+    stride = None
+    if method in HISTOGRAM_METHODS:
+        stride = ort_stride(samples, args.batch_size, per_sample, args.ort_memory_gb)
+    if stride:
+        row.note = f"strided: {stride} batches per collect_data"
+    command = [*script, "--child", "onnxruntime", "--method", METHODS[method], *common]
+    return row, [*command, "--stride", str(stride or 0)]
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
@@ -334,39 +361,29 @@ def run_benchmark(args: argparse.Namespace) -> int:
             f"model {model} ({model.stat().st_size / 2**20:.1f} MB); float intermediates per sample "
             f"{per_sample / 2**20:.1f} MB; batch {args.batch_size}; launcher floor {floor:.0f} MB"
         )
+        result = keep / "result.json"
         for n in samples:
             data = write_data(keep, model, n)
             for token in methods:
-                method, _, bins = token.partition("@")
-                for tool in tools:
-                    result = keep / "result.json"
-                    result.unlink(missing_ok=True)
-                    common = [
-                        "--model",
-                        str(model),
-                        "--data",
-                        str(data),
-                        "--batch-size",
-                        str(args.batch_size),
-                    ]
-                    common += ["--result", str(result), "--num-bins", bins or "0"]
-                    script = [sys.executable, str(Path(__file__).resolve())]
-                    if tool == "onnxruntime":
-                        row = Row("onnxruntime", METHODS[method] + (f"@{bins}" if bins else ""), n, "ok")
-                        stride = None
-                        if method in HISTOGRAM_METHODS:
-                            stride = ort_stride(n, args.batch_size, per_sample, args.ort_memory_gb)
-                        if stride:
-                            row.note = f"strided: {stride} batches per collect_data"
-                        command = [*script, "--child", "onnxruntime", "--method", METHODS[method], *common]
-                        command += ["--stride", str(stride or 0)]
-                    else:
-                        row = Row(tool, token, n, "ok")
-                        command = [*script, "--child", tool, "--method", method, *common]
-                    rows.append(measure(command, row, result, env, args.repeat))
-                    r = rows[-1]
-                    shown = f"{r.seconds:.1f} s, {r.peak_mb:.0f} MB" if r.seconds is not None else r.status
-                    print(f"  {n} {token} {tool}: {shown} {r.note}", flush=True)
+                common = ["--model", str(model), "--data", str(data), "--batch-size", str(args.batch_size)]
+                common += ["--result", str(result)]
+                group = [planned_row(tool, token, n, common, args, per_sample) for tool in tools]
+                # Round by round, the tools in turn: a slow minute of a shared machine falls on both.
+                for _ in range(args.repeat):
+                    for row, command in group:
+                        if row.status == "ok":
+                            measure_once(command, row, result, env)
+                for row, _ in group:
+                    summarise(row)
+                peer = next((row for row, _ in group if row.tool == "onnxruntime"), None)
+                for row, _ in group:
+                    if peer is not None and row is not peer and peer.seconds and row.seconds:
+                        row.speedup = peer.seconds / row.seconds
+                    rows.append(row)
+                    shown = (
+                        row.status if row.seconds is None else f"{row.seconds:.2f} s, {row.peak_mb:.0f} MB"
+                    )
+                    print(f"  {n} {token} {row.tool}: {shown} {row.note}", flush=True)
         print()
         print_table(rows)
         if args.json:

@@ -18,7 +18,7 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "calibrate.py"
 def test_the_quick_benchmark_runs_both_tools(tmp_path: Path) -> None:
     require_module("torch")  # the benchmark builds its encoder with models/build_bert_mask.py
     rows_path = tmp_path / "rows.json"
-    command = [sys.executable, str(BENCHMARK), "--quick", "--methods", "minmax,entropy", "--repeat", "1"]
+    command = [sys.executable, str(BENCHMARK), "--quick", "--methods", "minmax,entropy", "--repeat", "2"]
     done = subprocess.run(
         [*command, "--keep", str(tmp_path / "work"), "--json", str(rows_path)],
         capture_output=True,
@@ -36,4 +36,9 @@ def test_the_quick_benchmark_runs_both_tools(tmp_path: Path) -> None:
     for row in rows:
         assert row["status"] == "ok" and row["samples"] == 32, row
         assert 0 < row["calibrate_seconds"] < row["seconds"] and row["peak_mb"] > 50, row
+        assert len(row["runs"]) == 2 and row["peak_mb"] == max(run[3] for run in row["runs"]), row
+    peers = {row["method"].lower(): row for row in rows if row["tool"] == "onnxruntime"}
+    for row in rows:
+        expected = None if row["tool"] == "onnxruntime" else peers[row["method"]]["seconds"] / row["seconds"]
+        assert row["speedup"] == expected, row
     assert "samples  method" in done.stdout  # the table

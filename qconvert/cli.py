@@ -232,6 +232,7 @@ def check_command(
     Exit 0 when every check passes, 1 when a comparison fails, 2 on bad input."""
     from qconvert.check import Tolerances, check
     from qconvert.check.render import render
+    from qconvert.stdout_console import stdout_console
 
     tolerances = Tolerances(
         atol=atol, rtol=rtol, max_lsb=max_lsb, max_mismatch_fraction=max_mismatch_fraction, min_sqnr=min_sqnr
@@ -250,7 +251,8 @@ def check_command(
     )
     if json_path is not None:
         report.write_json(json_path)
-    render(report, summary_only=quiet)
+    with stdout_console(sys.stdout) as console:
+        render(report, console, summary_only=quiet)
     raise typer.Exit(0 if report.passed else 1)
 
 

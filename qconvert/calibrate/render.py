@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
 from collections.abc import Iterator
 from typing import TextIO
 
@@ -27,6 +26,7 @@ from qconvert.calibrate.counting import uses_c_loops
 from qconvert.calibrate.dataset import AS_GIVEN, counted
 from qconvert.calibrate.entropy import uses_c_screen
 from qconvert.calibrate.evaluate import Agreement
+from qconvert.stdout_console import stdout_console
 
 
 class SamplesPerSecondColumn(ProgressColumn):
@@ -148,19 +148,6 @@ def headline(result: CalibrationResult) -> str:
     return "; ".join(parts)
 
 
-class _Buffer(io.StringIO):
-    """Text for a stream, kept until written: with the stream's encoding, which rich reads to choose
-    box characters that it can encode (ASCII ones for cp1252 or ascii)."""
-
-    def __init__(self, encoding: str | None) -> None:
-        super().__init__()
-        self._encoding = encoding or "utf-8"
-
-    @property
-    def encoding(self) -> str:  # pyright: ignore[reportIncompatibleVariableOverride]
-        return self._encoding
-
-
 def render(
     result: CalibrationResult, stdout: TextIO, stderr: TextIO, quiet: bool, worst_tensors: int = 0
 ) -> None:
@@ -170,21 +157,14 @@ def render(
         errors.print(f"qconvert: warning: {warning}", markup=False)
     if quiet:
         return
-    # Piped output gets wide rows (rich assumes 80 columns off a terminal): one tensor per line, for grep;
-    # rich pads every cell to its column's width, so those rows are written without their trailing blanks.
-    piped = not stdout.isatty()
-    buffer = _Buffer(getattr(stdout, "encoding", None))
-    out = Console(
-        file=buffer if piped else stdout, highlight=False, soft_wrap=True, width=200 if piped else None
-    )
-    out.print(summary_table(result))
-    if result.agreement is not None and result.agreement.outputs:
-        out.print(agreement_table(result.agreement, result.unit))
-    if result.agreement is not None and worst_tensors > 0 and result.agreement.tensors:
-        out.print(loss_table(result.agreement, worst_tensors))
-    for note in result.notes:
-        if not any(f"'{name}'" in note for name in result.keep_float):  # already a warning above
-            out.print(f"note: {note}", markup=False)
-    out.print(headline(result), markup=False)
-    if piped:
-        stdout.write("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()))
+    # Piped output gets wide rows (rich assumes 80 columns off a terminal): one tensor per line, for grep.
+    with stdout_console(stdout, piped_width=200) as out:
+        out.print(summary_table(result))
+        if result.agreement is not None and result.agreement.outputs:
+            out.print(agreement_table(result.agreement, result.unit))
+        if result.agreement is not None and worst_tensors > 0 and result.agreement.tensors:
+            out.print(loss_table(result.agreement, worst_tensors))
+        for note in result.notes:
+            if not any(f"'{name}'" in note for name in result.keep_float):  # already a warning above
+                out.print(f"note: {note}", markup=False)
+        out.print(headline(result), markup=False)

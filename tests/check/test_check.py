@@ -95,6 +95,9 @@ def test_check_cli_prints_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert (
         "QuantizeLinear" in out and "noise floor" in out and "PASSED: 20 passed, 0 failed, 0 not run" in out
     )
+    rows = out.splitlines()
+    assert [row for row in rows if row != row.rstrip()] == []  # piped: no padding of titles and cells
+    assert any(row.startswith(f"per node: {model} (") and row.endswith(f"inputs {data})") for row in rows)
 
 
 @pytest.fixture

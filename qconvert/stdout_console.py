@@ -1,0 +1,40 @@
+"""A rich Console for a command's report on stdout, terminal or pipe.
+
+Off a terminal rich assumes 80 columns and pads every table cell, and every centred title, to its
+column's width: piped reports ended their lines in up to 130 blanks, which `grep`, `diff` and editors
+show. Piped, the report is drawn into a buffer and written without them when the block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Iterator
+from typing import TextIO
+
+from rich.console import Console
+
+
+class _Buffer(io.StringIO):
+    """Text for a stream, kept until written: with the stream's encoding, which rich reads to choose
+    box characters that it can encode (ASCII ones for cp1252 or ascii)."""
+
+    def __init__(self, encoding: str | None) -> None:
+        super().__init__()
+        self._encoding = encoding or "utf-8"
+
+    @property
+    def encoding(self) -> str:  # pyright: ignore[reportIncompatibleVariableOverride]
+        return self._encoding
+
+
+@contextlib.contextmanager
+def stdout_console(stdout: TextIO, piped_width: int | None = None) -> Iterator[Console]:
+    """A Console on `stdout`; when it is not a terminal, `piped_width` columns (None: rich's 80) and
+    lines written without trailing blanks when the block ends (nothing is written if it raises)."""
+    if stdout.isatty():
+        yield Console(file=stdout, highlight=False, soft_wrap=True)
+        return
+    buffer = _Buffer(getattr(stdout, "encoding", None))
+    yield Console(file=buffer, highlight=False, soft_wrap=True, width=piped_width)
+    stdout.write("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()))

@@ -160,6 +160,13 @@ def _screens(counts: np.ndarray, num_quantized_bins: int) -> list[tuple[np.ndarr
         for field in dataclasses.fields(candidates):
             ours, theirs = getattr(in_c, field.name), getattr(candidates, field.name)
             assert ours.dtype == theirs.dtype and ours.tobytes() == theirs.tobytes(), field.name
+        # Both are float64 estimates of one real number: only their sums' order and the C screen's own
+        # logarithm (within 1e-15·(|log x| + 1)) differ, far inside the bound's float64 term.
+        numpy_estimates, numpy_bounds = screens[0]
+        both = np.isfinite(bounds) & np.isfinite(numpy_bounds)
+        assert np.array_equal(np.isfinite(bounds), np.isfinite(numpy_bounds))
+        difference = np.abs(estimates - numpy_estimates)[both]
+        assert np.all(difference <= 1e-12 * (1 + np.abs(numpy_estimates[both]))), np.max(difference)
         screens.append((estimates, bounds))
     return screens
 

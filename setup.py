@@ -21,7 +21,8 @@ setup(
             sources=["qconvert/calibrate/_entropy_screen.c"],
             optional=True,
             # Its float32 values repeat numpy's operations one for one: no fused multiply-adds. -O3 and
-            # -fno-trapping-math (no result changes) let gcc vectorise the loops over Q: 2.6x faster.
+            # -fno-trapping-math (no result changes) let gcc vectorise the loops over Q, logarithms included:
+            # with AVX-512 2.6x faster than -O2 and libm's log, with AVX2 1.6x.
             extra_compile_args=["-O3", "-ffp-contract=off", "-fno-trapping-math"],
         ),
     ]

@@ -237,6 +237,15 @@ def test_screen_holds_where_the_smoothing_correction_is_large(num_bins: int, num
     _assert_screen_holds(counts, num_quantized_bins)
 
 
+@pytest.mark.parametrize(("num_bins", "num_quantized_bins"), [(4, 5), (6, 7), (8, 9), (12, 13)])
+def test_screen_holds_on_windows_shorter_than_q(num_bins: int, num_quantized_bins: int) -> None:
+    """An odd Q over fewer bins: the widest windows are cut at the histogram's ends, shorter than Q, so
+    they merge 0 bins per quantized bin (both screens leave those to the full search)."""
+    counts = np.arange(1, num_bins + 1, dtype=np.int64) ** 2
+    assert (entropy._geometry(num_bins, num_quantized_bins)[2] == 0).any()
+    _assert_screen_holds(counts, num_quantized_bins)
+
+
 def test_a_large_correction_picks_onnxruntimes_window(monkeypatch: pytest.MonkeyPatch) -> None:
     values = np.concatenate([np.full(3, 0.01), [-40.0, 35.0]])  # a narrow bulk, two far outliers
     histogram = _histogram(values, 3000)
@@ -247,7 +256,7 @@ def test_a_large_correction_picks_onnxruntimes_window(monkeypatch: pytest.Monkey
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(st.integers(0, 2**40), min_size=4, max_size=700),
-    st.sampled_from([1, 2, 3, 8, 16, 128]),
+    st.sampled_from([1, 2, 3, 8, 9, 16, 127, 128]),  # the C screen sums in 8 lanes, then the rest
     st.integers(0, 3),
 )
 def test_screen_holds_on_any_histogram(counts: list[int], num_quantized_bins: int, sparsity: int) -> None:

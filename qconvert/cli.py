@@ -251,7 +251,7 @@ def check_command(
     )
     if json_path is not None:
         report.write_json(json_path)
-    with stdout_console(sys.stdout) as console:
+    with stdout_console(sys.stdout, piped_width=200) as console:  # piped: one row per node, for grep
         render(report, console, summary_only=quiet)
     raise typer.Exit(0 if report.passed else 1)
 

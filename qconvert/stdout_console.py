@@ -2,7 +2,8 @@
 
 Off a terminal rich assumes 80 columns and pads every table cell, and every centred title, to its
 column's width: piped reports ended their lines in up to 130 blanks, which `grep`, `diff` and editors
-show. Piped, the report is drawn into a buffer and written without them when the block ends.
+show. Piped, the report is drawn into a buffer and written without them when the block ends, in what
+the stream can encode (a Windows pipe is cp1252): ASCII boxes, and `?` for any other character it lacks.
 """
 
 from __future__ import annotations
@@ -37,4 +38,5 @@ def stdout_console(stdout: TextIO, piped_width: int | None = None) -> Iterator[C
         return
     buffer = _Buffer(getattr(stdout, "encoding", None))
     yield Console(file=buffer, highlight=False, soft_wrap=True, width=piped_width)
-    stdout.write("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()))
+    text = "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
+    stdout.write(text.encode(buffer.encoding, errors="replace").decode(buffer.encoding))

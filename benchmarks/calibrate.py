@@ -30,7 +30,8 @@ Children run with their modules' bytecode cached (`child_environment`), as insta
 calibration alone as the child measured it (wall); `cpu s` is the child's user + system CPU time over all its
 threads (getrusage(RUSAGE_SELF) at its end), which a busy machine disturbs far less than wall time;
 `speed-up` is onnxruntime's `seconds` over the row's. With `--repeat R` the tools take turns, round by
-round (onnxruntime, qconvert, onnxruntime, ...), so that a slow spell of a shared machine falls on both.
+round (onnxruntime, qconvert; then qconvert, onnxruntime; ...), so that a slow spell of a shared machine
+falls on both.
 A tool that fails shows `failed` and its error, never a time.
 
 Usage: python benchmarks/calibrate.py [--samples 32,128,512] [--methods minmax,entropy,entropy@2048,...]
@@ -368,9 +369,10 @@ def run_benchmark(args: argparse.Namespace) -> int:
                 common = ["--model", str(model), "--data", str(data), "--batch-size", str(args.batch_size)]
                 common += ["--result", str(result)]
                 group = [planned_row(tool, token, n, common, args, per_sample) for tool in tools]
-                # Round by round, the tools in turn: a slow minute of a shared machine falls on both.
-                for _ in range(args.repeat):
-                    for row, command in group:
+                # Round by round, the tools in turn (in reverse every other round, so that neither always
+                # goes first): a slow minute of a shared machine falls on both.
+                for round_number in range(args.repeat):
+                    for row, command in group if round_number % 2 == 0 else group[::-1]:
                         if row.status == "ok":
                             measure_once(command, row, result, env)
                 for row, _ in group:

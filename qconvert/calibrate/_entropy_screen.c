@@ -71,8 +71,8 @@ static inline double vector_log(double x) {
 }
 
 /* onnxruntime's q value of a merged bin: trunc(sum / norm) in float64, 0 where the norm is 0. */
-static double quotient(int64_t sum, int64_t norm) {
-    return norm != 0 ? trunc((double)sum / (double)(norm > 1 ? norm : 1)) : 0.0;
+static double quotient(double sum, double norm) { /* the int64 counts converted as onnxruntime does */
+    return norm != 0.0 ? trunc(sum / (norm > 1.0 ? norm : 1.0)) : 0.0;
 }
 
 /* float32(-1e-4 * zeros / non-zeros), the quotient in float64 as in Python. */
@@ -144,16 +144,17 @@ static void screen_candidate(const Tables *t, int64_t quantized, int64_t depth, 
         const int64_t first = start + j * merged;
         sums[j] = (double)run_sum(t, first, merged);
         norms[j] = (double)run_nonzeros(t, first, merged);
-        spread[j] = norms[j] != 0.0 ? trunc(sums[j] / norms[j]) : 0.0; /* `quotient` */
+        spread[j] = quotient(sums[j], norms[j]);
     }
     const int64_t last_start = start + (quantized - 1) * merged;
     int64_t last_norm = run_nonzeros(t, last_start, merged) - (tail == 0 ? last_changed : 0);
     if (quantized == 1) {
         last_norm -= first_changed;
     } else {
-        spread[0] = quotient(run_sum(t, start, merged), run_nonzeros(t, start, merged) - first_changed);
+        spread[0] = quotient((double)run_sum(t, start, merged),
+                             (double)(run_nonzeros(t, start, merged) - first_changed));
     }
-    spread[quantized - 1] = quotient(prefix[end] - prefix[last_start], last_norm);
+    spread[quantized - 1] = quotient((double)(prefix[end] - prefix[last_start]), (double)last_norm);
     int64_t q_zeros = tail;
     for (int64_t j = 0; j < quantized; j++) {
         q_zeros += spread[j] == 0.0 ? merged : 0;

@@ -14,6 +14,8 @@ install builds the extension once: after editing `_counting.c`, `pip install -e 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 try:
@@ -35,6 +37,11 @@ _FIELD_CHUNK = 1 << 16
 # 32 Ki float32 elements (128 KiB) per step keeps the histogram's temporaries in L2; measured fastest of
 # 8 Ki..128 Ki on 10M floats.
 HISTOGRAM_CHUNK = 1 << 15
+
+
+def aligned_bin(value: float, exponent: int) -> int:
+    """floor(value / 2**exponent), exactly: scaling a float32 value by a power of two is exact in float64."""
+    return math.floor(math.ldexp(value, -exponent))
 
 
 def finite_extrema(values: np.ndarray) -> tuple[float, float] | None:
@@ -68,9 +75,8 @@ def add_aligned_bin_counts(values: np.ndarray, exponent: int, first_bin: int, co
     """counts[floor(x / 2**exponent) - first_bin] += 1 for each x of `values` (1-D, finite float32 or
     float16, every bin inside `counts`, an int64 array); returns how many x are zero (+0.0 or -0.0).
 
-    Both loops are exact on every aligned histogram's bins: a first bin of at most 24 significant bits
-    (numpy converts it to float32; the aligned ones are below 2**38), any float32 exponent. The C loop
-    also takes first bins up to 2**52 and refuses |exponent| > 800.
+    Both loops are exact for first bins up to 2**52 in magnitude and any float32 exponent; the C loop
+    refuses |exponent| > 800.
     """
     if values.size == 0:
         return 0
@@ -80,11 +86,13 @@ def add_aligned_bin_counts(values: np.ndarray, exponent: int, first_bin: int, co
     zeros = int(np.count_nonzero(values == 0))  # 2.6x faster than size - count_nonzero(values)
     # x · 2**-e is exact in float32 when -126 <= e <= 0 (the product stays below ~2**38); for e > 0 tiny
     # values could underflow (a tiny negative value would reach -0.0 and bin 0), and below -126 2**-e
-    # itself overflows float32 (a range narrower than ~1e-35), so use float64 there; and past 2**24 bins,
-    # where a bin index is no longer exact in float32.
-    compute = np.float32 if -126 <= exponent <= 0 and counts.size <= 1 << 24 else np.float64
+    # itself overflows float32 (a range narrower than ~1e-35), so use float64 there; past 2**24 bins,
+    # where a bin index is no longer exact in float32; and for a first bin float32 cannot hold (an aligned
+    # histogram's has at most 24 significant bits, a window around one may have more).
+    narrow = -126 <= exponent <= 0 and counts.size <= 1 << 24 and int(np.float32(first_bin)) == first_bin
+    compute = np.float32 if narrow else np.float64
     scale = compute(np.ldexp(1.0, -exponent))
-    first = compute(first_bin)  # |first_bin| < 2**38 with 24 significant bits: exact in float32
+    first = compute(first_bin)
     chunk = min(HISTOGRAM_CHUNK, values.size)
     positions = np.empty(chunk, dtype=compute)
     indices = np.empty(chunk, dtype=np.intp)
@@ -98,3 +106,21 @@ def add_aligned_bin_counts(values: np.ndarray, exponent: int, first_bin: int, co
         index[...] = position
         counts += np.bincount(index, minlength=counts.size)
     return zeros
+
+
+def add_aligned_bin_counts_and_extrema(
+    values: np.ndarray, exponent: int, first_bin: int, counts: np.ndarray
+) -> tuple[int, float, float] | None:
+    """`add_aligned_bin_counts` and `finite_extrema` of a non-empty 1-D `values` (float32 or float16) when
+    every value is finite and lands in `counts`: (zeros, minimum, maximum). Else None, and `counts` is
+    unchanged. The C loop reads float32 values once for both, where the two calls read them twice."""
+    if _counting is not None and values.dtype == np.float32:
+        aligned = np.require(values, requirements=("C", "A"))
+        return _counting.aligned_bin_counts_and_extrema(aligned, exponent, first_bin, counts)
+    extrema = finite_extrema(values)
+    if extrema is None:
+        return None
+    low, high = extrema
+    if aligned_bin(low, exponent) < first_bin or aligned_bin(high, exponent) >= first_bin + counts.size:
+        return None
+    return add_aligned_bin_counts(values, exponent, first_bin, counts), low, high

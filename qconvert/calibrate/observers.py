@@ -24,6 +24,8 @@ from qconvert.calibrate.counting import (
     FLOAT32_EXPONENT_FIELDS,
     HISTOGRAM_CHUNK,
     add_aligned_bin_counts,
+    add_aligned_bin_counts_and_extrema,
+    aligned_bin,
     exponent_field_counts,
     finite_extrema,
 )
@@ -283,11 +285,6 @@ class HistogramObserver:
         self.counts += other.counts
 
 
-def aligned_bin(value: float, exponent: int) -> int:
-    """floor(value / 2**exponent), exactly: scaling a float32 value by a power of two is exact in float64."""
-    return math.floor(math.ldexp(value, -exponent))
-
-
 def aligned_exponent(low: float, high: float, max_bins: int) -> int:
     """The smallest e such that [low, high] (low < high) spans at most `max_bins` bins of width 2**e.
 
@@ -371,6 +368,8 @@ class AlignedHistogramObserver(MinMaxObserver):
         if array.dtype == np.float64 or array.dtype.itemsize > 4:
             with np.errstate(over="ignore"):
                 array = array.astype(np.float32)
+        if self._observe_in_one_pass(array):
+            return
         batch = batch_extrema(array)
         previous = self._snapshot()
         self.fold(batch)
@@ -394,6 +393,40 @@ class AlignedHistogramObserver(MinMaxObserver):
             self.zero_count += flat.size if low == 0 else 0
         else:
             self.zero_count += add_aligned_bin_counts(flat, self.exponent, self.first_bin, self.counts)
+
+    def _observe_in_one_pass(self, array: np.ndarray) -> bool:
+        """Once there are bins: count `array` at their exponent into a window around them, taking its extrema
+        in the same pass (the values are read once, not twice), then fold it in as `observe` does. False,
+        with nothing changed, when a value is not finite or lies outside the window; `observe` then reads
+        the batch's extrema first.
+
+        The window, bins last + 1 - max_bins to first + max_bins - 1 of the current ones, holds every batch
+        after which the range still fits `max_bins` bins of this width; a batch that widens the exponent but
+        lands in it is re-binned exactly (floor(floor(x / w) / 2**d) = floor(x / (w·2**d))). A huge value
+        never lands in it (checked here).
+        """
+        if self.exponent is None or array.size == 0:
+            return False
+        exponent = self.exponent
+        first = self.first_bin + self.counts.size - self.max_bins
+        size = 2 * self.max_bins - self.counts.size
+        low_edge, high_edge = math.ldexp(first, exponent), math.ldexp(first + size, exponent)
+        if low_edge <= -HUGE_MAGNITUDE or high_edge > HUGE_MAGNITUDE:
+            return False
+        window = np.zeros(size, dtype=np.int64)
+        counted = add_aligned_bin_counts_and_extrema(array.reshape(-1), exponent, first, window)
+        if counted is None:
+            return False
+        zeros, low, high = counted
+        previous = self._snapshot()
+        self.fold(BatchExtrema(low, high, array.size, 0, 0, 0))
+        self.ordinary_minimum = _min_or_none(self.ordinary_minimum, low)
+        self.ordinary_maximum = _max_or_none(self.ordinary_maximum, high)
+        self._rebin(previous)
+        self.zero_count += zeros
+        start, stop = aligned_bin(low, exponent) - first, aligned_bin(high, exponent) - first + 1
+        self._add((exponent, first + start, window[start:stop], None, 0))
+        return True
 
     def merge(self, other: MinMaxObserver) -> None:
         if not isinstance(other, AlignedHistogramObserver) or other.max_bins != self.max_bins:

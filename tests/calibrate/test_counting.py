@@ -11,6 +11,7 @@ QCONVERT_REQUIRE_ENGINES=1, where the package is built with a compiler).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import threading
@@ -78,36 +79,36 @@ def test_the_extension_is_what_runs_and_is_built_from_the_current_source(c_count
         assert built.stat().st_mtime >= source.stat().st_mtime, f"{built.name} is older than {source.name}"
 
 
-@pytest.mark.parametrize(
-    "values",
-    [
-        # bulk near zero with tiny values of both signs: floor(-tiny / w) is bin -1, not bin 0
-        np.concatenate([np.linspace(-3, 5, 4001), [-1e-30, 1e-30, -1e-45, 1e-45, -0.0, 0.0, 0.0]]),
-        # away from zero (the first bin is 4095): values one float32 step below each bin edge
-        np.nextafter(np.float32(1024) + np.arange(4000, dtype=np.float32) / 4, np.float32(0)),
-        # a negative first bin far from zero with tiny negative values: y - first rounds up to the next
-        # integer (|y| < |first| / 2), which the C loop corrects
-        np.array([-1e6, -3.0, -1e-20, -1e-30, -(2.0**-60), 1e-30, 0.0], dtype=np.float32),
-        # a range of 1e-40 (subnormals): exponents below -126, where float32 arithmetic would not be exact
-        np.array([1e-40, 2e-40, 3e-40, -1e-40, 0.0], dtype=np.float32),
-        # huge values: exponents above 0
-        np.array([-3e38, 3e38, 1e30, -1e20, 0.0, 7.0], dtype=np.float32),
-        # two values: the first and the last of the bins
-        np.array([0.5, 0.75], dtype=np.float32),
-        # unit bins just below 2**24, where the C loop's float32 arithmetic is exact, and across it, where
-        # it must take float64
-        np.arange(2**24 - 3000, 2**24 - 2, dtype=np.float32),
-        np.arange(2**24 - 3000, 2**24 + 3000, 2, dtype=np.float32),
-        -np.arange(2**24 - 3000, 2**24 - 2, dtype=np.float32),
-        # the narrowest bins float32 takes (width 2**-126) and the next narrower
-        np.array([0.0, 2.0**-126, 3 * 2.0**-126, -(2.0**-125), 1.5 * 2.0**-115], dtype=np.float32),
-        np.array([0.0, 2.0**-126, 3 * 2.0**-126, -(2.0**-125), 1.5 * 2.0**-116], dtype=np.float32),
-    ],
-    ids=[
-        "tiny-signs", "far-offset", "negative-first", "subnormal", "huge", "two-values",
-        "below-2**24", "across-2**24", "negative-below-2**24", "width-2**-126", "width-2**-127",
-    ],
-)  # fmt: skip
+EDGE_VALUES = [
+    # bulk near zero with tiny values of both signs: floor(-tiny / w) is bin -1, not bin 0
+    np.concatenate([np.linspace(-3, 5, 4001), [-1e-30, 1e-30, -1e-45, 1e-45, -0.0, 0.0, 0.0]]),
+    # away from zero (the first bin is 4095): values one float32 step below each bin edge
+    np.nextafter(np.float32(1024) + np.arange(4000, dtype=np.float32) / 4, np.float32(0)),
+    # a negative first bin far from zero with tiny negative values: y - first rounds up to the next
+    # integer (|y| < |first| / 2), which the C loop corrects
+    np.array([-1e6, -3.0, -1e-20, -1e-30, -(2.0**-60), 1e-30, 0.0], dtype=np.float32),
+    # a range of 1e-40 (subnormals): exponents below -126, where float32 arithmetic would not be exact
+    np.array([1e-40, 2e-40, 3e-40, -1e-40, 0.0], dtype=np.float32),
+    # huge values: exponents above 0
+    np.array([-3e38, 3e38, 1e30, -1e20, 0.0, 7.0], dtype=np.float32),
+    # two values: the first and the last of the bins
+    np.array([0.5, 0.75], dtype=np.float32),
+    # unit bins just below 2**24, where the C loop's float32 arithmetic is exact, and across it, where
+    # it must take float64
+    np.arange(2**24 - 3000, 2**24 - 2, dtype=np.float32),
+    np.arange(2**24 - 3000, 2**24 + 3000, 2, dtype=np.float32),
+    -np.arange(2**24 - 3000, 2**24 - 2, dtype=np.float32),
+    # the narrowest bins float32 takes (width 2**-126) and the next narrower
+    np.array([0.0, 2.0**-126, 3 * 2.0**-126, -(2.0**-125), 1.5 * 2.0**-115], dtype=np.float32),
+    np.array([0.0, 2.0**-126, 3 * 2.0**-126, -(2.0**-125), 1.5 * 2.0**-116], dtype=np.float32),
+]  # fmt: skip
+EDGE_IDS = [
+    "tiny-signs", "far-offset", "negative-first", "subnormal", "huge", "two-values",
+    "below-2**24", "across-2**24", "negative-below-2**24", "width-2**-126", "width-2**-127",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("values", EDGE_VALUES, ids=EDGE_IDS)
 def test_edge_values_land_in_the_numpy_bins(c_counting: ModuleType, values: np.ndarray) -> None:
     assert_same(np.asarray(values, dtype=np.float32))
 
@@ -280,3 +281,131 @@ def test_exponents_past_float64s_exact_range_are_refused(c_counting: ModuleType)
     with pytest.raises(ValueError, match="width 2\\*\\*2000"):
         c_counting.aligned_bin_counts(np.zeros(2, dtype=np.float32), 2000, 0, counts)
     assert not counts.any()
+
+
+# One pass: add_aligned_bin_counts_and_extrema --------------------------------------------------------------
+
+
+def numpy_one_pass(values: np.ndarray, exponent: int, first_bin: int, size: int) -> tuple[object, np.ndarray]:
+    counts = np.zeros(size, dtype=np.int64)
+    with numpy_loops():
+        result = counting.add_aligned_bin_counts_and_extrema(values, exponent, first_bin, counts)
+    return result, counts
+
+
+def assert_one_pass_same(values: np.ndarray, exponent: int, first_bin: int, size: int) -> None:
+    expected, expected_counts = numpy_one_pass(values, exponent, first_bin, size)
+    counts = np.zeros(size, dtype=np.int64)
+    result = counting.add_aligned_bin_counts_and_extrema(values, exponent, first_bin, counts)
+    assert result == expected
+    np.testing.assert_array_equal(counts, expected_counts)
+    if result is not None:  # the two calls it stands for
+        zeros, low, high = result
+        assert (low, high) == counting.finite_extrema(values)
+        assert all(extreme != 0 or math.copysign(1.0, extreme) == 1.0 for extreme in (low, high))
+        reference, reference_zeros = numpy_counts(values, exponent, first_bin, size)
+        assert zeros == reference_zeros
+        np.testing.assert_array_equal(counts, reference)
+
+
+@pytest.mark.parametrize("values", EDGE_VALUES, ids=EDGE_IDS)
+def test_one_pass_counts_and_extremes_match_numpy(c_counting: ModuleType, values: np.ndarray) -> None:
+    array = np.asarray(values, dtype=np.float32)
+    exponent, first, size = aligned_layout(array)
+    for below, above in [(0, 0), (7, 20), (size, size)]:  # the bins alone, then windows around them
+        assert_one_pass_same(array, exponent, first - below, size + below + above)
+    # the bins without their first or last: a value outside, refused by both
+    assert_one_pass_same(array, exponent, first + 1, size - 1)
+    assert_one_pass_same(array, exponent, first, size - 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=2, max_size=300),
+    st.sampled_from([3, 17, 4097]),
+    st.integers(-3, 40),
+    st.integers(-3, 40),
+)
+def test_one_pass_over_any_finite_values_matches_numpy(
+    c_counting: ModuleType, values: list[float], max_bins: int, below: int, above: int
+) -> None:
+    array = np.array(values, dtype=np.float32)
+    if array.min() == array.max():
+        return  # a constant has no bins
+    exponent, first, size = aligned_layout(array, max_bins)
+    if size + below + above >= 1:
+        assert_one_pass_same(array, exponent, first - below, size + below + above)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 100.0, -100.0])
+@pytest.mark.parametrize("where", [0, 5000, 9999])
+def test_one_pass_gives_none_and_leaves_the_counts_on_a_value_it_cannot_count(
+    c_counting: ModuleType, bad: float, where: int
+) -> None:
+    values = np.random.default_rng(3).uniform(-4, 4, 10_000).astype(np.float32)
+    values[where] = bad
+    for loops in (contextlib.nullcontext(), numpy_loops()):
+        counts = np.arange(2000, dtype=np.int64)  # bins of 2**-7 from -1000: [-7.8, 7.8)
+        with loops:
+            assert counting.add_aligned_bin_counts_and_extrema(values, -7, -1000, counts) is None
+        np.testing.assert_array_equal(counts, np.arange(2000))
+    with pytest.raises(ValueError, match="must not be empty"):
+        c_counting.aligned_bin_counts_and_extrema(np.zeros(0, dtype=np.float32), 0, 0, np.zeros(4, np.int64))
+
+
+def test_one_pass_gives_zero_extremes_as_plus_zero(c_counting: ModuleType) -> None:
+    for values in ([-0.0, 1.0, -0.0], [-1.0, -0.0], [-0.0, -0.0, 0.0], [0.0, -0.0]):
+        array = np.array(values * 20, dtype=np.float32)  # past one vector of lanes
+        zeros, low, high = counting.add_aligned_bin_counts_and_extrema(array, 0, -2, np.zeros(5, np.int64))
+        assert zeros == np.count_nonzero(array == 0)
+        for extreme in (low, high):
+            assert extreme != 0 or math.copysign(1.0, extreme) == 1.0
+
+
+def test_observing_in_one_pass_leaves_the_state_two_passes_leave(c_counting: ModuleType) -> None:
+    # Batches that keep the bins, widen them inside the window (the exponent grows: re-binned), widen
+    # them past it, bring NaN, ±Inf, a float-min mask, a float16 batch, and shrink back.
+    rng = np.random.default_rng(5)
+    normal = rng.standard_normal(40_000).astype(np.float32)
+    batches = [
+        normal,
+        normal[:10_000] * 0.9,
+        normal[:10_000] * 1.4,
+        normal[:10_000] * 50,
+        np.append(normal[:100], [np.nan, np.inf, -np.inf]).astype(np.float32),
+        np.append(normal[:1000], np.float32(-3.4e38)),
+        (normal[:5000] * 60).astype(np.float16),
+        np.array([-0.0, 0.0, 1e-30], dtype=np.float32),
+        normal[:7] * 0.5,
+    ]
+
+    def observe(one_pass: bool, max_bins: int) -> AlignedHistogramObserver:
+        observer = AlignedHistogramObserver(max_bins=max_bins)
+        with contextlib.ExitStack() as stack:
+            if not one_pass:
+                stack.enter_context(
+                    mock.patch.object(AlignedHistogramObserver, "_observe_in_one_pass", return_value=False)
+                )
+            for batch in batches:
+                observer.observe(batch)
+        return observer
+
+    for max_bins in (5, 257, 4097):
+        one, two = observe(True, max_bins), observe(False, max_bins)
+        for field in dataclasses.fields(AlignedHistogramObserver):
+            mine, theirs = getattr(one, field.name), getattr(two, field.name)
+            if isinstance(mine, np.ndarray):
+                np.testing.assert_array_equal(mine, theirs, err_msg=field.name)
+            else:
+                assert mine == theirs, (field.name, max_bins)
+    calls = []
+    original = counting.add_aligned_bin_counts_and_extrema
+
+    def spy(*args: object) -> object:
+        calls.append(original(*args))  # type: ignore[arg-type]
+        return calls[-1]
+
+    with mock.patch("qconvert.calibrate.observers.add_aligned_bin_counts_and_extrema", spy):
+        observe(True, 4097)
+    # the first batch has no bins yet; the one pass took batches 2, 3 and the last ones, not NaN/Inf/mask
+    assert sum(result is not None for result in calls) >= 4 and None in calls

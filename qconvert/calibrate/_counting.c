@@ -128,8 +128,8 @@ static void add_lanes(const int32_t *lanes, Py_ssize_t lane_count, Py_ssize_t si
 }
 
 /* 0; -1 when a value lies outside the bins, -2 when memory runs out; `counts` change only on success.
- * With `extrema` (else NULL), also the least and greatest value (a zero extreme as +0.0): when every value
- * is inside the bins, all are finite, and the order keys are their extremes. */
+ * With `extrema` (else NULL), also the least and greatest value (a zero extreme as +0.0), set on success
+ * only: every value was inside the bins, hence finite, so the extreme order keys are the extreme values. */
 static int count_bins(const float *x, Py_ssize_t n, int exponent, int64_t first_bin, int64_t *counts,
                       Py_ssize_t size, int64_t *zeros, float extrema[2]) {
     const Py_ssize_t lane_count = size <= MAX_LANED_BINS ? LANES : 1;

@@ -4,8 +4,10 @@ Each case counts the same values twice, with the C extension and with `_counting
 loops that define the result), and compares every bin and the zero count. The cases aim at the edges of
 the C arithmetic: values just below a bin edge far from the first bin (where `y - first` rounds up), tiny
 negative values next to zero, subnormals, -0.0, bins far from zero, exponents outside float32's exact
-range, and the ends of the bins. Without the extension the tests skip (and fail under CI's
-QCONVERT_REQUIRE_ENGINES=1, where the package is built with a compiler).
+range, and the ends of the bins. The one-pass loop (bins and extrema together, into a window around the
+bins) is checked the same way, and an observer taking it must end in the state the two passes leave, bit
+for bit. Without the extension the tests skip (and fail under CI's QCONVERT_REQUIRE_ENGINES=1, where the
+package is built with a compiler).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import dataclasses
 import itertools
 import math
+import struct
 import threading
 import time
 from pathlib import Path
@@ -27,7 +30,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qconvert.calibrate import counting
-from qconvert.calibrate.observers import AlignedHistogramObserver, aligned_bin, aligned_exponent
+from qconvert.calibrate.observers import (
+    HUGE_MAGNITUDE,
+    AlignedHistogramObserver,
+    aligned_bin,
+    aligned_exponent,
+)
 
 
 @pytest.fixture(scope="module")
@@ -362,6 +370,32 @@ def test_one_pass_gives_zero_extremes_as_plus_zero(c_counting: ModuleType) -> No
             assert extreme != 0 or math.copysign(1.0, extreme) == 1.0
 
 
+def exact_state(observer: AlignedHistogramObserver) -> dict[str, object]:
+    """Every field of `observer`, floats by their bits (-0.0 is not 0.0) and arrays by dtype and bytes."""
+    state: dict[str, object] = {}
+    for field in dataclasses.fields(AlignedHistogramObserver):
+        value = getattr(observer, field.name)
+        if isinstance(value, float):
+            value = struct.pack("<d", value)
+        elif isinstance(value, np.ndarray):
+            value = (value.dtype.str, value.tobytes())
+        state[field.name] = value
+    return state
+
+
+def observed_both_ways(
+    batches: list[np.ndarray], max_bins: int
+) -> tuple[dict[str, object], dict[str, object]]:
+    """The exact states after observing `batches` with the one pass allowed, and with two passes only."""
+    one, two = AlignedHistogramObserver(max_bins=max_bins), AlignedHistogramObserver(max_bins=max_bins)
+    for batch in batches:
+        one.observe(batch)
+    with mock.patch.object(AlignedHistogramObserver, "_observe_in_one_pass", return_value=False):
+        for batch in batches:
+            two.observe(batch)
+    return exact_state(one), exact_state(two)
+
+
 def test_observing_in_one_pass_leaves_the_state_two_passes_leave(c_counting: ModuleType) -> None:
     # Batches that keep the bins, widen them inside the window (the exponent grows: re-binned), widen
     # them past it, bring NaN, ±Inf, a float-min mask, a float16 batch, and shrink back.
@@ -378,26 +412,9 @@ def test_observing_in_one_pass_leaves_the_state_two_passes_leave(c_counting: Mod
         np.array([-0.0, 0.0, 1e-30], dtype=np.float32),
         normal[:7] * 0.5,
     ]
-
-    def observe(one_pass: bool, max_bins: int) -> AlignedHistogramObserver:
-        observer = AlignedHistogramObserver(max_bins=max_bins)
-        with contextlib.ExitStack() as stack:
-            if not one_pass:
-                stack.enter_context(
-                    mock.patch.object(AlignedHistogramObserver, "_observe_in_one_pass", return_value=False)
-                )
-            for batch in batches:
-                observer.observe(batch)
-        return observer
-
-    for max_bins in (5, 257, 4097):
-        one, two = observe(True, max_bins), observe(False, max_bins)
-        for field in dataclasses.fields(AlignedHistogramObserver):
-            mine, theirs = getattr(one, field.name), getattr(two, field.name)
-            if isinstance(mine, np.ndarray):
-                np.testing.assert_array_equal(mine, theirs, err_msg=field.name)
-            else:
-                assert mine == theirs, (field.name, max_bins)
+    for max_bins in (5, 257, 4097, 65537):  # the last: windows far wider than most batches
+        one, two = observed_both_ways(batches, max_bins)
+        assert one == two, max_bins
     calls = []
     original = counting.add_aligned_bin_counts_and_extrema
 
@@ -406,6 +423,46 @@ def test_observing_in_one_pass_leaves_the_state_two_passes_leave(c_counting: Mod
         return calls[-1]
 
     with mock.patch("qconvert.calibrate.observers.add_aligned_bin_counts_and_extrema", spy):
-        observe(True, 4097)
+        observed_both_ways(batches, 4097)
     # the first batch has no bins yet; the one pass took batches 2, 3 and the last ones, not NaN/Inf/mask
     assert sum(result is not None for result in calls) >= 4 and None in calls
+
+
+@pytest.mark.parametrize("sign", [-1, 1])
+def test_a_window_reaching_a_huge_magnitude_leaves_it_to_the_huge_counts(
+    c_counting: ModuleType, sign: int
+) -> None:
+    # Two bins of 2**98 next to 2**100: the window's far edge is exactly ±2**100, which is huge (counted
+    # per octave), never an ordinary value of the bins.
+    below_huge = float(np.nextafter(np.float32(HUGE_MAGNITUDE), np.float32(0)))
+    batches = [
+        np.array([sign * below_huge, sign * 2.0**99], dtype=np.float32),
+        np.array([sign * HUGE_MAGNITUDE, sign * below_huge], dtype=np.float32),
+    ]
+    one, two = observed_both_ways(batches, max_bins=2)
+    assert one == two
+    assert two["huge_counts"] is not None
+
+
+def test_batches_of_any_layout_are_counted_whole(c_counting: ModuleType) -> None:
+    values = np.random.default_rng(1).standard_normal((64, 48)).astype(np.float32)
+    one, two = observed_both_ways([values.reshape(-1), values, values.T, values[::2, ::3]], max_bins=257)
+    assert one == two
+    assert two["count"] == values.size * 3 + values[::2, ::3].size
+
+
+def test_one_pass_windows_from_bins_float32_cannot_hold(c_counting: ModuleType) -> None:
+    # Unit bins (exponent 0) from first bins around 2**24 + 1, which float32 cannot hold: the C loop must
+    # take its float64 arithmetic there.
+    values = np.array([2.0**24 + 2, 2.0**24 + 4, 2.0**24 + 8], dtype=np.float32)
+    for first in (2**24 - 3, 2**24 - 1, 2**24 + 1):
+        size = 2**24 + 16 - first
+        counts = np.zeros(size, dtype=np.int64)
+        assert counting.add_aligned_bin_counts_and_extrema(values, 0, first, counts) == (
+            0,
+            2.0**24 + 2,
+            2.0**24 + 8,
+        )
+        expected = np.zeros(size, dtype=np.int64)
+        np.add.at(expected, values.astype(np.int64) - first, 1)
+        np.testing.assert_array_equal(counts, expected)

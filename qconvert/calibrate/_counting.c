@@ -48,9 +48,21 @@ enum {
 };
 
 /* A float32's bits as an int32 that orders as the float does (-0.0 just below +0.0, NaN aside): negative
- * floats get their magnitude bits flipped. Its own inverse. Integer minima and maxima vectorise without
- * the float reductions' ordering rules, so the bin loops below track them nearly for free. */
-static inline int32_t order_key(int32_t bits) { return bits ^ (bits < 0 ? INT32_MAX : 0); }
+ * floats get their magnitude bits flipped, which `from_order_key` undoes. Integer minima and maxima
+ * vectorise without the float reductions' ordering rules, so the bin loops below track them nearly for
+ * free. */
+static inline int32_t order_key(const float *value) {
+    int32_t bits;
+    memcpy(&bits, value, sizeof bits);
+    return bits ^ (bits < 0 ? INT32_MAX : 0);
+}
+
+static inline float from_order_key(int32_t key) {
+    const int32_t bits = key ^ (key < 0 ? INT32_MAX : 0);
+    float value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
 
 /* Bin indices of one chunk; returns how many of its values are zero, and 0 in *outside when every index
  * is in [0, size). `y - first` is exact but when y and first are both negative and |y| < |first| / 2
@@ -76,9 +88,7 @@ static int64_t bin_indices(const float *x, Py_ssize_t n, double scale, double fi
         low = t < low ? t : low;
         high = t > high ? t : high;
         zeros += x[i] == 0.0f;
-        int32_t bits;
-        memcpy(&bits, x + i, sizeof bits);
-        const int32_t key = order_key(bits);
+        const int32_t key = order_key(x + i);
         least_key = key < least_key ? key : least_key;
         greatest_key = key > greatest_key ? key : greatest_key;
     }
@@ -106,9 +116,7 @@ static int64_t bin_indices_float32(const float *x, Py_ssize_t n, float scale, fl
         low = t < low ? t : low;
         high = t > high ? t : high;
         zeros += x[i] == 0.0f;
-        int32_t bits;
-        memcpy(&bits, x + i, sizeof bits);
-        const int32_t key = order_key(bits);
+        const int32_t key = order_key(x + i);
         least_key = key < least_key ? key : least_key;
         greatest_key = key > greatest_key ? key : greatest_key;
     }
@@ -188,9 +196,7 @@ static int count_bins(const float *x, Py_ssize_t n, int exponent, int64_t first_
     }
     if (status == 0 && extrema != NULL && n > 0) {
         for (int j = 0; j < 2; j++) {
-            const int32_t bits = order_key(keys[j]);
-            memcpy(&extrema[j], &bits, sizeof bits);
-            extrema[j] += 0.0f; /* -0.0 -> +0.0 */
+            extrema[j] = from_order_key(keys[j]) + 0.0f; /* -0.0 -> +0.0 */
         }
     }
     if (status == 0) {

@@ -1,4 +1,5 @@
-"""benchmarks/calibrate.py still runs: both tools, a fresh process per row, figures that add up.
+"""benchmarks/calibrate.py still runs: both tools, a fresh process per row, figures that add up; and
+benchmarks/pool_speedups.py pairs the rounds of its JSON files.
 
 This checks the script, not the figures (speed targets are the benchmark's to show, not a unit test's).
 """
@@ -42,3 +43,49 @@ def test_the_quick_benchmark_runs_both_tools(tmp_path: Path) -> None:
         expected = None if row["tool"] == "onnxruntime" else peers[row["method"]]["seconds"] / row["seconds"]
         assert row["speedup"] == expected, row
     assert "samples  method" in done.stdout  # the table
+
+
+POOL = BENCHMARK.with_name("pool_speedups.py")
+
+
+def test_pooled_speedups_pair_each_round_of_every_file(tmp_path: Path) -> None:
+    def row(tool: str, method: str, seconds: list[float]) -> dict[str, object]:
+        runs = [[value, value - 0.2, value, 400.0] for value in seconds]
+        return {"tool": tool, "method": method, "samples": 32, "runs": runs}
+
+    first = [
+        row("onnxruntime", "Entropy", [4.0, 3.0]),
+        row("qconvert", "entropy", [1.0, 1.5]),
+        row("onnxruntime", "Percentile", []),  # failed in its first round: nothing to pair
+        row("qconvert", "percentile", [1.0]),
+    ]
+    second = [row("onnxruntime", "Entropy", [6.0, 5.0]), row("qconvert", "entropy", [2.0])]  # qconvert failed
+    paths = [tmp_path / "first.json", tmp_path / "second.json"]
+    for path, rows in zip(paths, (first, second), strict=True):
+        path.write_text(json.dumps(rows))
+    done = subprocess.run(
+        [sys.executable, str(POOL), *map(str, paths)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and "percentile" not in done.stdout, done.stdout
+    # rounds 4/1, 3/1.5 and 6/2: ratios 4, 2 and 3
+    assert lines[1].split() == [
+        "32",
+        "entropy",
+        "qconvert",
+        "3",
+        f"{24 ** (1 / 3):.2f}x",
+        "2.00-4.00",
+        "3.00",
+        "2.00-4.00",
+        "2/3",
+    ]
+
+    (tmp_path / "other.json").write_text(json.dumps({"rows": []}))
+    refused = subprocess.run(
+        [sys.executable, str(POOL), str(tmp_path / "other.json")], capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and refused.stderr.strip().endswith(
+        "not the --json rows of benchmarks/calibrate.py"
+    )

@@ -63,29 +63,30 @@ def test_pooled_speedups_pair_each_round_of_every_file(tmp_path: Path) -> None:
     paths = [tmp_path / "first.json", tmp_path / "second.json"]
     for path, rows in zip(paths, (first, second), strict=True):
         path.write_text(json.dumps(rows))
-    done = subprocess.run(
-        [sys.executable, str(POOL), *map(str, paths)], capture_output=True, text=True, timeout=60
-    )
+
+    def pool(*paths: Path) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, str(POOL), *map(str, paths)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    done = pool(*paths, paths[0])  # the first file twice: counted once
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 2 and "percentile" not in done.stdout, done.stdout
-    # rounds 4/1, 3/1.5 and 6/2: ratios 4, 2 and 3
-    assert lines[1].split() == [
-        "32",
-        "entropy",
-        "qconvert",
-        "3",
-        f"{24 ** (1 / 3):.2f}x",
-        "2.00-4.00",
-        "3.00",
-        "2.00-4.00",
-        "2/3",
-    ]
+    # Rounds 4/1, 3/1.5 and 6/2: ratios 4 and 2 in one file, 3 in the other. The interval resamples files:
+    # the first twice (geometric mean 8**(1/2)), the second twice (3), or one of each (24**(1/3)).
+    geometric_mean, interval = f"{24 ** (1 / 3):.2f}x", f"{8 ** (1 / 2):.2f}-3.00"
+    expected = ["32", "entropy", "qconvert", "3", geometric_mean, interval, "3.00", "2.00-4.00", "2/3"]
+    assert lines[1].split() == expected
 
+    (tmp_path / "alone.json").write_text(json.dumps([row("qconvert", "entropy", [1.0])]))
+    alone = pool(tmp_path / "alone.json")
+    assert alone.returncode == 2 and "no rounds to pair" in alone.stderr
+    zero_rows = [row("onnxruntime", "entropy", [1.0]), row("qconvert", "entropy", [0.0])]
+    (tmp_path / "zero.json").write_text(json.dumps(zero_rows))
+    zero = pool(tmp_path / "zero.json")
+    assert zero.returncode == 2 and "a run of 0.0 s" in zero.stderr and "Traceback" not in zero.stderr
     (tmp_path / "other.json").write_text(json.dumps({"rows": []}))
-    refused = subprocess.run(
-        [sys.executable, str(POOL), str(tmp_path / "other.json")], capture_output=True, text=True
-    )
+    refused = pool(tmp_path / "other.json")
     assert refused.returncode == 2 and refused.stderr.strip().endswith(
         "not the --json rows of benchmarks/calibrate.py"
     )

@@ -389,9 +389,7 @@ class AlignedHistogramObserver(MinMaxObserver):
             if flat.size == 0:
                 return
             low, high = float(flat.min()), float(flat.max())
-        self.ordinary_minimum = _min_or_none(self.ordinary_minimum, low)
-        self.ordinary_maximum = _max_or_none(self.ordinary_maximum, high)
-        self._rebin(previous)
+        self._widen(low, high, previous)
         if self.exponent is None:  # still constant: nothing to bin
             self.zero_count += flat.size if low == 0 else 0
         else:
@@ -426,9 +424,7 @@ class AlignedHistogramObserver(MinMaxObserver):
         zeros, low, high = counted
         previous = self._snapshot()
         self.fold(BatchExtrema(low, high, array.size, 0, 0, 0))
-        self.ordinary_minimum = _min_or_none(self.ordinary_minimum, low)
-        self.ordinary_maximum = _max_or_none(self.ordinary_maximum, high)
-        self._rebin(previous)
+        self._widen(low, high, previous)
         self.zero_count += zeros
         start, stop = aligned_bin(low, exponent) - first, aligned_bin(high, exponent) - first + 1
         self._add((exponent, first + start, window[start:stop], None, 0))
@@ -442,12 +438,9 @@ class AlignedHistogramObserver(MinMaxObserver):
         self.zero_count += other.zero_count
         if other.huge_counts is not None:
             self._add_huge(other.huge_counts)
-        self.ordinary_minimum = _min_or_none(self.ordinary_minimum, other.ordinary_minimum)
-        self.ordinary_maximum = _max_or_none(self.ordinary_maximum, other.ordinary_maximum)
-        if self.ordinary_minimum is None:
-            return  # no ordinary value on either side
-        self._rebin(previous)
-        if self.exponent is not None:  # else both are the same constant, already counted by ordinary_count
+        self._widen(other.ordinary_minimum, other.ordinary_maximum, previous)
+        # No bins: no ordinary value on either side, or both are the same constant (in ordinary_count).
+        if self.exponent is not None:
             self._add(other._snapshot())
 
     # Internals: a snapshot is (exponent, first_bin, counts, constant value, its count), enough to re-bin.
@@ -456,6 +449,19 @@ class AlignedHistogramObserver(MinMaxObserver):
         if self.huge_counts is None:
             self.huge_counts = np.zeros(FLOAT32_EXPONENT_FIELDS, dtype=np.int64)
         self.huge_counts += counts
+
+    def _widen(
+        self,
+        low: float | None,
+        high: float | None,
+        previous: tuple[int | None, int, np.ndarray, float | None, int],
+    ) -> None:
+        """Take [low, high] (None: no ordinary value) into the ordinary range and re-lay the bins for it,
+        folding `previous` into them (`_rebin`)."""
+        self.ordinary_minimum = _min_or_none(self.ordinary_minimum, low)
+        self.ordinary_maximum = _max_or_none(self.ordinary_maximum, high)
+        if self.ordinary_minimum is not None:
+            self._rebin(previous)
 
     def _snapshot(self) -> tuple[int | None, int, np.ndarray, float | None, int]:
         return self.exponent, self.first_bin, self.counts, self.ordinary_minimum, self.ordinary_count

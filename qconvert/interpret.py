@@ -59,6 +59,7 @@ from qconvert.numerics import (
     dequantize,
     quantize,
 )
+from qconvert.numerics.onnxruntime_kernels import qgemm_multiplier_onnxruntime, qlinear_binary_swaps_inputs
 
 FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the float-storage scast of frontends/onnx/lift.py
 ONNX_DTYPES: dict[str, np.dtype] = {
@@ -369,14 +370,7 @@ def _matmul_integer(op: Operation, operands: list[np.ndarray]) -> list[np.ndarra
 
 def _scalar_a_span(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> bool:
     """Whether onnxruntime's broadcaster runs A as the per-span scalar (it then swaps A and B)."""
-    out = np.broadcast_shapes(a_shape, b_shape)
-    if int(np.prod(a_shape, dtype=np.int64)) == 1:
-        return True
-    if int(np.prod(b_shape, dtype=np.int64)) == 1:
-        return False
-    aligned = (1,) * (len(out) - len(a_shape)) + tuple(a_shape)
-    inner = [i for i, d in enumerate(out) if d != 1]
-    return bool(inner) and aligned[inner[-1]] == 1
+    return qlinear_binary_swaps_inputs(a_shape, b_shape)
 
 
 def _qlinear_binary(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
@@ -507,14 +501,14 @@ def _qgemm(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
     accumulator = a @ b
     if len(operands) > 2:
         accumulator = accumulator + operands[2].astype(np.int64)
-    alpha = np.float32(_attr(op, "alpha", 1.0))  # type: ignore[arg-type]
-    multiplier = np.float32(alpha * np.float32(a_scale)) * pb.scale.astype(np.float32)
+    alpha = float(_attr(op, "alpha", 1.0))  # type: ignore[arg-type]
     element = element_type_of(op.results[0].type)
     if not isinstance(element, QuantizedType):
-        return [numerics.scale_output_mlas(_int32(accumulator), multiplier.astype(np.float32))]
+        multiplier = qgemm_multiplier_onnxruntime(alpha, a_scale, pb.scale, None)
+        return [numerics.scale_output_mlas(_int32(accumulator), multiplier)]
     py = uniform_params(element)
     y_scale, y_zero = _scalar(py, "QGemm output")
-    multiplier = (multiplier.astype(np.float32) / np.float32(y_scale)).astype(np.float32)
+    multiplier = qgemm_multiplier_onnxruntime(alpha, a_scale, pb.scale, y_scale)
     return [numerics.requantize_mlas(_int32(accumulator), multiplier, y_zero, py.storage_dtype)]
 
 

@@ -112,14 +112,52 @@ def qlinear_add_mlas(
     FMAs matters. Pinned against onnxruntime 1.32 on an AVX2 + FMA x86-64 CPU (the SSE2 and NEON
     kernels of older / other CPUs round differently).
     """
-    ratio_a = np.float32(np.float32(a_scale) / np.float32(c_scale))
-    ratio_b = np.float32(np.float32(b_scale) / np.float32(c_scale))
-    partial = float32_fma(np.float32(b_zero_point), ratio_b, ratio_a * np.float32(a_zero_point))
-    fixed = np.float32(np.float32(c_zero_point) - partial)
+    ratio_a, ratio_b, fixed = qlinear_add_constants_mlas(
+        a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point
+    )
     value = float32_fma(np.asarray(b, np.float32), ratio_b, fixed)
     value = float32_fma(np.asarray(a, np.float32), ratio_a, value)
     low, high = (int(v) for v in storage_dtype_range(storage_dtype))
     return np.clip(np.rint(value).astype(np.int64), low, high).astype(storage_dtype)
+
+
+def qlinear_add_constants_mlas(
+    a_scale: float, a_zero_point: int, b_scale: float, b_zero_point: int, c_scale: float, c_zero_point: int
+) -> tuple[np.float32, np.float32, np.float32]:
+    """`(r_a, r_b, fixed)` of `qlinear_add_mlas`, computed once per node: `r_a = s_a / s_c`, `r_b = s_b / s_c`
+    and `fixed = f32(zp_c) - fma(zp_b, r_b, r_a * zp_a)`, all float32 (the StableHLO lowering emits the two
+    per-element FMAs and takes these as constants)."""
+    ratio_a = np.float32(np.float32(a_scale) / np.float32(c_scale))
+    ratio_b = np.float32(np.float32(b_scale) / np.float32(c_scale))
+    partial = float32_fma(np.float32(b_zero_point), ratio_b, ratio_a * np.float32(a_zero_point))
+    return ratio_a, ratio_b, np.float32(np.float32(c_zero_point) - partial)
+
+
+def qlinear_binary_swaps_inputs(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> bool:
+    """Whether onnxruntime's broadcaster (qlinear_binary_op.cc) runs A as the per-span scalar, in which case
+    it swaps A and B; `qlinear_add_mlas`'s two FMAs then take the operands in the other order."""
+    out = np.broadcast_shapes(tuple(a_shape), tuple(b_shape))
+    if int(np.prod(a_shape, dtype=np.int64)) == 1:
+        return True
+    if int(np.prod(b_shape, dtype=np.int64)) == 1:
+        return False
+    aligned = (1,) * (len(out) - len(a_shape)) + tuple(a_shape)
+    inner = [i for i, d in enumerate(out) if d != 1]
+    return bool(inner) and aligned[inner[-1]] == 1
+
+
+def qgemm_multiplier_onnxruntime(
+    alpha: float, a_scale: float, b_scale: np.ndarray, y_scale: float | None
+) -> np.ndarray:
+    """com.microsoft QGemm's float32 output multiplier: `f32(alpha * s_a) * s_b` (per column), divided by
+    `s_y` in float32 when the output is quantized (then applied by `requantize_mlas`, else by
+    `scale_output_mlas`)."""
+    multiplier = (
+        np.float32(np.float32(alpha) * np.float32(a_scale)) * np.asarray(b_scale, np.float32)
+    ).astype(np.float32)
+    if y_scale is None:
+        return multiplier
+    return (multiplier / np.float32(y_scale)).astype(np.float32)
 
 
 def qlinear_mul_mlas(

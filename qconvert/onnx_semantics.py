@@ -1,0 +1,241 @@
+"""What ONNX ops mean, as pure numpy functions shared by the backends and the interpreter: axis and
+padding normalization, Resize's coordinate transforms and neighbour rules, Einsum equations.
+
+Each rule is written once here (DESIGN.md: "what an ONNX op means is written once"); a lowering calls
+these at conversion time with static shapes and emits only the data movement and arithmetic that
+remain. Where the ONNX spec leaves float details open, the rule is onnxruntime's CPU kernel, which is
+what every artifact is checked against: Resize computes its coordinates in float32, in the order of
+onnxruntime's `upsamplebase.h`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# Axes ----------------------------------------------------------------------------------------------
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    """An ONNX axis in [-rank, rank) as a non-negative one; ValueError when out of range."""
+    if not -rank <= axis < max(rank, 1):
+        raise ValueError(f"axis {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def normalize_axes(axes: Sequence[int], rank: int) -> list[int]:
+    """Every axis normalized (see `normalize_axis`), in the given order; ValueError on a repeat."""
+    normalized = [normalize_axis(int(a), rank) for a in axes]
+    if len(set(normalized)) != len(normalized):
+        raise ValueError(f"axes {list(axes)} repeat an axis")
+    return normalized
+
+
+# Pad -----------------------------------------------------------------------------------------------
+
+
+def pad_amounts(pads: Sequence[int], rank: int, axes: Sequence[int] | None = None) -> list[tuple[int, int]]:
+    """ONNX `pads` ([x1_begin, x2_begin, ..., x1_end, x2_end, ...], over `axes` when given, opset 18)
+    -> (begin, end) per dim of a rank-`rank` tensor; dims not in `axes` get (0, 0)."""
+    axes_list = list(range(rank)) if axes is None else normalize_axes(axes, rank)
+    if len(pads) != 2 * len(axes_list):
+        raise ValueError(f"pads has {len(pads)} values, expected {2 * len(axes_list)} (2 per axis)")
+    amounts = [(0, 0)] * rank
+    count = len(axes_list)
+    for index, axis in enumerate(axes_list):
+        amounts[axis] = (int(pads[index]), int(pads[count + index]))
+    return amounts
+
+
+# Resize ----------------------------------------------------------------------------------------------
+
+COORDINATE_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_half_pixel_for_nn",
+)
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
+
+
+def resize_source_coordinates(mode: str, output_length: int, input_length: int, scale: float) -> np.ndarray:
+    """For each output index along one axis, the input coordinate it samples (float32, onnxruntime's
+    arithmetic). A scale of exactly 1 maps each index to itself, as onnxruntime does for every mode.
+
+    `mode` is a `coordinate_transformation_mode` (tf_crop_and_resize, which needs the roi, is not here).
+    """
+    f32 = np.float32
+    resized = np.arange(output_length, dtype=f32)
+    if scale == 1.0:
+        return resized
+    x_scale, length_resized, length_original = f32(scale), f32(output_length), f32(input_length)
+    half = f32(0.5)
+    if mode == "asymmetric":
+        return resized / x_scale
+    if mode == "half_pixel":
+        return (resized + half) / x_scale - half
+    if mode == "pytorch_half_pixel":
+        if output_length > 1:
+            return (resized + half) / x_scale - half
+        return np.zeros(output_length, f32)
+    if mode == "tf_half_pixel_for_nn":
+        return (resized + half) / x_scale
+    if mode == "align_corners":
+        if output_length == 1:
+            return np.zeros(output_length, f32)
+        return resized * (length_original - f32(1)) / (length_resized - f32(1))
+    if mode == "half_pixel_symmetric":
+        # onnxruntime computes this one partly in double: (x + 0.5) / scale promotes to double.
+        adjustment = length_resized / (x_scale * length_original)
+        center = length_original / f32(2)
+        offset = center * (f32(1) - adjustment)
+        original = offset.astype(np.float64) + (resized.astype(np.float64) + 0.5) / float(x_scale) - 0.5
+        return original.astype(f32)
+    raise ValueError(f"coordinate_transformation_mode {mode!r} is not supported")
+
+
+def resize_nearest_indices(
+    coordinates: np.ndarray, nearest_mode: str, scale: float, input_length: int
+) -> np.ndarray:
+    """The input index each output picks in nearest mode, clamped into [0, input_length - 1].
+
+    `nearest_mode` "simple" is Resize-10 / Upsample's rule: ceil when downsampling, else truncate.
+    round_prefer_floor rounds halves down, round_prefer_ceil (std::round) rounds them away from zero.
+    """
+    x = coordinates.astype(np.float32)
+    truncated = np.trunc(x)
+    # std::round: halves away from zero, computed exactly (x - trunc(x) is exact in float32).
+    away = truncated + np.sign(x) * (np.abs(x - truncated) >= np.float32(0.5))
+    if nearest_mode == "floor":
+        picked = np.floor(x)
+    elif nearest_mode == "ceil":
+        picked = np.ceil(x)
+    elif nearest_mode == "round_prefer_ceil":
+        picked = away
+    elif nearest_mode == "round_prefer_floor":
+        # onnxruntime: x == (int64)x + 0.5f ? floor(x) : round(x), so only positive halves go down.
+        picked = np.where(x == truncated + np.float32(0.5), np.floor(x), away)
+    elif nearest_mode == "simple":
+        picked = np.ceil(x) if scale < 1 else truncated
+    else:
+        raise ValueError(f"nearest_mode {nearest_mode!r} is not supported")
+    return np.clip(picked, 0, input_length - 1).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class LinearTaps:
+    """Linear interpolation along one axis: y[i] = low_weight[i] * x[low[i]] + high_weight[i] * x[high[i]]."""
+
+    low: np.ndarray
+    high: np.ndarray
+    low_weight: np.ndarray
+    high_weight: np.ndarray
+
+
+def resize_linear_taps(coordinates: np.ndarray, input_length: int) -> LinearTaps:
+    """onnxruntime's linear taps: the coordinate clamped into [0, n - 1], its two neighbours, weights of
+    the distance to the other neighbour; when both neighbours coincide, 0.5 each."""
+    f32 = np.float32
+    x = np.clip(coordinates.astype(f32), f32(0), f32(input_length - 1))
+    low = np.minimum(x.astype(np.int64), input_length - 1)
+    high = np.minimum(low + 1, input_length - 1)
+    distance_low = np.abs(x - low.astype(f32))
+    distance_high = np.abs(x - high.astype(f32))
+    same = low == high
+    low_weight = np.where(same, f32(0.5), distance_high).astype(f32)
+    high_weight = np.where(same, f32(0.5), distance_low).astype(f32)
+    return LinearTaps(low, high, low_weight, high_weight)
+
+
+def resize_scales(
+    input_shape: Sequence[int],
+    output_shape: Sequence[int],
+    scales: Sequence[float] | None,
+    axes: Sequence[int] | None = None,
+) -> list[float]:
+    """The float32 scale of every dim: the `scales` input (over `axes` when given, others 1), or, when
+    the op was given `sizes`, output / input as onnxruntime computes it."""
+    rank = len(input_shape)
+    axes_list = list(range(rank)) if not axes else normalize_axes(axes, rank)
+    if scales is not None:
+        if len(scales) != len(axes_list):
+            raise ValueError(f"scales has {len(scales)} values for {len(axes_list)} axes")
+        result = [1.0] * rank
+        for axis, scale in zip(axes_list, scales, strict=True):
+            result[axis] = float(np.float32(scale))
+        return result
+    return [
+        1.0 if i == 0 else float(np.float32(o) / np.float32(i))
+        for i, o in zip(input_shape, output_shape, strict=True)
+    ]
+
+
+def resize_output_shape(input_shape: Sequence[int], scales: Sequence[float]) -> list[int]:
+    """floor(input * scale) per dim, in float32 as onnxruntime computes it."""
+    return [int(np.float32(s) * np.float32(d)) for d, s in zip(input_shape, scales, strict=True)]
+
+
+def aspect_ratio_scales(
+    input_shape: Sequence[int], sizes: Sequence[int], axes: Sequence[int], policy: str
+) -> tuple[list[float], list[int]]:
+    """keep_aspect_ratio_policy not_larger / not_smaller (Resize-18 with sizes): one scale for every
+    axis in `axes` (min / max of output / input), output dims round(scale * input)."""
+    rank = len(input_shape)
+    scales = [float(np.float32(o) / np.float32(i)) if i else 1.0 for i, o in zip(input_shape, sizes)]
+    chosen = [scales[a] for a in axes]
+    common = min(chosen) if policy == "not_larger" else max(chosen)
+    out_scales, out_shape = [], []
+    for dim in range(rank):
+        if dim in axes:
+            out_scales.append(common)
+            out_shape.append(int(np.round(np.float32(common) * np.float32(input_shape[dim]))))
+        else:
+            out_scales.append(1.0)
+            out_shape.append(input_shape[dim])
+    return out_scales, out_shape
+
+
+# Einsum ----------------------------------------------------------------------------------------------
+
+
+def parse_einsum(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
+    """An Einsum equation -> each operand's labels and the output's labels, one letter per dim.
+
+    An ellipsis becomes fresh upper-case-free labels (digits are never ONNX labels, so '0', '1'...
+    name the broadcast dims); an implicit output (no '->') is the labels seen once, sorted, after the
+    ellipsis dims, as numpy does.
+    """
+    text = equation.replace(" ", "")
+    inputs_text, arrow, output_text = text.partition("->")
+    terms = inputs_text.split(",")
+    if len(terms) != len(ranks):
+        raise ValueError(f"equation {equation!r} has {len(terms)} operands, the node has {len(ranks)}")
+    ellipsis_rank = 0
+    for term, rank in zip(terms, ranks):
+        if "..." in term:
+            ellipsis_rank = max(ellipsis_rank, rank - (len(term) - 3))
+    fresh = "".join(str(d) for d in range(ellipsis_rank))
+
+    def expand(term: str, rank: int | None) -> str:
+        if "..." not in term:
+            return term
+        count = ellipsis_rank if rank is None else rank - (len(term) - 3)
+        return term.replace("...", fresh[ellipsis_rank - count :])
+
+    labels = [expand(t, r) for t, r in zip(terms, ranks)]
+    for term, rank in zip(labels, ranks):
+        if len(term) != rank:
+            raise ValueError(f"equation {equation!r}: term {term!r} does not match an operand of rank {rank}")
+    if arrow:
+        output = expand(output_text, None)
+    else:
+        counts: dict[str, int] = {}
+        for term in labels:
+            for label in term:
+                counts[label] = counts.get(label, 0) + 1
+        output = fresh + "".join(sorted(c for c, n in counts.items() if n == 1 and not c.isdigit()))
+    return labels, output

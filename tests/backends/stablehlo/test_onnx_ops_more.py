@@ -1,0 +1,213 @@
+"""The float-op coverage of real exports (backends/stablehlo/onnx_{math,logic,norm,resize,index,layout,
+reduce_more,einsum}.py) against onnxruntime, on XLA:CPU and, for the cheap graphs, the StableHLO
+interpreter.
+
+Each test builds one ONNX graph holding many cases (one compile per graph), lifts it with the
+frontend, converts it to StableHLO (qdq form, weights inline), runs it and compares every output with
+onnxruntime's on the same seeded inputs.
+
+Bounds, per output:
+- "exact": integer, boolean and index results, data movement, and float results of one IEEE operation
+  per element in onnxruntime's order (Floor, Round, HardSigmoid, PRelu, Mod, nearest Resize, Pad...).
+- "ulps": `ULPS` ulps of the expected value: one transcendental function (Log, Sin, Softplus...),
+  whose approximation differs between MLAS/Eigen and XLA.
+- "absolute": `ABSOLUTE` times the largest |expected| (at least 1): sums whose order differs from
+  onnxruntime's (normalizations, reductions, Einsum, linear Resize), and formulas that cancel near zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import pytest
+from conftest import require_module
+from onnx import helper, numpy_helper
+
+pytestmark = pytest.mark.engine
+
+ULPS = 4
+ABSOLUTE = 4e-6
+RNG = np.random.default_rng(11)
+
+
+@dataclass(frozen=True)
+class Output:
+    """A graph output and how it must match onnxruntime: "exact", "ulps" or "absolute"."""
+
+    name: str
+    match: str = "exact"
+
+
+def rand(*shape: int, low: float = -3.0, high: float = 3.0) -> np.ndarray:
+    return RNG.uniform(low, high, shape).astype(np.float32)
+
+
+def ints(*shape: int, low: int = -5, high: int = 5, dtype: type = np.int64) -> np.ndarray:
+    return RNG.integers(low, high, shape).astype(dtype)
+
+
+def const(name: str, array: object, dtype: type = np.int64) -> onnx.NodeProto:
+    return helper.make_node(
+        "Constant", [], [name], value=numpy_helper.from_array(np.asarray(array, dtype=dtype), name)
+    )
+
+
+def make_model(
+    nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray], outputs: Sequence[Output], opset: int
+) -> onnx.ModelProto:
+    ordered = [n for n in nodes if n.op_type == "Constant"] + [n for n in nodes if n.op_type != "Constant"]
+    graph = helper.make_graph(
+        ordered,
+        "cases",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+            for n, a in inputs.items()
+        ],
+        [onnx.ValueInfoProto(name=o.name) for o in outputs],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+
+
+def assert_matches(name: str, match: str, actual: np.ndarray, expected: np.ndarray) -> None:
+    assert actual.shape == expected.shape, f"{name}: shape {actual.shape} != {expected.shape}"
+    if match == "exact" or expected.dtype.kind in "biu":
+        assert actual.dtype == expected.dtype, f"{name}: {actual.dtype} vs {expected.dtype}"
+        np.testing.assert_array_equal(actual, expected, err_msg=name)
+        return
+    assert actual.dtype == expected.dtype, f"{name}: {actual.dtype} vs {expected.dtype}"
+    assert np.array_equal(np.isnan(actual), np.isnan(expected)), f"{name}: NaNs differ"
+    finite = ~np.isnan(expected)
+    actual, expected = actual[finite], expected[finite]
+    if match == "ulps":
+        tolerance = ULPS * np.spacing(np.abs(expected).astype(np.float32))
+    else:
+        largest = float(np.abs(expected).max()) if expected.size else 1.0
+        tolerance = np.full(expected.shape, ABSOLUTE * max(largest, 1.0))
+    difference = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+    worst = int(np.argmax(difference - tolerance)) if difference.size else 0
+    assert np.all(difference <= tolerance), (
+        f"{name}: |difference| up to {difference.max():.3g} (tolerance {tolerance.reshape(-1)[worst]:.3g} "
+        f"at flat index {worst}: {actual.reshape(-1)[worst]!r} vs {expected.reshape(-1)[worst]!r})"
+    )
+
+
+def check(
+    nodes: list[onnx.NodeProto],
+    inputs: dict[str, np.ndarray],
+    outputs: Sequence[Output],
+    opset: int = 17,
+    engines: Sequence[str] = ("xla",),
+) -> str:
+    """Convert the graph, run it on each engine, compare each output with onnxruntime; returns the text."""
+    require_module("jax")
+    import onnxruntime as ort
+
+    from qconvert.backends.stablehlo import run
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+    from qconvert.frontends.onnx import import_onnx
+
+    model = make_model(nodes, inputs, outputs, opset)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    expected = session.run([o.name for o in outputs], inputs)
+    text = stablehlo_text(import_onnx(model), form="qdq", inline_weights=True)
+    assert '"onnx.' not in text, "an onnx op was left in the module"
+    for engine in engines:
+        actual = run.run(text, list(inputs.values()), engine=engine)
+        assert len(actual) == len(outputs)
+        for output, a, e in zip(outputs, actual, expected):
+            assert_matches(f"{engine}: {output.name}", output.match, np.asarray(a), np.asarray(e))
+    return text
+
+
+n = helper.make_node
+
+
+def test_math_and_activations() -> None:
+    x = rand(3, 4, 5)
+    x[0, 0, :4] = [0.5, -0.5, 2.5, -1.5]  # Round's ties go to even
+    positive = rand(3, 4, 5, low=0.05, high=4.0)
+    slope, slope_channel = rand(5), rand(4, 1)
+    a, b = ints(4, 6, low=-20, high=20), ints(4, 6, low=1, high=7) * np.where(RNG.random((4, 6)) < 0.5, -1, 1)
+    nodes = [
+        n("Log", ["positive"], ["log"]),
+        n("Reciprocal", ["x"], ["reciprocal"]),
+        n("Floor", ["x"], ["floor"]),
+        n("Ceil", ["x"], ["ceil"]),
+        n("Round", ["x"], ["round"]),
+        n("Sign", ["x"], ["sign"]),
+        n("Sign", ["a"], ["sign_int"]),
+        n("Sin", ["x"], ["sin"]),
+        n("Cos", ["x"], ["cos"]),
+        n("Tan", ["x"], ["tan"]),
+        n("Atan", ["x"], ["atan"]),
+        n("Softplus", ["x"], ["softplus"]),
+        n("Softsign", ["x"], ["softsign"]),
+        n("Elu", ["x"], ["elu"], alpha=0.7),
+        n("Selu", ["x"], ["selu"]),
+        n("Celu", ["x"], ["celu"], alpha=1.3),
+        n("ThresholdedRelu", ["x"], ["thresholded"], alpha=0.4),
+        n("PRelu", ["x", "slope"], ["prelu"]),
+        n("PRelu", ["x", "slope_channel"], ["prelu_channel"]),
+        n("Mish", ["x"], ["mish"]),
+        n("HardSigmoid", ["x"], ["hard_sigmoid"]),
+        n("HardSigmoid", ["x"], ["hard_sigmoid_attrs"], alpha=0.3, beta=0.4),
+        n("HardSwish", ["x"], ["hard_swish"]),
+        n("Shrink", ["x"], ["shrink"], lambd=0.8, bias=0.3),
+        n("Mod", ["a", "b"], ["mod"]),
+        n("Mod", ["a", "b"], ["fmod_int"], fmod=1),
+        n("Mod", ["x", "positive"], ["fmod"], fmod=1),
+        n("Sum", ["x", "slope", "positive"], ["sum"]),
+        n("Mean", ["x", "slope_channel", "positive"], ["mean"]),
+        n("Sum", ["x"], ["sum_one"]),
+    ]
+    exact = ["reciprocal", "floor", "ceil", "round", "sign", "sign_int", "thresholded", "prelu"]
+    exact += ["prelu_channel", "shrink", "mod"]
+    exact += ["fmod_int", "fmod", "sum", "mean", "sum_one", "softsign"]
+    ulps = ["log", "sin", "cos", "atan", "tan"]
+    # Softplus/Elu/Selu/Celu/Mish: exp/log1p/tanh approximations, and exp(x) - 1 cancels near zero.
+    absolute = ["softplus", "elu", "selu", "celu", "mish"]
+    # alpha * x + beta: XLA:CPU contracts it into one fused multiply-add, onnxruntime rounds twice.
+    absolute += ["hard_sigmoid", "hard_sigmoid_attrs", "hard_swish"]
+    outputs = [Output(o) for o in exact] + [Output(o, "ulps") for o in ulps]
+    outputs += [Output(o, "absolute") for o in absolute]
+    inputs = {"x": x, "positive": positive, "slope": slope, "slope_channel": slope_channel, "a": a, "b": b}
+    check(nodes, inputs, outputs, opset=18, engines=("xla", "interpreter"))
+
+
+def test_comparisons_and_logic() -> None:
+    x, y = rand(3, 4), rand(4)
+    y[1] = x[0, 1]  # equal values
+    special = np.array([0.0, np.inf, -np.inf, np.nan, 1.0, -2.0], np.float32)
+    p, q = RNG.random((3, 4)) < 0.5, RNG.random((1, 4)) < 0.5
+    i, j = ints(3, 4), ints(3, 1)
+    u = np.array([1, 2, 200, 7], np.uint8)
+    shift = np.array([1, 0, 3, 7], np.uint8)
+    nodes = [
+        n("Greater", ["x", "y"], ["greater"]),
+        n("GreaterOrEqual", ["x", "y"], ["greater_equal"]),
+        n("Less", ["x", "y"], ["less"]),
+        n("LessOrEqual", ["i", "j"], ["less_equal_int"]),
+        n("Greater", ["special", "zero"], ["greater_special"]),
+        const("zero", 0.0, np.float32),
+        n("And", ["p", "q"], ["and"]),
+        n("Or", ["p", "q"], ["or"]),
+        n("Xor", ["p", "q"], ["xor"]),
+        n("Not", ["p"], ["not"]),
+        n("IsNaN", ["special"], ["is_nan"]),
+        n("IsInf", ["special"], ["is_inf"]),
+        n("IsInf", ["special"], ["is_pos_inf"], detect_negative=0),
+        n("IsInf", ["special"], ["is_neg_inf"], detect_positive=0),
+        n("BitShift", ["u", "shift"], ["shift_left"], direction="LEFT"),
+        n("BitShift", ["u", "shift"], ["shift_right"], direction="RIGHT"),
+    ]
+    names = ["greater", "greater_equal", "less", "less_equal_int", "greater_special", "and", "or", "xor"]
+    names += ["not", "is_nan", "is_inf", "is_pos_inf", "is_neg_inf", "shift_left", "shift_right"]
+    inputs = {"x": x, "y": y, "special": special, "p": p, "q": q, "i": i, "j": j, "u": u, "shift": shift}
+    check(nodes, inputs, [Output(o) for o in names], opset=17, engines=("xla", "interpreter"))

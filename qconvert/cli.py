@@ -87,18 +87,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parse_input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
-    """`["x=1x128", "mask=1x128"]` -> `{"x": (1, 128), "mask": (1, 128)}`; InputError when malformed."""
+    """`["x=1x128", "mask=1,128"]` -> `{"x": (1, 128), "mask": (1, 128)}` (dims split by x or a comma; an
+    empty shape is a scalar); InputError when malformed or a name is given twice."""
+    import re
+
     from qconvert.errors import InputError
 
     shapes: dict[str, tuple[int, ...]] = {}
     for spec in specs:
         name, _, dims = spec.rpartition("=")
         try:
-            shapes[name] = tuple(int(d) for d in dims.split("x")) if dims else ()
+            shape = tuple(int(d) for d in re.split(r"[x,]", dims)) if dims else ()
         except ValueError:
             name = ""
-        if not name:
-            raise InputError(f"--input-shape '{spec}': expected NAME=D0xD1x... (e.g. x=1x128)")
+        if not name or any(d < 0 for d in shape):
+            raise InputError(f"--input-shape '{spec}': expected NAME=D0xD1x... (e.g. x=1x128 or x=1,128)")
+        if name in shapes and shapes[name] != shape:
+            raise InputError(f"--input-shape gives '{name}' twice: {list(shapes[name])} and {list(shape)}")
+        shapes[name] = shape
     return shapes
 
 

@@ -22,6 +22,7 @@ from onnx.external_data_helper import load_external_data_for_model, uses_externa
 
 from qconvert.errors import InputError
 
+from .static_shapes import infer_static_types, override_input_shapes
 from .wire import RawData, strip_raw_data
 
 MICROSOFT_DOMAIN = "com.microsoft"
@@ -97,18 +98,6 @@ def _check_parsed(model: ModelProto, path: Path) -> None:
         )
 
 
-def override_input_shapes(model: ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> None:
-    """Set the dims of the named graph inputs (`--input-shape name=1x128`), before shape inference."""
-    inputs = {i.name: i for i in model.graph.input}
-    for name, shape in input_shapes.items():
-        if name not in inputs:
-            raise InputError(f"--input-shape names '{name}', which is not a graph input {sorted(inputs)}")
-        tensor_type = inputs[name].type.tensor_type
-        tensor_type.shape.ClearField("dim")
-        for size in shape:
-            tensor_type.shape.dim.add().dim_value = int(size)
-
-
 @dataclass
 class LoadedModel:
     """A model read for lifting: shapes inferred, external data checked (read later, memory-mapped)."""
@@ -124,7 +113,10 @@ class LoadedModel:
 
 
 def load(
-    source: str | os.PathLike[str] | ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
+    source: str | os.PathLike[str] | ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    *,
+    shapes_from: str = "--input-shape",
 ) -> tuple[ModelProto, InputError | None]:
     """The model with inferred shapes and its external data loaded; InputError on any bad input.
 
@@ -132,7 +124,7 @@ def load(
     reports unsupported nodes (the usual cause, e.g. an op of a domain the model does not import), and
     raises the inference error only when there are none.
     """
-    loaded = load_model(source, input_shapes, load_external_data=True)
+    loaded = load_model(source, input_shapes, load_external_data=True, shapes_from=shapes_from)
     return loaded.model, loaded.inference_error
 
 
@@ -143,6 +135,7 @@ def load_model(
     load_external_data: bool = False,
     detach: Callable[[TensorProto, RawData], bool] | None = None,
     map_file: bool = False,
+    shapes_from: str = "--input-shape",
 ) -> LoadedModel:
     """`load`, for the lifter: external data is checked (inside the model's folder, present) but not
     read unless `load_external_data`; the raw_data of the initializers `detach(tensor, raw_data)`
@@ -155,7 +148,7 @@ def load_model(
     else:
         (model, base_dir), mapped = read_model(source), None
     if input_shapes:
-        override_input_shapes(model, input_shapes)
+        override_input_shapes(model, input_shapes, shapes_from)
     external = _external_tensors(model)
     if external and base_dir is None:
         raise InputError(
@@ -183,12 +176,20 @@ def load_model(
     if any(node.domain == MICROSOFT_DOMAIN for node in model.graph.node):
         # Imported here: it imports the IR, which reading a float model for calibration does not need.
         from .qoperator import infer_contrib_shapes as infer_contrib
+
+    def infer(scratch: ModelProto) -> ModelProto:
+        inferred = onnx.shape_inference.infer_shapes(
+            scratch, check_type=False, strict_mode=False, data_prop=True
+        )
+        if infer_contrib is not None:  # com.microsoft QOperator outputs, then downstream again
+            inferred = infer_contrib(inferred)
+        return inferred
+
     label = "<ModelProto>" if isinstance(source, ModelProto) else str(source)
     inference_error = None
     try:
-        model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-        if infer_contrib is not None:  # com.microsoft QOperator outputs, then downstream again
-            model = infer_contrib(model)
+        # Shape computations of static inputs fold, so their results get static types (static_shapes.py).
+        model = infer_static_types(model, infer, detached)
     except Exception as error:  # onnx raises InferenceError, ValidationError or RuntimeError
         inference_error = InputError(f"{label}: onnx shape inference failed: {error}")
     if external and load_external_data:

@@ -1,0 +1,298 @@
+"""Static shapes through the shape-computing subgraphs of an export, and checked input-shape overrides.
+
+torch's exporter (and the others) writes a model's sizes as computations: Shape -> Gather -> Unsqueeze ->
+Concat -> Reshape, ConstantOfShape / Expand of computed shapes, Range for position ids, Equal / Where on
+shapes. onnx's shape inference, even with data propagation, stops at several of them (Slice with a
+computed end, Range, Where). Once the graph inputs have static shapes those computations are constants:
+`infer_static_types` evaluates them (onnx's reference implementation, one node at a time, small tensors
+only), makes them initializers of a scratch copy of the graph (weights left out: big initializers become
+typed inputs), and runs onnx's shape inference again, until nothing more becomes known. Only the types
+are written back (value_info and graph outputs): the graph keeps every node, so `check` judges the model
+as it was given and errors name its nodes; the StableHLO lowering folds the same nodes itself.
+
+Why here, at load, and not as an IR pass: every consumer (the lifter and so every backend, the
+interpreter, `check`'s oracle and node cases) reads the types the frontend gives, and an op's shape rules
+stay written once, in onnx's own shape inference, instead of a second copy over the IR.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+from onnx import (
+    AttributeProto,
+    GraphProto,
+    ModelProto,
+    NodeProto,
+    TensorProto,
+    TypeProto,
+    ValueInfoProto,
+    helper,
+    numpy_helper,
+)
+
+from qconvert.errors import InputError
+
+from .wire import RawData
+
+FOLD_MAX_ELEMENTS = 4096
+"""Values folded at load are shape computations: tiny. Anything larger is data, left to inference."""
+MAX_ROUNDS = 64  # fold / infer rounds; each round makes at least one more node known
+DEFAULT_DOMAINS = ("", "ai.onnx")
+NONDETERMINISTIC = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+FOLDABLE_KINDS = "biuf"  # numpy kinds of values we fold: bool, integers, floats (no strings, no float8)
+
+Infer = Callable[[ModelProto], ModelProto]
+
+
+# Input-shape overrides ---------------------------------------------------------------------------
+def dims_text(dims: Sequence[object]) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def model_dims(info: ValueInfoProto) -> list[int | str] | None:
+    """The declared dims of a graph input (an int, a dim_param name, or '?'); None when it has no shape."""
+    tensor_type = info.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor_type.shape.dim]
+
+
+def check_input_shapes(
+    model: ModelProto, input_shapes: Mapping[str, Sequence[int]], source: str = "--input-shape"
+) -> None:
+    """InputError unless every named graph input exists and each shape agrees with its static dims.
+
+    `source` says where the shapes came from in the messages (`--input-shape`, `the --data array`)."""
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = {i.name: i for i in model.graph.input if i.name not in initializers}
+    for name, shape in input_shapes.items():
+        given = [int(s) for s in shape]
+        if name not in inputs:
+            if name in initializers:
+                raise InputError(
+                    f"{source} names '{name}', an initializer (a weight) of the model, not a graph input; "
+                    f"the inputs are {sorted(inputs)}"
+                )
+            close = difflib.get_close_matches(name, list(inputs), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise InputError(
+                f"{source} names '{name}', which is not a graph input (the inputs are {sorted(inputs)}){hint}"
+            )
+        if any(s < 0 for s in given):
+            raise InputError(f"{source} {name}={dims_text(given)}: dims must be 0 or more")
+        dims = model_dims(inputs[name])
+        if dims is None:
+            continue  # the model does not say: any shape is the user's to give
+        if len(dims) != len(given):
+            raise InputError(
+                f"{source} gives input '{name}' rank {len(given)} {dims_text(given)}; the model's input "
+                f"'{name}' has rank {len(dims)} {dims_text(dims)}"
+            )
+        clashes = [
+            f"dim {i} is {d} in the model, {g} given"
+            for i, (d, g) in enumerate(zip(dims, given))
+            if isinstance(d, int) and d != g
+        ]
+        if clashes:
+            raise InputError(
+                f"{source} gives input '{name}' the shape {dims_text(given)}, which contradicts the model's "
+                f"static {dims_text(dims)}: {'; '.join(clashes)}"
+            )
+
+
+def override_input_shapes(
+    model: ModelProto, input_shapes: Mapping[str, Sequence[int]], source: str = "--input-shape"
+) -> None:
+    """Set the dims of the named graph inputs (`--input-shape x=1x128`), checked by `check_input_shapes`."""
+    check_input_shapes(model, input_shapes, source)
+    inputs = {i.name: i for i in model.graph.input}
+    for name, shape in input_shapes.items():
+        tensor_type = inputs[name].type.tensor_type
+        tensor_type.shape.ClearField("dim")
+        for size in shape:
+            tensor_type.shape.dim.add().dim_value = int(size)
+
+
+# Fold and infer ----------------------------------------------------------------------------------
+def is_static(type_proto: TypeProto | None) -> bool:
+    if type_proto is None or type_proto.WhichOneof("value") != "tensor_type":
+        return False
+    tensor_type = type_proto.tensor_type
+    return tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in tensor_type.shape.dim)
+
+
+def _small_array(tensor: TensorProto, raw: RawData | None) -> np.ndarray | None:
+    """The initializer's value when it is small and held in memory (never external data)."""
+    if int(np.prod(tensor.dims, dtype=np.int64)) > FOLD_MAX_ELEMENTS:
+        return None
+    if tensor.data_location == TensorProto.EXTERNAL:
+        return None
+    if raw is not None:  # detached by load_model: put it back on a copy (it is small)
+        copy = TensorProto()
+        copy.CopyFrom(tensor)
+        copy.raw_data = bytes(raw)
+        tensor = copy
+    try:
+        array = numpy_helper.to_array(tensor)
+    except Exception:  # an element type numpy cannot hold
+        return None
+    return array if array.dtype.kind in FOLDABLE_KINDS else None
+
+
+def _has_subgraph(node: NodeProto) -> bool:
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute)
+
+
+def _shape_value(node: NodeProto, type_proto: TypeProto) -> np.ndarray:
+    """Shape / Size of a statically typed tensor (Shape's start / end as in the spec, clamped)."""
+    shape = np.asarray([d.dim_value for d in type_proto.tensor_type.shape.dim], dtype=np.int64)
+    if node.op_type == "Size":
+        return np.asarray(np.prod(shape, dtype=np.int64), dtype=np.int64)
+    rank = len(shape)
+    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    start, end = int(attributes.get("start", 0)), int(attributes.get("end", rank))
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    return shape[start:end]
+
+
+def _evaluate(model: ModelProto, node: NodeProto, known: Mapping[str, np.ndarray]) -> list[np.ndarray] | None:
+    """The node's outputs by onnx's reference implementation, or None when it cannot run them."""
+    from onnx.reference import ReferenceEvaluator
+
+    present = [name for name in node.input if name]
+    inputs = [
+        helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(known[name].dtype), list(known[name].shape)
+        )
+        for name in dict.fromkeys(present)
+    ]
+    outputs = [ValueInfoProto(name=name) for name in node.output if name]
+    graph = helper.make_graph([node], "fold", inputs, outputs)
+    single = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    try:
+        results = ReferenceEvaluator(single).run(None, {name: known[name] for name in dict.fromkeys(present)})
+    except Exception:  # the reference raises any exception type; inference then says what it can
+        return None
+    arrays = [np.asarray(r) for r in results]
+    if any(a.dtype.kind not in FOLDABLE_KINDS or a.size > FOLD_MAX_ELEMENTS for a in arrays):
+        return None
+    return arrays
+
+
+def _fold_round(
+    model: ModelProto, known: dict[str, np.ndarray], folded: set[int], types: Mapping[str, TypeProto]
+) -> bool:
+    """Make known every node whose value the types and known values determine; True when any was."""
+    progress = False
+    for index, node in enumerate(model.graph.node):
+        if index in folded or node.domain not in DEFAULT_DOMAINS or _has_subgraph(node):
+            continue
+        if node.op_type in NONDETERMINISTIC or not node.output or not node.output[0]:
+            continue
+        if node.op_type in ("Shape", "Size"):
+            type_proto = types.get(node.input[0]) if node.input else None
+            if type_proto is None or not is_static(type_proto):
+                continue
+            arrays: list[np.ndarray] | None = [_shape_value(node, type_proto)]
+        else:
+            present = [name for name in node.input if name]
+            if not present and node.op_type != "Constant":
+                continue
+            if any(name not in known for name in present):
+                continue
+            arrays = _evaluate(model, node, known)
+        if arrays is None or len(arrays) != len([o for o in node.output if o]):
+            continue
+        for name, array in zip([o for o in node.output if o], arrays):
+            known[name] = array
+        folded.add(index)
+        progress = True
+    return progress
+
+
+def _scratch_model(model: ModelProto, known: Mapping[str, np.ndarray], folded: set[int]) -> ModelProto:
+    """The model for one inference round: folded nodes gone, known values initializers, other initializers
+    typed graph inputs (so no weight is copied), declared value_info kept."""
+    graph = GraphProto(name=model.graph.name)
+    graph.node.extend(node for index, node in enumerate(model.graph.node) if index not in folded)
+    listed = set()
+    for info in model.graph.input:
+        if info.name not in known:
+            graph.input.append(info)
+            listed.add(info.name)
+    for tensor in model.graph.initializer:
+        if tensor.name not in known and tensor.name not in listed:
+            graph.input.append(
+                helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+            )
+            listed.add(tensor.name)
+    graph.sparse_initializer.extend(model.graph.sparse_initializer)
+    graph.initializer.extend(numpy_helper.from_array(array, name) for name, array in known.items())
+    graph.output.extend(model.graph.output)
+    graph.value_info.extend(info for info in model.graph.value_info if info.name not in known)
+    scratch = ModelProto(ir_version=model.ir_version, producer_name=model.producer_name, graph=graph)
+    scratch.opset_import.extend(model.opset_import)
+    scratch.functions.extend(model.functions)
+    return scratch
+
+
+def _inferred_types(inferred: ModelProto, known: Mapping[str, np.ndarray]) -> dict[str, TypeProto]:
+    graph = inferred.graph
+    types = {info.name: info.type for info in [*graph.input, *graph.value_info, *graph.output]}
+    for name, array in known.items():
+        types[name] = helper.make_tensor_type_proto(
+            helper.np_dtype_to_tensor_dtype(array.dtype), list(array.shape)
+        )
+    return types
+
+
+def infer_static_types(
+    model: ModelProto, infer: Infer, detached: Mapping[str, RawData] | None = None
+) -> ModelProto:
+    """`model` with the types of its values (value_info, graph outputs) inferred as far as the static
+    input shapes and the shape computations allow. `infer` is one round of shape inference (onnx's, plus
+    the com.microsoft ops'); its exception in the first round propagates (the caller reports it), a
+    later round's ends the folding with the types found so far. The model is modified in place."""
+    detached = detached or {}
+    known: dict[str, np.ndarray] = {}
+    for tensor in model.graph.initializer:
+        array = _small_array(tensor, detached.get(tensor.name))
+        if array is not None:
+            known.setdefault(tensor.name, array)
+    folded: set[int] = set()
+    types = _inferred_types(infer(_scratch_model(model, known, folded)), known)
+    for _ in range(MAX_ROUNDS):
+        if not _fold_round(model, known, folded, types):
+            break
+        try:
+            inferred = infer(_scratch_model(model, known, folded))
+        except Exception:  # onnx raises InferenceError, ValidationError or RuntimeError
+            break
+        types = _inferred_types(inferred, known)
+    _write_types(model, types)
+    return model
+
+
+def _write_types(model: ModelProto, types: Mapping[str, TypeProto]) -> None:
+    """value_info of every node output the rounds typed; graph outputs where the inferred type is static."""
+    graph = model.graph
+    produced = [name for node in graph.node for name in node.output if name]
+    declared = {info.name: info for info in graph.value_info}
+    value_info = []
+    for name in dict.fromkeys(produced):
+        if name in types and types[name].WhichOneof("value") is not None:
+            value_info.append(helper.make_value_info(name, types[name]))
+        elif name in declared:
+            value_info.append(declared[name])
+    graph.ClearField("value_info")
+    graph.value_info.extend(value_info)
+    for output in graph.output:
+        inferred = types.get(output.name)
+        if inferred is not None and (is_static(inferred) or not output.type.HasField("tensor_type")):
+            output.type.CopyFrom(inferred)

@@ -1,0 +1,469 @@
+"""What ONNX LSTM, GRU and com.microsoft DynamicQuantizeLSTM mean, written once for every executor.
+
+The interpreter (numpy, qconvert/interpret_recurrent.py) and the StableHLO lowering
+(backends/stablehlo/onnx_recurrent.py) both call `run_recurrent` with their own `RecurrentMath`
+(the arithmetic: numpy arrays or StableHLO values) and `Projection` (the matrix products: float, or
+dynamically quantized int8 as onnxruntime's quantized LSTM). Everything else lives here: attribute
+decoding and defaults, input positions, gate order, bias, peepholes, clip, `input_forget`,
+`linear_before_reset`, directions, `sequence_lens`, `layout`, and the outputs Y / Y_h / Y_c.
+
+Conventions (ONNX spec, onnxruntime's deep CPU kernels for the order of float operations):
+
+- LSTM gates `iofc` (W: [D, 4H, I], R: [D, 4H, H], B: [D, 8H] = Wb then Rb, P: [D, 3H] = i, o, f);
+  per step `gates = X_t W^T + H_{t-1} R^T`, then per gate `+ C P` (i, f with C_{t-1}, o with C_t),
+  `+ (Wb + Rb)` (the two biases summed first, as onnxruntime), clip, activation:
+  `i = f(.)`, `f = 1 - i` when `input_forget` else `f(.)`, `c = g(.)`, `C_t = C_{t-1} f + i c`,
+  `o = f(.)`, `H_t = h(C_t) o`.
+- GRU gates `zrh` (W: [D, 3H, I], R: [D, 3H, H], B: [D, 6H]); `z = f(Xz + H Rz^T + Wbz + Rbz)`,
+  `r` likewise, `h = g(Xh + (r H) Rh^T + Rbh + Wbh)` or with `linear_before_reset`
+  `h = g(Xh + r (H Rh^T + Rbh) + Wbh)`, `H_t = (1 - z) h + z H_{t-1}`.
+- DynamicQuantizeLSTM: an LSTM whose W [D, I, 4H] and R [D, H, 4H] are int8 / uint8 with scales and
+  zero points (inputs 8-11, one per direction or per direction and column); `layout` is not allowed.
+- `sequence_lens`: a row b runs `len_b` steps (reverse: over its first `len_b` time steps, backwards);
+  Y is zero past `len_b`, Y_h / Y_c hold the state at its last step (zero when `len_b` is 0).
+- `layout` 1: X [B, T, I], states [B, D, H], Y [B, T, D, H] (0: X [T, B, I], Y [T, D, B, H]).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+
+from qconvert.errors import InputError
+from qconvert.ir.attributes import ArrayAttr, DenseArrayAttr, FloatAttr, IntegerAttr, StringAttr
+from qconvert.ir.core import Operation
+
+T = TypeVar("T")
+
+LSTM_INPUTS = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")
+GRU_INPUTS = ("X", "W", "R", "B", "sequence_lens", "initial_h")
+QUANTIZED_LSTM_INPUTS = (*LSTM_INPUTS, "W_scale", "W_zero_point", "R_scale", "R_zero_point")
+OP_TYPES = {"LSTM": LSTM_INPUTS, "GRU": GRU_INPUTS, "DynamicQuantizeLSTM": QUANTIZED_LSTM_INPUTS}
+
+# Activation name (lower case) -> (default alpha, default beta) as the ONNX operators of that name
+# define them (the spec: "default values are the same as of corresponding ONNX operators"); None
+# where the function takes no such parameter. Affine / ScaledTanh are the former ONNX ops' defaults.
+ACTIVATION_DEFAULTS: dict[str, tuple[float | None, float | None]] = {
+    "sigmoid": (None, None),
+    "tanh": (None, None),
+    "relu": (None, None),
+    "softsign": (None, None),
+    "softplus": (None, None),
+    "leakyrelu": (0.01, None),
+    "thresholdedrelu": (1.0, None),
+    "elu": (1.0, None),
+    "hardsigmoid": (0.2, 0.5),
+    "affine": (1.0, 0.0),
+    "scaledtanh": (1.0, 1.0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Activation:
+    name: str  # lower case, as in ACTIVATION_DEFAULTS
+    alpha: float = 0.0
+    beta: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RecurrentAttributes:
+    """The decoded attributes of one LSTM / GRU / DynamicQuantizeLSTM node."""
+
+    op_type: str
+    hidden_size: int
+    direction: str  # forward | reverse | bidirectional
+    activations: tuple[tuple[Activation, ...], ...]  # per direction: (f, g, h) LSTM, (f, g) GRU
+    clip: float | None
+    input_forget: bool
+    layout: int
+    linear_before_reset: bool
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.direction == "bidirectional" else 1
+
+    @property
+    def reversed_directions(self) -> list[bool]:
+        """Per direction index, whether it runs backwards in time."""
+        if self.direction == "bidirectional":
+            return [False, True]
+        return [self.direction == "reverse"]
+
+    @property
+    def gate_count(self) -> int:
+        return 3 if self.op_type == "GRU" else 4
+
+
+def op_attributes(op: Operation) -> tuple[str, RecurrentAttributes]:
+    """The ONNX op type of a lifted `onnx.[<domain>.]<Op>` recurrent op and its decoded attributes."""
+    op_type = op.name.rpartition(".")[2]
+    values: dict[str, object] = {}
+    for name, attribute in op.attributes.items():
+        if isinstance(attribute, IntegerAttr | FloatAttr | StringAttr):
+            values[name] = attribute.value
+        elif isinstance(attribute, DenseArrayAttr):
+            values[name] = list(attribute.values)
+        elif isinstance(attribute, ArrayAttr):
+            values[name] = [getattr(e, "value", e) for e in attribute.elements]
+    node = op.attributes.get("onnx.node_name")
+    where = f"{op_type} node '{node.value}'" if isinstance(node, StringAttr) else f"{op_type} node"
+    return op_type, decode_attributes(op_type, values, where)
+
+
+def decode_attributes(op_type: str, attributes: Mapping[str, object], where: str) -> RecurrentAttributes:
+    """Attributes as plain Python values (`hidden_size` int, `activations` list of str, ...) -> the
+    decoded form with every default filled in; `where` names the node in error messages."""
+    if op_type not in OP_TYPES:
+        raise InputError(f"{where}: {op_type} is not a recurrent op")
+    direction = str(attributes.get("direction", "forward"))
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise InputError(f"{where}: direction={direction!r} (forward, reverse or bidirectional)")
+    if "hidden_size" not in attributes:
+        raise InputError(f"{where}: the hidden_size attribute is required here")
+    hidden_size = int(attributes["hidden_size"])  # type: ignore[call-overload]
+    directions = 2 if direction == "bidirectional" else 1
+    per_direction = 2 if op_type == "GRU" else 3
+    default_names = ["sigmoid", "tanh"] if op_type == "GRU" else ["sigmoid", "tanh", "tanh"]
+    names = [str(n).lower() for n in attributes.get("activations") or default_names * directions]  # type: ignore[attr-defined]
+    if len(names) != per_direction * directions:
+        raise InputError(
+            f"{where}: {len(names)} activations for {directions} direction(s); {op_type} takes "
+            f"{per_direction} per direction"
+        )
+    alphas = [float(v) for v in attributes.get("activation_alpha") or []]  # type: ignore[attr-defined]
+    betas = [float(v) for v in attributes.get("activation_beta") or []]  # type: ignore[attr-defined]
+    decoded: list[Activation] = []
+    for name in names:  # alpha / beta are consumed in order by the functions that take them
+        if name not in ACTIVATION_DEFAULTS:
+            raise InputError(f"{where}: unknown activation {name!r}")
+        default_alpha, default_beta = ACTIVATION_DEFAULTS[name]
+        alpha = beta = 0.0
+        if default_alpha is not None:
+            alpha = alphas.pop(0) if alphas else default_alpha
+        if default_beta is not None:
+            beta = betas.pop(0) if betas else default_beta
+        decoded.append(Activation(name, alpha, beta))
+    grouped = tuple(tuple(decoded[d * per_direction : (d + 1) * per_direction]) for d in range(directions))
+    clip = attributes.get("clip")
+    layout = int(attributes.get("layout", 0))  # type: ignore[call-overload]
+    if layout not in (0, 1) or (layout == 1 and op_type == "DynamicQuantizeLSTM"):
+        raise InputError(f"{where}: layout={layout} is not supported by {op_type}")
+    return RecurrentAttributes(
+        op_type=op_type,
+        hidden_size=hidden_size,
+        direction=direction,
+        activations=grouped,
+        clip=None if clip is None else float(clip),  # type: ignore[arg-type]
+        input_forget=bool(int(attributes.get("input_forget", 0))),  # type: ignore[call-overload]
+        layout=layout,
+        linear_before_reset=bool(int(attributes.get("linear_before_reset", 0))),  # type: ignore[call-overload]
+    )
+
+
+class RecurrentMath(Protocol[T]):
+    """The arithmetic `run_recurrent` needs, on one executor's values (all float32)."""
+
+    def add(self, a: T, b: T) -> T: ...
+    def subtract(self, a: T, b: T) -> T: ...
+    def multiply(self, a: T, b: T) -> T: ...
+    def divide(self, a: T, b: T) -> T: ...
+    def scale(self, a: T, factor: float) -> T: ...  # a * f32(factor)
+    def offset(self, a: T, amount: float) -> T: ...  # a + f32(amount)
+    def rsub(self, amount: float, a: T) -> T: ...  # f32(amount) - a
+    def maximum(self, a: T, bound: float) -> T: ...
+    def minimum(self, a: T, bound: float) -> T: ...
+    def where_greater(self, a: T, bound: float, then: T, otherwise: T) -> T: ...
+    def sigmoid(self, a: T) -> T: ...
+    def tanh(self, a: T) -> T: ...
+    def exp(self, a: T) -> T: ...
+    def log(self, a: T) -> T: ...
+    def abs(self, a: T) -> T: ...
+    def columns(self, a: T, start: int, size: int) -> T: ...  # a[:, start:start + size]
+    def row(self, a: T, index: int) -> T: ...  # a[index]: one direction of a [D, ...] tensor
+    def zeros(self, rows: int, columns: int) -> T: ...
+    def steps(self, sequence: T) -> list[T]: ...  # [T, B, K] -> T arrays [B, K]
+    def pick_rows(
+        self, arrays: Sequence[T], indices: Sequence[int]
+    ) -> T: ...  # row b from arrays[indices[b]]
+    def select_rows(self, mask: Sequence[bool], then: T, otherwise: T) -> T: ...  # per row b
+    def stack(self, arrays: Sequence[T], axis: int) -> T: ...  # a new axis
+    def transpose(self, a: T, permutation: Sequence[int]) -> T: ...
+
+
+class Projection(Protocol[T]):
+    """The matrix products of one direction: float (`X W^T`) or onnxruntime's dynamically quantized GEMM."""
+
+    def inputs(self, steps: list[T]) -> list[T]: ...  # X_t W^T for each given step (one call, all steps)
+    def hidden(self, h: T, onto: T | None, gate: slice | None = None) -> T: ...  # (onto +) H R[gate]^T
+
+
+@dataclass(slots=True)
+class RecurrentInputs(Generic[T]):
+    """The node's inputs on one executor, by ONNX name; absent optional inputs None."""
+
+    x: T
+    bias: T | None  # [D, 2 * gates * H]
+    initial_h: T | None
+    initial_c: T | None
+    peepholes: T | None  # [D, 3H]
+    sequence_lens: np.ndarray | None  # must be known (a constant, or the interpreter's run-time value)
+    sequence_length: int
+    batch_size: int
+
+
+@dataclass(slots=True)
+class RecurrentOutputs(Generic[T]):
+    y: T
+    y_h: T
+    y_c: T | None
+
+
+def activate(math: RecurrentMath[T], activation: Activation, x: T) -> T:
+    """One RNN activation function, by the ONNX operator of that name."""
+    name, alpha, beta = activation.name, activation.alpha, activation.beta
+    if name == "sigmoid":
+        return math.sigmoid(x)
+    if name == "tanh":
+        return math.tanh(x)
+    if name == "relu":
+        return math.maximum(x, 0.0)
+    if name == "leakyrelu":  # max(x, 0) + alpha * min(x, 0): each term exact where the other is 0
+        return math.add(math.maximum(x, 0.0), math.scale(math.minimum(x, 0.0), alpha))
+    if name == "thresholdedrelu":
+        return math.where_greater(x, alpha, x, math.scale(x, 0.0))
+    if name == "elu":  # alpha * (exp(min(x, 0)) - 1) is 0 for x >= 0
+        return math.add(
+            math.maximum(x, 0.0), math.scale(math.offset(math.exp(math.minimum(x, 0.0)), -1.0), alpha)
+        )
+    if name == "hardsigmoid":
+        return math.maximum(math.minimum(math.offset(math.scale(x, alpha), beta), 1.0), 0.0)
+    if name == "affine":
+        return math.offset(math.scale(x, alpha), beta)
+    if name == "scaledtanh":
+        return math.scale(math.tanh(math.scale(x, beta)), alpha)
+    if name == "softsign":
+        return math.divide(x, math.offset(math.abs(x), 1.0))
+    if name == "softplus":
+        return math.log(math.offset(math.exp(x), 1.0))
+    raise AssertionError(name)
+
+
+def _clip(math: RecurrentMath[T], x: T, clip: float | None) -> T:
+    if clip is None:
+        return x
+    return math.maximum(math.minimum(x, clip), -clip)
+
+
+def run_recurrent(
+    math: RecurrentMath[T],
+    attributes: RecurrentAttributes,
+    inputs: RecurrentInputs[T],
+    projections: Sequence[Projection[T]],
+    *,
+    sequence_output: bool = True,
+) -> RecurrentOutputs[T]:
+    """Run every direction and assemble Y, Y_h (and Y_c for LSTMs) in the node's layout.
+
+    `projections[d]` holds direction d's weights. `sequence_output` says whether the node's Y is
+    requested: onnxruntime then feeds rows past their length a zero state in the next product (which
+    only the quantized product can see, through its dynamic range), else their last state.
+    """
+    hidden = attributes.hidden_size
+    x = inputs.x if attributes.layout == 0 else math.transpose(inputs.x, (1, 0, 2))
+    batch, length = inputs.batch_size, inputs.sequence_length
+    lengths = [length] * batch if inputs.sequence_lens is None else [int(v) for v in inputs.sequence_lens]
+    if len(lengths) != batch or any(not 0 <= v <= length for v in lengths):
+        raise InputError(f"sequence_lens {lengths} must hold {batch} values in [0, {length}]")
+    initial_h = inputs.initial_h
+    initial_c = inputs.initial_c
+    if attributes.layout == 1:
+        initial_h = None if initial_h is None else math.transpose(initial_h, (1, 0, 2))
+        initial_c = None if initial_c is None else math.transpose(initial_c, (1, 0, 2))
+    x_steps = math.steps(x)
+    ys, hs, cs = [], [], []
+    for direction, backwards in enumerate(attributes.reversed_directions):
+        h0 = math.zeros(batch, hidden) if initial_h is None else math.row(initial_h, direction)
+        bias = None if inputs.bias is None else math.row(inputs.bias, direction)
+        run = _run_gru if attributes.op_type == "GRU" else _run_lstm
+        c0 = None
+        if attributes.op_type != "GRU":
+            c0 = math.zeros(batch, hidden) if initial_c is None else math.row(initial_c, direction)
+        peepholes = None if inputs.peepholes is None else math.row(inputs.peepholes, direction)
+        y, h, c = run(
+            math, attributes, attributes.activations[direction], projections[direction], x_steps, lengths,
+            backwards, h0, c0, bias, peepholes, sequence_output,
+        )  # fmt: skip
+        ys.append(y)
+        hs.append(h)
+        cs.append(c)
+    y_all = math.stack([math.stack(y, 0) for y in ys], 1)  # [T, D, B, H]
+    y_h = math.stack(hs, 0)  # [D, B, H]
+    y_c = None if attributes.op_type == "GRU" else math.stack(cs, 0)  # type: ignore[arg-type]
+    if attributes.layout == 1:
+        y_all = math.transpose(y_all, (2, 0, 1, 3))
+        y_h = math.transpose(y_h, (1, 0, 2))
+        y_c = None if y_c is None else math.transpose(y_c, (1, 0, 2))
+    return RecurrentOutputs(y_all, y_h, y_c)
+
+
+Runner = Callable[..., tuple[list[T], T, T | None]]
+
+
+def _schedule(lengths: list[int], backwards: bool, step: int) -> tuple[list[bool], list[int]]:
+    """Which rows run at `step`, and the time index each row reads (reverse: its own sequence backwards;
+    a finished row reads its own time index, as onnxruntime's reversed input buffer holds it)."""
+    active = [step < n for n in lengths]
+    times = [(n - 1 - step if backwards and step < n else step) for n in lengths]
+    return active, times
+
+
+def _finish(
+    math: RecurrentMath[T],
+    outputs: list[T],
+    lengths: list[int],
+    backwards: bool,
+    state: T,
+    rows: int,
+    hidden: int,
+) -> tuple[list[T], T]:
+    """Per-step outputs (zero where a row had finished) in time order, and the final state (zero for
+    rows of length 0)."""
+    length = len(outputs)
+    if backwards:  # Y[t, b] is the output of step len_b - 1 - t
+        reordered = []
+        for t in range(length):
+            indices = [(n - 1 - t if t < n else t) for n in lengths]
+            reordered.append(math.pick_rows(outputs, indices))
+        outputs = reordered
+    if any(n == 0 for n in lengths):
+        state = math.select_rows([n > 0 for n in lengths], state, math.zeros(rows, hidden))
+    return outputs, state
+
+
+def _run_lstm(
+    math: RecurrentMath[T], attributes: RecurrentAttributes, activations: tuple[Activation, ...],
+    projection: Projection[T], x_steps: list[T], lengths: list[int], backwards: bool, h: T, c: T,
+    bias: T | None, peepholes: T | None, sequence_output: bool,
+) -> tuple[list[T], T, T]:  # fmt: skip
+    hidden, rows, length = attributes.hidden_size, len(lengths), len(x_steps)
+    f_act, g_act, h_act = activations
+    longest = max(lengths, default=0)
+    schedules = [_schedule(lengths, backwards, s) for s in range(longest)]
+    projected = (
+        projection.inputs([math.pick_rows(x_steps, times) for _, times in schedules]) if longest else []
+    )
+    fused_bias = None  # Wb + Rb, summed once
+    if bias is not None:
+        fused_bias = math.add(math.columns(bias, 0, 4 * hidden), math.columns(bias, 4 * hidden, 4 * hidden))
+
+    def gate(gates: T, index: int, cell: T | None, peephole_index: int | None) -> T:
+        value = math.columns(gates, index * hidden, hidden)
+        if peepholes is not None and peephole_index is not None and cell is not None:
+            value = math.add(
+                value, math.multiply(cell, math.columns(peepholes, peephole_index * hidden, hidden))
+            )
+        if fused_bias is not None:
+            value = math.add(value, math.columns(fused_bias, index * hidden, hidden))
+        return _clip(math, value, attributes.clip)
+
+    outputs: list[T] = []
+    visible_h = h  # the state the next product reads (onnxruntime's buffer)
+    zeros = math.zeros(rows, hidden)
+    for step in range(longest):
+        active, _ = schedules[step]
+        gates = projection.hidden(visible_h, projected[step])
+        i = activate(math, f_act, gate(gates, 0, c, 0))  # iofc, peepholes i, o, f
+        if attributes.input_forget:
+            f = math.rsub(1.0, i)
+        else:
+            f = activate(math, f_act, gate(gates, 2, c, 2))
+        g = activate(math, g_act, gate(gates, 3, None, None))
+        c_new = math.add(math.multiply(c, f), math.multiply(i, g))
+        o = activate(math, f_act, gate(gates, 1, c_new, 1))
+        h_new = math.multiply(activate(math, h_act, c_new), o)
+        all_active = all(active)
+        h = h_new if all_active else math.select_rows(active, h_new, h)
+        c = c_new if all_active else math.select_rows(active, c_new, c)
+        output = h_new if all_active else math.select_rows(active, h_new, zeros)
+        outputs.append(output)
+        visible_h = output if sequence_output else h
+    outputs.extend([zeros] * (length - longest))
+    outputs, h = _finish(math, outputs, lengths, backwards, h, rows, hidden)
+    _, c = _finish(math, [], lengths, backwards, c, rows, hidden)
+    return outputs, h, c
+
+
+def _run_gru(
+    math: RecurrentMath[T], attributes: RecurrentAttributes, activations: tuple[Activation, ...],
+    projection: Projection[T], x_steps: list[T], lengths: list[int], backwards: bool, h: T, c: T | None,
+    bias: T | None, peepholes: T | None, sequence_output: bool,
+) -> tuple[list[T], T, None]:  # fmt: skip
+    hidden, rows, length = attributes.hidden_size, len(lengths), len(x_steps)
+    f_act, g_act = activations
+    longest = max(lengths, default=0)
+    schedules = [_schedule(lengths, backwards, s) for s in range(longest)]
+    projected = (
+        projection.inputs([math.pick_rows(x_steps, times) for _, times in schedules]) if longest else []
+    )
+
+    def bias_part(index: int) -> T | None:  # gates zrh, Wb then Rb
+        return None if bias is None else math.columns(bias, index * hidden, hidden)
+
+    def plus(value: T, *terms: T | None) -> T:
+        for term in terms:
+            if term is not None:
+                value = math.add(value, term)
+        return value
+
+    outputs: list[T] = []
+    zeros = math.zeros(rows, hidden)
+    for step in range(longest):
+        active, _ = schedules[step]
+        x_gates = projected[step]
+        zr = projection.hidden(h, None, slice(0, 2 * hidden))
+        z_pre = plus(
+            math.add(math.columns(x_gates, 0, hidden), math.columns(zr, 0, hidden)),
+            bias_part(0),
+            bias_part(3),
+        )
+        r_pre = plus(
+            math.add(math.columns(x_gates, hidden, hidden), math.columns(zr, hidden, hidden)),
+            bias_part(1),
+            bias_part(4),
+        )
+        z = activate(math, f_act, _clip(math, z_pre, attributes.clip))
+        r = activate(math, f_act, _clip(math, r_pre, attributes.clip))
+        x_h = math.columns(x_gates, 2 * hidden, hidden)
+        if attributes.linear_before_reset:
+            recurrent = plus(projection.hidden(h, None, slice(2 * hidden, 3 * hidden)), bias_part(5))
+            h_pre = plus(math.add(x_h, math.multiply(r, recurrent)), bias_part(2))
+        else:
+            recurrent = projection.hidden(math.multiply(r, h), None, slice(2 * hidden, 3 * hidden))
+            h_pre = plus(math.add(x_h, recurrent), bias_part(5), bias_part(2))
+        candidate = activate(math, g_act, _clip(math, h_pre, attributes.clip))
+        h_new = math.add(math.multiply(math.rsub(1.0, z), candidate), math.multiply(z, h))
+        all_active = all(active)
+        h = h_new if all_active else math.select_rows(active, h_new, h)
+        outputs.append(h_new if all_active else math.select_rows(active, h_new, zeros))
+    outputs.extend([zeros] * (length - longest))
+    outputs, h = _finish(math, outputs, lengths, backwards, h, rows, hidden)
+    return outputs, h, None
+
+
+__all__ = [
+    "ACTIVATION_DEFAULTS",
+    "OP_TYPES",
+    "Activation",
+    "Projection",
+    "RecurrentAttributes",
+    "RecurrentInputs",
+    "RecurrentMath",
+    "RecurrentOutputs",
+    "activate",
+    "decode_attributes",
+    "op_attributes",
+    "run_recurrent",
+]

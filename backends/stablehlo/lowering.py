@@ -31,7 +31,9 @@ ops of a new module, and returns the new values that replace the op's results, i
 - When an op cannot be lowered (an attribute value StableHLO cannot express, a dynamic shape, ...),
   call `ctx.unsupported("auto_pad=SAME_LOWER with dilations")`: it raises, the driver records the op
   (name, `onnx.node_name`, reason), keeps going with placeholder values, and reports every such op
-  at once in one InputError. Never emit something approximately right.
+  at once in one InputError, grouped by op name and reason (so keep node names and types out of the
+  reason); ops that fail on a shape known only at run time are one line. Never emit something
+  approximately right.
 - Rounding rules are never written inline: quantization arithmetic goes through `quant.py`, which
   calls `qconvert.numerics` for anything evaluated at conversion time.
 
@@ -75,6 +77,7 @@ from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
 from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import (
+    DYNAMIC,
     FloatType,
     FunctionType,
     IntegerType,
@@ -84,6 +87,7 @@ from qconvert.ir.types import (
     element_type_of,
     with_element_type,
 )
+from qconvert.problem_groups import NAMES_SHOWN, ProblemGroup, group_problems, listing
 
 from . import ops as hlo
 
@@ -207,7 +211,7 @@ class LoweringContext:
         if not isinstance(type_, RankedTensorType):
             self.unsupported(f"result #{index} has type {type_}, StableHLO needs ranked tensors")
         if not type_.has_static_shape():
-            self.unsupported(f"result #{index} has a dynamic shape {type_} (fix it with --input-shape)")
+            self.unsupported(f"result #{index} has a dynamic shape {type_}")
         return type_
 
     # Operands ---------------------------------------------------------------------------------
@@ -409,22 +413,94 @@ def _entry(attributes: Attribute | None, index: int) -> Attribute | None:
     return attributes.elements[index] if isinstance(attributes, ArrayAttr) else None
 
 
+def _argument_label(function: FuncOp, index: int) -> str:
+    entry = _entry(function.attributes.get("arg_attrs"), index)
+    name = dict(entry.entries).get("onnx.name") if isinstance(entry, DictionaryAttr) else None
+    return name.value if isinstance(name, StringAttr) else f"#{index}"
+
+
+def _is_static(type_: Type) -> bool:
+    return isinstance(type_, RankedTensorType) and type_.has_static_shape()
+
+
+def _shape_hint(type_: Type) -> str:
+    """`2x<d1>` for tensor<2x?xi64>: the static dims as they are, a placeholder for each dynamic one."""
+    if not isinstance(type_, RankedTensorType):
+        return "<d0>x<d1>..."
+    return "x".join(f"<d{i}>" if d == DYNAMIC else str(d) for i, d in enumerate(type_.shape))
+
+
 def check_static_inputs(function: FuncOp) -> None:
-    """StableHLO here is static: one InputError naming every argument with a dynamic or unknown shape."""
-    arg_attrs = function.attributes.get("arg_attrs")
-    dynamic = []
-    for index, type_ in enumerate(function.function_type.inputs):
-        if isinstance(type_, RankedTensorType) and type_.has_static_shape():
-            continue
-        entry = _entry(arg_attrs, index)
-        name = dict(entry.entries).get("onnx.name") if isinstance(entry, DictionaryAttr) else None
-        label = name.value if isinstance(name, StringAttr) else f"#{index}"
-        dynamic.append(f"input '{label}' has type {type_}")
+    """StableHLO here is static: one InputError naming every argument with a dynamic or unknown shape,
+    with how many values of the function have a dynamic shape because of it, and the --input-shape to give."""
+    dynamic = [i for i, t in enumerate(function.function_type.inputs) if not _is_static(t)]
+    if not dynamic:
+        return
+    # Which dynamic arguments each value depends on, and how many dynamic-shaped values each one causes.
+    depends: dict[Value, frozenset[int]] = {
+        argument: frozenset({i}) if i in dynamic else frozenset()
+        for i, argument in enumerate(function.body.arguments)
+    }
+    caused = dict.fromkeys(dynamic, 0)
+    dynamic_values = 0
+    for op in function.body.ops:
+        sources = frozenset().union(*(depends.get(v, frozenset()) for v in op.operands))
+        for result in op.results:
+            depends[result] = sources
+            if not _is_static(result.type):
+                dynamic_values += 1
+                for index in sources:
+                    caused[index] += 1
+    types = function.function_type.inputs
+    lines = [
+        f"  input '{_argument_label(function, i)}' has type {types[i]}: "
+        f"{caused[i]} value(s) have a dynamic shape because of it"
+        for i in dynamic
+    ]
+    hint = " ".join(f"--input-shape {_argument_label(function, i)}={_shape_hint(types[i])}" for i in dynamic)
+    raise InputError(
+        f"cannot convert to StableHLO: static shapes needed, and {dynamic_values} value(s) have dynamic "
+        f"ones, from {len(dynamic)} graph input(s) with dynamic dims:\n" + "\n".join(lines) + "\n"
+        f"  fix them with {hint} (each <dN> the size you will run with)"
+    )
+
+
+def _group_line(group: ProblemGroup) -> str:
+    """`onnx.ConvInteger x87 (nodes 'a', 'b', 'c' and 84 more): reason`; one op as `UnsupportedOp` prints."""
+    count = len(group.names)
+    names = group.names_text()
+    if count == 1:
+        return str(UnsupportedOp(group.kind, group.names[0] or None, group.reason))
+    where = f" (nodes {names})" if names else ""
+    return f"{group.kind} x{count}{where}: {group.reason}"
+
+
+def unsupported_report(
+    failures: Sequence[UnsupportedOp], dynamic: Sequence[UnsupportedOp], source: FuncOp
+) -> str:
+    """The InputError text for the ops that could not be lowered: a summary line, then one line per op type
+    and reason (counts, a few node names, the largest group first); the ops that failed on shapes only known
+    at run time are one line, naming the ops where the dynamic shapes start."""
+    total = len(failures) + len(dynamic)
+    groups = group_problems((f.op_name, f.node_name or "", f.reason) for f in failures)
+    kinds = f" ({len(groups)} kind(s), the most frequent first)" if len(groups) > 1 else ""
+    text = f"cannot convert to StableHLO: {total} unsupported op(s){kinds}:"
+    if groups:
+        text += "\n" + listing(groups, _group_line)
     if dynamic:
-        raise InputError(
-            "cannot convert to StableHLO: static shapes needed, fix them with --input-shape NAME=D0xD1...: "
-            + "; ".join(dynamic)
+        roots = [
+            op
+            for op in source.body.ops
+            if not all(_is_static(r.type) for r in op.results)
+            and all(_is_static(v.type) for v in op.operands)
+        ]
+        named = ", ".join(f"'{node_name(op) or op.name}' ({op.name})" for op in roots[:NAMES_SHOWN])
+        more = f" and {len(roots) - NAMES_SHOWN} more" if len(roots) > NAMES_SHOWN else ""
+        text += (
+            f"\n  {len(dynamic)} op(s) have shapes known only at run time (StableHLO here needs static "
+            f"shapes): the dynamic shapes start at {named}{more}, whose result shapes depend on the data"
         )
+    return text
 
 
 def lower_module(
@@ -463,14 +539,23 @@ def lower_module(
         context.value_map[old] = new
 
     failures: list[UnsupportedOp] = []
+    dynamic_failures: list[UnsupportedOp] = []
     for op in source.body.ops:
         if op.name == "arith.constant":
             context.pending_constants[op.result] = op
             continue
         if isinstance(op, ReturnOp):
-            context.builder.insert(ReturnOp(context.operands(op)))
+            returned = context.operands(op)
+            context.builder.insert(ReturnOp(returned))
+            # A result type ONNX could not infer (e.g. some function ops) takes its lowering's type.
+            known = [
+                r if isinstance(r, RankedTensorType) and r.has_static_shape() else v.type
+                for r, v in zip(results, returned, strict=True)
+            ]
+            function.function_type = FunctionType(inputs, tuple(known))
             continue
         lowering = LOWERINGS.get(op.name)
+        has_dynamic_type = not all(_is_static(v.type) for v in [*op.operands, *op.results])
         try:
             if lowering is None:
                 raise CannotLower("no StableHLO lowering for this op")
@@ -486,14 +571,15 @@ def lower_module(
                     f"expected {expected}"
                 )
         except CannotLower as error:
-            failures.append(UnsupportedOp(op.name, node_name(op), error.reason))
+            failed = UnsupportedOp(op.name, node_name(op), error.reason)
+            # An op whose lowering exists but fails on a dynamic shape is one of a kind: reported once.
+            (dynamic_failures if has_dynamic_type and lowering is not None else failures).append(failed)
             # Placeholders of the right type let the walk go on, so every unsupported op is reported.
             lowered = [Value(context.convert_type(r.type)) for r in op.results]
         for old, new in zip(op.results, lowered, strict=True):
             context.value_map[old] = new
-    if failures:
-        listing = "\n".join(f"  {f}" for f in failures)
-        raise InputError(f"cannot convert to StableHLO: {len(failures)} unsupported op(s):\n{listing}")
+    if failures or dynamic_failures:
+        raise InputError(unsupported_report(failures, dynamic_failures, source))
 
     converted = ModuleOp.create(module.sym_name)
     converted.body.append(function)

@@ -158,7 +158,7 @@ def static_shape(ctx: LoweringContext, value: Value, what: str) -> tuple[int, ..
     """The static shape of a lowered value, or `ctx.unsupported` naming the dynamic dims."""
     type_ = value.type
     if not isinstance(type_, RankedTensorType) or not type_.has_static_shape():
-        ctx.unsupported(f"{what} has a dynamic shape {type_} (fix it with --input-shape)")
+        ctx.unsupported(f"{what} has a dynamic shape {type_}")
     return type_.shape
 
 
@@ -177,7 +177,7 @@ def source_shape(ctx: LoweringContext, op: Operation, position: int) -> tuple[in
         type_ = lowered.type
     if not isinstance(type_, RankedTensorType) or not type_.has_static_shape():
         where = f"input #{position} of node '{node_name(op)}'"
-        ctx.unsupported(f"{where} has a dynamic shape {type_} (fix it with --input-shape)")
+        ctx.unsupported(f"{where} has a dynamic shape {type_}")
     return type_.shape
 
 
@@ -207,5 +207,5 @@ def lower_needs_constant_inputs(ctx: LoweringContext, op: Operation) -> list[Val
     """Reached only when `fold` could not run: the op's inputs are computed at run time."""
     ctx.unsupported(
         f"{onnx_op_type(op)} needs constant inputs to have a static result; its inputs are computed at run "
-        "time (fix the shapes with --input-shape)"
+        "time"
     )

@@ -71,6 +71,7 @@ from qconvert.ir.types import (
     UnrankedTensorType,
     with_element_type,
 )
+from qconvert.problem_groups import ProblemGroup, group_problems, listing
 
 from . import attributes as attrs
 from .dtypes import (
@@ -260,19 +261,21 @@ class Lifter:
         )
 
     # Checks ------------------------------------------------------------------------------------
-    def unsupported_nodes(self) -> list[str]:
+    def unsupported_nodes(self) -> list[tuple[str, str, str]]:
+        """(op, node name, reason) of every node `lift` cannot lift; op is `onnx.If, opset 21`."""
         local_functions = {(f.domain, f.name) for f in self.model.functions}
         problems = []
         for node in self.graph.node:
             domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
             opset = self.opsets.get(domain)
-            where = f"'{display_name(node)}' ({op_name(domain, node.op_type)}, opset {opset})"
+            kind = f"{op_name(domain, node.op_type)}, opset {opset}"
+            name = display_name(node)
             if opset is None:
-                problems.append(f"{where}: domain '{domain}' is not in the model's opset_import")
+                problems.append((kind, name, f"domain '{domain}' is not in the model's opset_import"))
             elif (node.domain, node.op_type) in local_functions:
-                problems.append(f"{where}: calls a model-local function (not lifted yet)")
+                problems.append((kind, name, "calls a model-local function (not lifted yet)"))
             elif domain == "" and not _has_schema(node.op_type, opset):
-                problems.append(f"{where}: no ONNX operator of this name at opset {opset}")
+                problems.append((kind, name, f"no ONNX operator of this name at opset {opset}"))
             else:
                 kinds = sorted(
                     {
@@ -282,15 +285,28 @@ class Lifter:
                     }
                 )
                 if kinds:
-                    problems.append(f"{where}: {'/'.join(kinds)} attributes are not lifted yet")
+                    problems.append((kind, name, f"{'/'.join(kinds)} attributes are not lifted yet"))
         return problems
 
     # Lifting -----------------------------------------------------------------------------------
     def check_liftable(self) -> None:
-        """InputError listing the nodes `lift` cannot lift (before any work that would need them)."""
+        """InputError listing the nodes `lift` cannot lift (before any work that would need them), grouped
+        by op and reason: `'typo' (onnx.NoSuchOp, opset 21): ...`, or `onnx.If, opset 21 x40 (nodes 'a',
+        'b', 'c' and 37 more): ...`."""
         problems = self.unsupported_nodes()
-        if problems:
-            raise InputError(f"the model has {len(problems)} unsupported node(s): " + "; ".join(problems))
+        if not problems:
+            return
+
+        def line(group: ProblemGroup) -> str:
+            if len(group.names) == 1:
+                return f"'{group.names[0]}' ({group.kind}): {group.reason}"
+            return f"{group.kind} x{len(group.names)} (nodes {group.names_text()}): {group.reason}"
+
+        groups = group_problems(problems)
+        kinds = f" ({len(groups)} kind(s), the most frequent first)" if len(groups) > 1 else ""
+        raise InputError(
+            f"the model has {len(problems)} unsupported node(s){kinds}:\n" + listing(groups, line)
+        )
 
     def lift(self) -> ModuleOp:
         self.check_liftable()

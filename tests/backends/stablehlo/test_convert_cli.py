@@ -91,7 +91,8 @@ def test_unsupported_ops_exit_2_listing_each_and_no_output(
     output = tmp_path / "out.mlir"
     assert main(["convert", model, "-o", str(output)]) == 2
     message = capsys.readouterr().err
-    assert "onnx.Det (node 'first_det')" in message and "onnx.Det (node 'second_det')" in message
+    # Grouped by op type and reason (issue 18): one line for both Det nodes, with their names.
+    assert "onnx.Det x2 (nodes 'first_det', 'second_det'): no StableHLO lowering for this op" in message
     assert not output.exists() and not list(tmp_path.glob("*.tmp"))
 
 

@@ -211,3 +211,122 @@ def test_comparisons_and_logic() -> None:
     names += ["not", "is_nan", "is_inf", "is_pos_inf", "is_neg_inf", "shift_left", "shift_right"]
     inputs = {"x": x, "y": y, "special": special, "p": p, "q": q, "i": i, "j": j, "u": u, "shift": shift}
     check(nodes, inputs, [Output(o) for o in names], opset=17, engines=("xla", "interpreter"))
+
+
+def initializer_nodes(arrays: dict[str, np.ndarray]) -> list[onnx.NodeProto]:
+    return [const(name, array, array.dtype.type) for name, array in arrays.items()]
+
+
+def test_normalizations() -> None:
+    x = rand(2, 6, 5, 4)
+    parameters = {
+        "scale": rand(6),
+        "bias": rand(6),
+        "mean": rand(6, low=-1, high=1),
+        "var": rand(6, low=0.2, high=2.0),
+        "group_scale": rand(3),
+        "group_bias": rand(3),
+    }
+    nodes = [
+        *initializer_nodes(parameters),
+        n("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["batch_norm"], epsilon=1e-3),
+        n("InstanceNormalization", ["x", "scale", "bias"], ["instance_norm"], epsilon=1e-4),
+        n("GroupNormalization", ["x", "group_scale", "group_bias"], ["group_norm"], num_groups=3),
+        n("LogSoftmax", ["x"], ["log_softmax"]),
+        n("LogSoftmax", ["x"], ["log_softmax_axis1"], axis=1),
+        n("Hardmax", ["x"], ["hardmax"], axis=2),
+    ]
+    outputs = [Output(o, "absolute") for o in ("batch_norm", "instance_norm", "group_norm")]
+    outputs += [Output("log_softmax", "absolute"), Output("log_softmax_axis1", "absolute"), Output("hardmax")]
+    check(nodes, {"x": x}, outputs, opset=18, engines=("xla", "interpreter"))
+
+
+def test_batch_norm_legacy_attributes_are_ignored_in_inference() -> None:
+    """Opset 7: momentum, spatial=1 and is_test (opset 6) change nothing at inference; spatial=0 takes
+    per-sample parameters (C x H x W) that broadcast over the batch."""
+    x = rand(2, 3, 4, 5)
+    parameters = {
+        "scale": rand(3), "bias": rand(3), "mean": rand(3), "var": rand(3, low=0.2, high=2.0),
+        "sample_scale": rand(3, 4, 5), "sample_bias": rand(3, 4, 5), "sample_mean": rand(3, 4, 5),
+        "sample_var": rand(3, 4, 5, low=0.2, high=2.0),
+    }  # fmt: skip
+    nodes = [
+        *initializer_nodes(parameters),
+        n("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["momentum"], momentum=0.7),
+        n("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["spatial"], spatial=1, epsilon=0.01),
+        n(
+            "BatchNormalization",
+            ["x", "sample_scale", "sample_bias", "sample_mean", "sample_var"],
+            ["per_sample"],
+            spatial=0,
+        ),
+    ]
+    outputs = [Output(o, "absolute") for o in ("momentum", "spatial", "per_sample")]
+    check(nodes, {"x": x}, outputs, opset=7)
+
+
+def test_indexing() -> None:
+    x = rand(3, 5, 4)
+    x[1, 2, :] = x[1, 0, :]  # ties for ArgMax/TopK along axis 1
+    ints_x = ints(3, 5, 4, low=-3, high=3)
+    gather_elements = ints(3, 2, 4, low=-5, high=5)
+    gather_nd = np.array([[0, 1], [2, -1], [1, 3]], np.int64)
+    gather_nd_batch = np.array([[[1], [0]], [[4], [-2]], [[2], [2]]], np.int64)
+    scatter_nd = np.array([[2, 1], [0, 4]], np.int64)
+    scatter_updates = rand(2, 4)
+    scatter_elements = np.array([[[0, 1, 2, 3]], [[4, 3, 2, 1]], [[1, 1, 0, 0]]], np.int64)
+    scatter_elements_updates = rand(3, 1, 4)
+    hot = np.array([[0, 3, -1], [2, 7, -5]], np.int64)
+    nodes = [
+        n("ArgMax", ["x"], ["argmax"], axis=1),
+        n("ArgMax", ["x"], ["argmax_last"], axis=1, select_last_index=1, keepdims=0),
+        n("ArgMin", ["ints_x"], ["argmin_int"], axis=-1),
+        n("ArgMin", ["ints_x"], ["argmin_last"], axis=0, select_last_index=1),
+        const("k", [3]),
+        n("TopK", ["x", "k"], ["top_values", "top_indices"], axis=1),
+        n("TopK", ["ints_x", "k"], ["bottom_values", "bottom_indices"], largest=0),
+        n("GatherElements", ["x", "gather_elements"], ["gather_elements_out"], axis=1),
+        n("GatherND", ["x", "gather_nd"], ["gather_nd_out"]),
+        n("GatherND", ["x", "gather_nd_batch"], ["gather_nd_batch_out"], batch_dims=1),
+        n("ScatterND", ["x", "scatter_nd", "scatter_updates"], ["scatter_nd_out"]),
+        n("ScatterND", ["x", "scatter_nd", "scatter_updates"], ["scatter_nd_add"], reduction="add"),
+        n(
+            "ScatterElements",
+            ["x", "scatter_elements", "scatter_elements_updates"],
+            ["scatter_elements_out"],
+            axis=1,
+        ),
+        const("depth", 6),
+        const("on_off", [-1.5, 2.0], np.float32),
+        n("OneHot", ["hot", "depth", "on_off"], ["one_hot"]),
+        n("OneHot", ["hot", "depth", "on_off"], ["one_hot_axis0"], axis=0),
+        n("Trilu", ["x"], ["triu"]),
+        const("minus_one", -1),
+        n("Trilu", ["x", "minus_one"], ["tril"], upper=0),
+        const("one", 1),
+        n("Trilu", ["x", "one"], ["triu_k"]),
+        const("axis1", 1),
+        n("CumSum", ["ints_x", "axis1"], ["cumsum_int"]),
+        n("CumSum", ["x", "axis1"], ["cumsum"]),
+        n("CumSum", ["ints_x", "axis1"], ["cumsum_exclusive_reverse"], exclusive=1, reverse=1),
+        const("repeats", [2, 1, 3]),
+        n("Tile", ["x", "repeats"], ["tile"]),
+    ]
+    names = ["argmax", "argmax_last", "argmin_int", "argmin_last", "top_values", "top_indices"]
+    names += [
+        "bottom_values",
+        "bottom_indices",
+        "gather_elements_out",
+        "gather_nd_out",
+        "gather_nd_batch_out",
+    ]
+    names += ["scatter_nd_out", "scatter_nd_add", "scatter_elements_out", "one_hot", "one_hot_axis0"]
+    names += ["triu", "tril", "triu_k", "cumsum_int", "cumsum_exclusive_reverse", "tile"]
+    outputs = [Output(o) for o in names] + [Output("cumsum", "absolute")]
+    inputs = {
+        "x": x, "ints_x": ints_x, "gather_elements": gather_elements, "gather_nd": gather_nd,
+        "gather_nd_batch": gather_nd_batch, "scatter_nd": scatter_nd, "scatter_updates": scatter_updates,
+        "scatter_elements": scatter_elements, "scatter_elements_updates": scatter_elements_updates,
+        "hot": hot,
+    }  # fmt: skip
+    check(nodes, inputs, outputs, opset=18, engines=("xla", "interpreter"))

@@ -192,7 +192,8 @@ def aspect_ratio_scales(
     for dim in range(rank):
         if dim in axes:
             out_scales.append(common)
-            out_shape.append(int(np.round(np.float32(common) * np.float32(input_shape[dim]))))
+            # std::round: halves away from zero (numpy's round goes to even).
+            out_shape.append(int(np.floor(float(np.float32(common) * np.float32(input_shape[dim])) + 0.5)))
         else:
             out_scales.append(1.0)
             out_shape.append(input_shape[dim])

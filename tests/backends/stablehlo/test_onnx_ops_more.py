@@ -330,3 +330,95 @@ def test_indexing() -> None:
         "hot": hot,
     }  # fmt: skip
     check(nodes, inputs, outputs, opset=18, engines=("xla", "interpreter"))
+
+
+def resize(
+    output: str, mode: str, *, scales: str = "", sizes: str = "", roi: str = "", **attributes: object
+) -> onnx.NodeProto:
+    return n("Resize", ["x", roi, scales, sizes], [output], mode=mode, **attributes)
+
+
+def test_resize_modes_torch_emits() -> None:
+    """Nearest with each coordinate transform and nearest_mode, linear with each transform torch's
+    interpolate emits (align_corners, half_pixel, pytorch_half_pixel, asymmetric); scales and sizes,
+    up and down."""
+    x = rand(2, 3, 5, 7)
+    nodes = [
+        const("up2", [1, 1, 2, 2], np.float32),
+        const("odd", [1, 1, 1.5, 0.6], np.float32),
+        const("down", [1, 1, 0.5, 0.75], np.float32),
+        const("sizes", [2, 3, 8, 3]),
+        const("sizes_one", [2, 3, 1, 9]),
+        resize("nearest_torch", "nearest", scales="up2", coordinate_transformation_mode="asymmetric",
+               nearest_mode="floor"),
+        resize("nearest_half_pixel", "nearest", scales="odd"),
+        resize("nearest_ceil", "nearest", scales="odd", nearest_mode="round_prefer_ceil",
+               coordinate_transformation_mode="align_corners"),
+        resize("nearest_sizes", "nearest", sizes="sizes", coordinate_transformation_mode="pytorch_half_pixel",
+               nearest_mode="ceil"),
+        resize("nearest_down", "nearest", scales="down", coordinate_transformation_mode="half_pixel",
+               nearest_mode="floor"),
+        resize("linear_half_pixel", "linear", scales="up2"),
+        resize("linear_align_corners", "linear", sizes="sizes",
+               coordinate_transformation_mode="align_corners"),
+        resize("linear_pytorch", "linear", sizes="sizes_one",
+               coordinate_transformation_mode="pytorch_half_pixel"),
+        resize("linear_asymmetric_down", "linear", scales="down",
+               coordinate_transformation_mode="asymmetric"),
+        resize("linear_odd", "linear", scales="odd"),
+    ]  # fmt: skip
+    exact = ["nearest_torch", "nearest_half_pixel", "nearest_ceil", "nearest_sizes", "nearest_down"]
+    linear = [
+        "linear_half_pixel",
+        "linear_align_corners",
+        "linear_pytorch",
+        "linear_asymmetric_down",
+        "linear_odd",
+    ]
+    outputs = [Output(o) for o in exact] + [Output(o, "absolute") for o in linear]
+    check(nodes, {"x": x}, outputs, opset=13, engines=("xla", "interpreter"))
+
+
+def test_resize_of_other_opsets() -> None:
+    x = rand(1, 2, 4, 6)
+    # Opset 11: tf_half_pixel_for_nn (deprecated since 13).
+    nodes = [
+        const("up", [1, 1, 2.5, 1.5], np.float32),
+        const("roi", np.zeros(0), np.float32),  # Resize-11's roi may not be omitted
+        resize(
+            "tf_nn", "nearest", roi="roi", scales="up", coordinate_transformation_mode="tf_half_pixel_for_nn"
+        ),
+        resize(
+            "linear_11", "linear", roi="roi", scales="up", coordinate_transformation_mode="pytorch_half_pixel"
+        ),
+    ]
+    check(nodes, {"x": x}, [Output("tf_nn"), Output("linear_11", "absolute")], opset=11)
+    # Opset 18: axes and keep_aspect_ratio_policy.
+    nodes = [
+        const("hw", [3, 9]),
+        const("scale_w", [1.5], np.float32),
+        resize("not_larger", "nearest", sizes="hw", axes=[2, 3], keep_aspect_ratio_policy="not_larger"),
+        resize("not_smaller", "linear", sizes="hw", axes=[2, 3], keep_aspect_ratio_policy="not_smaller"),
+        resize("axis_scale", "nearest", scales="scale_w", axes=[-1]),
+    ]
+    outputs = [Output("not_larger"), Output("not_smaller", "absolute"), Output("axis_scale")]
+    check(nodes, {"x": x}, outputs, opset=18)
+    # Opset 10 Resize and opset 9 Upsample: scales input, asymmetric coordinates, truncated nearest.
+    for opset, op_type in ((10, "Resize"), (9, "Upsample")):
+        nodes = [
+            const("up", [1, 1, 2, 1.5], np.float32),
+            const("down", [1, 1, 0.5, 0.5], np.float32),
+            n(op_type, ["x", "up"], ["nearest"], mode="nearest"),
+            n(op_type, ["x", "up"], ["linear"], mode="linear"),
+        ]
+        outputs = [Output("nearest"), Output("linear", "absolute")]
+        if op_type == "Resize":
+            nodes.append(n(op_type, ["x", "down"], ["nearest_down"], mode="nearest"))
+            outputs.append(Output("nearest_down"))
+        check(nodes, {"x": x}, outputs, opset=opset)
+    # Opset 7 Upsample: scales as an attribute.
+    nodes = [
+        n("Upsample", ["x"], ["nearest"], mode="nearest", scales=[1.0, 1.0, 2.0, 3.0]),
+        n("Upsample", ["x"], ["linear"], mode="linear", scales=[1.0, 1.0, 2.0, 2.0]),
+    ]
+    check(nodes, {"x": x}, [Output("nearest"), Output("linear", "absolute")], opset=7)

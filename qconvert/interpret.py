@@ -15,8 +15,17 @@
   QOperator ops of frontends/onnx/qoperator.py): onnxruntime's CPU kernels, exactly: exact int64
   accumulation wrapped to int32, then the requantization rule of `qconvert.numerics`
   (`requantize_mlas`, `qlinear_add_mlas`, `qlinear_mul_mlas`, `lookup_table_onnxruntime`, ...);
-- `onnx.*` generic ops: onnx's reference implementation of the op (`onnx.reference.ReferenceEvaluator`
-  on a one-node model at the module's `onnx.opset_import`), so float ops are not re-implemented here.
+- `onnx.*` generic ops: the kernel `ONNX_KERNELS` names for the op when there is one, else onnx's
+  reference implementation of the op (`onnx.reference.ReferenceEvaluator` on a one-node model at the
+  module's `onnx.opset_import`). `ONNX_KERNELS` is the one place for per-op overrides: qconvert's own
+  numpy kernels (qconvert/onnx_kernels.py) where the reference is wrong (BatchNormalization with a legacy
+  `momentum`) or slow (Conv, ConvInteger, MatMulInteger, ConvTranspose, pools, Erf). They are numpy, not
+  one-node onnxruntime sessions, because `check --backend interpreter` judges this interpreter against
+  onnxruntime node by node: a node run by onnxruntime would be compared with itself.
+
+Integer accumulations (ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul, QGemm) are exact int64
+sums (`qconvert.numerics.integer_accumulation`: float64 BLAS while exact), wrapped to int32 as
+onnxruntime's accumulators wrap. A whole-model run frees each value after its last use.
 
 Inputs and outputs are keyed by the `onnx.name` of the function's arguments and results (`arg<i>` /
 `result<i>` when a module carries none). Raises `InputError` for a missing input or an op it cannot run.
@@ -32,10 +41,10 @@ import numpy as np
 
 from qconvert import numerics
 from qconvert.errors import InputError
+from qconvert.interpret_recurrent import RECURRENT_KERNELS
 from qconvert.ir.attributes import (
     ArrayAttr,
     BoolAttr,
-    DenseArrayAttr,
     DenseElementsAttr,
     DenseResourceAttr,
     DictionaryAttr,
@@ -59,7 +68,17 @@ from qconvert.numerics import (
     dequantize,
     quantize,
 )
+from qconvert.numerics.integer_accumulation import exact_integer_matmul
 from qconvert.numerics.onnxruntime_kernels import qgemm_multiplier_onnxruntime, qlinear_binary_swaps_inputs
+from qconvert.onnx_attributes import absent_positions
+from qconvert.onnx_kernels import KERNELS, OnnxKernel, attribute, integer_convolution, window
+
+# Per-op overrides of onnx's reference implementation for generic ops, by IR op name (`onnx.<Op>`,
+# `onnx.<domain>.<Op>`). A kernel takes (op, inputs by ONNX position with None where absent, opset of
+# the op's domain) and returns the outputs by ONNX position, or None to leave the node to the reference.
+ONNX_KERNELS: dict[str, OnnxKernel] = dict(KERNELS)
+# LSTM, GRU, com.microsoft DynamicQuantizeLSTM: qconvert/recurrent.py's semantics, onnxruntime's rules.
+ONNX_KERNELS.update(RECURRENT_KERNELS)
 
 FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the float-storage scast of frontends/onnx/lift.py
 ONNX_DTYPES: dict[str, np.dtype] = {
@@ -118,20 +137,25 @@ class Interpreter:
                 if isinstance(version, IntegerAttr):
                     self.opsets["" if domain == "ai.onnx" else domain] = version.value
         self._evaluators: dict[int, object] = {}
+        self._input_names = input_names(module)
+        self._output_names = output_names(module)
+        self._schedule = _schedule(self.function)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        names = input_names(self.module)
+        names = self._input_names
         missing = [n for n in names if n not in inputs]
         if missing:
             raise InputError(f"missing input(s) {missing}; the module takes {names}")
         env: dict[Value, np.ndarray] = {}
         for name, argument in zip(names, self.function.body.arguments):
             env[argument] = np.asarray(inputs[name])
-        for op in self.function.body.ops:
+        for op, dead in self._schedule:
             if isinstance(op, ReturnOp):
-                return dict(zip(output_names(self.module), (env[v] for v in op.operands)))
+                return dict(zip(self._output_names, (env[v] for v in op.operands)))
             results = self.execute(op, [env[v] for v in op.operands])
             env.update(zip(op.results, results))
+            for value in dead:  # peak memory: the live values, not every intermediate of the model
+                env.pop(value, None)
         raise InputError("func.func @main has no return")
 
     def execute(self, op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
@@ -155,7 +179,24 @@ class Interpreter:
         raise InputError(f"the interpreter cannot run '{op.name}'")
 
     # onnx.* ops --------------------------------------------------------------------------------
+    def opset_of(self, op: Operation) -> int:
+        """The opset version of the op's domain in the module's `onnx.opset_import` (21 when absent)."""
+        _, _, qualified = op.name.partition(".")
+        domain = qualified.rpartition(".")[0]
+        return self.opsets.get("" if domain == "ai.onnx" else domain, 21)
+
     def run_onnx(self, op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+        kernel = ONNX_KERNELS.get(op.name)
+        if kernel is not None:
+            results = kernel(op, _by_position(op, operands), self.opset_of(op))
+            if results is not None:
+                absent = absent_positions(op, "outputs")
+                count = len(op.results) + len(absent)
+                return [np.asarray(results[p]) for p in range(count) if p not in absent]
+        return self.run_reference(op, operands)
+
+    def run_reference(self, op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+        """The op on onnx's reference implementation (one evaluator per op, built on first use)."""
         evaluator = self._evaluators.get(id(op))
         if evaluator is None:
             evaluator = self._evaluators[id(op)] = self.make_evaluator(op, operands)
@@ -194,6 +235,28 @@ class Interpreter:
             raise InputError(
                 f"'{op.name}' ({node_name(op)}): no onnx reference implementation ({error})"
             ) from None
+
+
+def _schedule(function: FuncOp) -> list[tuple[Operation, list[Value]]]:
+    """Each op of the body with the values whose last use it is (its unused results included)."""
+    ops = list(function.body.ops)
+    last_use: dict[Value, int] = {}
+    for index, op in enumerate(ops):
+        for value in op.operands:
+            last_use[value] = index
+    dead: list[list[Value]] = [[] for _ in ops]
+    for value, index in last_use.items():
+        dead[index].append(value)
+    for index, op in enumerate(ops):
+        dead[index].extend(result for result in op.results if result not in last_use)
+    return list(zip(ops, dead))
+
+
+def _by_position(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray | None]:
+    """The op's operands at their ONNX input positions, None at the absent optional ones."""
+    absent = absent_positions(op)
+    present = iter(operands)
+    return [None if p in absent else next(present) for p in range(len(operands) + len(absent))]
 
 
 def node_name(op: Operation) -> str:
@@ -272,19 +335,7 @@ def _int32(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int64).astype(np.int32)
 
 
-def _attr(op: Operation, name: str, default: object) -> object:
-    value = op.attributes.get(name)
-    if value is None:
-        return default
-    if isinstance(value, IntegerAttr):
-        return value.value
-    if isinstance(value, StringAttr):
-        return value.value
-    if isinstance(value, DenseArrayAttr):
-        return [int(v) for v in value.values]
-    if isinstance(value, ArrayAttr):
-        return [getattr(v, "value", v) for v in value.elements]
-    return getattr(value, "value", default)
+_attr = attribute  # the ONNX attribute reading of qconvert/onnx_kernels.py
 
 
 def _result_params(op: Operation) -> UniformParams:
@@ -293,42 +344,8 @@ def _result_params(op: Operation) -> UniformParams:
 
 def _conv_accumulate(x: np.ndarray, w: np.ndarray, op: Operation) -> np.ndarray:
     """Exact integer N-D convolution of centered int64 `x` (N, C, ...) and `w` (M, C/group, ...)."""
-    spatial = x.ndim - 2
-    kernel = w.shape[2:]
-    strides = list(_attr(op, "strides", None) or [1] * spatial)  # type: ignore[arg-type]
-    dilations = list(_attr(op, "dilations", None) or [1] * spatial)  # type: ignore[arg-type]
-    pads = list(_attr(op, "pads", None) or [0] * (2 * spatial))  # type: ignore[arg-type]
-    auto_pad = str(_attr(op, "auto_pad", "NOTSET"))
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        for i in range(spatial):
-            size = x.shape[2 + i]
-            out = -(-size // strides[i])
-            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - size)
-            small = total // 2
-            pads[i], pads[i + spatial] = (
-                (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
-            )
-    elif auto_pad == "VALID":
-        pads = [0] * (2 * spatial)
-    padded = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + spatial]) for i in range(spatial)])
-    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    out_shape = [(padded.shape[2 + i] - extent[i]) // strides[i] + 1 for i in range(spatial)]
-    group = int(_attr(op, "group", 1))  # type: ignore[arg-type]
-    batch, channels = x.shape[:2]
-    filters = w.shape[0]
-    grouped_w = w.reshape(group, filters // group, channels // group, *kernel)
-    result = np.zeros((batch, group, filters // group, *out_shape), np.int64)
-    for offsets in itertools.product(*[range(k) for k in kernel]):
-        window = tuple(
-            slice(o * d, o * d + (n - 1) * s + 1, s)
-            for o, d, n, s in zip(offsets, dilations, out_shape, strides)
-        )
-        patch = padded[(slice(None), slice(None), *window)].reshape(
-            batch, group, channels // group, *out_shape
-        )
-        taps = grouped_w[(slice(None), slice(None), slice(None), *offsets)]
-        result += np.einsum("ngc...,gmc->ngm...", patch, taps)
-    return result.reshape(batch, filters, *out_shape)
+    geometry = window(op, x.shape[2:], list(w.shape[2:]))
+    return integer_convolution(x, w, geometry, int(_attr(op, "group", 1)))  # type: ignore[arg-type]
 
 
 def _channel_vector(values: np.ndarray, rank: int, axis: int) -> np.ndarray:
@@ -358,14 +375,14 @@ def _qlinear_matmul(op: Operation, operands: list[np.ndarray]) -> list[np.ndarra
     pa, pb, py = _params(op.operands[0]), _params(op.operands[1]), _result_params(op)
     a_scale, _ = _scalar(pa, "QLinearMatMul input a")
     y_scale, y_zero = _scalar(py, "QLinearMatMul output")
-    accumulator = np.matmul(_centered(operands[0], pa), _centered(operands[1], pb))
+    accumulator = exact_integer_matmul(_centered(operands[0], pa), _centered(operands[1], pb))
     multiplier = numerics.requantize_scale_onnxruntime(a_scale, pb.scale, y_scale)
     return [numerics.requantize_mlas(_int32(accumulator), multiplier, y_zero, py.storage_dtype)]
 
 
 def _matmul_integer(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
     pa, pb = _params(op.operands[0]), _params(op.operands[1])
-    return [_int32(np.matmul(_centered(operands[0], pa), _centered(operands[1], pb)))]
+    return [_int32(exact_integer_matmul(_centered(operands[0], pa), _centered(operands[1], pb)))]
 
 
 def _scalar_a_span(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> bool:
@@ -498,7 +515,7 @@ def _qgemm(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
         a = a.T
     if int(_attr(op, "transB", 0)):  # type: ignore[arg-type]
         b = b.T
-    accumulator = a @ b
+    accumulator = exact_integer_matmul(a, b)
     if len(operands) > 2:
         accumulator = accumulator + operands[2].astype(np.int64)
     alpha = float(_attr(op, "alpha", 1.0))  # type: ignore[arg-type]
@@ -522,7 +539,7 @@ def _dynamic_quantize_matmul(op: Operation, operands: list[np.ndarray]) -> list[
     pb = _params(op.operands[1])
     a_scale, a_zero = numerics.dynamic_quantize_parameters_onnxruntime(operands[0])
     a = numerics.quantize_linear_mlas(operands[0], float(a_scale), a_zero, np.dtype(np.uint8))
-    accumulator = np.matmul(a.astype(np.int64) - a_zero, _centered(operands[1], pb))
+    accumulator = exact_integer_matmul(a.astype(np.int64) - a_zero, _centered(operands[1], pb))
     multiplier = (np.float32(a_scale) * pb.scale.astype(np.float32)).astype(np.float32)
     y = numerics.scale_output_mlas(_int32(accumulator), multiplier)
     if len(operands) > 2:

@@ -1,0 +1,459 @@
+"""numpy kernels for the generic `onnx.*` ops where onnx's reference implementation is wrong or slow.
+
+The interpreter (qconvert/interpret.py) runs a generic `onnx.<Op>` on onnx's pure-Python reference
+implementation (`onnx.reference.ReferenceEvaluator`) unless `interpret.ONNX_KERNELS` names a kernel for
+it; the kernels of this module are registered there. Design: each is our own numpy code, not a one-node
+onnxruntime session, because `qconvert check --backend interpreter` judges the interpreter against
+onnxruntime node by node, and running a node in onnxruntime would make that node's check circular (it
+would compare onnxruntime with itself). The semantics of every op here are short enough to write once:
+
+- BatchNormalization, every opset: the reference takes the training path whenever a `momentum`
+  attribute is present (opset 9-13, written by older exporters), so every output element differs from
+  onnxruntime's. Here, as onnxruntime decides: inference (`y = x * (scale / sqrt(var + eps)) + (bias -
+  mean * scale / sqrt(var + eps))`) unless the node asks for the running statistics (more than one output
+  before opset 14, `training_mode = 1` from opset 14); `spatial = 0` (opset <= 8) takes per-element
+  parameters; `is_test` and `consumed_inputs` (opset < 7) are ignored.
+- Conv, ConvInteger, MatMulInteger (100-2,000x slower in the reference, a Python loop over output
+  positions): one matmul per kernel offset (`convolution`), in the input's float type for Conv, exact
+  for the integer ops (`qconvert.numerics.integer_accumulation`: float64 BLAS while it is exact, the
+  int32 wrap of onnxruntime's accumulators); the quant-typed `qconvert.conv_integer` / `qlinear_conv`
+  share `integer_convolution`.
+- MaxPool, AveragePool (2,000-15,000x slower): one strided slice per kernel offset, summed in the kernel
+  offsets' row-major order (onnxruntime's loop order); MaxPool's `Indices` output stays on the reference.
+- ConvTranspose (2,000x slower): one matmul per kernel offset scattered into the output (explicit pads or
+  NOTSET; `auto_pad` SAME_* / `output_shape` stay on the reference).
+- Erf, Gelu: `scipy.special.erf` when scipy is installed (the reference calls `math.erf` per element).
+
+A kernel takes the op, its inputs by ONNX position (None where an optional input is absent) and the opset
+of the op's domain; it returns the node's outputs by ONNX position, or None to leave the node to the
+reference (a dtype or an attribute it does not handle).
+
+Float results are not bit-exact with onnxruntime (MLAS sums in another order): they agree within a
+float32 bound, `|ours - ort| <= k * eps32 * sum |x_i w_i|` with k of the order of the number of summed
+terms (tests/interpret/test_onnx_kernels.py states each one).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from qconvert.errors import InputError
+from qconvert.ir.attributes import ArrayAttr, DenseArrayAttr, FloatAttr, IntegerAttr, StringAttr
+from qconvert.ir.core import Operation
+from qconvert.ir.types import FloatType
+from qconvert.numerics.integer_accumulation import float64_is_exact, max_magnitude, wrap_int32
+
+Inputs = Sequence[np.ndarray | None]
+OnnxKernel = Callable[[Operation, Inputs, int], "list[np.ndarray | None] | None"]
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def attribute(op: Operation, name: str, default: object) -> object:
+    """An ONNX attribute of the op as a Python value (int, float, str, list), `default` when absent."""
+    value = op.attributes.get(name)
+    if value is None:
+        return default
+    if isinstance(value, IntegerAttr | FloatAttr | StringAttr):
+        return value.value
+    if isinstance(value, DenseArrayAttr):
+        if isinstance(value.element_type, FloatType):
+            return [float(v) for v in value.values]
+        return [int(v) for v in value.values]
+    if isinstance(value, ArrayAttr):
+        return [getattr(v, "value", v) for v in value.elements]
+    return getattr(value, "value", default)
+
+
+def _ints(op: Operation, name: str, default: list[int]) -> list[int]:
+    value = attribute(op, name, None)
+    return [int(v) for v in value] if value else list(default)  # type: ignore[union-attr]
+
+
+def node_label(op: Operation) -> str:
+    name = op.attributes.get("onnx.node_name")
+    return f"'{op.name}' (node '{name.value}')" if isinstance(name, StringAttr) else f"'{op.name}'"
+
+
+# Sliding-window geometry (Conv, ConvInteger, pools) ---------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Where the kernel windows of a Conv or pool sit along the spatial axes of the input."""
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]  # begin of each spatial axis, then end of each (ONNX's layout)
+    output: tuple[int, ...]
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        """The span of one dilated window along each axis."""
+        return tuple((k - 1) * d + 1 for k, d in zip(self.kernel, self.dilations))
+
+
+def window(
+    op: Operation, spatial_shape: Sequence[int], kernel: Sequence[int], ceil_mode: bool = False
+) -> Window:
+    """The window geometry of `op` over an input of `spatial_shape` (auto_pad, pads, strides, dilations).
+
+    SAME_UPPER / SAME_LOWER: `output = ceil(size / stride)`, the total padding split with the odd unit at
+    the end (UPPER) or the beginning (LOWER). With `ceil_mode`, a last window that would start in the end
+    padding is dropped (ONNX opset 19's rule, which onnxruntime follows).
+    """
+    spatial = len(spatial_shape)
+    strides = _ints(op, "strides", [1] * spatial)
+    dilations = _ints(op, "dilations", [1] * spatial)
+    pads = _ints(op, "pads", [0] * (2 * spatial))
+    auto_pad = str(attribute(op, "auto_pad", "NOTSET"))
+    extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        for axis, size in enumerate(spatial_shape):
+            out = -(-size // strides[axis])
+            total = max(0, (out - 1) * strides[axis] + extents[axis] - size)
+            small = total // 2
+            upper = auto_pad == "SAME_UPPER"
+            pads[axis], pads[axis + spatial] = (small, total - small) if upper else (total - small, small)
+    elif auto_pad == "VALID":
+        pads = [0] * (2 * spatial)
+    output = []
+    for axis, size in enumerate(spatial_shape):
+        span = size + pads[axis] + pads[axis + spatial] - extents[axis]
+        if span < 0:
+            raise InputError(
+                f"{node_label(op)}: the kernel ({extents[axis]}) is larger than the padded input"
+            )
+        out = (-(-span // strides[axis]) if ceil_mode else span // strides[axis]) + 1
+        if ceil_mode and (out - 1) * strides[axis] >= size + pads[axis]:
+            out -= 1
+        output.append(out)
+    return Window(tuple(kernel), tuple(strides), tuple(dilations), tuple(pads), tuple(output))
+
+
+def _pad_for_windows(x: np.ndarray, geometry: Window, value: float | int) -> np.ndarray:
+    """`x` padded so that every window of `geometry` lies inside it (ceil_mode windows may overhang)."""
+    spatial = len(geometry.kernel)
+    widths = [(0, 0)] * (x.ndim - spatial)
+    for axis in range(spatial):
+        size = x.shape[x.ndim - spatial + axis]
+        begin, end = geometry.pads[axis], geometry.pads[axis + spatial]
+        needed = (geometry.output[axis] - 1) * geometry.strides[axis] + geometry.extents[axis]
+        widths.append((begin, max(end, needed - size - begin)))
+    if all(w == (0, 0) for w in widths):
+        return x
+    return np.pad(x, widths, constant_values=value)
+
+
+def _taps(geometry: Window) -> itertools.product:
+    """Every kernel offset, row-major (the order onnxruntime's pool loops visit a window)."""
+    return itertools.product(*[range(k) for k in geometry.kernel])
+
+
+def _slice_at(geometry: Window, offsets: Sequence[int], leading: int) -> tuple[slice, ...]:
+    """The strided slice of a padded input that one kernel offset reads for every output position."""
+    return (slice(None),) * leading + tuple(
+        slice(o * d, o * d + (n - 1) * s + 1, s)
+        for o, d, n, s in zip(offsets, geometry.dilations, geometry.output, geometry.strides)
+    )
+
+
+# Convolution -----------------------------------------------------------------------------------------
+def convolution(x: np.ndarray, w: np.ndarray, geometry: Window, group: int) -> np.ndarray:
+    """`y[n, m, p] = sum_{c, k} x[n, g*C/G + c, p*s + k*d - pad] * w[m, c, k]` in the dtype of `x` and `w`.
+
+    One (M/G x C/G) @ (C/G x P) matmul per kernel offset and group, accumulated in the operands' dtype
+    (float32 for Conv, float64 holding exact integers for `integer_convolution`); depthwise convolutions
+    (one channel per group) multiply elementwise instead.
+    """
+    batch, channels = x.shape[:2]
+    filters = w.shape[0]
+    if channels % group or filters % group or w.shape[1] * group != channels:
+        raise InputError(
+            f"convolution: input channels {channels}, weight {tuple(w.shape)} and group {group} disagree"
+        )
+    per_group_in, per_group_out = channels // group, filters // group
+    positions = math.prod(geometry.output)
+    padded = _pad_for_windows(x, geometry, 0)
+    grouped_w = w.reshape(group, per_group_out, per_group_in, *geometry.kernel)
+    result = np.zeros((batch, group, per_group_out, positions), np.result_type(x, w))
+    for offsets in _taps(geometry):
+        patch = padded[_slice_at(geometry, offsets, 2)].reshape(batch, group, per_group_in, positions)
+        taps = grouped_w[(slice(None), slice(None), slice(None), *offsets)]
+        if per_group_in == 1:
+            result += taps * patch  # (G, M/G, 1) * (N, G, 1, P): depthwise, no matmul to batch
+        else:
+            result += np.matmul(taps, patch)
+    return result.reshape(batch, filters, *geometry.output)
+
+
+def integer_convolution(x: np.ndarray, w: np.ndarray, geometry: Window, group: int) -> np.ndarray:
+    """The exact int64 convolution of integer `x` and `w` (zero points already subtracted)."""
+    terms = math.prod(w.shape[1:])
+    if float64_is_exact(max_magnitude(x), max_magnitude(w), terms):
+        return convolution(x.astype(np.float64), w.astype(np.float64), geometry, group).astype(np.int64)
+    return convolution(x.astype(np.int64), w.astype(np.int64), geometry, group)
+
+
+def _channel(values: np.ndarray, rank: int, axis: int = 1) -> np.ndarray:
+    """A per-channel vector shaped to broadcast along `axis` of a rank-`rank` tensor (a scalar stays one)."""
+    if values.size == 1:
+        return values.reshape(())
+    shape = [1] * rank
+    shape[axis] = -1
+    return values.reshape(shape)
+
+
+def conv(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    assert x is not None and w is not None
+    if x.dtype not in FLOAT_DTYPES or w.dtype != x.dtype:
+        return None  # float16 / bfloat16 Conv: the reference's arithmetic in that type
+    kernel = _ints(op, "kernel_shape", list(w.shape[2:]))
+    geometry = window(op, x.shape[2:], kernel)
+    y = convolution(x, w, geometry, int(attribute(op, "group", 1)))  # type: ignore[arg-type]
+    if bias is not None:
+        y += _channel(bias.astype(x.dtype), y.ndim)
+    return [y]
+
+
+def _zero_point(values: np.ndarray | None) -> np.ndarray:
+    return np.zeros((), np.int64) if values is None else values.astype(np.int64)
+
+
+def conv_integer(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """ConvInteger with run-time zero points: `x_zero_point` per tensor, `w_zero_point` per tensor or per
+    output channel; exact int32 (wrapped) accumulation."""
+    x, w = inputs[0], inputs[1]
+    assert x is not None and w is not None
+    x_zero = _zero_point(inputs[2] if len(inputs) > 2 else None)
+    w_zero = _zero_point(inputs[3] if len(inputs) > 3 else None)
+    if x_zero.size != 1:
+        raise InputError(f"{node_label(op)}: x_zero_point must be a scalar (got shape {x_zero.shape})")
+    centered_x = x.astype(np.int64) - x_zero.reshape(())
+    centered_w = w.astype(np.int64) - _channel(w_zero, w.ndim, 0)
+    kernel = _ints(op, "kernel_shape", list(w.shape[2:]))
+    geometry = window(op, x.shape[2:], kernel)
+    group = int(attribute(op, "group", 1))  # type: ignore[arg-type]
+    return [wrap_int32(integer_convolution(centered_x, centered_w, geometry, group))]
+
+
+def matmul_integer(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """MatMulInteger with run-time zero points: `a_zero_point` per tensor or per row (M, or [..., M, 1]),
+    `b_zero_point` per tensor or per column (N, or [..., 1, N]); exact int32 (wrapped) accumulation."""
+    from qconvert.numerics.integer_accumulation import exact_integer_matmul
+
+    a, b = inputs[0], inputs[1]
+    assert a is not None and b is not None
+    a_zero = _zero_point(inputs[2] if len(inputs) > 2 else None)
+    b_zero = _zero_point(inputs[3] if len(inputs) > 3 else None)
+    if a_zero.ndim == 1 and a_zero.size > 1:
+        a_zero = a_zero.reshape(-1, 1)  # one zero point per row of A
+    centered_a = a.astype(np.int64) - a_zero
+    centered_b = b.astype(np.int64) - b_zero
+    return [wrap_int32(exact_integer_matmul(centered_a, centered_b))]
+
+
+# Pools -----------------------------------------------------------------------------------------------
+def _pool_geometry(op: Operation, x: np.ndarray) -> Window:
+    kernel = _ints(op, "kernel_shape", [])
+    if not kernel:
+        raise InputError(f"{node_label(op)}: kernel_shape is required")
+    return window(op, x.shape[2:], kernel, ceil_mode=bool(attribute(op, "ceil_mode", 0)))
+
+
+def max_pool(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    x = inputs[0]
+    assert x is not None
+    if len(op.results) > 1 or x.dtype.kind not in "fiu":
+        return None  # the Indices output (and its storage_order): the reference computes it
+    geometry = _pool_geometry(op, x)
+    lowest = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    padded = _pad_for_windows(x, geometry, lowest)
+    result: np.ndarray | None = None
+    for offsets in _taps(geometry):
+        patch = padded[_slice_at(geometry, offsets, 2)]
+        result = patch.copy() if result is None else np.maximum(result, patch)
+    return [result]
+
+
+def average_pool(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """AveragePool: the window sum in the input's float type, divided by the count of the elements it
+    covers (`count_include_pad`: pads count, the overhang of a ceil_mode window does not)."""
+    x = inputs[0]
+    assert x is not None
+    if x.dtype not in FLOAT_DTYPES:
+        return None
+    geometry = _pool_geometry(op, x)
+    spatial = len(geometry.kernel)
+    padded = _pad_for_windows(x, geometry, 0)
+    # 1 where an element counts toward the divisor: the input, and its pads with count_include_pad
+    include_pad = bool(attribute(op, "count_include_pad", 0))
+    counted = np.zeros(padded.shape[2:], np.int64)
+    counted[
+        tuple(
+            slice(0 if include_pad else begin, begin + size + (end if include_pad else 0))
+            for begin, end, size in zip(geometry.pads[:spatial], geometry.pads[spatial:], x.shape[2:])
+        )
+    ] = 1
+    total = np.zeros((*x.shape[:2], *geometry.output), x.dtype)
+    count = np.zeros(geometry.output, np.int64)
+    for offsets in _taps(geometry):
+        total += padded[_slice_at(geometry, offsets, 2)]
+        count += counted[_slice_at(geometry, offsets, 0)]
+    return [(total / count.astype(x.dtype)).astype(x.dtype)]
+
+
+# ConvTranspose ---------------------------------------------------------------------------------------
+def conv_transpose(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """`y[n, g*M/G + m, i*s + k*d - pad] += x[n, g*C/G + c, i] * w[g*C/G + c, m, k]`, a matmul per offset."""
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    assert x is not None and w is not None
+    if x.dtype not in FLOAT_DTYPES or w.dtype != x.dtype:
+        return None
+    if str(attribute(op, "auto_pad", "NOTSET")) not in ("NOTSET", "VALID") or attribute(
+        op, "output_shape", None
+    ):
+        return None  # SAME_* and output_shape derive the pads: the reference does it
+    spatial = x.ndim - 2
+    kernel = _ints(op, "kernel_shape", list(w.shape[2:]))
+    strides = _ints(op, "strides", [1] * spatial)
+    dilations = _ints(op, "dilations", [1] * spatial)
+    pads = [0] * (2 * spatial)
+    if str(attribute(op, "auto_pad", "NOTSET")) == "NOTSET":
+        pads = _ints(op, "pads", pads)
+    output_padding = _ints(op, "output_padding", [0] * spatial)
+    group = int(attribute(op, "group", 1))  # type: ignore[arg-type]
+    batch, channels = x.shape[:2]
+    per_group_in, per_group_out = channels // group, w.shape[1]
+    sizes = x.shape[2:]
+    extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    output = [
+        s * (n - 1) + p + e - pads[a] - pads[a + spatial]
+        for a, (n, s, p, e) in enumerate(zip(sizes, strides, output_padding, extents))
+    ]
+    full = [
+        max((n - 1) * s + e, pads[a] + o)
+        for a, (n, s, e, o) in enumerate(zip(sizes, strides, extents, output))
+    ]
+    buffer = np.zeros((batch, group, per_group_out, *full), x.dtype)
+    grouped_x = x.reshape(batch, group, per_group_in, math.prod(sizes))
+    grouped_w = w.reshape(group, per_group_in, per_group_out, *kernel)
+    for offsets in itertools.product(*[range(k) for k in kernel]):
+        taps = np.swapaxes(grouped_w[(slice(None), slice(None), slice(None), *offsets)], 1, 2)
+        contribution = np.matmul(taps, grouped_x).reshape(batch, group, per_group_out, *sizes)
+        target = tuple(
+            slice(o * d, o * d + (n - 1) * s + 1, s) for o, d, n, s in zip(offsets, dilations, sizes, strides)
+        )
+        buffer[(slice(None), slice(None), slice(None), *target)] += contribution
+    crop = tuple(slice(pads[a], pads[a] + output[a]) for a in range(spatial))
+    y = np.ascontiguousarray(buffer[(slice(None), slice(None), slice(None), *crop)]).reshape(
+        batch, group * per_group_out, *output
+    )
+    if bias is not None:
+        y += _channel(bias.astype(x.dtype), y.ndim)
+    return [y]
+
+
+# BatchNormalization ----------------------------------------------------------------------------------
+def batch_normalization(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """BatchNormalization as onnxruntime runs it, at every opset (see the module docstring)."""
+    x, scale, bias, mean, var = inputs[:5]
+    assert x is not None and scale is not None and bias is not None and mean is not None and var is not None
+    if x.dtype.kind != "f":
+        raise InputError(f"{node_label(op)}: BatchNormalization takes a float input, got {x.dtype}")
+    compute = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
+    epsilon = compute.type(attribute(op, "epsilon", 1e-5))
+    momentum = compute.type(attribute(op, "momentum", 0.9))
+    outputs = len(op.results) + len(_absent_outputs(op))
+    training = bool(attribute(op, "training_mode", 0)) if opset >= 14 else outputs > 1
+    spatial = opset > 8 or int(attribute(op, "spatial", 1)) == 1  # type: ignore[arg-type]
+    values = x.astype(compute)
+    scale, bias, mean, var = (a.astype(compute) for a in (scale, bias, mean, var))
+
+    def shaped(parameter: np.ndarray) -> np.ndarray:
+        # spatial: one value per channel (axis 1); spatial = 0: one per element of x[n]
+        return _channel(parameter, x.ndim) if spatial else parameter.reshape(1, *parameter.shape)
+
+    if not training:
+        inverse_std = (np.ones((), compute) / np.sqrt(var + epsilon)).astype(compute)
+        multiplier = (scale * inverse_std).astype(compute)
+        offset = (bias - mean * multiplier).astype(compute)
+        return [(values * shaped(multiplier) + shaped(offset)).astype(x.dtype)]
+    axes = (0, *range(2, x.ndim)) if spatial else (0,)
+    batch_mean = values.mean(axis=axes, dtype=compute).astype(compute)
+    batch_var = values.var(axis=axes, dtype=compute).astype(compute)  # biased, as onnxruntime's
+    inverse_std = (np.ones((), compute) / np.sqrt(batch_var + epsilon)).astype(compute)
+    y = ((values - shaped(batch_mean)) * shaped(inverse_std * scale) + shaped(bias)).astype(x.dtype)
+    running_mean = (mean * momentum + batch_mean * (1 - momentum)).astype(x.dtype)
+    running_var = (var * momentum + batch_var * (1 - momentum)).astype(x.dtype)
+    if opset >= 14:
+        return [y, running_mean, running_var]
+    # opset 7-13: saved_mean, saved_var; onnxruntime's saved_var is the inverse standard deviation
+    return [y, running_mean, running_var, batch_mean.astype(x.dtype), inverse_std.astype(x.dtype)]
+
+
+def _absent_outputs(op: Operation) -> set[int]:
+    from qconvert.onnx_attributes import absent_positions
+
+    return absent_positions(op, "outputs")
+
+
+# Erf, Gelu -------------------------------------------------------------------------------------------
+def _scipy_erf() -> Callable[[np.ndarray], np.ndarray] | None:
+    try:
+        from scipy.special import erf
+    except ImportError:
+        return None
+    return erf  # type: ignore[no-any-return]
+
+
+def erf(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    x = inputs[0]
+    function = _scipy_erf()
+    if function is None or x is None or x.dtype not in FLOAT_DTYPES:
+        return None
+    return [np.asarray(function(x)).astype(x.dtype)]
+
+
+def gelu(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """Gelu (opset 20): `0.5 x (1 + erf(x / sqrt 2))`, or the tanh approximation, in float64 then rounded."""
+    x = inputs[0]
+    if x is None or x.dtype not in FLOAT_DTYPES:
+        return None
+    wide = x.astype(np.float64)
+    if str(attribute(op, "approximate", "none")) == "tanh":
+        inner = math.sqrt(2 / math.pi) * (wide + 0.044715 * wide**3)
+        return [(0.5 * wide * (1 + np.tanh(inner))).astype(x.dtype)]
+    function = _scipy_erf()
+    if function is None:
+        return None
+    return [(0.5 * wide * (1 + function(wide / math.sqrt(2)))).astype(x.dtype)]
+
+
+KERNELS: dict[str, OnnxKernel] = {
+    "onnx.BatchNormalization": batch_normalization,
+    "onnx.Conv": conv,
+    "onnx.ConvInteger": conv_integer,
+    "onnx.MatMulInteger": matmul_integer,
+    "onnx.ConvTranspose": conv_transpose,
+    "onnx.MaxPool": max_pool,
+    "onnx.AveragePool": average_pool,
+    "onnx.Erf": erf,
+    "onnx.Gelu": gelu,
+}
+
+__all__ = [
+    "KERNELS",
+    "OnnxKernel",
+    "Window",
+    "attribute",
+    "convolution",
+    "integer_convolution",
+    "window",
+]

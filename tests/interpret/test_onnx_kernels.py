@@ -1,0 +1,462 @@
+"""The interpreter's own kernels for generic `onnx.*` ops (qconvert/onnx_kernels.py) against onnxruntime.
+
+Each case is a one-node ONNX model on seeded random inputs, lifted and run by `qconvert.interpret`, and
+run by onnxruntime (graph optimizations off). Integer ops (ConvInteger, MatMulInteger) and MaxPool must be
+bit-exact. Float ops must agree within a float32 bound: two float32 sums of n terms each differ from the
+exact sum by at most `n u S` (u = 2**-24, S = the sum of the terms' magnitudes, which onnxruntime itself
+computes on |inputs|), so `|ours - ort| <= 2 (n + 1) u S`. BatchNormalization with a legacy `momentum`
+attribute is the case onnx's reference implementation gets wrong; its test asserts that the reference
+differs, so the test fails if the interpreter falls back to it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from qconvert.errors import InputError
+from qconvert.frontends.onnx import import_onnx
+from qconvert.interpret import ONNX_KERNELS, Interpreter
+from qconvert.numerics.integer_accumulation import exact_integer_matmul, float64_is_exact
+
+UNIT_ROUNDOFF = 2.0**-24
+RNG_SEED = 20261205
+
+
+def one_node_model(
+    op_type: str,
+    feeds: dict[str, np.ndarray],
+    attributes: dict[str, object] | None = None,
+    opset: int = 17,
+    outputs: int = 1,
+) -> onnx.ModelProto:
+    output_names = [f"y{i}" for i in range(outputs)]
+    node = helper.make_node(op_type, list(feeds), output_names, **(attributes or {}))
+    graph = helper.make_graph(
+        [node],
+        op_type.lower(),
+        [
+            helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
+            for name, array in feeds.items()
+        ],
+        [onnx.ValueInfoProto(name=name) for name in output_names],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return [np.asarray(value) for value in session.run(None, feeds)]
+
+
+def run_interpreter(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return list(Interpreter(import_onnx(model)).run(feeds).values())
+
+
+def assert_within_sum_bound(
+    ours: np.ndarray, reference: np.ndarray, magnitude: np.ndarray, terms: int, what: str
+) -> None:
+    assert ours.shape == reference.shape and ours.dtype == reference.dtype, (
+        what,
+        ours.shape,
+        reference.shape,
+    )
+    bound = 2 * (terms + 1) * UNIT_ROUNDOFF * magnitude.astype(np.float64) + 1e-30
+    error = np.abs(ours.astype(np.float64) - reference.astype(np.float64))
+    worst = int(np.argmax(error - bound))
+    assert np.all(error <= bound), (
+        f"{what}: |ours - onnxruntime| = {error.flat[worst]:.3g} > bound {bound.flat[worst]:.3g}"
+    )
+
+
+def uniform(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.uniform(-1, 1, shape).astype(np.float32)
+
+
+def integers(rng: np.random.Generator, dtype: type, *shape: int) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return np.asarray(rng.integers(info.min, info.max + 1, shape), dtype)
+
+
+# Conv ------------------------------------------------------------------------------------------------
+CONV_CASES = {
+    "pads_strides_dilations": (
+        (2, 4, 11, 10),
+        (6, 4, 3, 3),
+        {"pads": [1, 2, 0, 1], "strides": [2, 1], "dilations": [1, 2]},
+    ),
+    "group_2": ((1, 6, 9, 9), (4, 3, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+    "depthwise": ((2, 8, 7, 9), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    "depthwise_multiplier_2": ((1, 4, 8, 8), (8, 1, 3, 3), {"group": 4}),
+    "same_upper_stride_2": ((1, 3, 10, 11), (5, 3, 4, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    "same_lower_stride_2": ((1, 3, 10, 11), (5, 3, 4, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 3]}),
+    "valid": ((1, 3, 8, 8), (2, 3, 5, 2), {"auto_pad": "VALID"}),
+    "conv1d_tts": ((1, 16, 40), (16, 16, 5), {"pads": [2, 2]}),
+    "conv1d_dilated_group": ((2, 8, 33), (8, 2, 3), {"dilations": [4], "group": 4, "pads": [4, 4]}),
+    "conv3d": ((1, 2, 5, 6, 7), (3, 2, 2, 3, 2), {"pads": [1, 0, 1, 0, 1, 1], "strides": [1, 2, 2]}),
+    "pointwise": ((3, 16, 5, 5), (12, 16, 1, 1), {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_conv_matches_onnxruntime_within_float32_bound(case: str, with_bias: bool) -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    x_shape, w_shape, attributes = CONV_CASES[case]
+    feeds = {"x": uniform(rng, *x_shape), "w": uniform(rng, *w_shape)}
+    if with_bias:
+        feeds["b"] = uniform(rng, w_shape[0])
+    model = one_node_model("Conv", feeds, attributes)
+    reference = run_onnxruntime(model, feeds)[0]
+    magnitude = run_onnxruntime(model, {k: np.abs(v) for k, v in feeds.items()})[0]
+    terms = math.prod(w_shape[1:])
+    assert_within_sum_bound(run_interpreter(model, feeds)[0], reference, magnitude, terms, f"Conv {case}")
+
+
+def test_conv_kernel_is_registered_and_used() -> None:
+    assert "onnx.Conv" in ONNX_KERNELS and "onnx.BatchNormalization" in ONNX_KERNELS
+
+
+# ConvInteger -----------------------------------------------------------------------------------------
+CONV_INTEGER_CASES = {
+    "pads_strides": ((1, 3, 9, 8), (4, 3, 3, 3), {"pads": [1, 1, 0, 2], "strides": [2, 1]}),
+    "dilations_group": ((2, 4, 9, 9), (6, 2, 2, 3), {"dilations": [2, 1], "group": 2}),
+    "same_lower": ((1, 2, 7, 8), (3, 2, 3, 2), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+    "same_upper_1d": ((1, 8, 30), (8, 8, 4), {"auto_pad": "SAME_UPPER"}),
+    "depthwise": ((1, 6, 8, 8), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV_INTEGER_CASES))
+@pytest.mark.parametrize("types", [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)])
+def test_conv_integer_is_bit_exact_with_onnxruntime(case: str, types: tuple[type, type]) -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    x_shape, w_shape, attributes = CONV_INTEGER_CASES[case]
+    x_type, w_type = types
+    feeds = {
+        "x": integers(rng, x_type, *x_shape),
+        "w": integers(rng, w_type, *w_shape),
+        "x_zero_point": integers(rng, x_type),
+        "w_zero_point": integers(rng, w_type),
+    }
+    model = one_node_model("ConvInteger", feeds, attributes)
+    ours = run_interpreter(model, feeds)[0]
+    reference = run_onnxruntime(model, feeds)[0]
+    assert ours.dtype == np.int32
+    np.testing.assert_array_equal(ours, reference)
+
+
+def test_conv_integer_per_channel_weight_zero_point_matches_onnxruntime_channel_by_channel() -> None:
+    """onnxruntime takes only a per-tensor w_zero_point: each output channel is run alone with its own."""
+    rng = np.random.default_rng(RNG_SEED)
+    attributes = {"pads": [1, 0, 1, 2], "strides": [1, 2]}
+    x = integers(rng, np.uint8, 2, 3, 7, 9)
+    w = integers(rng, np.uint8, 5, 3, 3, 3)
+    x_zero, w_zero = integers(rng, np.uint8), integers(rng, np.uint8, 5)
+    feeds = {"x": x, "w": w, "x_zero_point": x_zero, "w_zero_point": w_zero}
+    ours = run_interpreter(one_node_model("ConvInteger", feeds, attributes), feeds)[0]
+    for channel in range(5):
+        alone = {
+            "x": x,
+            "w": w[channel : channel + 1],
+            "x_zero_point": x_zero,
+            "w_zero_point": w_zero[channel : channel + 1],
+        }
+        reference = run_onnxruntime(one_node_model("ConvInteger", alone, attributes), alone)[0]
+        np.testing.assert_array_equal(ours[:, channel : channel + 1], reference, err_msg=f"channel {channel}")
+
+
+def test_conv_integer_wraps_like_onnxruntime_int32_accumulator() -> None:
+    """1x1 kernel over 40,000 channels of +-255 * +-255: sums beyond int32 wrap as onnxruntime's do."""
+    channels = 40_000
+    x = np.full((1, channels, 1, 2), 255, np.uint8)
+    x[0, :, 0, 1] = 0
+    w = np.full((1, channels, 1, 1), 255, np.uint8)
+    feeds = {"x": x, "w": w, "x_zero_point": np.array(0, np.uint8), "w_zero_point": np.array(0, np.uint8)}
+    model = one_node_model("ConvInteger", feeds)
+    ours = run_interpreter(model, feeds)[0]
+    assert 255 * 255 * channels > 2**31  # the first output position overflows int32
+    np.testing.assert_array_equal(ours, run_onnxruntime(model, feeds)[0])
+
+
+# MatMulInteger ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "types", [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.uint8), (np.int8, np.int8)]
+)
+@pytest.mark.parametrize(
+    "shapes", [((7, 33), (33, 5)), ((2, 3, 6, 17), (17, 9)), ((2, 4, 10), (2, 10, 3)), ((17,), (17, 4))]
+)
+def test_matmul_integer_is_bit_exact_with_onnxruntime(
+    types: tuple[type, type], shapes: tuple[tuple[int, ...], tuple[int, ...]]
+) -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    a_type, b_type = types
+    feeds = {
+        "a": integers(rng, a_type, *shapes[0]),
+        "b": integers(rng, b_type, *shapes[1]),
+        "a_zero_point": integers(rng, a_type),
+        "b_zero_point": integers(rng, b_type),
+    }
+    model = one_node_model("MatMulInteger", feeds)
+    ours = run_interpreter(model, feeds)[0]
+    assert ours.dtype == np.int32
+    np.testing.assert_array_equal(ours, run_onnxruntime(model, feeds)[0])
+
+
+def test_matmul_integer_per_column_b_zero_point_is_bit_exact_with_onnxruntime() -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    feeds = {
+        "a": integers(rng, np.uint8, 2, 5, 12),
+        "b": integers(rng, np.int8, 12, 6),
+        "a_zero_point": integers(rng, np.uint8),
+        "b_zero_point": integers(rng, np.int8, 6),
+    }
+    model = one_node_model("MatMulInteger", feeds)
+    np.testing.assert_array_equal(run_interpreter(model, feeds)[0], run_onnxruntime(model, feeds)[0])
+
+
+def test_matmul_integer_per_row_a_zero_point_matches_onnxruntime_row_by_row() -> None:
+    """The spec allows one a_zero_point per row; onnxruntime takes a scalar: each row runs alone."""
+    rng = np.random.default_rng(RNG_SEED)
+    a, b = integers(rng, np.uint8, 4, 9), integers(rng, np.uint8, 9, 3)
+    a_zero, b_zero = integers(rng, np.uint8, 4), integers(rng, np.uint8)
+    feeds = {"a": a, "b": b, "a_zero_point": a_zero, "b_zero_point": b_zero}
+    ours = run_interpreter(one_node_model("MatMulInteger", feeds), feeds)[0]
+    for row in range(4):
+        alone = {"a": a[row : row + 1], "b": b, "a_zero_point": a_zero[row : row + 1], "b_zero_point": b_zero}
+        reference = run_onnxruntime(one_node_model("MatMulInteger", alone), alone)[0]
+        np.testing.assert_array_equal(ours[row : row + 1], reference, err_msg=f"row {row}")
+
+
+def test_exact_integer_matmul_takes_int64_past_the_float64_bound() -> None:
+    """Operands whose float64 sums could round: the int64 path, equal to Python's exact integers."""
+    rng = np.random.default_rng(RNG_SEED)
+    a = rng.integers(-(2**40), 2**40, (3, 4), dtype=np.int64)
+    b = rng.integers(-(2**20), 2**20, (4, 2), dtype=np.int64)
+    assert not float64_is_exact(2**40, 2**20, 4)
+    exact = np.array(
+        [[sum(int(a[i, k]) * int(b[k, j]) for k in range(4)) for j in range(2)] for i in range(3)]
+    )
+    np.testing.assert_array_equal(exact_integer_matmul(a, b), exact)
+
+
+# BatchNormalization ----------------------------------------------------------------------------------
+def batch_norm_feeds(rng: np.random.Generator, x_shape: tuple[int, ...], spatial: bool = True) -> dict:
+    parameter_shape = (x_shape[1],) if spatial else x_shape[1:]
+    return {
+        "x": rng.normal(0.5, 2.0, x_shape).astype(np.float32),
+        "scale": rng.uniform(0.5, 2.0, parameter_shape).astype(np.float32),
+        "bias": uniform(rng, *parameter_shape),
+        "mean": uniform(rng, *parameter_shape),
+        "var": rng.uniform(0.2, 3.0, parameter_shape).astype(np.float32),
+    }
+
+
+def batch_norm_magnitude(feeds: dict[str, np.ndarray], spatial: bool = True) -> np.ndarray:
+    """`|x a| + |mean a| + |bias|` with `a = scale / sqrt(var + eps)`: what the float32 terms sum to."""
+
+    def shaped(values: np.ndarray) -> np.ndarray:
+        if not spatial:
+            return values[None].astype(np.float64)
+        return values.reshape(1, -1, *[1] * (feeds["x"].ndim - 2)).astype(np.float64)
+
+    multiplier = shaped(feeds["scale"]) / np.sqrt(shaped(feeds["var"]) + 1e-5)
+    x = feeds["x"].astype(np.float64)
+    return np.abs(x * multiplier) + np.abs(shaped(feeds["mean"]) * multiplier) + np.abs(shaped(feeds["bias"]))
+
+
+@pytest.mark.parametrize("opset", [7, 9, 14, 15])
+@pytest.mark.parametrize("x_shape", [(2, 3, 4, 5), (4, 6), (1, 2, 3, 2, 2)])
+def test_batch_normalization_with_legacy_momentum_runs_inference_like_onnxruntime(
+    opset: int, x_shape: tuple[int, ...]
+) -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    feeds = batch_norm_feeds(rng, x_shape)
+    attributes = {"epsilon": 1e-5, "momentum": 0.9}  # older exporters write momentum for inference too
+    model = one_node_model("BatchNormalization", feeds, attributes, opset=opset)
+    reference = run_onnxruntime(model, feeds)[0]
+    ours = run_interpreter(model, feeds)[0]
+    assert_within_sum_bound(ours, reference, batch_norm_magnitude(feeds), 3, f"BN opset {opset}")
+    if opset < 14:  # the reference takes the training path: the old interpreter failed this test
+        module = import_onnx(model)
+        op = next(op for op in module.walk() if op.name == "onnx.BatchNormalization")  # type: ignore[attr-defined]
+        try:
+            old = Interpreter(module).run_reference(op, [feeds[name] for name in feeds])[0]
+        except InputError:  # opset 7-8: BatchNormalization_6's training path returns a tuple and fails
+            return
+        assert np.max(np.abs(old - reference)) > 1e-3, "onnx's reference no longer takes the training path"
+
+
+def test_batch_normalization_opset_7_non_spatial_matches_onnxruntime() -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    feeds = batch_norm_feeds(rng, (2, 3, 4, 5), spatial=False)
+    model = one_node_model("BatchNormalization", feeds, {"spatial": 0, "momentum": 0.9}, opset=7)
+    ours = run_interpreter(model, feeds)[0]
+    reference = run_onnxruntime(model, feeds)[0]
+    assert_within_sum_bound(ours, reference, batch_norm_magnitude(feeds, spatial=False), 3, "BN spatial=0")
+
+
+@pytest.mark.parametrize(
+    ("opset", "attributes", "outputs"), [(9, {"momentum": 0.8}, 5), (15, {"training_mode": 1}, 3)]
+)
+def test_batch_normalization_training_outputs_match_onnxruntime(
+    opset: int, attributes: dict[str, object], outputs: int
+) -> None:
+    """Training mode (5 outputs before opset 14, training_mode = 1 after): batch statistics, running
+    statistics by momentum, and onnxruntime's saved_var (the inverse standard deviation)."""
+    rng = np.random.default_rng(RNG_SEED)
+    feeds = batch_norm_feeds(rng, (3, 4, 5, 6))
+    model = one_node_model("BatchNormalization", feeds, attributes, opset=opset, outputs=outputs)
+    ours = run_interpreter(model, feeds)
+    reference = run_onnxruntime(model, feeds)
+    assert len(ours) == len(reference) == outputs
+    for index, (mine, theirs) in enumerate(zip(ours, reference)):
+        assert mine.shape == theirs.shape
+        # the batch mean and variance sum 90 values: relative 2 * 91 u of their magnitudes, times a few
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-5, err_msg=f"output {index}")
+
+
+# Pools -----------------------------------------------------------------------------------------------
+POOL_CASES = {
+    "pads_strides": {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    "ceil_mode": {"kernel_shape": [3, 2], "strides": [2, 3], "ceil_mode": 1},
+    "ceil_mode_pads": {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1], "ceil_mode": 1},
+    "count_include_pad": {"kernel_shape": [3, 3], "pads": [1, 2, 1, 0], "count_include_pad": 1},
+    "count_include_pad_ceil": {
+        "kernel_shape": [2, 3],
+        "strides": [2, 2],
+        "pads": [1, 1, 0, 0],
+        "count_include_pad": 1,
+        "ceil_mode": 1,
+    },
+    "dilations": {"kernel_shape": [2, 2], "dilations": [2, 3], "pads": [1, 1, 1, 1]},
+    "same_upper": {"kernel_shape": [3, 2], "strides": [2, 2], "auto_pad": "SAME_UPPER"},
+    "same_lower": {"kernel_shape": [3, 2], "strides": [2, 2], "auto_pad": "SAME_LOWER"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(POOL_CASES))
+def test_max_pool_is_bit_exact_with_onnxruntime(case: str) -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    feeds = {"x": uniform(rng, 2, 3, 11, 10)}
+    attributes = {k: v for k, v in POOL_CASES[case].items() if k != "count_include_pad"}
+    model = one_node_model("MaxPool", feeds, attributes, opset=19)
+    np.testing.assert_array_equal(run_interpreter(model, feeds)[0], run_onnxruntime(model, feeds)[0])
+
+
+def test_max_pool_of_uint8_is_bit_exact_with_onnxruntime() -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    feeds = {"x": integers(rng, np.uint8, 1, 2, 9, 9)}
+    model = one_node_model("MaxPool", feeds, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, opset=12)
+    np.testing.assert_array_equal(run_interpreter(model, feeds)[0], run_onnxruntime(model, feeds)[0])
+
+
+@pytest.mark.parametrize("case", sorted(POOL_CASES))
+def test_average_pool_matches_onnxruntime_within_float32_bound(case: str) -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    feeds = {"x": uniform(rng, 2, 3, 11, 10)}
+    attributes = POOL_CASES[case]
+    opset = 19 if "dilations" in attributes else 17
+    model = one_node_model("AveragePool", feeds, attributes, opset=opset)
+    reference = run_onnxruntime(model, feeds)[0]
+    magnitude = run_onnxruntime(model, {"x": np.abs(feeds["x"])})[0]
+    terms = math.prod(attributes["kernel_shape"])  # type: ignore[arg-type]
+    ours = run_interpreter(model, feeds)[0]
+    assert_within_sum_bound(ours, reference, magnitude, terms, f"AveragePool {case}")
+
+
+# ConvTranspose ---------------------------------------------------------------------------------------
+CONV_TRANSPOSE_CASES = {
+    "strides_pads": ((1, 4, 5, 6), (4, 3, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "output_padding": ((2, 2, 4, 5), (2, 3, 3, 3), {"strides": [2, 3], "output_padding": [1, 2]}),
+    "group_dilations": ((1, 4, 5, 5), (4, 2, 3, 2), {"group": 2, "dilations": [2, 1], "pads": [0, 1, 2, 0]}),
+    "conv_transpose_1d_vocoder": ((1, 8, 20), (8, 4, 16), {"strides": [8], "pads": [4, 4]}),
+    "auto_pad_same_upper": ((1, 2, 5, 5), (2, 3, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    "output_shape": ((1, 2, 4, 4), (2, 2, 3, 3), {"strides": [2, 2], "output_shape": [9, 10]}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV_TRANSPOSE_CASES))
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_conv_transpose_matches_onnxruntime_within_float32_bound(case: str, with_bias: bool) -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    x_shape, w_shape, attributes = CONV_TRANSPOSE_CASES[case]
+    feeds = {"x": uniform(rng, *x_shape), "w": uniform(rng, *w_shape)}
+    if with_bias:
+        feeds["b"] = uniform(rng, w_shape[1] * int(attributes.get("group", 1)))  # type: ignore[call-overload]
+    model = one_node_model("ConvTranspose", feeds, attributes)
+    reference = run_onnxruntime(model, feeds)[0]
+    magnitude = run_onnxruntime(model, {k: np.abs(v) for k, v in feeds.items()})[0]
+    terms = w_shape[0] * math.prod(w_shape[2:])
+    ours = run_interpreter(model, feeds)[0]
+    assert_within_sum_bound(ours, reference, magnitude, terms, f"ConvTranspose {case}")
+
+
+# Erf, Gelu -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("op_type", "attributes", "opset"),
+    [("Erf", {}, 13), ("Gelu", {}, 20), ("Gelu", {"approximate": "tanh"}, 20)],
+)
+def test_erf_and_gelu_match_onnxruntime_within_a_few_ulps(
+    op_type: str, attributes: dict[str, object], opset: int
+) -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    feeds = {"x": (rng.standard_normal((4, 1000)) * 3).astype(np.float32)}
+    model = one_node_model(op_type, feeds, attributes, opset=opset)
+    ours = run_interpreter(model, feeds)[0]
+    reference = run_onnxruntime(model, feeds)[0]
+    # onnxruntime evaluates in float32: Gelu's `0.5 x (1 + t)` cancels for negative x, so its error is a
+    # few u of |x| (the terms' magnitude), not of the result; Erf's is a few u of the result
+    magnitude = np.abs(reference) + (np.abs(feeds["x"]) if op_type == "Gelu" else 0)
+    assert_within_sum_bound(ours, reference, magnitude, 3, op_type)
+
+
+# Whole model -----------------------------------------------------------------------------------------
+def test_whole_model_with_conv_batch_norm_pools_matches_onnxruntime_and_keeps_reused_outputs() -> None:
+    """A CNN block from an older exporter (BN with momentum) through `Interpreter.run`; a graph output
+    that a later node also reads, and a graph input returned as an output, survive the freeing of dead
+    values."""
+    rng = np.random.default_rng(RNG_SEED)
+    x = uniform(rng, 2, 3, 12, 12)
+    weights = {
+        "w": uniform(rng, 8, 3, 3, 3),
+        "scale": rng.uniform(0.5, 2, 8).astype(np.float32),
+        "bias": uniform(rng, 8),
+        "mean": uniform(rng, 8),
+        "var": rng.uniform(0.5, 2, 8).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["conv"], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "BatchNormalization", ["conv", "scale", "bias", "mean", "var"], ["bn"], momentum=0.9, epsilon=1e-5
+        ),
+        helper.make_node("Relu", ["bn"], ["relu"]),
+        helper.make_node("MaxPool", ["relu"], ["pool"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("AveragePool", ["pool"], ["avg"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["avg", "pool"], ["sum"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cnn_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [onnx.ValueInfoProto(name=name) for name in ("pool", "sum", "x")],
+        [onnx.numpy_helper.from_array(array, name) for name, array in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 8
+    ours = Interpreter(import_onnx(model)).run({"x": x})
+    reference = run_onnxruntime(model, {"x": x})
+    assert list(ours) == ["pool", "sum", "x"]
+    np.testing.assert_array_equal(ours["x"], x)
+    for name, theirs in zip(("pool", "sum"), reference[:2]):
+        # a 27-term convolution and a 3-term normalization of values below ~10: 1e-4 is far above it
+        np.testing.assert_allclose(ours[name], theirs, rtol=1e-4, atol=1e-4, err_msg=name)

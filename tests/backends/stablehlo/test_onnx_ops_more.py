@@ -422,3 +422,101 @@ def test_resize_of_other_opsets() -> None:
         n("Upsample", ["x"], ["linear"], mode="linear", scales=[1.0, 1.0, 2.0, 2.0]),
     ]
     check(nodes, {"x": x}, [Output("nearest"), Output("linear", "absolute")], opset=7)
+
+
+def test_pad_and_depth_moves() -> None:
+    x = rand(2, 3, 4, 5)
+    i = ints(3, 6)
+    nodes = [
+        const("pads", [0, 0, 1, 2, 0, 1, 2, 1]),
+        const("pads_crop", [0, 1, -1, 2, 1, 0, 2, -2]),
+        const("pads_int", [1, 2, 2, 0]),
+        const("fill", 1.5, np.float32),
+        const("fill_int", [7]),
+        const("axes", [-1, 2]),
+        const("pads_axes", [1, 3, 2, 0]),
+        n("Pad", ["x", "pads"], ["constant"]),
+        n("Pad", ["x", "pads_crop", "fill"], ["constant_crop"]),
+        n("Pad", ["x", "pads"], ["reflect"], mode="reflect"),
+        n("Pad", ["x", "pads_crop"], ["reflect_crop"], mode="reflect"),
+        n("Pad", ["x", "pads"], ["edge"], mode="edge"),
+        n("Pad", ["x", "pads_crop"], ["edge_crop"], mode="edge"),
+        n("Pad", ["x", "pads"], ["wrap"], mode="wrap"),
+        n("Pad", ["i", "pads_int", "fill_int"], ["constant_int"]),
+        n("Pad", ["x", "pads_axes", "fill", "axes"], ["constant_axes"]),
+        n("Pad", ["x", "pads_axes", "", "axes"], ["reflect_axes"], mode="reflect"),
+    ]
+    names = ["constant", "constant_crop", "reflect", "reflect_crop", "edge", "edge_crop", "wrap"]
+    names += ["constant_int", "constant_axes", "reflect_axes"]
+    check(nodes, {"x": x, "i": i}, [Output(o) for o in names], opset=19, engines=("xla", "interpreter"))
+    # SpaceToDepth / DepthToSpace (CRD since opset 11).
+    y = rand(2, 8, 4, 6)
+    nodes = [
+        n("SpaceToDepth", ["y"], ["space_to_depth"], blocksize=2),
+        n("DepthToSpace", ["y"], ["depth_to_space"], blocksize=2),
+        n("DepthToSpace", ["y"], ["depth_to_space_crd"], blocksize=2, mode="CRD"),
+    ]
+    names = ["space_to_depth", "depth_to_space", "depth_to_space_crd"]
+    check(nodes, {"y": y}, [Output(o) for o in names], opset=13)
+    # Pad with attributes (opset 2 to 10).
+    nodes = [
+        n("Pad", ["y"], ["pad_attribute"], pads=[0, 1, 2, 0, 0, 0, 1, 3], value=-2.0),
+        n("Pad", ["y"], ["pad_reflect_attribute"], pads=[0, 0, 1, 2, 0, 0, 2, 1], mode="reflect"),
+    ]
+    check(nodes, {"y": y}, [Output("pad_attribute"), Output("pad_reflect_attribute")], opset=10)
+
+
+def test_more_reductions() -> None:
+    x = rand(3, 4, 5, low=0.1, high=2.0)
+    signed = rand(3, 4, 5)
+    i = ints(3, 4, 5, low=-3, high=4)
+    nodes = [
+        const("axes", [1]),
+        const("axes_two", [0, -1]),
+        const("no_axes", np.zeros(0, np.int64)),
+        n("ReduceMin", ["signed", "axes"], ["min"]),
+        n("ReduceMin", ["i", "axes_two"], ["min_int"], keepdims=0),
+        n("ReduceProd", ["x", "axes"], ["prod"]),
+        n("ReduceProd", ["i", "axes"], ["prod_int"]),
+        n("ReduceL1", ["signed", "axes_two"], ["l1"]),
+        n("ReduceL2", ["signed", "axes"], ["l2"], keepdims=0),
+        n("ReduceSumSquare", ["signed"], ["sum_square_all"]),
+        n("ReduceLogSum", ["x", "axes"], ["log_sum"]),
+        n("ReduceLogSumExp", ["signed", "axes_two"], ["log_sum_exp"]),
+        n("ReduceL2", ["signed", "no_axes"], ["l2_noop"], noop_with_empty_axes=1),
+    ]
+    exact = ["min", "min_int", "prod_int", "l2_noop"]
+    absolute = ["prod", "l1", "l2", "sum_square_all", "log_sum", "log_sum_exp"]
+    outputs = [Output(o) for o in exact] + [Output(o, "absolute") for o in absolute]
+    check(nodes, {"x": x, "signed": signed, "i": i}, outputs, opset=18, engines=("xla", "interpreter"))
+    # Opset 13: axes as attributes.
+    nodes = [n("ReduceMin", ["signed"], ["min"], axes=[2]), n("ReduceL2", ["signed"], ["l2"], axes=[0, 1])]
+    check(nodes, {"signed": signed}, [Output("min"), Output("l2", "absolute")], opset=13)
+
+
+def test_einsum_equations() -> None:
+    inputs = {
+        "q": rand(2, 3, 4, 5),
+        "k": rand(2, 3, 6, 5),
+        "a": rand(4, 5),
+        "b": rand(5, 6),
+        "v": rand(4),
+        "w": rand(6),
+        "t": rand(2, 4, 5),
+        "c": rand(6, 2),
+    }
+    nodes = [
+        n("Einsum", ["q", "k"], ["attention"], equation="bhqd,bhkd->bhqk"),
+        n("Einsum", ["a", "b"], ["matmul"], equation="ij,jk->ik"),
+        n("Einsum", ["a"], ["transpose"], equation="ij->ji"),
+        n("Einsum", ["a"], ["row_sums"], equation="ij->i"),
+        n("Einsum", ["v", "w"], ["outer"], equation="i,j->ij"),
+        n("Einsum", ["t", "b"], ["batched_weight"], equation="bij,jk->bik"),
+        n("Einsum", ["q", "k"], ["ellipsis"], equation="...qd,...kd->...qk"),
+        n("Einsum", ["a", "b"], ["implicit"], equation="ij,jk"),
+        n("Einsum", ["a", "b", "c"], ["chain"], equation="ij,jk,kl->il"),
+        n("Einsum", ["t", "a"], ["total"], equation="bij,ij->"),
+    ]
+    names = ["attention", "matmul", "transpose", "row_sums", "outer", "batched_weight", "ellipsis"]
+    names += ["implicit", "chain", "total"]
+    check(nodes, inputs, [Output(o, "absolute") for o in names], opset=13, engines=("xla", "interpreter"))

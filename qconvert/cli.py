@@ -201,11 +201,11 @@ def inspect_command(
     model: str = typer.Argument(..., help="ONNX model file"),
     input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
 ) -> None:
-    """Summarize an ONNX model as lifted: ops, quantized tensors by scheme, storage types."""
-    from qconvert.frontends.onnx import import_onnx
-    from qconvert.frontends.onnx.summary import summarize
+    """Summarize an ONNX model as lifted: its quantization style(s) (static Q/DQ, QOperator, dynamic,
+    weight-only, MatMulNBits) with counts, ops, quantized tensors by scheme, storage types."""
+    from qconvert.frontends.onnx.summary import summarize_model
 
-    summary = summarize(import_onnx(model, _parse_input_shapes(input_shape)))
+    summary = summarize_model(model, _parse_input_shapes(input_shape))
     typer.echo("\n".join(summary.lines()))
 
 

@@ -1,17 +1,21 @@
-"""What `qconvert inspect` and `qconvert import --elide-weights` need from a lifted module.
+"""What `qconvert inspect` and `qconvert import --elide-weights` need from a model and its lifted module.
 
 `summarize(module)` counts ops by name and quantized tensors by scheme (per-tensor, per-axis,
-sub-channel) and storage type; `elide_weights(module)` replaces large constants by MLIR's elided
-form, `dense_resource<__elided__>`, which parses back (with no data) like upstream's
-`--mlir-elide-elementsattrs-if-larger`.
+sub-channel) and storage type; `quantization_styles(model)` names how the ONNX model was quantized
+(static Q/DQ, QOperator, dynamic, weight-only, MatMulNBits) with counts, from the ONNX graph itself
+(dynamic and weight-only models have no quantized tensor type in the lifted IR); `elide_weights(module)`
+replaces large constants by MLIR's elided form, `dense_resource<__elided__>`, which parses back (with no
+data) like upstream's `--mlir-elide-elementsattrs-if-larger`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+from onnx import ModelProto, NodeProto, TensorProto
 
 from qconvert.interpret import input_names, output_names
 from qconvert.ir.attributes import DenseElementsAttr, DenseResourceAttr
@@ -39,10 +43,15 @@ class ModuleSummary:
     storage_types: Counter[str] = field(default_factory=Counter)
     constants: int = 0
     constant_bytes: int = 0
+    styles: list[QuantizationStyle] | None = None  # from the ONNX graph (quantization_styles), when known
 
     def lines(self) -> list[str]:
         out = [f"inputs: {', '.join(self.inputs)}", f"outputs: {', '.join(self.outputs)}"]
         out.append(f"constants: {self.constants} ({self.constant_bytes} bytes)")
+        if self.styles is not None:
+            names = " + ".join(style.name for style in self.styles) or "none (no quantization op or pattern)"
+            out.append(f"quantization style: {names}")
+            out += [f"  {style.line()}" for style in self.styles]
         out.append("ops:")
         out += [f"  {name}: {count}" for name, count in sorted(self.ops.items())]
         out.append("quantized tensors by scheme (quant.qcast / quant.dcast):")
@@ -99,3 +108,190 @@ def elide_weights(module: ModuleOp, threshold: int = 16) -> int:
             op.attributes["value"] = DenseResourceAttr(ELIDED, value.type)
             elided += 1
     return elided
+
+
+# Quantization styles, from the ONNX graph ----------------------------------------------------------------
+
+MICROSOFT = "com.microsoft"
+# onnxruntime's quantize_dynamic and the com.microsoft ops that quantize activations at run time
+DYNAMIC_OPS = frozenset(
+    {
+        "DynamicQuantizeLinear",
+        "MatMulInteger",
+        "ConvInteger",
+        f"{MICROSOFT}.DynamicQuantizeMatMul",
+        f"{MICROSOFT}.DynamicQuantizeLSTM",
+        f"{MICROSOFT}.MatMulIntegerToFloat",
+        f"{MICROSOFT}.DynamicQuantizeLinear",
+    }
+)
+# Ops computing on quantized tensors with scales and zero points as inputs (onnxruntime's QOperator format)
+QOPERATOR_OPS = frozenset({"QLinearConv", "QLinearMatMul", f"{MICROSOFT}.QGemm", f"{MICROSOFT}.QAttention"})
+BLOCKWISE_OPS = frozenset(
+    {f"{MICROSOFT}.MatMulNBits", f"{MICROSOFT}.MatMulBnb4", f"{MICROSOFT}.GatherBlockQuantized"}
+)
+# Ops whose weight input a weight-only model dequantizes (activations stay float)
+WEIGHT_CONSUMERS = frozenset(
+    {
+        "MatMul",
+        "Gemm",
+        "Conv",
+        "ConvTranspose",
+        "LSTM",
+        "GRU",
+        "RNN",
+        "Einsum",
+        "Attention",
+        "MultiHeadAttention",
+    }
+)
+# Layout ops a dequantized weight may pass through before its consumer
+PASS_THROUGH = frozenset({"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Cast"})
+INTEGER_TYPES = frozenset(
+    {
+        TensorProto.INT8,
+        TensorProto.UINT8,
+        TensorProto.INT16,
+        TensorProto.UINT16,
+        TensorProto.INT4,
+        TensorProto.UINT4,
+        TensorProto.INT32,
+    }
+)
+FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
+
+STYLE_DESCRIPTIONS = {
+    "static Q/DQ": "activations quantized and dequantized in the graph, as quantize_static writes QDQ",
+    "QOperator": "ops on quantized tensors, as quantize_static writes QOperator",
+    "dynamic": "activations quantized at run time, as quantize_dynamic writes",
+    "weight-only": "integer weights dequantized to float, activations float",
+    "block-wise (MatMulNBits)": "n-bit block-quantized weights, com.microsoft ops",
+}
+
+
+@dataclass
+class QuantizationStyle:
+    """One quantization style found in a model: its name and what was counted for it."""
+
+    name: str
+    counts: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def line(self) -> str:
+        counted = ", ".join(f"{count} {what}" for what, count in sorted(self.counts.items(), key=_by_count))
+        return f"{self.name} ({STYLE_DESCRIPTIONS[self.name]}): {counted}"
+
+
+def _by_count(item: tuple[str, int]) -> tuple[int, str]:
+    return (-item[1], item[0])
+
+
+def _op_key(node: NodeProto) -> str:
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
+def _constant_types(model: ModelProto) -> dict[str, int]:
+    """Element type of every constant value: initializers and Constant nodes' tensors (data not read)."""
+    constants = {init.name: init.data_type for init in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            for attribute in node.attribute:
+                if attribute.name == "value" and attribute.HasField("t"):
+                    constants[node.output[0]] = attribute.t.data_type
+    return constants
+
+
+def quantization_styles(model: ModelProto) -> list[QuantizationStyle]:
+    """Which quantization styles the graph (main graph only) uses, most used first, with counts.
+
+    - static Q/DQ: a QuantizeLinear of a non-constant value whose output feeds a DequantizeLinear, and
+      the DequantizeLinear of a constant (a weight) feeding an op whose activation is dequantized too;
+    - QOperator: QLinear* ops (ai.onnx, com.microsoft) and QGemm / QAttention;
+    - dynamic: DynamicQuantizeLinear, MatMulInteger, ConvInteger, DynamicQuantizeMatMul,
+      DynamicQuantizeLSTM, MatMulIntegerToFloat;
+    - weight-only: an integer constant -> Cast(to float) -> [Sub] -> Mul, or a DequantizeLinear of a
+      constant, reaching (through layout ops) a MatMul / Gemm / Conv / recurrent op none of whose inputs
+      is a dequantized activation;
+    - block-wise: com.microsoft MatMulNBits (by bit width), MatMulBnb4, GatherBlockQuantized.
+    """
+    nodes = list(model.graph.node)
+    constants = _constant_types(model)
+    producers = {output: node for node in nodes for output in node.output}
+    consumers: dict[str, list[NodeProto]] = {}
+    for node in nodes:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    styles = {name: QuantizationStyle(name) for name in STYLE_DESCRIPTIONS}
+
+    def activation_dequantized(name: str) -> bool:
+        """Whether `name` is (through layout ops) a DequantizeLinear of a value computed at run time."""
+        node = producers.get(name)
+        while node is not None and node.op_type in PASS_THROUGH and node.input:
+            node = producers.get(node.input[0])
+        return node is not None and node.op_type == "DequantizeLinear" and node.input[0] not in constants
+
+    def final_consumers(name: str) -> Iterable[NodeProto]:
+        for consumer in consumers.get(name, []):
+            if consumer.op_type in PASS_THROUGH:
+                yield from final_consumers(consumer.output[0])
+            else:
+                yield consumer
+
+    def dequantized_weight(output: str, pattern: str) -> None:
+        """A weight dequantized to float: weight-only where its consumer's activations are float."""
+        for consumer in final_consumers(output):
+            if consumer.op_type not in WEIGHT_CONSUMERS:
+                continue
+            if any(activation_dequantized(name) for name in consumer.input if name):
+                if pattern == "DequantizeLinear":
+                    styles["static Q/DQ"].counts["DequantizeLinear of a constant"] += 1
+            else:
+                styles["weight-only"].counts[f"{pattern} -> {consumer.op_type}"] += 1
+
+    for node in nodes:
+        key = _op_key(node)
+        if key in DYNAMIC_OPS:
+            styles["dynamic"].counts[key.removeprefix(f"{MICROSOFT}.")] += 1
+        elif key in QOPERATOR_OPS or node.op_type.startswith("QLinear"):
+            styles["QOperator"].counts[key.removeprefix(f"{MICROSOFT}.")] += 1
+        elif key in BLOCKWISE_OPS:
+            bits = next((a.i for a in node.attribute if a.name == "bits"), None)
+            label = key.removeprefix(f"{MICROSOFT}.") + (f" ({bits}-bit)" if bits else "")
+            styles["block-wise (MatMulNBits)"].counts[label] += 1
+        elif key == "QuantizeLinear" and node.input[0] not in constants:
+            if any(c.op_type == "DequantizeLinear" for c in consumers.get(node.output[0], [])):
+                styles["static Q/DQ"].counts["QuantizeLinear -> DequantizeLinear"] += 1
+        elif key == "DequantizeLinear" and node.input[0] in constants:
+            dequantized_weight(node.output[0], "DequantizeLinear")
+        elif key == "Cast" and constants.get(node.input[0]) in INTEGER_TYPES:
+            to = next((a.i for a in node.attribute if a.name == "to"), None)
+            scaled = _scaled_by_mul(node.output[0], consumers)
+            if to in FLOAT_TYPES and scaled is not None:
+                dequantized_weight(scaled.output[0], "Cast -> Mul")
+    found = [style for style in styles.values() if style.total]
+    return sorted(found, key=lambda style: -style.total)
+
+
+def _scaled_by_mul(name: str, consumers: dict[str, list[NodeProto]]) -> NodeProto | None:
+    """The Mul that scales a cast weight, directly or after a Sub (zero point)."""
+    for consumer in consumers.get(name, []):
+        if consumer.op_type == "Mul":
+            return consumer
+        if consumer.op_type == "Sub":
+            return next((c for c in consumers.get(consumer.output[0], []) if c.op_type == "Mul"), None)
+    return None
+
+
+def summarize_model(
+    source: str | ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None
+) -> ModuleSummary:
+    """`summarize` of the lifted model, with the ONNX graph's quantization styles (what `inspect` prints)."""
+    from .lift import import_onnx
+    from .load import read_model
+
+    summary = summarize(import_onnx(source, input_shapes))
+    summary.styles = quantization_styles(read_model(source)[0])
+    return summary

@@ -163,6 +163,18 @@ def decode_attributes(op_type: str, attributes: Mapping[str, object], where: str
     )
 
 
+def output_shapes(attributes: RecurrentAttributes, x_shape: Sequence[int]) -> list[tuple[int, ...]]:
+    """The shapes of Y, Y_h (and Y_c for LSTMs) for an input X of `x_shape`, in the node's layout."""
+    directions, hidden = attributes.num_directions, attributes.hidden_size
+    if attributes.layout == 0:
+        length, batch = x_shape[0], x_shape[1]
+        y, state = (length, directions, batch, hidden), (directions, batch, hidden)
+    else:
+        batch, length = x_shape[0], x_shape[1]
+        y, state = (batch, length, directions, hidden), (batch, directions, hidden)
+    return [y, state] if attributes.op_type == "GRU" else [y, state, state]
+
+
 class RecurrentMath(Protocol[T]):
     """The arithmetic `run_recurrent` needs, on one executor's values (all float32)."""
 
@@ -465,5 +477,6 @@ __all__ = [
     "activate",
     "decode_attributes",
     "op_attributes",
+    "output_shapes",
     "run_recurrent",
 ]

@@ -363,6 +363,35 @@ def _contrib_output(node: NodeProto, known: dict[str, onnx.TypeProto]) -> tuple[
     return None
 
 
+def _recurrent_outputs(node: NodeProto, known: dict[str, onnx.TypeProto]) -> list[tuple[str, list[int]]]:
+    """(name, static shape) of the DynamicQuantizeLSTM outputs not statically typed yet, by the rule of
+    qconvert/recurrent.py; none while X's shape is unknown or the attributes are bad (reported later)."""
+    from qconvert.errors import InputError
+    from qconvert.recurrent import decode_attributes, output_shapes
+
+    x_shape = _dims(known.get(node.input[0])) if node.input else None
+    if x_shape is None or len(x_shape) != 3:
+        return []
+    values = {}
+    for attribute in node.attribute:
+        value = helper.get_attribute_value(attribute)
+        if isinstance(value, bytes):
+            value = value.decode()
+        elif isinstance(value, list):
+            value = [v.decode() if isinstance(v, bytes) else v for v in value]
+        values[attribute.name] = value
+    try:
+        attributes = decode_attributes(node.op_type, values, f"node '{node.name}'")
+    except InputError:
+        return []
+    shapes = output_shapes(attributes, x_shape)
+    return [
+        (name, list(shape))
+        for name, shape in zip(node.output, shapes)
+        if name and _dims(known.get(name)) is None
+    ]
+
+
 def infer_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX's shape inference stops at com.microsoft ops: declare their outputs' types and infer again.
 
@@ -372,12 +401,26 @@ def infer_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     contrib = [
         n
         for n in model.graph.node
-        if n.domain == MICROSOFT_DOMAIN and (MICROSOFT_DOMAIN, n.op_type) in LIFTERS
+        if n.domain == MICROSOFT_DOMAIN
+        and ((MICROSOFT_DOMAIN, n.op_type) in LIFTERS or n.op_type == "DynamicQuantizeLSTM")
     ]
     for _ in range(len(contrib)):
         known = _known_types(model)
         added = False
         for node in contrib:
+            if node.op_type == "DynamicQuantizeLSTM":
+                for name, shape in _recurrent_outputs(node, known):
+                    typed = helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape)
+                    graph_outputs = [v for v in model.graph.output if v.name == name]
+                    for output in graph_outputs:  # a graph output keeps its entry, with static dims
+                        output.type.CopyFrom(typed.type)
+                    stale = [v for v in model.graph.value_info if v.name == name]  # symbolic dims
+                    for info in stale:
+                        model.graph.value_info.remove(info)
+                    if not graph_outputs:
+                        model.graph.value_info.append(typed)
+                    added = True
+                continue
             if not node.output or node.output[0] in known:
                 continue
             found = _contrib_output(node, known)

@@ -42,6 +42,16 @@ _TANH_Q = tuple(np.float32(c) for c in (1.19825839466702e-06, 1.18534705686654e-
                                         4.89352518554385e-03))  # fmt: skip
 
 
+# The same constants as plain numbers, for emitters of the polynomials (the StableHLO lowering):
+# (clamp limit, numerator coefficients, denominator coefficients), highest degree first.
+LOGISTIC_MLAS = (
+    float(_LOGISTIC_RANGE),
+    tuple(float(c) for c in _LOGISTIC_P),
+    tuple(float(c) for c in _LOGISTIC_Q),
+)
+TANH_MLAS = (float(_TANH_RANGE), tuple(float(c) for c in _TANH_P), tuple(float(c) for c in _TANH_Q))
+
+
 def _horner_fma(x2: np.ndarray, coefficients: tuple[np.float32, ...]) -> np.ndarray:
     """`((c0 * x2 + c1) * x2 + c2) ...` with one `vfmadd` (one rounding) per step, as the kernels do."""
     value = float32_fma(x2, coefficients[0], coefficients[1])
@@ -105,4 +115,4 @@ def dynamic_quantized_gemm_mlas(
     return (product + np.asarray(accumulate, np.float32)).astype(np.float32)
 
 
-__all__ = ["dynamic_quantized_gemm_mlas", "logistic_mlas", "tanh_mlas"]
+__all__ = ["LOGISTIC_MLAS", "TANH_MLAS", "dynamic_quantized_gemm_mlas", "logistic_mlas", "tanh_mlas"]

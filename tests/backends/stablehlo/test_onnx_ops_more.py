@@ -286,6 +286,10 @@ def test_indexing() -> None:
         n("TopK", ["x", "k"], ["top_values", "top_indices"], axis=1),
         n("TopK", ["ints_x", "k"], ["bottom_values", "bottom_indices"], largest=0),
         n("GatherElements", ["x", "gather_elements"], ["gather_elements_out"], axis=1),
+        # Constant data and indices smaller than the data on the other axis (BERT's token-type ids).
+        const("table", RNG.integers(0, 9, (3, 8)), np.int64),
+        const("positions", [[5, 0, 7, 2]]),
+        n("GatherElements", ["table", "positions"], ["gather_elements_constant"], axis=1),
         n("GatherND", ["x", "gather_nd"], ["gather_nd_out"]),
         n("GatherND", ["x", "gather_nd_batch"], ["gather_nd_batch_out"], batch_dims=1),
         n("ScatterND", ["x", "scatter_nd", "scatter_updates"], ["scatter_nd_out"]),
@@ -320,7 +324,14 @@ def test_indexing() -> None:
         "gather_nd_out",
         "gather_nd_batch_out",
     ]
-    names += ["scatter_nd_out", "scatter_nd_add", "scatter_elements_out", "one_hot", "one_hot_axis0"]
+    names += [
+        "gather_elements_constant",
+        "scatter_nd_out",
+        "scatter_nd_add",
+        "scatter_elements_out",
+        "one_hot",
+        "one_hot_axis0",
+    ]
     names += ["triu", "tril", "triu_k", "cumsum_int", "cumsum_exclusive_reverse", "tile"]
     outputs = [Output(o) for o in names] + [Output("cumsum", "absolute")]
     inputs = {

@@ -1,0 +1,256 @@
+"""onnxruntime's integer-kernel rules emitted as plain StableHLO ops: the run-time half of
+qconvert/numerics/onnxruntime_kernels.py, for the lowerings of the QOperator, *Integer and dynamic
+quantization ops (onnx_integer.py, onnx_qoperator.py).
+
+Everything known at conversion time (multipliers, QLinearAdd's constants, lookup tables) is computed by
+`qconvert.numerics` and emitted as constants; what depends on the data (int32 accumulations, the
+requantization of each element, DynamicQuantizeLinear's scale) is emitted here, one function per rule,
+each naming the numerics function it mirrors, and the tests pin the emitted results against onnxruntime.
+
+Two facts about XLA:CPU (jaxlib 0.10.2, measured) shape the emission:
+- it contracts an f32 `multiply` feeding an `add` into one FMA (77 % of random `a * b + c` rounded once),
+  and LLVM folds `f32(f64(a) * f64(b))` back into an f32 multiply first, which an optimization_barrier
+  does not stop (XLA removes barriers before code generation): a rule that rounds a product before
+  adding (`qlinear_mul_mlas`, `scale_output_mlas` + bias, QLinearAveragePool's sums) computes the product
+  in f64, where it is exact, and rounds it to f32 on its bit pattern (`round_to_float32`);
+- it rewrites a division by a constant into a multiply by the reciprocal: divisions use
+  `hlo.exact_divide`.
+onnxruntime's own FMAs (`qlinear_add_mlas`) are emulated exactly (`float32_fma`), so the result does not
+depend on whether an engine contracts. StableHLO's reference interpreter gives the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from qconvert.ir.core import Value
+from qconvert.ir.quant_types import QuantizedType, uniform_params
+from qconvert.ir.types import F32, F64, I64, IntegerType, RankedTensorType, Signedness, Type, element_type_of
+
+from . import ops as hlo
+from .lowering import LoweringContext, storage_element_type
+
+I32 = IntegerType(32)
+U8 = IntegerType(8, Signedness.UNSIGNED)
+
+
+# Storage views -------------------------------------------------------------------------------------
+def storage(ctx: LoweringContext, value: Value) -> Value:
+    """The storage integers of a quantized value (`i8`, or `ui8` for u8 storage): a bitcast in the
+    quantized / qdq forms, the value itself in the integer form (or when it is storage already)."""
+    element = element_type_of(value.type)
+    if not isinstance(element, QuantizedType):
+        return value
+    producer = value.owner_op()
+    wanted = storage_element_type(element)
+    if producer is not None and producer.name == "stablehlo.bitcast_convert":
+        source = producer.operands[0]
+        if element_type_of(source.type) == wanted:
+            return source  # storage -> quant -> storage: take the storage back
+    return hlo.bitcast_convert(ctx.builder, value, hlo.tensor_type(value).with_element_type(wanted))
+
+
+def as_result(ctx: LoweringContext, stored: Value, result_type: Type, note: str) -> Value:
+    """Storage integers as the op's result type: a bitcast to `!quant.uniform` (marked with `note`) when
+    the form keeps quant types, else the storage itself."""
+    element = element_type_of(result_type)
+    if not isinstance(element, QuantizedType):
+        return stored
+    result = hlo.bitcast_convert(ctx.builder, stored, result_type)
+    ctx.note(result, note)
+    return result
+
+
+def zero_point_vector(ctx: LoweringContext, quant_type: Type, shape: Sequence[int]) -> Value | None:
+    """The zero points of a per-tensor or per-axis quant type as an i32 tensor of `shape`; None when every
+    zero point is 0 (nothing to subtract)."""
+    assert isinstance(quant_type, QuantizedType)
+    params = uniform_params(quant_type)
+    zero_point = np.asarray(params.zero_point, np.int64)
+    if not np.any(zero_point != 0):
+        return None
+    if params.block_sizes:
+        raise AssertionError("sub-channel zero points reach no integer kernel of onnxruntime")
+    constant = ctx.constant(zero_point.astype(np.int32), I32)
+    axis = params.quantized_dimension
+    return hlo.broadcast_in_dim(ctx.builder, constant, shape, [] if axis is None else [axis])
+
+
+def centered(ctx: LoweringContext, stored: Value, zero_point: Value | None) -> Value:
+    """`i32(q) - zp`, exact (`zero_point` already an i32 tensor of q's shape, or None for 0)."""
+    wide = ctx.convert(stored, I32)
+    return wide if zero_point is None else hlo.subtract(ctx.builder, wide, zero_point)
+
+
+def centered_quantized(ctx: LoweringContext, value: Value, quant_type: Type) -> Value:
+    """`i32(q) - zp` of a quantized operand whose zero points its type carries."""
+    shape = hlo.tensor_type(value).shape
+    return centered(ctx, storage(ctx, value), zero_point_vector(ctx, quant_type, shape))
+
+
+def runtime_zero_point(
+    ctx: LoweringContext, zero_point: Value | None, shape: Sequence[int], axis: int, what: str
+) -> Value | None:
+    """A zero point given as a tensor at run time (scalar, one element, or 1-D along `axis` of `shape`)
+    as an i32 tensor of `shape`; None when absent."""
+    if zero_point is None:
+        return None
+    zp_shape = hlo.tensor_type(zero_point).shape
+    count = int(np.prod(zp_shape, dtype=np.int64))
+    wide = ctx.convert(zero_point, I32)
+    if count == 1:
+        return hlo.broadcast_in_dim(ctx.builder, hlo.reshape(ctx.builder, wide, []), shape, [])
+    non_unit = [d for d in zp_shape if d != 1]
+    if len(non_unit) == 1 and non_unit[0] == shape[axis]:
+        vector = hlo.reshape(ctx.builder, wide, [non_unit[0]])
+        return hlo.broadcast_in_dim(ctx.builder, vector, shape, [axis])
+    ctx.unsupported(f"{what} of shape {list(zp_shape)} for an operand of shape {list(shape)}")
+
+
+# Requantization ----------------------------------------------------------------------------------------
+def along(ctx: LoweringContext, values: np.ndarray, element: Type, shape: Sequence[int], axis: int) -> Value:
+    """A per-tensor (one value) or per-axis (1-D along `axis`) constant broadcast to `shape`."""
+    values = np.asarray(values)
+    if values.size == 1:
+        scalar = ctx.scalar(values.reshape(()).item(), element)
+        return hlo.broadcast_in_dim(ctx.builder, scalar, shape, [])
+    return hlo.broadcast_in_dim(ctx.builder, ctx.constant(values.reshape(-1), element), shape, [axis])
+
+
+def requantize_mlas(
+    ctx: LoweringContext, accumulator: Value, multiplier: Value, zero_point: int, quant_type: QuantizedType
+) -> Value:
+    """numerics `requantize_mlas`: `clamp(rne(f32(acc) * m), qmin - zp, qmax - zp) + zp` -> storage.
+    `multiplier`: an f32 tensor of the accumulator's shape (no add follows the multiply: nothing to fuse)."""
+    b = ctx.builder
+    product = hlo.multiply(b, ctx.convert(accumulator, F32), multiplier)
+    low = ctx.scalar(float(quant_type.storage_type_min - zero_point), F32)
+    high = ctx.scalar(float(quant_type.storage_type_max - zero_point), F32)
+    rounded = hlo.round_nearest_even(b, hlo.clamp(b, low, product, high))
+    integers = hlo.convert(b, rounded, I32)
+    if zero_point != 0:
+        integers = hlo.add(b, integers, ctx.splat(zero_point, I32, hlo.tensor_type(integers).shape))
+    return hlo.convert(b, integers, storage_element_type(quant_type))
+
+
+def saturate_rounded(ctx: LoweringContext, value: Value, quant_type: QuantizedType) -> Value:
+    """`sat(rne(v))` of an f32 tensor whose zero point is already added -> storage (QLinearAdd / QLinearMul
+    / QLinearAveragePool: the bounds are integers, so clamping before or after rounding is the same)."""
+    b = ctx.builder
+    low = ctx.scalar(float(quant_type.storage_type_min), F32)
+    high = ctx.scalar(float(quant_type.storage_type_max), F32)
+    rounded = hlo.round_nearest_even(b, hlo.clamp(b, low, value, high))
+    return hlo.convert(b, hlo.convert(b, rounded, I32), storage_element_type(quant_type))
+
+
+def rounded_product(ctx: LoweringContext, lhs: Value, rhs: Value) -> Value:
+    """`f32(lhs * rhs)` of two f32 tensors, rounded once, and never fused with a following add: the product
+    in f64 is exact (24 + 24 significant bits), `round_to_float32` rounds it."""
+    b = ctx.builder
+    return round_to_float32(ctx, hlo.multiply(b, ctx.convert(lhs, F64), ctx.convert(rhs, F64)))
+
+
+def round_to_float32(ctx: LoweringContext, value: Value) -> Value:
+    """An f64 tensor rounded to the nearest f32 (ties to even) on its bit pattern, then converted (exactly).
+
+    Not `convert` alone: LLVM folds `fptrunc(fmul(fpext a, fpext b))` back into an f32 multiply, which
+    XLA:CPU then contracts with a following add into an FMA (one rounding instead of two, measured on
+    DynamicQuantizeMatMul's bias add); integer ops on the bits are not folded. The magnitude's 29 low
+    mantissa bits are rounded off (sign-magnitude, so negative values round symmetrically; a carry into
+    the exponent is the right result). Exact for results in f32's normal range (the values here: scaled
+    8-bit products and accumulators); a result below 2**-126 would be rounded twice."""
+    b = ctx.builder
+    shape = tuple(hlo.tensor_type(value).shape)
+    bits = hlo.bitcast_convert(b, value, RankedTensorType(shape, I64))
+    dropped = 52 - 23
+    kept_lsb = hlo.and_(
+        b, hlo.shift_right_arithmetic(b, bits, ctx.splat(dropped, I64, shape)), ctx.splat(1, I64, shape)
+    )
+    half_below = ctx.splat((1 << (dropped - 1)) - 1, I64, shape)
+    bumped = hlo.add(b, bits, hlo.add(b, half_below, kept_lsb))
+    kept = hlo.and_(b, bumped, ctx.splat(-(1 << dropped), I64, shape))
+    return hlo.convert(b, hlo.bitcast_convert(b, kept, RankedTensorType(shape, F64)), F32)
+
+
+def float32_fma(ctx: LoweringContext, a: Value, b_: Value, c: Value) -> Value:
+    """numerics `float32_fma`: `fma(a, b, c)` in f32 with one rounding, for `a` an integer of at most 29 bits
+    (so `a * b` is exact in f64). The f64 sum is rounded to odd (two-sum error term; one step toward it
+    when the rounded sum is even), so that converting it to f32 rounds correctly."""
+    b = ctx.builder
+    shape = hlo.tensor_type(a).shape
+    product = hlo.multiply(b, ctx.convert(a, F64), ctx.convert(b_, F64))
+    addend = ctx.convert(c, F64)
+    total = hlo.add(b, product, addend)
+    virtual = hlo.subtract(b, total, product)
+    error = hlo.add(
+        b,
+        hlo.subtract(b, product, hlo.subtract(b, total, virtual)),
+        hlo.subtract(b, addend, virtual),
+    )
+    zero = ctx.splat(0.0, F64, shape)
+    bits = hlo.bitcast_convert(b, total, RankedTensorType(tuple(shape), I64))
+    is_even = hlo.compare(b, "EQ", hlo.and_(b, bits, ctx.splat(1, I64, shape)), ctx.splat(0, I64, shape))
+    inexact = hlo.compare(b, "NE", error, zero)
+    # nextafter(total, sign(error) * inf): the bit pattern moves up when error and total have one sign.
+    same_sign = hlo.compare(b, "EQ", hlo.compare(b, "GT", error, zero), hlo.compare(b, "GT", total, zero))
+    step = hlo.select(b, same_sign, ctx.splat(1, I64, shape), ctx.splat(-1, I64, shape))
+    odd = hlo.bitcast_convert(b, hlo.add(b, bits, step), RankedTensorType(tuple(shape), F64))
+    rounded_to_odd = hlo.select(b, hlo.and_(b, inexact, is_even), odd, total)
+    return hlo.convert(b, rounded_to_odd, F32)
+
+
+def lookup(ctx: LoweringContext, stored: Value, table: np.ndarray, quant_type: QuantizedType) -> Value:
+    """`table[byte(q)]`: the 256-entry tables of numerics `lookup_table_onnxruntime`, indexed by the stored
+    value's byte pattern (as onnxruntime indexes them) -> storage of `quant_type`."""
+    b = ctx.builder
+    shape = hlo.tensor_type(stored).shape
+    if element_type_of(stored.type) != U8:
+        stored = hlo.bitcast_convert(b, stored, RankedTensorType(tuple(shape), U8))
+    index = hlo.convert(b, stored, I32)
+    storage_type = storage_element_type(quant_type)
+    entries = ctx.constant(table, storage_type)
+    return hlo.gather(
+        b,
+        entries,
+        index,
+        RankedTensorType(tuple(shape), storage_type),
+        offset_dims=[],
+        collapsed_slice_dims=[0],
+        start_index_map=[0],
+        index_vector_dim=len(shape),
+        slice_sizes=[1],
+    )
+
+
+# Dynamic quantization ----------------------------------------------------------------------------------
+def dynamic_quantize_linear(ctx: LoweringContext, x: Value) -> tuple[Value, Value, Value]:
+    """onnxruntime DynamicQuantizeLinear (uint8): numerics `dynamic_quantize_parameters_onnxruntime` then
+    `quantize_linear_mlas`, on the data at run time. Returns (y ui8, scale f32 scalar, zero point ui8 scalar).
+
+    `min = min(0, min(x))`, `max = max(0, max(x))`, `scale = (max - min) / 255` (1 when 0), `zp =
+    rne(clamp(0 - min / scale, 0, 255))`, `y = clamp(rne(x / scale) + zp, 0, 255)`, NaN -> 0; all f32."""
+    b = ctx.builder
+    shape = hlo.tensor_type(x).shape
+    x = ctx.convert(x, F32)
+    every = list(range(len(shape)))
+    smallest = hlo.reduce(b, x, ctx.scalar(np.inf, F32), every, hlo.minimum)
+    largest = hlo.reduce(b, x, ctx.scalar(-np.inf, F32), every, hlo.maximum)
+    low = hlo.minimum(b, smallest, ctx.scalar(0.0, F32))
+    high = hlo.maximum(b, largest, ctx.scalar(0.0, F32))
+    spread = hlo.exact_divide(b, hlo.subtract(b, high, low), ctx.scalar(255.0, F32))
+    is_zero = hlo.compare(b, "EQ", spread, ctx.scalar(0.0, F32))
+    scale = hlo.select(b, is_zero, ctx.scalar(1.0, F32), spread)
+    initial = hlo.subtract(b, ctx.scalar(0.0, F32), hlo.exact_divide(b, low, scale))
+    zero_point = hlo.round_nearest_even(
+        b, hlo.clamp(b, ctx.scalar(0.0, F32), initial, ctx.scalar(255.0, F32))
+    )
+    quotient = hlo.exact_divide(b, x, hlo.broadcast_in_dim(b, scale, shape, []))
+    # |x / scale| <= 255 and zp in [0, 255]: the f32 sum of the rounded quotient and zp is exact.
+    shifted = hlo.add(b, hlo.round_nearest_even(b, quotient), hlo.broadcast_in_dim(b, zero_point, shape, []))
+    is_nan = hlo.compare(b, "NE", shifted, shifted)
+    cleaned = hlo.select(b, is_nan, ctx.splat(0.0, F32, shape), shifted)
+    clamped = hlo.clamp(b, ctx.scalar(0.0, F32), cleaned, ctx.scalar(255.0, F32))
+    y = hlo.convert(b, clamped, U8)
+    return y, scale, hlo.convert(b, zero_point, U8)

@@ -1,0 +1,132 @@
+"""Lowerings of the integer ops of dynamic quantization: MatMulInteger, ConvInteger (lifted
+`qconvert.matmul_integer` / `conv_integer` with constant zero points, or generic `onnx.*` ops whose zero
+points come at run time from DynamicQuantizeLinear), DynamicQuantizeLinear and com.microsoft
+DynamicQuantizeMatMul.
+
+MatMulInteger / ConvInteger are exact: `i32(q) - zp` for each operand (per tensor, per row of A,
+per column of B, per output channel of W, as the lifted type or the run-time tensor says), then an i32
+dot_general / convolution (onnxruntime accumulates in int32; the centered input is padded with 0, i.e. with
+its zero point, as onnxruntime's im2col pads). DynamicQuantizeLinear computes its scale and zero point from
+the data, so in every form it is arithmetic (integer_arithmetic.dynamic_quantize_linear) and its outputs
+are the ONNX storage tensors (`ui8` y and zero point, `f32` scale): no quant type can carry a scale known
+only at run time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qconvert.ir.core import Operation, Value
+from qconvert.ir.quant_types import uniform_params
+from qconvert.ir.types import F32, element_type_of
+
+from . import ops as hlo
+from .integer_arithmetic import (
+    I32,
+    along,
+    centered,
+    centered_quantized,
+    dynamic_quantize_linear,
+    rounded_product,
+    runtime_zero_point,
+)
+from .lowering import LoweringContext, lowers
+from .onnx_nn import _ints, matmul, window_padding
+
+NOTE_RUNTIME_SCALE = (
+    "dynamic quantization written out as integer / f32 arithmetic in every form: its scale and zero point "
+    "are computed from the data at run time, which no quant type can carry"
+)
+
+
+def integer_convolution(ctx: LoweringContext, op: Operation, x: Value, w: Value) -> Value:
+    """ONNX Conv's window (pads / auto_pad, strides, dilations, group) over centered i32 operands -> i32."""
+    x_shape, w_shape = hlo.tensor_type(x).shape, hlo.tensor_type(w).shape
+    spatial = len(x_shape) - 2
+    kernel = list(w_shape[2:])
+    strides = _ints(ctx, op, "strides", [1] * spatial)
+    dilations = _ints(ctx, op, "dilations", [1] * spatial)
+    padding = window_padding(ctx, op, x_shape[2:], kernel, strides, dilations)
+    return hlo.convolution(
+        ctx.builder,
+        x,
+        w,
+        window_strides=strides,
+        padding=padding,
+        rhs_dilation=dilations,
+        feature_group_count=int(ctx.attribute(op, "group", 1)),  # type: ignore[arg-type]
+        result_element_type=I32,
+    )
+
+
+@lowers("qconvert.matmul_integer")
+def lower_matmul_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
+    a, b = ctx.operands(op)
+    lhs = centered_quantized(ctx, a, element_type_of(op.operands[0].type))
+    rhs = centered_quantized(ctx, b, element_type_of(op.operands[1].type))
+    return [matmul(ctx, lhs, rhs)]
+
+
+@lowers("onnx.MatMulInteger")
+def lower_onnx_matmul_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """MatMulInteger with run-time zero points: scalar, per row of A ([M]) or per column of B ([N])."""
+    a, b = ctx.input(op, 0), ctx.input(op, 1)
+    assert a is not None and b is not None
+    a_shape, b_shape = hlo.tensor_type(a).shape, hlo.tensor_type(b).shape
+    a_zero = runtime_zero_point(ctx, ctx.input(op, 2), a_shape, max(len(a_shape) - 2, 0), "a_zero_point")
+    b_zero = runtime_zero_point(ctx, ctx.input(op, 3), b_shape, len(b_shape) - 1, "b_zero_point")
+    return [matmul(ctx, centered(ctx, a, a_zero), centered(ctx, b, b_zero))]
+
+
+@lowers("qconvert.conv_integer")
+def lower_conv_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
+    x, w = ctx.operands(op)
+    x_centered = centered_quantized(ctx, x, element_type_of(op.operands[0].type))
+    w_centered = centered_quantized(ctx, w, element_type_of(op.operands[1].type))
+    return [integer_convolution(ctx, op, x_centered, w_centered)]
+
+
+@lowers("onnx.ConvInteger")
+def lower_onnx_conv_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """ConvInteger with run-time zero points: scalar for x, scalar or per output channel ([M]) for w."""
+    x, w = ctx.input(op, 0), ctx.input(op, 1)
+    assert x is not None and w is not None
+    x_shape, w_shape = hlo.tensor_type(x).shape, hlo.tensor_type(w).shape
+    x_zero = runtime_zero_point(ctx, ctx.input(op, 2), x_shape, 1, "x_zero_point")
+    if x_zero is not None and int(np.prod(hlo.tensor_type(ctx.input(op, 2)).shape, dtype=np.int64)) != 1:  # type: ignore[arg-type]
+        ctx.unsupported("x_zero_point must be a scalar (onnxruntime's ConvInteger)")
+    w_zero = runtime_zero_point(ctx, ctx.input(op, 3), w_shape, 0, "w_zero_point")
+    return [integer_convolution(ctx, op, centered(ctx, x, x_zero), centered(ctx, w, w_zero))]
+
+
+@lowers("qconvert.dynamic_quantize_linear")
+def lower_dynamic_quantize_linear(ctx: LoweringContext, op: Operation) -> list[Value]:
+    (x,) = ctx.operands(op)
+    if len(op.results) != 3:
+        ctx.unsupported("DynamicQuantizeLinear with an absent output")
+    y, scale, zero_point = dynamic_quantize_linear(ctx, x)
+    ctx.note(y, NOTE_RUNTIME_SCALE)
+    return [y, scale, zero_point]
+
+
+@lowers("qconvert.dynamic_quantize_matmul")
+def lower_dynamic_quantize_matmul(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """com.microsoft DynamicQuantizeMatMul: A quantized as DynamicQuantizeLinear does, the int32 product
+    with B (constant parameters, per tensor or per column), numerics `scale_output_mlas` with the
+    multiplier `f32(s_a) * s_b` (s_a known at run time), then the float bias, each rounded on its own."""
+    operands = ctx.operands(op)
+    a, b = operands[0], operands[1]
+    b_type = element_type_of(op.operands[1].type)
+    a_stored, a_scale, a_zero = dynamic_quantize_linear(ctx, a)
+    a_shape = hlo.tensor_type(a_stored).shape
+    a_zero_wide = hlo.broadcast_in_dim(ctx.builder, ctx.convert(a_zero, I32), a_shape, [])
+    accumulator = matmul(ctx, centered(ctx, a_stored, a_zero_wide), centered_quantized(ctx, b, b_type))
+    shape = hlo.tensor_type(accumulator).shape
+    params = uniform_params(b_type)  # type: ignore[arg-type]
+    b_scales = along(ctx, params.scale.astype(np.float32), F32, shape, len(shape) - 1)
+    multiplier = hlo.multiply(ctx.builder, hlo.broadcast_in_dim(ctx.builder, a_scale, shape, []), b_scales)
+    y = rounded_product(ctx, ctx.convert(accumulator, F32), multiplier)
+    ctx.note(y, NOTE_RUNTIME_SCALE)
+    if len(operands) > 2:
+        y = hlo.add(ctx.builder, y, ctx.broadcast_to(ctx.convert(operands[2], F32), shape))
+    return [y]

@@ -126,8 +126,8 @@ def is_static(type_proto: TypeProto | None) -> bool:
     return tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in tensor_type.shape.dim)
 
 
-def _small_array(tensor: TensorProto, raw: RawData | None) -> np.ndarray | None:
-    """The initializer's value when it is small and held in memory (never external data)."""
+def _small_array(tensor: TensorProto, raw: RawData | None) -> tuple[np.ndarray, TensorProto] | None:
+    """The initializer's value and a proto holding it, when it is small and in memory (never external)."""
     if int(np.prod(tensor.dims, dtype=np.int64)) > FOLD_MAX_ELEMENTS:
         return None
     if tensor.data_location == TensorProto.EXTERNAL:
@@ -141,7 +141,17 @@ def _small_array(tensor: TensorProto, raw: RawData | None) -> np.ndarray | None:
         array = numpy_helper.to_array(tensor)
     except Exception:  # an element type numpy cannot hold
         return None
-    return array if array.dtype.kind in FOLDABLE_KINDS else None
+    return (array, tensor) if array.dtype.kind in FOLDABLE_KINDS else None
+
+
+def _is_integral(type_proto: TypeProto | None) -> bool:
+    """True for an integer or bool tensor type (an unknown type is given the benefit of the doubt)."""
+    if type_proto is None or type_proto.WhichOneof("value") != "tensor_type":
+        return type_proto is None
+    elem_type = type_proto.tensor_type.elem_type
+    if elem_type == TensorProto.UNDEFINED:
+        return True
+    return elem_type == TensorProto.BOOL or np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).kind in "iu"
 
 
 def _has_subgraph(node: NodeProto) -> bool:
@@ -163,6 +173,15 @@ def _shape_value(node: NodeProto, type_proto: TypeProto) -> np.ndarray:
 
 def _evaluate(model: ModelProto, node: NodeProto, known: Mapping[str, np.ndarray]) -> list[np.ndarray] | None:
     """The node's outputs by onnx's reference implementation, or None when it cannot run them."""
+    if node.op_type == "Constant" and len(node.attribute) == 1:  # read directly: most nodes of an export
+        value = helper.get_attribute_value(node.attribute[0])
+        if node.attribute[0].name == "value":
+            value = numpy_helper.to_array(value)
+        elif node.attribute[0].name in ("value_int", "value_ints"):
+            value = np.asarray(value, np.int64)
+        else:
+            return None
+        return [value] if value.dtype.kind in FOLDABLE_KINDS and value.size <= FOLD_MAX_ELEMENTS else None
     from onnx.reference import ReferenceEvaluator
 
     present = [name for name in node.input if name]
@@ -187,14 +206,16 @@ def _evaluate(model: ModelProto, node: NodeProto, known: Mapping[str, np.ndarray
 
 def _fold_round(
     model: ModelProto, known: dict[str, np.ndarray], folded: set[int], types: Mapping[str, TypeProto]
-) -> bool:
-    """Make known every node whose value the types and known values determine; True when any was."""
-    progress = False
+) -> set[str]:
+    """Make known every node whose value the types and known values determine; returns their outputs."""
+    progress: set[str] = set()
     for index, node in enumerate(model.graph.node):
         if index in folded or node.domain not in DEFAULT_DOMAINS or _has_subgraph(node):
             continue
         if node.op_type in NONDETERMINISTIC or not node.output or not node.output[0]:
             continue
+        if not all(_is_integral(types.get(name)) for name in node.output if name):
+            continue  # shape computations are integers: float values (weights, activations) are not folded
         if node.op_type in ("Shape", "Size"):
             type_proto = types.get(node.input[0]) if node.input else None
             if type_proto is None or not is_static(type_proto):
@@ -211,12 +232,27 @@ def _fold_round(
             continue
         for name, array in zip([o for o in node.output if o], arrays):
             known[name] = array
+            progress.add(name)
         folded.add(index)
-        progress = True
     return progress
 
 
-def _scratch_model(model: ModelProto, known: Mapping[str, np.ndarray], folded: set[int]) -> ModelProto:
+def _types_can_improve(
+    model: ModelProto, new: set[str], folded: set[int], types: Mapping[str, TypeProto]
+) -> bool:
+    """True when a newly known value feeds a node whose outputs are not all static yet: only then can
+    another round of inference type more (a float model without pinned inputs folds its constants only)."""
+    for index, node in enumerate(model.graph.node):
+        if index in folded or not any(name in new for name in node.input):
+            continue
+        if not all(is_static(types.get(name)) for name in node.output if name):
+            return True
+    return False
+
+
+def _scratch_model(
+    model: ModelProto, known: Mapping[str, np.ndarray], folded: set[int], protos: dict[str, TensorProto]
+) -> ModelProto:
     """The model for one inference round: folded nodes gone, known values initializers, other initializers
     typed graph inputs (so no weight is copied), declared value_info kept."""
     graph = GraphProto(name=model.graph.name)
@@ -233,7 +269,10 @@ def _scratch_model(model: ModelProto, known: Mapping[str, np.ndarray], folded: s
             )
             listed.add(tensor.name)
     graph.sparse_initializer.extend(model.graph.sparse_initializer)
-    graph.initializer.extend(numpy_helper.from_array(array, name) for name, array in known.items())
+    for name, array in known.items():
+        if name not in protos:  # made once: the rounds reuse it
+            protos[name] = numpy_helper.from_array(array, name)
+        graph.initializer.append(protos[name])
     graph.output.extend(model.graph.output)
     graph.value_info.extend(info for info in model.graph.value_info if info.name not in known)
     scratch = ModelProto(ir_version=model.ir_version, producer_name=model.producer_name, graph=graph)
@@ -261,21 +300,24 @@ def infer_static_types(
     later round's ends the folding with the types found so far. The model is modified in place."""
     detached = detached or {}
     known: dict[str, np.ndarray] = {}
+    protos: dict[str, TensorProto] = {}
     for tensor in model.graph.initializer:
-        array = _small_array(tensor, detached.get(tensor.name))
-        if array is not None:
-            known.setdefault(tensor.name, array)
+        found = _small_array(tensor, detached.get(tensor.name))
+        if found is not None and tensor.name not in known:
+            known[tensor.name], protos[tensor.name] = found
     folded: set[int] = set()
-    types = _inferred_types(infer(_scratch_model(model, known, folded)), known)
+    inferred = infer(_scratch_model(model, known, folded, protos))
+    types = _inferred_types(inferred, known)
     for _ in range(MAX_ROUNDS):
-        if not _fold_round(model, known, folded, types):
+        new = _fold_round(model, known, folded, types)
+        if not new or not _types_can_improve(model, new, folded, types):
             break
         try:
-            inferred = infer(_scratch_model(model, known, folded))
+            inferred = infer(_scratch_model(model, known, folded, protos))
         except Exception:  # onnx raises InferenceError, ValidationError or RuntimeError
             break
         types = _inferred_types(inferred, known)
-    _write_types(model, types)
+    _write_types(model, _inferred_types(inferred, known))  # with the values the last round folded
     return model
 
 

@@ -33,8 +33,11 @@ Inputs and outputs are keyed by the `onnx.name` of the function's arguments and 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -149,6 +152,10 @@ class Interpreter:
         env: dict[Value, np.ndarray] = {}
         for name, argument in zip(names, self.function.body.arguments):
             env[argument] = np.asarray(inputs[name])
+        with one_blas_thread():
+            return self._run_body(env)
+
+    def _run_body(self, env: dict[Value, np.ndarray]) -> dict[str, np.ndarray]:
         for op, dead in self._schedule:
             if isinstance(op, ReturnOp):
                 return dict(zip(self._output_names, (env[v] for v in op.operands)))
@@ -235,6 +242,32 @@ class Interpreter:
             raise InputError(
                 f"'{op.name}' ({node_name(op)}): no onnx reference implementation ({error})"
             ) from None
+
+
+@functools.cache
+def _blas_controller() -> Any:
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    return ThreadpoolController()
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """numpy's BLAS limited to one thread while the interpreter runs (when threadpoolctl is installed).
+
+    Why: one thread sums every matmul in one fixed order (float results do not depend on the machine's
+    core count), and multithreaded OpenBLAS waits on busy cores: beside onnxruntime's spinning
+    intra-op threads in `check`, or on a loaded machine, MiniLM's small matmuls took 10-50x longer
+    (measured: a 2-layer MiniLM 1.53 s -> 0.11 s with 2 cores under load).
+    """
+    controller = _blas_controller()
+    if controller is None:
+        yield
+        return
+    with controller.limit(limits=1, user_api="blas"):
+        yield
 
 
 def _schedule(function: FuncOp) -> list[tuple[Operation, list[Value]]]:

@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from qconvert import onnx_semantics as semantics
 from qconvert.errors import InputError
 from qconvert.ir.attributes import ArrayAttr, DenseArrayAttr, FloatAttr, IntegerAttr, StringAttr
 from qconvert.ir.core import Operation
@@ -404,8 +406,139 @@ def _absent_outputs(op: Operation) -> set[int]:
     return absent_positions(op, "outputs")
 
 
+# GatherElements --------------------------------------------------------------------------------------
+def gather_elements(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """`y[i][j][k] = data[index[i][j][k]][j][k]` (axis 0; likewise for the others), negative indices
+    counted from the end. The reference uses `np.choose`, which takes at most 32 choices: it fails on
+    an axis longer than that (BERT's token-type buffer of 512 positions)."""
+    data, indices = inputs[0], inputs[1]
+    assert data is not None and indices is not None
+    axis = int(attribute(op, "axis", 0))  # type: ignore[arg-type]
+    if indices.ndim != data.ndim or not -data.ndim <= axis < data.ndim:
+        raise InputError(
+            f"{node_label(op)}: indices of rank {indices.ndim}, data of rank {data.ndim}, axis {axis}"
+        )
+    axis %= data.ndim
+    length = data.shape[axis]
+    index = indices.astype(np.int64)
+    if index.size and (index.min() < -length or index.max() >= length):
+        raise InputError(f"{node_label(op)}: an index is outside [-{length}, {length - 1}]")
+    index = np.where(index < 0, index + length, index)
+    if any(i > d for a, (i, d) in enumerate(zip(index.shape, data.shape)) if a != axis):
+        raise InputError(f"{node_label(op)}: indices {indices.shape} exceed data {data.shape} off the axis")
+    # off the axis, indices may be shorter than data: read the leading block only
+    window = tuple(slice(None) if a == axis else slice(0, n) for a, n in enumerate(index.shape))
+    return [np.take_along_axis(data[window], index, axis=axis)]
+
+
+# Resize, Upsample -----------------------------------------------------------------------------------
+def _resize_plan(op: Operation, inputs: Inputs, opset: int) -> tuple[list[int], list[float]] | None:
+    """The output shape and the float32 scale of every axis (onnx_semantics' rules), or None."""
+    x = inputs[0]
+    assert x is not None
+    modern = op.name == "onnx.Resize" and opset >= 11
+    scales_position, sizes_position = (2, 3) if modern else (1, None)
+    axes_value = attribute(op, "axes", None)
+    axes = [int(a) for a in axes_value] if axes_value else None  # type: ignore[union-attr]
+    if op.name == "onnx.Upsample" and "scales" in op.attributes:  # Upsample-7: scales as an attribute
+        scales: list[float] | None = [float(v) for v in attribute(op, "scales", [])]  # type: ignore[union-attr]
+    else:
+        given = inputs[scales_position] if len(inputs) > scales_position else None
+        scales = None if given is None or given.size == 0 else [float(v) for v in given.reshape(-1)]
+    input_shape = list(x.shape)
+    if scales is not None:
+        full_scales = semantics.resize_scales(input_shape, input_shape, scales, axes)
+        return semantics.resize_output_shape(input_shape, full_scales), full_scales
+    sizes = inputs[sizes_position] if sizes_position is not None and len(inputs) > sizes_position else None
+    if sizes is None:
+        return None
+    axes_list = list(range(x.ndim)) if not axes else semantics.normalize_axes(axes, x.ndim)
+    wanted = list(input_shape)
+    for axis, size in zip(axes_list, sizes.reshape(-1), strict=True):
+        wanted[axis] = int(size)
+    policy = str(attribute(op, "keep_aspect_ratio_policy", "stretch"))
+    if policy != "stretch":
+        full_scales, output_shape = semantics.aspect_ratio_scales(input_shape, wanted, axes_list, policy)
+        return output_shape, full_scales
+    return wanted, semantics.resize_scales(input_shape, wanted, None)
+
+
+def resize(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """Resize / Upsample, nearest (any rank) and bilinear (2-D, or 4-D resizing the last two axes) as
+    onnxruntime's CPU kernel computes them: coordinates by qconvert/onnx_semantics.py (float32, in
+    onnxruntime's order), bilinear as `(dx2 dy2) X11 + (dx1 dy2) X21 + (dx2 dy1) X12 + (dx1 dy1) X22`
+    summed left to right in float32 and cast to the input type (integers truncate: a uint8 Resize of a
+    QOperator model). The reference rounds integer results otherwise and, downsampling with align_corners,
+    samples other points. Cubic, antialias, tf_crop_and_resize and trilinear stay on the reference."""
+    x = inputs[0]
+    assert x is not None
+    mode = str(attribute(op, "mode", "nearest"))
+    mode = "linear" if mode == "bilinear" else mode
+    modern = op.name == "onnx.Resize" and opset >= 11
+    coordinate_mode = (
+        str(attribute(op, "coordinate_transformation_mode", "half_pixel")) if modern else "asymmetric"
+    )
+    nearest_mode = str(attribute(op, "nearest_mode", "round_prefer_floor")) if modern else "simple"
+    if mode not in ("nearest", "linear") or int(attribute(op, "antialias", 0)):  # type: ignore[arg-type]
+        return None
+    if coordinate_mode == "tf_crop_and_resize" or x.dtype.kind not in "fiu":
+        return None
+    try:
+        plan = _resize_plan(op, inputs, opset)
+    except ValueError as error:
+        raise InputError(f"{node_label(op)}: {error}") from None
+    if plan is None:
+        return None
+    output_shape, scales = plan
+    if any(s <= 0 for s in scales):
+        raise InputError(f"{node_label(op)}: scales {scales} must be positive")
+    resized = [a for a in range(x.ndim) if output_shape[a] != x.shape[a] or scales[a] != 1.0]
+    coordinates = {
+        a: semantics.resize_source_coordinates(coordinate_mode, output_shape[a], x.shape[a], scales[a])
+        for a in resized
+    }
+    if mode == "nearest":
+        result = x
+        for axis in resized:
+            indices = semantics.resize_nearest_indices(
+                coordinates[axis], nearest_mode, scales[axis], x.shape[axis]
+            )
+            result = np.take(result, indices, axis=axis)
+        return [np.ascontiguousarray(result)]
+    if x.ndim not in (2, 4) or any(a < x.ndim - 2 for a in resized):
+        return None  # onnxruntime's linear kernels: bilinear over the last two axes (trilinear: reference)
+    height_axis, width_axis = x.ndim - 2, x.ndim - 1
+    f32 = np.float32
+
+    def taps(axis: int) -> semantics.LinearTaps:
+        # an axis kept at scale 1 still goes through the taps (its last index weighs 0.5 + 0.5), as in
+        # onnxruntime's bilinear kernel
+        source = coordinates.get(axis)
+        if source is None:
+            source = semantics.resize_source_coordinates(coordinate_mode, x.shape[axis], x.shape[axis], 1.0)
+        return semantics.resize_linear_taps(source, x.shape[axis])
+
+    rows, columns = taps(height_axis), taps(width_axis)
+    dy1, dy2 = rows.high_weight[:, None], rows.low_weight[:, None]  # distance to y1, to y2
+    dx1, dx2 = columns.high_weight[None, :], columns.low_weight[None, :]
+    values = x.astype(f32)
+
+    def corner(row_index: np.ndarray, column_index: np.ndarray) -> np.ndarray:
+        return np.take(np.take(values, row_index, axis=height_axis), column_index, axis=width_axis)
+
+    y = (dx2 * dy2).astype(f32) * corner(rows.low, columns.low)
+    y = (y + (dx1 * dy2).astype(f32) * corner(rows.low, columns.high)).astype(f32)
+    y = (y + (dx2 * dy1).astype(f32) * corner(rows.high, columns.low)).astype(f32)
+    y = (y + (dx1 * dy1).astype(f32) * corner(rows.high, columns.high)).astype(f32)
+    if x.dtype.kind == "f":
+        return [y.astype(x.dtype)]
+    return [np.trunc(y).astype(x.dtype)]  # static_cast<T>(float): toward zero
+
+
 # Erf, Gelu -------------------------------------------------------------------------------------------
-def _scipy_erf() -> Callable[[np.ndarray], np.ndarray] | None:
+def _scipy_erf(size: int) -> Callable[[np.ndarray], np.ndarray] | None:
+    if size < SCIPY_ERF_MIN_SIZE and "scipy.special" not in sys.modules:
+        return None
     try:
         from scipy.special import erf
     except ImportError:
@@ -413,10 +546,17 @@ def _scipy_erf() -> Callable[[np.ndarray], np.ndarray] | None:
     return erf  # type: ignore[no-any-return]
 
 
+# Below this size the reference's per-element math.erf (~0.12 us each) costs less than importing scipy
+# (0.3-0.9 s measured here), unless scipy.special is imported already.
+SCIPY_ERF_MIN_SIZE = 1 << 21
+
+
 def erf(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
     x = inputs[0]
-    function = _scipy_erf()
-    if function is None or x is None or x.dtype not in FLOAT_DTYPES:
+    if x is None or x.dtype not in FLOAT_DTYPES:
+        return None
+    function = _scipy_erf(x.size)
+    if function is None:
         return None
     return [np.asarray(function(x)).astype(x.dtype)]
 
@@ -430,7 +570,7 @@ def gelu(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] |
     if str(attribute(op, "approximate", "none")) == "tanh":
         inner = math.sqrt(2 / math.pi) * (wide + 0.044715 * wide**3)
         return [(0.5 * wide * (1 + np.tanh(inner))).astype(x.dtype)]
-    function = _scipy_erf()
+    function = _scipy_erf(x.size)
     if function is None:
         return None
     return [(0.5 * wide * (1 + function(wide / math.sqrt(2)))).astype(x.dtype)]
@@ -444,6 +584,9 @@ KERNELS: dict[str, OnnxKernel] = {
     "onnx.ConvTranspose": conv_transpose,
     "onnx.MaxPool": max_pool,
     "onnx.AveragePool": average_pool,
+    "onnx.GatherElements": gather_elements,
+    "onnx.Resize": resize,
+    "onnx.Upsample": resize,
     "onnx.Erf": erf,
     "onnx.Gelu": gelu,
 }

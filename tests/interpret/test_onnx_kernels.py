@@ -30,19 +30,22 @@ RNG_SEED = 20261205
 
 def one_node_model(
     op_type: str,
-    feeds: dict[str, np.ndarray],
+    feeds: dict[str, np.ndarray | None],
     attributes: dict[str, object] | None = None,
     opset: int = 17,
     outputs: int = 1,
 ) -> onnx.ModelProto:
     output_names = [f"y{i}" for i in range(outputs)]
-    node = helper.make_node(op_type, list(feeds), output_names, **(attributes or {}))
+    # a None feed is an absent optional input (its name left empty)
+    input_names = [name if array is not None else "" for name, array in feeds.items()]
+    node = helper.make_node(op_type, input_names, output_names, **(attributes or {}))
     graph = helper.make_graph(
         [node],
         op_type.lower(),
         [
             helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
             for name, array in feeds.items()
+            if array is not None
         ],
         [onnx.ValueInfoProto(name=name) for name in output_names],
     )
@@ -51,15 +54,17 @@ def one_node_model(
     return model
 
 
-def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+def run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray | None]) -> list[np.ndarray]:
+    feeds = {name: array for name, array in feeds.items() if array is not None}
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return [np.asarray(value) for value in session.run(None, feeds)]
 
 
-def run_interpreter(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return list(Interpreter(import_onnx(model)).run(feeds).values())
+def run_interpreter(model: onnx.ModelProto, feeds: dict[str, np.ndarray | None]) -> list[np.ndarray]:
+    present = {name: array for name, array in feeds.items() if array is not None}
+    return list(Interpreter(import_onnx(model)).run(present).values())
 
 
 def assert_within_sum_bound(
@@ -406,11 +411,12 @@ def test_conv_transpose_matches_onnxruntime_within_float32_bound(case: str, with
     ("op_type", "attributes", "opset"),
     [("Erf", {}, 13), ("Gelu", {}, 20), ("Gelu", {"approximate": "tanh"}, 20)],
 )
+@pytest.mark.parametrize("shape", [(4, 1000), (2048, 1025)])  # below / above SCIPY_ERF_MIN_SIZE
 def test_erf_and_gelu_match_onnxruntime_within_a_few_ulps(
-    op_type: str, attributes: dict[str, object], opset: int
+    op_type: str, attributes: dict[str, object], opset: int, shape: tuple[int, int]
 ) -> None:
     rng = np.random.default_rng(RNG_SEED)
-    feeds = {"x": (rng.standard_normal((4, 1000)) * 3).astype(np.float32)}
+    feeds = {"x": (rng.standard_normal(shape) * 3).astype(np.float32)}
     model = one_node_model(op_type, feeds, attributes, opset=opset)
     ours = run_interpreter(model, feeds)[0]
     reference = run_onnxruntime(model, feeds)[0]
@@ -460,3 +466,64 @@ def test_whole_model_with_conv_batch_norm_pools_matches_onnxruntime_and_keeps_re
     for name, theirs in zip(("pool", "sum"), reference[:2]):
         # a 27-term convolution and a 3-term normalization of values below ~10: 1e-4 is far above it
         np.testing.assert_allclose(ours[name], theirs, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+# Resize ----------------------------------------------------------------------------------------------
+RESIZE_CASES = {
+    "nearest_asymmetric_floor_x2": (
+        {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
+        [1, 1, 2, 2],
+        None,
+    ),
+    "nearest_half_pixel_round_prefer_ceil": (
+        {"mode": "nearest", "nearest_mode": "round_prefer_ceil"},
+        [1, 1, 1.7, 0.6],
+        None,
+    ),
+    "nearest_sizes_default": ({"mode": "nearest"}, None, [2, 3, 13, 5]),
+    "linear_pytorch_half_pixel_sizes": (
+        {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
+        None,
+        [2, 3, 17, 23],
+    ),
+    "linear_half_pixel_x2": ({"mode": "linear"}, [1, 1, 2, 2], None),
+    "linear_align_corners_down": (
+        {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+        [1, 1, 0.6, 0.8],
+        None,
+    ),
+    "linear_asymmetric_width_only": (
+        {"mode": "linear", "coordinate_transformation_mode": "asymmetric"},
+        [1, 1, 1, 1.5],
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESIZE_CASES))
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8])
+def test_resize_is_bit_exact_with_onnxruntime(case: str, dtype: type) -> None:
+    """Nearest and bilinear Resize, float32 and the uint8 Resize of QOperator models (whose truncation the
+    reference does not reproduce), in onnxruntime's float32 arithmetic: bit-exact."""
+    rng = np.random.default_rng(RNG_SEED)
+    attributes, scales, sizes = RESIZE_CASES[case]
+    x = integers(rng, np.uint8, 2, 3, 9, 10) if dtype == np.uint8 else uniform(rng, 2, 3, 9, 10)
+    feeds: dict[str, np.ndarray | None] = {"x": x, "roi": None}  # absent roi and scales, as torch exports
+    feeds["scales"] = None if scales is None else np.array(scales, np.float32)
+    if sizes is not None:
+        feeds["sizes"] = np.array(sizes, np.int64)
+    model = one_node_model("Resize", feeds, attributes, opset=13)
+    np.testing.assert_array_equal(run_interpreter(model, feeds)[0], run_onnxruntime(model, feeds)[0])
+
+
+# GatherElements --------------------------------------------------------------------------------------
+def test_gather_elements_on_a_long_axis_with_negative_indices_matches_onnxruntime() -> None:
+    """BERT's token-type buffer: 512 positions on the gathered axis (the reference's np.choose takes
+    at most 32), indices shorter than the data off the axis, some negative."""
+    rng = np.random.default_rng(RNG_SEED)
+    feeds = {
+        "data": rng.integers(0, 2, (3, 512), dtype=np.int64),
+        "indices": rng.integers(-512, 512, (2, 16), dtype=np.int64),
+    }
+    model = one_node_model("GatherElements", feeds, {"axis": 1}, opset=13)
+    np.testing.assert_array_equal(run_interpreter(model, feeds)[0], run_onnxruntime(model, feeds)[0])

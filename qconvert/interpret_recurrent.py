@@ -16,7 +16,7 @@ float operations is that of onnxruntime's deep CPU LSTM kernel, so that:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -104,6 +104,18 @@ class NumpyMath:
 
     def transpose(self, a: np.ndarray, permutation: Sequence[int]) -> np.ndarray:
         return np.transpose(a, permutation)
+
+    def scan(
+        self,
+        inputs: np.ndarray,
+        states: list[np.ndarray],
+        step: Callable[[np.ndarray, list[np.ndarray]], tuple[np.ndarray, list[np.ndarray]]],
+        backwards: bool,
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        outputs: list[np.ndarray | None] = [None] * len(inputs)
+        for index in reversed(range(len(inputs))) if backwards else range(len(inputs)):
+            outputs[index], states = step(inputs[index], states)
+        return np.stack(outputs), states  # type: ignore[arg-type]
 
 
 class FloatProjection:

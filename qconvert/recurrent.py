@@ -203,6 +203,9 @@ class RecurrentMath(Protocol[T]):
     def select_rows(self, mask: Sequence[bool], then: T, otherwise: T) -> T: ...  # per row b
     def stack(self, arrays: Sequence[T], axis: int) -> T: ...  # a new axis
     def transpose(self, a: T, permutation: Sequence[int]) -> T: ...
+    def scan(
+        self, inputs: T, states: list[T], step: Callable[[T, list[T]], tuple[T, list[T]]], backwards: bool
+    ) -> tuple[T, list[T]]: ...  # a loop over inputs [n, ...]: outputs [n, ...] at their index, final states
 
 
 class Projection(Protocol[T]):
@@ -299,19 +302,18 @@ def run_recurrent(
     for direction, backwards in enumerate(attributes.reversed_directions):
         h0 = math.zeros(batch, hidden) if initial_h is None else math.row(initial_h, direction)
         bias = None if inputs.bias is None else math.row(inputs.bias, direction)
-        run = _run_gru if attributes.op_type == "GRU" else _run_lstm
         c0 = None
         if attributes.op_type != "GRU":
             c0 = math.zeros(batch, hidden) if initial_c is None else math.row(initial_c, direction)
         peepholes = None if inputs.peepholes is None else math.row(inputs.peepholes, direction)
-        y, h, c = run(
+        y, h, c = _run_direction(
             math, attributes, attributes.activations[direction], projections[direction], x_steps, lengths,
             backwards, h0, c0, bias, peepholes, sequence_output,
         )  # fmt: skip
         ys.append(y)
         hs.append(h)
         cs.append(c)
-    y_all = math.stack([math.stack(y, 0) for y in ys], 1)  # [T, D, B, H]
+    y_all = math.stack(ys, 1)  # [T, D, B, H]
     y_h = math.stack(hs, 0)  # [D, B, H]
     y_c = None if attributes.op_type == "GRU" else math.stack(cs, 0)  # type: ignore[arg-type]
     if attributes.layout == 1:
@@ -319,9 +321,6 @@ def run_recurrent(
         y_h = math.transpose(y_h, (1, 0, 2))
         y_c = None if y_c is None else math.transpose(y_c, (1, 0, 2))
     return RecurrentOutputs(y_all, y_h, y_c)
-
-
-Runner = Callable[..., tuple[list[T], T, T | None]]
 
 
 def _schedule(lengths: list[int], backwards: bool, step: int) -> tuple[list[bool], list[int]]:
@@ -355,23 +354,15 @@ def _finish(
     return outputs, state
 
 
-def _run_lstm(
-    math: RecurrentMath[T], attributes: RecurrentAttributes, activations: tuple[Activation, ...],
-    projection: Projection[T], x_steps: list[T], lengths: list[int], backwards: bool, h: T, c: T,
-    bias: T | None, peepholes: T | None, sequence_output: bool,
-) -> tuple[list[T], T, T]:  # fmt: skip
-    hidden, rows, length = attributes.hidden_size, len(lengths), len(x_steps)
+def lstm_cell(
+    math: RecurrentMath[T], attributes: RecurrentAttributes, activations: tuple[Activation, ...], gates: T,
+    c: T, fused_bias: T | None, peepholes: T | None,
+) -> tuple[T, T]:  # fmt: skip
+    """One LSTM step from the summed products `gates` (X_t W^T + H_{t-1} R^T, iofc): (H_t, C_t)."""
+    hidden = attributes.hidden_size
     f_act, g_act, h_act = activations
-    longest = max(lengths, default=0)
-    schedules = [_schedule(lengths, backwards, s) for s in range(longest)]
-    projected = (
-        projection.inputs([math.pick_rows(x_steps, times) for _, times in schedules]) if longest else []
-    )
-    fused_bias = None  # Wb + Rb, summed once
-    if bias is not None:
-        fused_bias = math.add(math.columns(bias, 0, 4 * hidden), math.columns(bias, 4 * hidden, 4 * hidden))
 
-    def gate(gates: T, index: int, cell: T | None, peephole_index: int | None) -> T:
+    def gate(index: int, cell: T | None, peephole_index: int | None) -> T:
         value = math.columns(gates, index * hidden, hidden)
         if peepholes is not None and peephole_index is not None and cell is not None:
             value = math.add(
@@ -381,88 +372,89 @@ def _run_lstm(
             value = math.add(value, math.columns(fused_bias, index * hidden, hidden))
         return _clip(math, value, attributes.clip)
 
-    outputs: list[T] = []
-    visible_h = h  # the state the next product reads (onnxruntime's buffer)
-    zeros = math.zeros(rows, hidden)
-    for step in range(longest):
-        active, _ = schedules[step]
-        gates = projection.hidden(visible_h, projected[step])
-        i = activate(math, f_act, gate(gates, 0, c, 0))  # iofc, peepholes i, o, f
-        if attributes.input_forget:
-            f = math.rsub(1.0, i)
-        else:
-            f = activate(math, f_act, gate(gates, 2, c, 2))
-        g = activate(math, g_act, gate(gates, 3, None, None))
-        c_new = math.add(math.multiply(c, f), math.multiply(i, g))
-        o = activate(math, f_act, gate(gates, 1, c_new, 1))
-        h_new = math.multiply(activate(math, h_act, c_new), o)
-        all_active = all(active)
-        h = h_new if all_active else math.select_rows(active, h_new, h)
-        c = c_new if all_active else math.select_rows(active, c_new, c)
-        output = h_new if all_active else math.select_rows(active, h_new, zeros)
-        outputs.append(output)
-        visible_h = output if sequence_output else h
-    outputs.extend([zeros] * (length - longest))
-    outputs, h = _finish(math, outputs, lengths, backwards, h, rows, hidden)
-    _, c = _finish(math, [], lengths, backwards, c, rows, hidden)
-    return outputs, h, c
+    i = activate(math, f_act, gate(0, c, 0))  # iofc; peepholes i, o, f
+    f = math.rsub(1.0, i) if attributes.input_forget else activate(math, f_act, gate(2, c, 2))
+    g = activate(math, g_act, gate(3, None, None))
+    c_new = math.add(math.multiply(c, f), math.multiply(i, g))
+    o = activate(math, f_act, gate(1, c_new, 1))
+    return math.multiply(activate(math, h_act, c_new), o), c_new
 
 
-def _run_gru(
+def gru_cell(
+    math: RecurrentMath[T], attributes: RecurrentAttributes, activations: tuple[Activation, ...],
+    projection: Projection[T], x_gates: T, h: T, bias: T | None,
+) -> T:  # fmt: skip
+    """One GRU step from X_t W^T (`x_gates`, zrh): H_t."""
+    hidden = attributes.hidden_size
+    f_act, g_act = activations
+
+    def plus(value: T, *bias_parts: int) -> T:  # + the named parts of B (zrh of Wb, then zrh of Rb)
+        for index in bias_parts:
+            if bias is not None:
+                value = math.add(value, math.columns(bias, index * hidden, hidden))
+        return value
+
+    zr = projection.hidden(h, None, slice(0, 2 * hidden))
+    z_pre = plus(math.add(math.columns(x_gates, 0, hidden), math.columns(zr, 0, hidden)), 0, 3)
+    r_pre = plus(math.add(math.columns(x_gates, hidden, hidden), math.columns(zr, hidden, hidden)), 1, 4)
+    z = activate(math, f_act, _clip(math, z_pre, attributes.clip))
+    r = activate(math, f_act, _clip(math, r_pre, attributes.clip))
+    x_h = math.columns(x_gates, 2 * hidden, hidden)
+    if attributes.linear_before_reset:
+        recurrent = plus(projection.hidden(h, None, slice(2 * hidden, 3 * hidden)), 5)
+        h_pre = plus(math.add(x_h, math.multiply(r, recurrent)), 2)
+    else:
+        recurrent = projection.hidden(math.multiply(r, h), None, slice(2 * hidden, 3 * hidden))
+        h_pre = plus(math.add(x_h, recurrent), 5, 2)
+    candidate = activate(math, g_act, _clip(math, h_pre, attributes.clip))
+    return math.add(math.multiply(math.rsub(1.0, z), candidate), math.multiply(z, h))
+
+
+def _run_direction(
     math: RecurrentMath[T], attributes: RecurrentAttributes, activations: tuple[Activation, ...],
     projection: Projection[T], x_steps: list[T], lengths: list[int], backwards: bool, h: T, c: T | None,
     bias: T | None, peepholes: T | None, sequence_output: bool,
-) -> tuple[list[T], T, None]:  # fmt: skip
+) -> tuple[T, T, T | None]:  # fmt: skip
+    """One direction: (Y [T, B, H] in time order, final H, final C or None)."""
     hidden, rows, length = attributes.hidden_size, len(lengths), len(x_steps)
-    f_act, g_act = activations
+    lstm = attributes.op_type != "GRU"
+    fused_bias = bias  # LSTM: Wb + Rb, summed once, as onnxruntime does
+    if lstm and bias is not None:
+        fused_bias = math.add(math.columns(bias, 0, 4 * hidden), math.columns(bias, 4 * hidden, 4 * hidden))
+
+    def step(x_gates: T, states: list[T]) -> tuple[T, list[T]]:
+        """One step on the states the products read: [H] for a GRU, [H, C] for an LSTM."""
+        if not lstm:
+            h_new = gru_cell(math, attributes, activations, projection, x_gates, states[0], bias)
+            return h_new, [h_new]
+        gates = projection.hidden(states[0], x_gates)
+        h_new, c_new = lstm_cell(math, attributes, activations, gates, states[1], fused_bias, peepholes)
+        return h_new, [h_new, c_new]
+
+    states = [h] if c is None else [h, c]
+    if all(n == length for n in lengths) and length > 0:  # every row runs every step: one loop
+        projected = projection.inputs(x_steps)  # X_t W^T in time order; the loop walks it backwards
+        y, states = math.scan(math.stack(projected, 0), states, step, backwards)
+        return y, states[0], (states[1] if lstm else None)
     longest = max(lengths, default=0)
     schedules = [_schedule(lengths, backwards, s) for s in range(longest)]
     projected = (
         projection.inputs([math.pick_rows(x_steps, times) for _, times in schedules]) if longest else []
     )
-
-    def bias_part(index: int) -> T | None:  # gates zrh, Wb then Rb
-        return None if bias is None else math.columns(bias, index * hidden, hidden)
-
-    def plus(value: T, *terms: T | None) -> T:
-        for term in terms:
-            if term is not None:
-                value = math.add(value, term)
-        return value
-
     outputs: list[T] = []
+    visible = list(states)  # what the next product reads (onnxruntime's buffer of H)
     zeros = math.zeros(rows, hidden)
-    for step in range(longest):
-        active, _ = schedules[step]
-        x_gates = projected[step]
-        zr = projection.hidden(h, None, slice(0, 2 * hidden))
-        z_pre = plus(
-            math.add(math.columns(x_gates, 0, hidden), math.columns(zr, 0, hidden)),
-            bias_part(0),
-            bias_part(3),
-        )
-        r_pre = plus(
-            math.add(math.columns(x_gates, hidden, hidden), math.columns(zr, hidden, hidden)),
-            bias_part(1),
-            bias_part(4),
-        )
-        z = activate(math, f_act, _clip(math, z_pre, attributes.clip))
-        r = activate(math, f_act, _clip(math, r_pre, attributes.clip))
-        x_h = math.columns(x_gates, 2 * hidden, hidden)
-        if attributes.linear_before_reset:
-            recurrent = plus(projection.hidden(h, None, slice(2 * hidden, 3 * hidden)), bias_part(5))
-            h_pre = plus(math.add(x_h, math.multiply(r, recurrent)), bias_part(2))
-        else:
-            recurrent = projection.hidden(math.multiply(r, h), None, slice(2 * hidden, 3 * hidden))
-            h_pre = plus(math.add(x_h, recurrent), bias_part(5), bias_part(2))
-        candidate = activate(math, g_act, _clip(math, h_pre, attributes.clip))
-        h_new = math.add(math.multiply(math.rsub(1.0, z), candidate), math.multiply(z, h))
-        all_active = all(active)
-        h = h_new if all_active else math.select_rows(active, h_new, h)
-        outputs.append(h_new if all_active else math.select_rows(active, h_new, zeros))
+    for index in range(longest):
+        active, _ = schedules[index]
+        output, new_states = step(projected[index], visible[:1] + states[1:])
+        states = [math.select_rows(active, new, old) for new, old in zip(new_states, states, strict=True)]
+        output = math.select_rows(active, output, zeros)
+        outputs.append(output)
+        visible = [output if sequence_output else states[0]]
     outputs.extend([zeros] * (length - longest))
-    outputs, h = _finish(math, outputs, lengths, backwards, h, rows, hidden)
-    return outputs, h, None
+    outputs, final_h = _finish(math, outputs, lengths, backwards, states[0], rows, hidden)
+    final_c = _finish(math, [], lengths, backwards, states[1], rows, hidden)[1] if lstm else None
+    return math.stack(outputs, 0), final_h, final_c
 
 
 __all__ = [
@@ -475,6 +467,8 @@ __all__ = [
     "RecurrentMath",
     "RecurrentOutputs",
     "activate",
+    "gru_cell",
+    "lstm_cell",
     "decode_attributes",
     "op_attributes",
     "output_shapes",

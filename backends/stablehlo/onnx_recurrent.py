@@ -1,0 +1,410 @@
+"""Lowerings of ONNX LSTM, GRU and com.microsoft DynamicQuantizeLSTM: every time step unrolled.
+
+The semantics are qconvert/recurrent.py's (`run_recurrent`), run here on StableHLO values: `HloMath`
+builds each arithmetic step as ops, `FloatProjection` / `QuantizedProjection` the matrix products. The
+sequence length must be static; `sequence_lens`, when given, must be a constant (its values decide which
+rows run at each step, reading per row in reverse, and where Y is zero).
+
+Exactness against onnxruntime:
+- LSTM / GRU (float): `stablehlo.logistic` / `tanh` and XLA's dot products: within float32 rounding of
+  onnxruntime (which sums in MLAS's order and evaluates its own activation polynomials).
+- DynamicQuantizeLSTM: onnxruntime's kernel, bit for bit where XLA computes what it is told: X is
+  quantized once over the steps that run and H once per step (`integer_arithmetic.dynamic_quantize_linear`,
+  the rule of numerics `dynamic_quantize_parameters_onnxruntime` / `quantize_linear_mlas`), the
+  products are exact i32 `dot_general`s, then `f32(acc) * f32(s_a * s_w)` (+ the input product), and
+  the activations are MLAS's FMA3 polynomials (numerics `logistic_mlas` / `tanh_mlas`) with each FMA
+  emulated exactly in f64 (`integer_arithmetic.float32_fma`); every product that feeds an add is
+  rounded on its own first (`rounded_product`), since XLA:CPU would contract it into an FMA.
+  onnxruntime splits the batch across threads (more than 4 rows, or 2-4 rows with hidden_size <= 256)
+  and then quantizes H per chunk of rows: the lowering, like the interpreter, is its one-thread result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from qconvert.ir.attributes import IntegerAttr
+from qconvert.ir.core import Block, Builder, GenericOp, Operation, Region, Value
+from qconvert.ir.types import F32, F64, I1, I64, RankedTensorType, element_type_of
+from qconvert.numerics.onnxruntime_recurrent import LOGISTIC_MLAS, TANH_MLAS
+from qconvert.onnx_attributes import absent_positions
+from qconvert.recurrent import OP_TYPES, RecurrentInputs, op_attributes, run_recurrent
+
+from . import ops as hlo
+from .integer_arithmetic import I32, dynamic_quantize_linear, float32_fma
+from .lowering import LoweringContext, lowers
+from .onnx_fold import constant_input
+
+NOTE_QUANTIZED_LSTM = (
+    "DynamicQuantizeLSTM: X and each step's H quantized at run time (onnxruntime's dynamic uint8 rule), "
+    "exact i32 products, MLAS activations"
+)
+
+
+def rounded_product(ctx: LoweringContext, a: Value, b: Value) -> Value:
+    """`f32(a * b)` rounded once and kept from fusing into a following add: XLA:CPU folds an f64 product of
+    f32 operands converted back to f32 into an f32 multiply and contracts it with the add into an FMA
+    (measured: 999 of 4,096 random `a * b + c * d` rounded once); a `reduce_precision` to f32's format
+    on the f64 product is bit manipulation, which no contraction sees through."""
+    builder = ctx.builder
+    product = hlo.multiply(builder, ctx.convert(a, F64), ctx.convert(b, F64))
+    attributes = {"exponent_bits": IntegerAttr(8, I32), "mantissa_bits": IntegerAttr(23, I32)}
+    narrowed = builder.insert(GenericOp("stablehlo.reduce_precision", [product], [product.type], attributes))
+    return ctx.convert(narrowed.results[0], F32)
+
+
+class HloMath:
+    """`RecurrentMath` on f32 StableHLO values; `mlas_activations` emits MLAS's logistic / tanh."""
+
+    def __init__(self, ctx: LoweringContext, mlas_activations: bool) -> None:
+        self.ctx = ctx
+        self.b = ctx.builder
+        self.mlas_activations = mlas_activations
+
+    def _splat(self, value: float, like: Value) -> Value:
+        return self.ctx.splat(value, F32, hlo.tensor_type(like).shape)
+
+    def add(self, a: Value, b: Value) -> Value:
+        return hlo.add(self.b, *self.ctx.broadcast_operands([a, b]))  # a bias row broadcasts over the batch
+
+    def subtract(self, a: Value, b: Value) -> Value:
+        return hlo.subtract(self.b, *self.ctx.broadcast_operands([a, b]))
+
+    def multiply(self, a: Value, b: Value) -> Value:
+        a, b = self.ctx.broadcast_operands([a, b])
+        return rounded_product(self.ctx, a, b)  # one rounding, never fused into a following add
+
+    def divide(self, a: Value, b: Value) -> Value:
+        return hlo.exact_divide(self.b, a, b)
+
+    def scale(self, a: Value, factor: float) -> Value:
+        return self.multiply(a, self._splat(factor, a))
+
+    def offset(self, a: Value, amount: float) -> Value:
+        return hlo.add(self.b, a, self._splat(amount, a))
+
+    def rsub(self, amount: float, a: Value) -> Value:
+        return hlo.subtract(self.b, self._splat(amount, a), a)
+
+    def maximum(self, a: Value, bound: float) -> Value:
+        return hlo.maximum(self.b, a, self._splat(bound, a))
+
+    def minimum(self, a: Value, bound: float) -> Value:
+        return hlo.minimum(self.b, a, self._splat(bound, a))
+
+    def where_greater(self, a: Value, bound: float, then: Value, otherwise: Value) -> Value:
+        return hlo.select(self.b, hlo.compare(self.b, "GT", a, self._splat(bound, a)), then, otherwise)
+
+    def _rational(
+        self, x: Value, limit: float, numerator: Sequence[float], denominator: Sequence[float]
+    ) -> Value:
+        """MLAS's `x * p(x²) / q(x²)` on x clamped to ±limit, each Horner step one exact FMA."""
+        clamped = hlo.clamp(self.b, self.ctx.scalar(-limit, F32), x, self.ctx.scalar(limit, F32))
+        square = rounded_product(self.ctx, clamped, clamped)
+
+        def horner(coefficients: Sequence[float]) -> Value:
+            value = float32_fma(
+                self.ctx, square, self._splat(coefficients[0], x), self._splat(coefficients[1], x)
+            )
+            for coefficient in coefficients[2:]:
+                value = float32_fma(self.ctx, square, value, self._splat(coefficient, x))
+            return value
+
+        top = rounded_product(self.ctx, clamped, horner(numerator))
+        return hlo.exact_divide(self.b, top, horner(denominator))
+
+    def sigmoid(self, a: Value) -> Value:
+        if not self.mlas_activations:
+            return hlo.logistic(self.b, a)
+        limit, numerator, denominator = LOGISTIC_MLAS
+        ratio = self._rational(a, limit, numerator, denominator)
+        return hlo.maximum(self.b, self.offset(ratio, 0.5), self._splat(0.0, a))
+
+    def tanh(self, a: Value) -> Value:
+        if not self.mlas_activations:
+            return hlo.tanh(self.b, a)
+        limit, numerator, denominator = TANH_MLAS
+        return self._rational(a, limit, numerator, denominator)
+
+    def exp(self, a: Value) -> Value:
+        return hlo.exponential(self.b, a)
+
+    def log(self, a: Value) -> Value:
+        return hlo.log(self.b, a)
+
+    def abs(self, a: Value) -> Value:
+        return hlo.abs_(self.b, a)
+
+    def columns(self, a: Value, start: int, size: int) -> Value:
+        shape = hlo.tensor_type(a).shape
+        begin = [0] * (len(shape) - 1) + [start]
+        end = [*shape[:-1], start + size]
+        return hlo.slice_(self.b, a, begin, end, [1] * len(shape))
+
+    def row(self, a: Value, index: int) -> Value:
+        shape = hlo.tensor_type(a).shape
+        part = hlo.slice_(
+            self.b, a, [index] + [0] * (len(shape) - 1), [index + 1, *shape[1:]], [1] * len(shape)
+        )
+        return hlo.reshape(self.b, part, shape[1:])
+
+    def row_range(self, a: Value, rows: slice) -> Value:
+        """a[rows] of a 2-D value (a gate's rows of R)."""
+        shape = hlo.tensor_type(a).shape
+        return hlo.slice_(self.b, a, [rows.start, 0], [rows.stop, shape[1]], [1, 1])
+
+    def zeros(self, rows: int, columns: int) -> Value:
+        return self.ctx.splat(0.0, F32, (rows, columns))
+
+    def steps(self, sequence: Value) -> list[Value]:
+        return [self.row(sequence, t) for t in range(hlo.tensor_type(sequence).shape[0])]
+
+    def pick_rows(self, arrays: Sequence[Value], indices: Sequence[int]) -> Value:
+        if all(i == indices[0] for i in indices):
+            return arrays[indices[0]]
+        rows = []
+        for row, index in enumerate(indices):
+            columns = hlo.tensor_type(arrays[index]).shape[1]
+            rows.append(hlo.slice_(self.b, arrays[index], [row, 0], [row + 1, columns], [1, 1]))
+        return hlo.concatenate(self.b, rows, 0)
+
+    def select_rows(self, mask: Sequence[bool], then: Value, otherwise: Value) -> Value:
+        if all(mask):
+            return then
+        if not any(mask):
+            return otherwise
+        shape = hlo.tensor_type(then).shape
+        rows = self.ctx.constant(np.asarray(mask, np.bool_), I1)
+        return hlo.select(self.b, hlo.broadcast_in_dim(self.b, rows, shape, [0]), then, otherwise)
+
+    def stack(self, arrays: Sequence[Value], axis: int) -> Value:
+        expanded = []
+        for array in arrays:
+            shape = list(hlo.tensor_type(array).shape)
+            expanded.append(hlo.reshape(self.b, array, [*shape[:axis], 1, *shape[axis:]]))
+        return expanded[0] if len(expanded) == 1 else hlo.concatenate(self.b, expanded, axis)
+
+    def transpose(self, a: Value, permutation: Sequence[int]) -> Value:
+        return hlo.transpose(self.b, a, permutation)
+
+    def scan(
+        self,
+        inputs: Value,
+        states: list[Value],
+        step: Callable[[Value, list[Value]], tuple[Value, list[Value]]],
+        backwards: bool,
+    ) -> tuple[Value, list[Value]]:
+        """A `stablehlo.while` over the leading dim of `inputs`: the body is one step, emitted once
+        (unrolling emits the step's ops per time step; XLA's compile time grows with them)."""
+        ctx, outer = self.ctx, self.b
+        input_shape = hlo.tensor_type(inputs).shape
+        count, row_shape = input_shape[0], list(input_shape[1:])
+        index_type = RankedTensorType((), I64)
+        state_types = [v.type for v in states]
+        # The output buffer's shape comes from one step's output: the step's shape is the states' (B, H).
+        output_row = list(hlo.tensor_type(states[0]).shape)
+        buffer = ctx.splat(0.0, F32, [count, *output_row])
+        carried = [ctx.scalar(0, I64), buffer, *states]
+        types = [index_type, buffer.type, *state_types]
+
+        condition = Block(types)
+        self.b = Builder(condition)
+        ctx.builder = self.b
+        more = hlo.compare(self.b, "LT", condition.arguments[0], ctx.scalar(count, I64))
+        self.b.insert(GenericOp("stablehlo.return", [more], []))
+
+        body = Block(types)
+        self.b = Builder(body)
+        ctx.builder = self.b
+        index, acc, *current = body.arguments
+        time = hlo.subtract(self.b, ctx.scalar(count - 1, I64), index) if backwards else index
+        zero = ctx.scalar(0, I64)
+        starts = [time] + [zero] * len(row_shape)
+        row = _dynamic_slice(self.b, inputs, starts, [1, *row_shape])
+        output, new_states = step(hlo.reshape(self.b, row, row_shape), list(current))
+        update = hlo.reshape(self.b, output, [1, *output_row])
+        acc = _dynamic_update_slice(self.b, acc, update, [time] + [zero] * len(output_row))
+        following = hlo.add(self.b, index, ctx.scalar(1, I64))
+        self.b.insert(GenericOp("stablehlo.return", [following, acc, *new_states], []))
+
+        self.b = outer
+        ctx.builder = outer
+        loop = outer.insert(
+            GenericOp("stablehlo.while", carried, types, {}, [Region([condition]), Region([body])])
+        )
+        results = list(loop.results)
+        return results[1], results[2:]
+
+
+def _dynamic_slice(builder: Builder, operand: Value, starts: Sequence[Value], sizes: Sequence[int]) -> Value:
+    """`stablehlo.dynamic_slice` with scalar i64 start indices."""
+    result = RankedTensorType(tuple(sizes), element_type_of(operand.type))
+    attributes = {"slice_sizes": hlo.i64_array(sizes)}
+    return builder.insert(
+        GenericOp("stablehlo.dynamic_slice", [operand, *starts], [result], attributes)
+    ).result
+
+
+def _dynamic_update_slice(builder: Builder, operand: Value, update: Value, starts: Sequence[Value]) -> Value:
+    """`stablehlo.dynamic_update_slice`: `update` written into `operand` at the scalar i64 `starts`."""
+    op = GenericOp("stablehlo.dynamic_update_slice", [operand, update, *starts], [operand.type], {})
+    return builder.insert(op).result
+
+
+class FloatProjection:
+    """`X W^T` / `H R^T` of one direction as f32 dot_generals (W [gates*H, I], R [gates*H, H])."""
+
+    def __init__(self, math: HloMath, w: Value, r: Value) -> None:
+        self.math, self.w, self.r = math, w, r
+
+    def _times_transposed(self, a: Value, weights: Value) -> Value:
+        return hlo.dot_general(self.math.b, a, weights, lhs_contracting=[1], rhs_contracting=[1])
+
+    def inputs(self, steps: list[Value]) -> list[Value]:
+        rows = hlo.tensor_type(steps[0]).shape[0]
+        joined = steps[0] if len(steps) == 1 else hlo.concatenate(self.math.b, steps, 0)
+        product = self._times_transposed(joined, self.w)
+        if len(steps) == 1:
+            return [product]
+        columns = hlo.tensor_type(product).shape[1]
+        return [
+            hlo.slice_(self.math.b, product, [s * rows, 0], [(s + 1) * rows, columns], [1, 1])
+            for s in range(len(steps))
+        ]
+
+    def hidden(self, h: Value, onto: Value | None, gate: slice | None = None) -> Value:
+        weights = self.r
+        if gate is not None:
+            weights = self.math.row_range(weights, gate)
+        product = self._times_transposed(h, weights)
+        return product if onto is None else hlo.add(self.math.b, onto, product)
+
+
+class QuantizedProjection:
+    """onnxruntime's quantized RNN GEMM of one direction (numerics `dynamic_quantized_gemm_mlas`):
+    W [I, 4H] / R [H, 4H] as centered i32 constants, scales per direction or per column."""
+
+    def __init__(
+        self, math: HloMath, w: Value, w_scale: np.ndarray, r: Value, r_scale: np.ndarray
+    ) -> None:  # fmt: skip
+        self.math, self.w, self.w_scale, self.r, self.r_scale = math, w, w_scale, r, r_scale
+
+    def _product(self, a: Value, weights: Value, scales: np.ndarray, onto: Value | None) -> Value:
+        ctx, b = self.math.ctx, self.math.b
+        stored, a_scale, a_zero = dynamic_quantize_linear(ctx, a)
+        shape = hlo.tensor_type(stored).shape
+        centered = hlo.subtract(
+            b, ctx.convert(stored, I32), hlo.broadcast_in_dim(b, ctx.convert(a_zero, I32), shape, [])
+        )
+        accumulator = hlo.dot_general(
+            b, centered, weights, lhs_contracting=[1], rhs_contracting=[0], result_element_type=I32
+        )
+        out_shape = hlo.tensor_type(accumulator).shape
+        column_scales = (
+            ctx.splat(float(scales.reshape(-1)[0]), F32, out_shape)
+            if scales.size == 1
+            else hlo.broadcast_in_dim(b, ctx.constant(scales.reshape(-1), F32), out_shape, [1])
+        )
+        multiplier = hlo.multiply(b, hlo.broadcast_in_dim(b, a_scale, out_shape, []), column_scales)
+        product = rounded_product(ctx, ctx.convert(accumulator, F32), multiplier)
+        ctx.note(product, NOTE_QUANTIZED_LSTM)
+        return product if onto is None else hlo.add(b, product, onto)
+
+    def inputs(self, steps: list[Value]) -> list[Value]:
+        rows = hlo.tensor_type(steps[0]).shape[0]
+        joined = steps[0] if len(steps) == 1 else hlo.concatenate(self.math.b, steps, 0)
+        product = self._product(joined, self.w, self.w_scale, None)
+        columns = hlo.tensor_type(product).shape[1]
+        return [
+            hlo.slice_(self.math.b, product, [s * rows, 0], [(s + 1) * rows, columns], [1, 1])
+            for s in range(len(steps))
+        ]
+
+    def hidden(self, h: Value, onto: Value | None, gate: slice | None = None) -> Value:
+        assert gate is None, "DynamicQuantizeLSTM has no per-gate products"
+        return self._product(h, self.r, self.r_scale, onto)
+
+
+def _centered_weights(ctx: LoweringContext, op: Operation, position: int, zero_position: int) -> np.ndarray:
+    """A DynamicQuantizeLSTM weight (constant) minus its zero point, as i32 [D, K, 4H]."""
+    weights = constant_input(ctx, op, position)
+    zero_point = constant_input(ctx, op, zero_position)
+    if weights is None or zero_point is None:
+        ctx.unsupported("DynamicQuantizeLSTM weights and zero points must be constants")
+    zeros = np.asarray(zero_point).reshape(weights.shape[0], -1)
+    if np.any(zeros != zeros[:, :1]):
+        ctx.unsupported(
+            "DynamicQuantizeLSTM with more than one zero point per direction (onnxruntime refuses it)"
+        )
+    return weights.astype(np.int32) - zeros[:, :1, None].astype(np.int32)
+
+
+@lowers("onnx.LSTM", "onnx.GRU", "onnx.com.microsoft.DynamicQuantizeLSTM")
+def lower_recurrent(ctx: LoweringContext, op: Operation) -> list[Value]:
+    try:
+        op_type, attributes = op_attributes(op)
+    except Exception as error:  # an InputError naming the attribute: this op cannot be lowered
+        ctx.unsupported(str(error))
+    names = OP_TYPES[op_type]
+    positions = {name: p for p, name in enumerate(names)}
+    x = ctx.input(op, 0)
+    assert x is not None
+    if element_type_of(x.type) != F32:
+        ctx.unsupported(f"{op_type} on {element_type_of(x.type)} (float32 only)")
+    x_shape = hlo.tensor_type(x).shape
+    length, batch = (x_shape[0], x_shape[1]) if attributes.layout == 0 else (x_shape[1], x_shape[0])
+    lens = None
+    if ctx.source_input(op, positions["sequence_lens"]) is not None:
+        lens = constant_input(ctx, op, positions["sequence_lens"])
+        if lens is None:
+            ctx.unsupported("sequence_lens must be a constant (the steps each row runs are unrolled)")
+    math = HloMath(ctx, mlas_activations=op_type == "DynamicQuantizeLSTM")
+    directions = attributes.num_directions
+    projections: list = []
+    if op_type == "DynamicQuantizeLSTM":
+        w_scale = constant_input(ctx, op, positions["W_scale"])
+        r_scale = constant_input(ctx, op, positions["R_scale"])
+        if w_scale is None or r_scale is None:
+            ctx.unsupported("DynamicQuantizeLSTM scales must be constants")
+        w = _centered_weights(ctx, op, 1, positions["W_zero_point"])
+        r = _centered_weights(ctx, op, 2, positions["R_zero_point"])
+        for d in range(directions):
+            projections.append(
+                QuantizedProjection(
+                    math,
+                    ctx.constant(w[d], I32),
+                    np.asarray(w_scale, np.float32).reshape(directions, -1)[d],
+                    ctx.constant(r[d], I32),
+                    np.asarray(r_scale, np.float32).reshape(directions, -1)[d],
+                )
+            )
+    else:
+        w, r = ctx.input(op, 1), ctx.input(op, 2)
+        assert w is not None and r is not None
+        projections = [FloatProjection(math, math.row(w, d), math.row(r, d)) for d in range(directions)]
+
+    def optional(name: str) -> Value | None:
+        position = positions.get(name)
+        return None if position is None else ctx.input(op, position)
+
+    inputs = RecurrentInputs(
+        x=x,
+        bias=optional("B"),
+        initial_h=optional("initial_h"),
+        initial_c=optional("initial_c"),
+        peepholes=optional("P"),
+        sequence_lens=None if lens is None else np.asarray(lens).reshape(-1),
+        sequence_length=length,
+        batch_size=batch,
+    )
+    absent = absent_positions(op, "outputs")
+    outputs = run_recurrent(math, attributes, inputs, projections, sequence_output=0 not in absent)
+    produced = [outputs.y, outputs.y_h, outputs.y_c]
+    present = [p for p in range(len(op.results) + len(absent)) if p not in absent]
+    results = [produced[p] for p in present]
+    for index, value in enumerate(results):
+        expected = ctx.result_type(op, index)
+        assert isinstance(value.type, RankedTensorType) and value.type.shape == expected.shape
+    return results  # type: ignore[return-value]

@@ -21,11 +21,16 @@ from qconvert.frontends.onnx import import_onnx
 pytestmark = pytest.mark.engine
 
 FORMS = ("quantized", "integer", "qdq")
+BOTH_ENGINES = ("xla", "interpreter")
+"""The ops whose exactness rests on float arithmetic (emulated FMAs, products rounded on their bits, exact
+divisions) also run on StableHLO's reference interpreter: the numbers must not depend on XLA's rewrites."""
 MODELS = Path(__file__).resolve().parents[3] / "models"
 
 
-def run_forms(model: onnx.ModelProto, inputs: dict[str, np.ndarray], forms: tuple[str, ...] = FORMS) -> dict:
-    """Convert `model` in each form and run it on XLA:CPU; {form: outputs}."""
+def run_forms(
+    model: onnx.ModelProto, inputs: dict[str, np.ndarray], forms: tuple[str, ...] = FORMS, engine: str = "xla"
+) -> dict:
+    """Convert `model` in each form, run it on `engine` (XLA:CPU or the interpreter); {form: outputs}."""
     require_module("jax")
     from qconvert.backends.stablehlo import run
     from qconvert.backends.stablehlo.convert import stablehlo_text
@@ -34,7 +39,7 @@ def run_forms(model: onnx.ModelProto, inputs: dict[str, np.ndarray], forms: tupl
     results = {}
     for form in forms:
         text = stablehlo_text(module, form=form, inline_weights=True)
-        results[form] = [np.asarray(a) for a in run.run(text, list(inputs.values()), engine="xla")]
+        results[form] = [np.asarray(a) for a in run.run(text, list(inputs.values()), engine=engine)]
     return results
 
 
@@ -57,8 +62,9 @@ def check_node(
     initializers: dict[str, np.ndarray],
     lowered_as: str,
     forms: tuple[str, ...] = FORMS,
+    engines: tuple[str, ...] = ("xla",),
 ) -> None:
-    """One-node model -> every form on XLA, each output bit-exact with onnxruntime."""
+    """One-node model -> every form on each engine, each output bit-exact with onnxruntime."""
     model = build(node, inputs, initializers)
     expected = onnxruntime_outputs(model, inputs)
     # onnx's shape inference stops at com.microsoft ops: type the outputs as onnxruntime returned them.
@@ -69,10 +75,11 @@ def check_node(
         model.graph.output.append(helper.make_tensor_value_info(name, elem_type, list(reference.shape)))
     names = [op.name for op in import_onnx(model).walk()]  # type: ignore[attr-defined]
     assert lowered_as in names, names
-    for form, outputs in run_forms(model, inputs, forms).items():
-        assert len(outputs) == len(expected)
-        for name, actual, reference in zip([o for o in node.output if o], outputs, expected):
-            assert_bit_exact(f"{form}: {name}", actual, np.asarray(reference))
+    for engine in engines:
+        for form, outputs in run_forms(model, inputs, forms, engine).items():
+            assert len(outputs) == len(expected)
+            for name, actual, reference in zip([o for o in node.output if o], outputs, expected):
+                assert_bit_exact(f"{engine}, {form}: {name}", actual, np.asarray(reference))
 
 
 # MatMulInteger, ConvInteger ---------------------------------------------------------------------------
@@ -147,7 +154,7 @@ def test_dynamic_quantize_linear() -> None:
     rng = np.random.default_rng(12)
     node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "ys", "yz"])
     for x in dynamic_inputs(rng):
-        check_node(node, {"x": x}, {}, "qconvert.dynamic_quantize_linear")
+        check_node(node, {"x": x}, {}, "qconvert.dynamic_quantize_linear", engines=BOTH_ENGINES)
 
 
 @pytest.mark.parametrize("b_dtype", DTYPES)
@@ -164,7 +171,7 @@ def test_dynamic_quantize_matmul(b_dtype: type, per_column: bool) -> None:
     }
     for scale in (1.0, 30.0):
         a = (rng.standard_normal((2, 4, 16)) * scale).astype(np.float32)
-        check_node(node, {"a": a}, initializers, "qconvert.dynamic_quantize_matmul")
+        check_node(node, {"a": a}, initializers, "qconvert.dynamic_quantize_matmul", engines=BOTH_ENGINES)
 
 
 # QLinearConv, QLinearMatMul, QGemm ---------------------------------------------------------------------
@@ -204,10 +211,12 @@ def test_qlinear_conv(dtype: type, per_channel: bool, ties: bool) -> None:
     check_node(node, {"x": x}, initializers, "qconvert.qlinear_conv")
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("dtype", "b_dtype"), [(np.uint8, np.uint8), (np.int8, np.int8), (np.uint8, np.int8)]
+)
 @pytest.mark.parametrize("per_column", [False, True])
 @pytest.mark.parametrize("ties", [False, True])
-def test_qlinear_matmul(dtype: type, per_column: bool, ties: bool) -> None:
+def test_qlinear_matmul(dtype: type, b_dtype: type, per_column: bool, ties: bool) -> None:
     rng = np.random.default_rng(2)
     a = random_q(rng, dtype, (2, 3, 5, 16))
     shape = (8,) if per_column else ()
@@ -219,9 +228,9 @@ def test_qlinear_matmul(dtype: type, per_column: bool, ties: bool) -> None:
     initializers = {
         "as": scales[0],
         "az": np.array(7, dtype),
-        "b": random_q(rng, dtype, (16, 8)),
+        "b": random_q(rng, b_dtype, (16, 8)),
         "bs": scales[1],
-        "bz": (random_q(rng, dtype, shape) // 4).astype(dtype),
+        "bz": (random_q(rng, b_dtype, shape) // 4).astype(b_dtype),
         "ys": scales[2],
         "yz": np.array(3, dtype),
     }
@@ -278,7 +287,7 @@ def test_qlinear_add_mul(op_type: str, dtype: type, shapes: tuple[tuple[int, ...
             )
         )
         lowered_as = "qconvert.qlinear_add" if op_type == "QLinearAdd" else "qconvert.qlinear_mul"
-        check_node(node, {"a": a, "b": b}, initializers, lowered_as)
+        check_node(node, {"a": a, "b": b}, initializers, lowered_as, engines=BOTH_ENGINES)
 
 
 @pytest.mark.parametrize("op_type", ["QLinearSigmoid", "QLinearLeakyRelu"])

@@ -212,7 +212,21 @@ def inspect_command(
 @app.command("check")
 def check_command(
     model: str = typer.Argument(..., help="ONNX model file (float, QDQ or QOperator)"),
-    data: str | None = typer.Option(None, "--data", help="INPUTS.npz: one array per graph input, by name"),
+    data: str | None = typer.Option(
+        None,
+        "--data",
+        help="folder of .npz/.npy samples, one .npz (samples on axis 0), or MODULE:FUNCTION; streamed "
+        "in batches (default: seeded random inputs)",
+    ),
+    max_samples: int | None = typer.Option(
+        None, "--max-samples", help="read at most N samples of --data (whole batches: fixed batch dim)"
+    ),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", help="samples per run (default: the model's fixed batch dim, else 8)"
+    ),
+    allow_not_run: bool = typer.Option(
+        False, "--allow-not-run", help="accept nodes or outputs not run (else INCOMPLETE, exit 1)"
+    ),
     backend: str = typer.Option("interpreter", "--backend", help="interpreter (the lifted IR) or stablehlo"),
     engine: str | None = typer.Option(None, "--engine", help="stablehlo: interpreter or xla (default xla)"),
     form: str | None = typer.Option(None, "--form", help="stablehlo: quantized (default) or integer"),
@@ -233,9 +247,11 @@ def check_command(
     input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar; the verdict line only"),
 ) -> None:
-    """Check MODEL against onnxruntime: every quantization node bit-exact, outputs beside the noise floor.
+    """Check MODEL against onnxruntime: every node (quantization nodes bit-exact, float nodes within a
+    float32 bound), every output beside the noise floor.
 
-    Exit 0 when every check passes, 1 when a comparison fails, 2 on bad input."""
+    Exit 0 when PASSED, 1 when FAILED or INCOMPLETE (something not run; --allow-not-run accepts it),
+    2 on bad input."""
     from qconvert.check import Tolerances, check
     from qconvert.check.render import render
     from qconvert.stdout_console import stdout_console
@@ -254,6 +270,9 @@ def check_command(
         tolerances=tolerances,
         input_shapes=_parse_input_shapes(input_shape),
         show_progress=not quiet,
+        allow_not_run=allow_not_run,
+        max_samples=max_samples,
+        batch_size=batch_size,
     )
     if json_path is not None:
         report.write_json(json_path)

@@ -1,11 +1,13 @@
-"""Per-node cases of `qconvert check`: each quantization node (or fused group) cut out of the model and fed
-what onnxruntime gave it, and the bit-exact verdict on what the backend computed for it.
+"""Per-node cases of `qconvert check`: every node of the model (or a fused group) cut out and fed what
+onnxruntime gave it, and the verdict on what the backend computed for it.
 
 A case is a small ONNX model: the node's (or group's) inputs that onnxruntime computed become graph
-inputs fed with onnxruntime's values; its initializers, Constant values and Q/DQ quantization parameters
-become initializers (the IR carries scale and zero point in the quant type, so they must be constants).
-A *fused group* is `DequantizeLinear* -> op -> QuantizeLinear`, the pattern StableHLO's
-`legalize-qdq-to-quantized-op` turns into one quantized op; only its final output is compared.
+inputs fed with onnxruntime's values; its initializers, Constant values, Q/DQ quantization parameters and
+small integer inputs (shapes, axes) become initializers (the IR carries scale and zero point in the quant
+type, and static shapes need constant shape operands). A *fused group* is `DequantizeLinear* -> op ->
+QuantizeLinear`, the pattern StableHLO's `legalize-qdq-to-quantized-op` turns into one quantized op; only
+its final output is compared. Quantization nodes (and groups) must be bit-exact; every other node is
+judged within the float bound of its op family (bounds.py).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
-from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
+from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper, numpy_helper
 
+from qconvert.check import bounds
 from qconvert.check.report import FAIL, NOT_RUN, PASS, LayerResult, compare
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -43,9 +46,11 @@ QUANTIZATION_OPS = frozenset(
         ("com.microsoft", "MatMulIntegerToFloat"),
         ("com.microsoft", "QuantizeLinear"),
         ("com.microsoft", "DequantizeLinear"),
+        ("com.microsoft", "DynamicQuantizeLSTM"),
     }
 )
 Q_DQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+SHAPE_LIKE_SIZE = 64  # integer inputs of float nodes up to this size (shapes, axes, pads) are constants
 INTEGER_TYPES = frozenset(
     {
         TensorProto.BOOL,
@@ -78,6 +83,10 @@ class NodeCase:
     compared: list[str] = field(default_factory=list)
     group: list[str] | None = None
     reason: str | None = None
+    quantization: bool = True  # bit-exact; False: a float node judged within its family's bound
+    magnitude: dict[str, np.ndarray] | None = (
+        None  # reduction nodes: op(|inputs|) by output, from onnxruntime
+    )
 
     @property
     def last(self) -> NodeProto:
@@ -92,6 +101,7 @@ class NodeCase:
             verdict=verdict,
             reason=self.reason,
             group=self.group,
+            family=None if self.quantization else bounds.family(self.last),
         )
 
 
@@ -168,23 +178,34 @@ def cut_model(
     """`nodes` alone, fed what onnxruntime gave them: constants and Q/DQ parameters as initializers,
     values computed elsewhere in the model as graph inputs; `compared` are the graph outputs.
 
-    `feed_weights`: the data input of a Q/DQ node (e.g. int8 weights) is a graph input even when it is an
-    initializer, so that a compiler cannot fold the node away at compile time (XLA would constant-fold
-    a weight's dequantize: slow, and not the arithmetic under test)."""
+    `feed_weights`: the data input of a Q/DQ node (e.g. int8 weights), and a float node's float weights
+    (more than `SHAPE_LIKE_SIZE` elements), are graph inputs even when they are initializers, so that a
+    compiler cannot fold the node away at compile time (XLA would constant-fold a weight's dequantize:
+    slow, and not the arithmetic under test), nor inline every weight of the model in the module text."""
     initializers = {t.name: t for t in model.graph.initializer}
     produced = {name for node in nodes for name in node.output if name}
+    quantization = any(is_quantization_node(node) for node in nodes)
     graph_inputs, feeds, tensors, seen = [], {}, [], set()
     for node in nodes:
         for position, name in enumerate(node.input):
             if not name or name in produced or name in seen:
                 continue
             seen.add(name)
-            if name in initializers and not (feed_weights and node.op_type in Q_DQ_OPS and position == 0):
+            array = values[name]
+            fed_weight = feed_weights and (
+                (node.op_type in Q_DQ_OPS and position == 0)
+                or (not quantization and array.dtype.kind == "f" and array.size > SHAPE_LIKE_SIZE)
+            )
+            shape_like = not quantization and array.dtype.kind in "iub" and array.size <= SHAPE_LIKE_SIZE
+            if name in initializers and not fed_weight:
                 tensors.append(initializers[name])
-            elif name in constants or (node.op_type in Q_DQ_OPS and position > 0):
+            elif (
+                (name in constants and not fed_weight)
+                or (node.op_type in Q_DQ_OPS and position > 0)
+                or shape_like
+            ):
                 tensors.append(_tensor(name, values[name], types.get(name)))
             else:
-                array = values[name]
                 graph_inputs.append(
                     helper.make_tensor_value_info(name, _elem_type(name, array, types), list(array.shape))
                 )
@@ -218,14 +239,14 @@ def node_cases(
     feed_weights: bool = False,
     fused_groups: bool = False,
 ) -> list[NodeCase]:
-    """One case per quantization node of `model` in graph order, then (`fused_groups`) one per fused group
+    """One case per node of `model` in graph order, then (`fused_groups`) one per fused group
     (`_fused_group_cases`); each cut out of the model (`feed_weights`: see `cut_model`), or given the
     reason it cannot run."""
     cases = _single_node_cases(model)
     if fused_groups:
         cases += _fused_group_cases(model, values, types)
     for case in cases:
-        case.reason = _missing_value(case.nodes, values, unreturnable)
+        case.reason = _missing_value(case.nodes, values, unreturnable) or _subgraph(case.nodes)
         if case.reason is None:
             case.model, case.feeds = cut_model(
                 model, case.nodes, case.compared, values, types, constants, feed_weights
@@ -233,8 +254,16 @@ def node_cases(
     return cases
 
 
+def _subgraph(nodes: Sequence[NodeProto]) -> str | None:
+    """Why a control-flow node (If / Loop / Scan) is not cut out: its body reads the enclosing graph."""
+    for node in nodes:
+        if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+            return "a node with a subgraph (control flow) is not checked on its own; end to end covers it"
+    return None
+
+
 def _single_node_cases(model: ModelProto) -> list[NodeCase]:
-    """One case per quantization node, comparing all its outputs."""
+    """One case per node, comparing all its outputs; quantization nodes bit-exact, others within a bound."""
     return [
         NodeCase(
             name=name,
@@ -242,9 +271,9 @@ def _single_node_cases(model: ModelProto) -> list[NodeCase]:
             domain=_domain(node),
             nodes=[node],
             compared=[o for o in node.output if o],
+            quantization=is_quantization_node(node),
         )
         for node, name in zip(model.graph.node, node_names(model))
-        if is_quantization_node(node)
     ]
 
 
@@ -308,8 +337,11 @@ def judge(
     evaluated_by: str,
     predicted: tuple[int, str] | None = None,
 ) -> LayerResult:
-    """The verdict on what the backend computed for `case`: bit-exact, or (when the backend's rounding
-    semantics differ on purpose) exactly the predicted number of differing elements."""
+    """The verdict on what the backend computed for `case`: bit-exact for quantization nodes and groups
+    (or, when the backend's rounding semantics differ on purpose, exactly the predicted number of differing
+    elements); within its family's float bound for any other node (bounds.py)."""
+    if not case.quantization:
+        return _judge_float(case, ours, values, evaluated_by)
     result = case.result()
     result.evaluated_by = evaluated_by
     for output in case.compared:
@@ -326,3 +358,106 @@ def judge(
         expected = predicted[0]
     result.verdict = PASS if result.mismatches == expected else FAIL
     return result
+
+
+def _judge_float(
+    case: NodeCase, ours: Mapping[str, np.ndarray], values: Mapping[str, np.ndarray], evaluated_by: str
+) -> LayerResult:
+    result = case.result()
+    result.evaluated_by = evaluated_by
+    node = case.last
+    kind = bounds.family(node)
+    inputs = bounds.node_inputs(node, values)
+    rules = []
+    for output in case.compared:
+        magnitude = (case.magnitude or {}).get(output)
+        judged = bounds.judge_output(node, kind, inputs, values[output], np.asarray(ours[output]), magnitude)
+        result.elements += judged.elements
+        result.mismatches += judged.outside
+        result.max_abs_diff = max(result.max_abs_diff or 0.0, judged.max_abs_diff)
+        result.max_bound_ratio = max(result.max_bound_ratio or 0.0, judged.max_ratio)
+        rules.append(judged.rule)
+    result.bound = "; ".join(dict.fromkeys(rules))
+    result.verdict = PASS if result.mismatches == 0 else FAIL
+    return result
+
+
+def magnitude_cases(cases: Sequence[NodeCase]) -> list[NodeCase]:
+    """For each runnable reduction node (bounds.MAGNITUDE_OPS), the same case run on |inputs|: onnxruntime
+    computes M = sum |a_i b_i| per output element, which scales that node's bound."""
+    magnitudes = []
+    for case in cases:
+        if case.quantization or case.model is None or case.last.op_type not in bounds.MAGNITUDE_OPS:
+            continue
+        model = ModelProto()
+        model.CopyFrom(case.model)
+        model.graph.node[-1].CopyFrom(bounds.magnitude_node(model.graph.node[-1]))
+        for tensor in model.graph.initializer:
+            array = numpy_helper.to_array(tensor)
+            if array.dtype.kind == "f":
+                tensor.CopyFrom(numpy_helper.from_array(np.abs(array), tensor.name))
+        feeds = {k: np.abs(v) if v.dtype.kind == "f" else v for k, v in case.feeds.items()}
+        magnitudes.append(
+            NodeCase(
+                name=case.name,
+                op_type=case.op_type,
+                domain=case.domain,
+                nodes=list(model.graph.node),
+                model=model,
+                feeds=feeds,
+                compared=case.compared,
+            )
+        )
+    return magnitudes
+
+
+def side_by_side(cases: Sequence[NodeCase]) -> tuple[ModelProto, list[str], list[str]]:
+    """One model holding every case apart (values prefixed `c<i>/`), and its input and output names."""
+    nodes, inputs, outputs, initializers = [], [], [], []
+    for index, case in enumerate(cases):
+        assert case.model is not None
+        prefix = f"c{index}/"
+        graph = case.model.graph
+        nodes += [_renamed(node, prefix) for node in graph.node]
+        for info_list, target in ((graph.input, inputs), (graph.output, outputs)):
+            for info in info_list:
+                renamed = type(info)()
+                renamed.CopyFrom(info)
+                renamed.name = prefix + info.name
+                target.append(renamed)
+        for tensor in graph.initializer:
+            renamed_tensor = type(tensor)()
+            renamed_tensor.CopyFrom(tensor)
+            renamed_tensor.name = prefix + tensor.name
+            initializers.append(renamed_tensor)
+    first = cases[0].model
+    assert first is not None
+    graph = helper.make_graph(nodes, "check_cases", inputs, outputs, initializer=initializers)
+    model = helper.make_model(graph, opset_imports=list(first.opset_import))
+    model.ir_version = first.ir_version
+    return model, [i.name for i in inputs], [o.name for o in outputs]
+
+
+def side_by_side_feeds(cases: Sequence[NodeCase]) -> dict[str, np.ndarray]:
+    return {f"c{i}/{name}": array for i, case in enumerate(cases) for name, array in case.feeds.items()}
+
+
+def split_outputs(
+    cases: Sequence[NodeCase], results: Mapping[str, np.ndarray]
+) -> dict[str, dict[str, np.ndarray]]:
+    """The side-by-side model's outputs, back by case name and the case's own output names."""
+    split = {}
+    for index, case in enumerate(cases):
+        assert case.model is not None
+        prefix = f"c{index}/"
+        split[case.name] = {o.name: results[prefix + o.name] for o in case.model.graph.output}
+    return split
+
+
+def _renamed(node: NodeProto, prefix: str) -> NodeProto:
+    copy = NodeProto()
+    copy.CopyFrom(node)
+    copy.name = f"{prefix}{node.name}"
+    copy.input[:] = [f"{prefix}{name}" if name else "" for name in node.input]
+    copy.output[:] = [f"{prefix}{name}" if name else "" for name in node.output]
+    return copy

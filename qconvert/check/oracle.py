@@ -148,6 +148,10 @@ def ort_session(model: ModelProto, optimized: bool, label: str) -> Any:
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
     options.log_severity_level = 3
+    if not optimized:
+        # The spec oracle runs on one thread: onnxruntime's DynamicQuantizeLSTM quantizes its hidden state
+        # per chunk of batch rows when it has more, so its numbers depend on the thread count.
+        options.intra_op_num_threads = 1
     try:
         return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own exception types for any invalid model

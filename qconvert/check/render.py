@@ -9,8 +9,11 @@ from qconvert.check.report import (
     EVALUATED_BY_NUMERICS,
     EVALUATED_BY_REFERENCE,
     FAIL,
+    FAILED,
+    INCOMPLETE,
     NOT_RUN,
     PASS,
+    PASSED,
     CheckReport,
     Comparison,
     LayerResult,
@@ -60,13 +63,20 @@ def render(report: CheckReport, console: Any = None, summary_only: bool = False)
     from rich.table import Table
 
     console = console or Console()
-    verdict = "[green]PASSED[/green]" if report.passed else "[red]FAILED[/red]"
-    counts = f"{report.count(PASS)} passed, {report.count(FAIL)} failed, {report.count(NOT_RUN)} not run"
-    out_of_tolerance = sum(1 for o in report.outputs.values() if o.failed_tolerances)
-    if out_of_tolerance:
-        counts += f"; {out_of_tolerance} output(s) out of tolerance"
+    color = {PASSED: "green", FAILED: "red", INCOMPLETE: "yellow"}[report.verdict]
+    verdict = f"[{color}]{report.verdict_line}[/{color}]"
+    counts = (
+        f"nodes: {report.count(PASS)} passed, {report.count(FAIL)} failed, {report.count(NOT_RUN)} not run"
+    )
+    outputs_failed = sum(1 for o in report.outputs.values() if o.verdict == FAIL)
+    outputs_not_run = sum(1 for o in report.outputs.values() if o.verdict == NOT_RUN)
+    counts += f"; outputs: {len(report.outputs) - outputs_failed - outputs_not_run} passed"
+    counts += f", {outputs_failed} failed, {outputs_not_run} not run"
+    if report.samples:
+        counts += f" ({report.samples} samples end to end)"
     if summary_only:
         console.print(f"{verdict}: {counts}")
+        _print_not_run(report, console)
         return
     layers = Table(
         title=f"per node: {report.model} ({_backend_label(report)}, inputs {report.inputs_source})"
@@ -82,9 +92,9 @@ def render(report: CheckReport, console: Any = None, summary_only: bool = False)
         layers.add_row(op, by, *(str(t) for t in tallies))
     layers.add_row("total", "", str(report.count(PASS)), str(report.count(FAIL)), str(report.count(NOT_RUN)))
     console.print(layers)
-    failing = [layer for layer in report.layers.values() if layer.verdict == FAIL]
+    failing = [layer for layer in report.layers.values() if layer.verdict == FAIL and layer.family is None]
     if failing:
-        table = Table(title="failing nodes (must be bit-exact)")
+        table = Table(title="failing quantization nodes (must be bit-exact)")
         for column in ("node", "op", "mismatches", "max lsb diff"):
             table.add_column(column)
         for layer in failing:
@@ -93,6 +103,23 @@ def render(report: CheckReport, console: Any = None, summary_only: bool = False)
                 _op_label(layer),
                 f"{layer.mismatches}/{layer.elements}",
                 _number(layer.max_lsb_diff),
+            )
+        console.print(table)
+    failing = [
+        layer for layer in report.layers.values() if layer.verdict == FAIL and layer.family is not None
+    ]
+    if failing:
+        table = Table(title="failing float nodes (outside the float32 bound of their op family)")
+        for column in ("node", "op", "outside bound", "max |diff|", "max diff/bound", "bound"):
+            table.add_column(column, overflow="fold")
+        for layer in failing:
+            table.add_row(
+                layer.node,
+                _op_label(layer),
+                f"{layer.mismatches}/{layer.elements}",
+                _number(layer.max_abs_diff),
+                _number(layer.max_bound_ratio),
+                f"{layer.family}: {layer.bound}",
             )
         console.print(table)
     explained = [layer for layer in report.layers.values() if layer.predicted_mismatches is not None]
@@ -109,14 +136,6 @@ def render(report: CheckReport, console: Any = None, summary_only: bool = False)
                 layer.explanation or "",
             )
         console.print(table)
-    not_run: dict[str, list[LayerResult]] = {}
-    for layer in report.layers.values():
-        if layer.verdict == NOT_RUN:
-            not_run.setdefault(_op_label(layer), []).append(layer)
-    for op, members in not_run.items():
-        console.print(
-            f"[yellow]not run[/yellow] {op} x{len(members)}, e.g. {members[0].node}: {members[0].reason}"
-        )
     outputs = Table(
         title="end to end vs onnxruntime (optimizations off); noise floor = onnxruntime default vs off"
     )
@@ -128,10 +147,21 @@ def render(report: CheckReport, console: Any = None, summary_only: bool = False)
         outputs.add_row("  noise floor", *_metrics(output.noise_floor), "", end_section=True)
     console.print(outputs)
     for output in report.outputs.values():
-        for failure in output.failed_tolerances:
+        for failure in output.failures:
             console.print(f"[red]{output.name}: {failure}[/red]")
-        if output.reason:
-            console.print(f"[yellow]{output.name} not run end to end:[/yellow] {output.reason}")
     for note in report.notes:
         console.print(f"note: {note}")
+    _print_not_run(report, console)
     console.print(f"{verdict}: {counts}")
+
+
+def _print_not_run(report: CheckReport, console: Any) -> None:
+    """Not-run nodes and outputs, one line per op type and reason, with a count and a few names."""
+    for group in report.not_run_groups():
+        shown = ", ".join(group.examples) + (", ..." if group.count > len(group.examples) else "")
+        console.print(
+            f"[yellow]not run[/yellow] {group.what} x{group.count} ({shown}): {group.example_reason}",
+            highlight=False,
+        )
+    if report.not_run and report.verdict == INCOMPLETE:
+        console.print("(--allow-not-run accepts what was not run)", highlight=False)

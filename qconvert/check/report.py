@@ -1,10 +1,29 @@
 """The `qconvert check` report: verdicts per node and per output, and the comparison of two tensors.
 
-NOTE: `CheckReport.passed` is true when no per-node comparison and no tolerance failed, and something ran
-(a quantization node, or the whole model end to end); "not run" nodes and outputs are listed and counted
-but do not fail the check. A node whose mismatches are all explained by the chosen rounding semantics
-(`--semantics stablehlo`: StableHLO adds the zero point before rounding) passes only when the measured
-count equals the predicted one. An SQNR of `inf` (no difference) is written to JSON as `null`.
+NOTE: the verdict (`CheckReport.verdict`) is one of
+- FAILED: a node outside its bound (quantization nodes: any bit), an output below the noise floor's
+  margin (`floor_failure`), or a user tolerance not met;
+- INCOMPLETE: nothing failed, but some node or output was "not run" (or nothing ran at all), and the user
+  did not accept it (`allow_not_run`); the not-run reasons are grouped by op type and reason;
+- PASSED: everything ran and passed, or (`allow_not_run`) what did not run was accepted explicitly, which
+  the verdict line says ("PASSED (3 not run, accepted)").
+`passed` (exit code 0) is true only for PASSED. A node whose mismatches are all explained by the chosen
+rounding semantics (`--semantics stablehlo`: StableHLO adds the zero point before rounding) passes only
+when the measured count equals the predicted one. An SQNR of `inf` (no difference) is written to JSON as
+`null`.
+
+End to end, an output FAILS by default when its SQNR is both `FLOOR_MARGIN_DB` below the noise floor
+(onnxruntime optimized against unoptimized) and below its step level less `STEP_SLACK_DB`. The step level
+is the SQNR that an error of one quantization step on every element would give, 10 log10(sum ref^2 /
+sum step^2) (a dequantized output's step is its scale, an integer output's is 1); a float output no
+DequantizeLinear produces takes `FLOAT_OUTPUT_LEVEL_DB` instead (40.9 dB is what int8 quantization of a
+Gaussian signal clipped at 4 sigma gives: a difference that large is a whole quantization's worth of
+error). The 0.5 dB slack keeps exactly one step on every element (`--semantics stablehlo` on ties; float32
+rounding of the dequantized values) from failing. Both conditions must hold: the floor alone can be
+115 dB for a float-ish model, where 70 dB is still a correct quantized reference; the step level alone
+would pass a float model computed wrong by a fraction of a step. 10 dB covers MiniLM-class models where
+cascaded quantization near-ties put our reference a few dB under the floor (each near-tie flips one step;
+one flipped step in 8192 elements costs ~40 dB under an exact floor but stays far above the step level).
 """
 
 from __future__ import annotations
@@ -12,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +43,11 @@ EVALUATED_BY_NUMERICS = "quant-typed ops (qconvert.numerics)"
 EVALUATED_BY_REFERENCE = "onnx reference implementation (generic onnx.* op)"
 
 PASS, FAIL, NOT_RUN = "pass", "fail", "not run"
+PASSED, FAILED, INCOMPLETE = "PASSED", "FAILED", "INCOMPLETE"
+FLOOR_MARGIN_DB = 10.0
+FLOAT_OUTPUT_LEVEL_DB = 40.0
+STEP_SLACK_DB = 0.5  # exactly one step everywhere (--semantics stablehlo on ties) is not below the level
+EXAMPLE_NODES = 3  # node names shown per group of not-run nodes
 METRICS = ("elements", "mismatches", "max_abs_diff", "max_lsb_diff", "sqnr_db", "cosine")
 
 
@@ -51,6 +76,47 @@ class Comparison:
     sqnr_db: float
     cosine: float
     within_tolerance: bool = True  # elementwise |ours - ref| <= atol + rtol |ref|, when those are set
+    # Sums that merge across batches: sum ref^2, sum (ref - ours)^2, sum ref*ours, sum ours^2, sum step^2.
+    signal: float = 0.0
+    noise: float = 0.0
+    dot: float = 0.0
+    ours_energy: float = 0.0
+    step_energy: float | None = None
+    comparable: bool = True  # False: shapes or dtypes differ, nothing to measure
+
+    def merged(self, other: Comparison) -> Comparison:
+        """This comparison and `other` (another batch of the same output) as one."""
+        step = None
+        if self.step_energy is not None and other.step_energy is not None:
+            step = self.step_energy + other.step_energy
+        lsb = None
+        if self.max_lsb_diff is not None and other.max_lsb_diff is not None:
+            lsb = max(self.max_lsb_diff, other.max_lsb_diff)
+        comparable = self.comparable and other.comparable
+        signal, noise = self.signal + other.signal, self.noise + other.noise
+        dot, ours_energy = self.dot + other.dot, self.ours_energy + other.ours_energy
+        return Comparison(
+            elements=self.elements + other.elements,
+            mismatches=self.mismatches + other.mismatches,
+            max_abs_diff=max(self.max_abs_diff, other.max_abs_diff),
+            max_lsb_diff=lsb,
+            sqnr_db=_sqnr(signal, noise) if comparable else -math.inf,
+            cosine=_cosine(dot, signal, ours_energy, noise) if comparable else math.nan,
+            within_tolerance=self.within_tolerance and other.within_tolerance,
+            signal=signal,
+            noise=noise,
+            dot=dot,
+            ours_energy=ours_energy,
+            step_energy=step,
+            comparable=comparable,
+        )
+
+    @property
+    def step_level_db(self) -> float | None:
+        """The SQNR an error of one quantization step on every element would give (None: no step known)."""
+        if self.step_energy is None or self.step_energy == 0.0 or self.signal == 0.0:
+            return None
+        return 10.0 * math.log10(self.signal / self.step_energy)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,17 +149,30 @@ class LayerResult:
     group: list[str] | None = None
     predicted_mismatches: int | None = None
     explanation: str | None = None
+    family: str | None = None  # None: a quantization node (bit-exact); else its float family (bounds.py)
+    bound: str | None = None  # the float bound applied, in words
+    max_abs_diff: float | None = None
+    max_bound_ratio: float | None = None  # float nodes: max |diff| / bound (1 or less passes)
+
+    @property
+    def label(self) -> str:
+        return self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
 
     def to_json(self) -> dict[str, Any]:
-        entry = {
-            "op_type": self.op_type if not self.domain else f"{self.domain}.{self.op_type}",
+        entry: dict[str, Any] = {
+            "op_type": self.label,
             "verdict": self.verdict,
             "evaluated_by": self.evaluated_by,
             "elements": self.elements,
             "mismatches": self.mismatches,
             "max_lsb_diff": self.max_lsb_diff,
             "reason": self.reason,
+            "judged": "bit-exact" if self.family is None else f"float bound ({self.family})",
         }
+        if self.family is not None:
+            entry["bound"] = self.bound
+            entry["max_abs_diff"] = None if self.max_abs_diff is None else _finite(self.max_abs_diff)
+            entry["max_bound_ratio"] = None if self.max_bound_ratio is None else _finite(self.max_bound_ratio)
         if self.group is not None:
             entry["fused_group"] = self.group
         if self.predicted_mismatches is not None:
@@ -111,21 +190,66 @@ class OutputResult:
     noise_floor: Comparison | None
     failed_tolerances: list[str] = field(default_factory=list)
     reason: str | None = None
+    samples: int = 0
+
+    @property
+    def floor_failure(self) -> str | None:
+        """Why the SQNR is far below the noise floor (see the module NOTE), or None."""
+        if self.ours is None or self.noise_floor is None:
+            return None
+        sqnr, floor = self.ours.sqnr_db, self.noise_floor.sqnr_db
+        step_level = self.ours.step_level_db
+        level = step_level if step_level is not None else FLOAT_OUTPUT_LEVEL_DB
+        if math.isnan(sqnr) or (sqnr < floor - FLOOR_MARGIN_DB and sqnr < level - STEP_SLACK_DB):
+            what = "one quantization step on every element" if step_level is not None else "a float output"
+            return (
+                f"SQNR {sqnr:.2f} dB is more than {FLOOR_MARGIN_DB:g} dB below the noise floor "
+                f"({_db(floor)}) and below {level:.1f} dB ({what})"
+            )
+        return None
+
+    @property
+    def failures(self) -> list[str]:
+        floor = self.floor_failure
+        return [*self.failed_tolerances, *([floor] if floor else [])]
 
     @property
     def verdict(self) -> str:
         if self.ours is None:
             return NOT_RUN
-        return FAIL if self.failed_tolerances else PASS
+        return FAIL if self.failures else PASS
 
     def to_json(self) -> dict[str, Any]:
         empty: dict[str, Any] = dict.fromkeys(METRICS)
         entry = self.ours.to_json() if self.ours is not None else empty
         entry["verdict"] = self.verdict
         entry["failed_tolerances"] = self.failed_tolerances
+        entry["below_noise_floor"] = self.floor_failure
+        entry["samples"] = self.samples
         entry["reason"] = self.reason
         entry["noise_floor"] = self.noise_floor.to_json() if self.noise_floor is not None else empty
         return entry
+
+
+@dataclass(slots=True, kw_only=True)
+class NotRunGroup:
+    """Not-run nodes (or outputs) of one op type with one reason: how many, and a few of their names."""
+
+    what: str
+    reason: str
+    example_reason: str
+    count: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op_type": self.what, "reason": self.reason, "count": self.count, "examples": self.examples}
+
+
+_QUOTED = re.compile(r"(?<!\w)'[^']*'")  # a quoted name, not an apostrophe (onnxruntime's)
+
+
+def _db(value: float) -> str:
+    return "exact" if value == math.inf else f"{value:.2f} dB"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -145,9 +269,63 @@ class CheckReport:
     form: str | None = None
     semantics: str | None = None
     notes: list[str] = field(default_factory=list)
+    allow_not_run: bool = False
+    samples: int = 0  # samples (or runs) compared end to end
+    node_samples: int = 0  # samples of the first batch, which the per-node check used
 
     def count(self, verdict: str) -> int:
         return sum(1 for layer in self.layers.values() if layer.verdict == verdict)
+
+    @property
+    def not_run(self) -> int:
+        """Nodes and outputs that were not run."""
+        return self.count(NOT_RUN) + sum(1 for o in self.outputs.values() if o.verdict == NOT_RUN)
+
+    @property
+    def failed(self) -> bool:
+        return self.count(FAIL) > 0 or any(o.verdict == FAIL for o in self.outputs.values())
+
+    @property
+    def ran(self) -> bool:
+        return self.count(PASS) > 0 or any(o.ours is not None for o in self.outputs.values())
+
+    @property
+    def verdict(self) -> str:
+        if self.failed:
+            return FAILED
+        if not self.ran or (self.not_run and not self.allow_not_run):
+            return INCOMPLETE
+        return PASSED
+
+    @property
+    def verdict_line(self) -> str:
+        """`PASSED`, `PASSED (3 not run, accepted)`, `INCOMPLETE (88 not run)`, `FAILED`."""
+        if self.verdict == PASSED and self.not_run:
+            return f"{PASSED} ({self.not_run} not run, accepted)"
+        if self.verdict == INCOMPLETE:
+            return f"{INCOMPLETE} ({self.not_run} not run)" if self.ran else f"{INCOMPLETE} (nothing ran)"
+        return self.verdict
+
+    def not_run_groups(self) -> list[NotRunGroup]:
+        """Not-run nodes and outputs grouped by op type and reason (names and values in quotes folded)."""
+        groups: dict[tuple[str, str], NotRunGroup] = {}
+        items = [
+            (layer.label, layer.node, layer.reason or "")
+            for layer in self.layers.values()
+            if layer.verdict == NOT_RUN
+        ]
+        items += [
+            ("output (end to end)", o.name, o.reason or "") for o in self.outputs.values() if o.ours is None
+        ]
+        for what, name, reason in items:
+            key = (what, _QUOTED.sub("'…'", reason))
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = NotRunGroup(what=what, reason=key[1], example_reason=reason)
+            group.count += 1
+            if len(group.examples) < EXAMPLE_NODES:
+                group.examples.append(name)
+        return sorted(groups.values(), key=lambda g: -g.count)
 
     @property
     def explained_mismatches(self) -> int:
@@ -157,9 +335,7 @@ class CheckReport:
 
     @property
     def passed(self) -> bool:
-        ran = self.count(PASS) > 0 or any(o.ours is not None for o in self.outputs.values())
-        failed = self.count(FAIL) > 0 or any(o.failed_tolerances for o in self.outputs.values())
-        return ran and not failed
+        return self.verdict == PASSED
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -168,13 +344,20 @@ class CheckReport:
             "engine": self.engine,
             "form": self.form,
             "semantics": self.semantics,
+            "verdict": self.verdict,
+            "verdict_line": self.verdict_line,
             "passed": self.passed,
+            "allow_not_run": self.allow_not_run,
             "inputs": self.inputs_source,
+            "samples": self.samples,
+            "node_samples": self.node_samples,
             "summary": {
                 "layers_passed": self.count(PASS),
                 "layers_failed": self.count(FAIL),
                 "layers_not_run": self.count(NOT_RUN),
+                "outputs_not_run": sum(1 for o in self.outputs.values() if o.ours is None),
             },
+            "not_run": [group.to_json() for group in self.not_run_groups()],
             "mismatches_explained_by_semantics": self.explained_mismatches,
             "tolerances": self.tolerances.to_json(),
             "layers": {name: layer.to_json() for name, layer in self.layers.items()},
@@ -226,6 +409,7 @@ def compare(
             sqnr_db=-math.inf,
             cosine=math.nan,
             within_tolerance=False,
+            comparable=False,
         )
     mismatches = elements - int(np.count_nonzero(_equal_mask(reference, ours)))
     ref64, ours64 = reference.astype(np.float64), ours.astype(np.float64)
@@ -242,16 +426,16 @@ def compare(
     else:
         max_lsb = None
     finite = np.isfinite(ref64) & np.isfinite(ours64)
-    signal = float(np.sum(ref64[finite] ** 2))
-    noise = float(np.sum((ref64[finite] - ours64[finite]) ** 2))
-    if noise == 0.0:
-        sqnr = math.inf
-    elif signal == 0.0:
-        sqnr = -math.inf
-    else:
-        sqnr = 10.0 * math.log10(signal / noise)
-    norms = float(np.linalg.norm(ref64[finite]) * np.linalg.norm(ours64[finite]))
-    cosine = float(np.dot(ref64[finite], ours64[finite]) / norms) if norms else (1.0 if noise == 0 else 0.0)
+    ref_finite, ours_finite = ref64[finite], ours64[finite]
+    signal = float(np.dot(ref_finite, ref_finite))
+    noise = float(np.sum((ref_finite - ours_finite) ** 2))
+    dot, ours_energy = float(np.dot(ref_finite, ours_finite)), float(np.dot(ours_finite, ours_finite))
+    step_energy = None
+    if reference.dtype.kind in "iub":  # an integer output's step is 1
+        step_energy = float(np.count_nonzero(finite))
+    elif lsb_unit is not None:
+        steps = np.broadcast_to(np.abs(np.asarray(lsb_unit, np.float64)), reference.shape)[finite]
+        step_energy = float(np.dot(steps, steps))
     within = True
     if atol is not None or rtol is not None:
         bound = (atol or 0.0) + (rtol or 0.0) * np.abs(ref64)
@@ -261,10 +445,30 @@ def compare(
         mismatches=mismatches,
         max_abs_diff=max_abs,
         max_lsb_diff=max_lsb,
-        sqnr_db=sqnr,
-        cosine=cosine,
+        sqnr_db=_sqnr(signal, noise),
+        cosine=_cosine(dot, signal, ours_energy, noise),
         within_tolerance=within,
+        signal=signal,
+        noise=noise,
+        dot=dot,
+        ours_energy=ours_energy,
+        step_energy=step_energy,
     )
+
+
+def _sqnr(signal: float, noise: float) -> float:
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def _cosine(dot: float, signal: float, ours_energy: float, noise: float) -> float:
+    norms = math.sqrt(signal) * math.sqrt(ours_energy)
+    if norms:
+        return dot / norms
+    return 1.0 if noise == 0 else 0.0
 
 
 def tolerance_failures(comparison: Comparison, tolerances: Tolerances) -> list[str]:

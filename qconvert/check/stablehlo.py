@@ -10,9 +10,9 @@ quantized StableHLO op (in the `integer` form the same groups run written out in
 
 Compiling dominates a small XLA run, so the cases run side by side in one module: each case's values
 renamed apart (`c12/x`), nothing shared, every case's outputs returned (measured on tiny_encoder's 184
-Q/DQ nodes: 11.3 s of CPU compiling one module per case, 5.7 s for one module). Each case is first
-lowered on its own, so one that cannot be lowered is named with its reason; if the batch of the others
-fails on the engine, each of them runs alone.
+Q/DQ nodes: 11.3 s of CPU compiling one module per case, 5.7 s for one module). The whole batch is
+converted once first; only when that fails is each case lowered on its own, so one that cannot be
+lowered is named with its reason, and the others run in one module (each alone if that fails too).
 
 `--semantics stablehlo` keeps `uniform_quantize`, which adds the zero point before rounding: a
 QuantizeLinear (or a fused group's final quantize) then differs from onnxruntime on ties when the zero
@@ -26,10 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from onnx import ModelProto, NodeProto, helper
+from onnx import ModelProto
 
 from qconvert.check.backends import CaseRun, NotRun
-from qconvert.check.nodes import NodeCase
+from qconvert.check.nodes import NodeCase, side_by_side, side_by_side_feeds, split_outputs
 from qconvert.errors import QConvertError
 
 SEMANTICS_EXPLANATION = (
@@ -56,42 +56,6 @@ def _convert_counting(
 
 def _convert(model: ModelProto, form: str, semantics: str, fuse_arithmetic: bool = False) -> str:
     return _convert_counting(model, form, semantics, fuse_arithmetic)[0]
-
-
-def _renamed(node: NodeProto, prefix: str) -> NodeProto:
-    copy = NodeProto()
-    copy.CopyFrom(node)
-    copy.name = f"{prefix}{node.name}"
-    copy.input[:] = [f"{prefix}{name}" if name else "" for name in node.input]
-    copy.output[:] = [f"{prefix}{name}" if name else "" for name in node.output]
-    return copy
-
-
-def side_by_side(cases: Sequence[NodeCase]) -> tuple[ModelProto, list[str], list[str]]:
-    """One model holding every case apart (values prefixed `c<i>/`), and its input and output names."""
-    nodes, inputs, outputs, initializers = [], [], [], []
-    for index, case in enumerate(cases):
-        assert case.model is not None
-        prefix = f"c{index}/"
-        graph = case.model.graph
-        nodes += [_renamed(node, prefix) for node in graph.node]
-        for info_list, target in ((graph.input, inputs), (graph.output, outputs)):
-            for info in info_list:
-                renamed = type(info)()
-                renamed.CopyFrom(info)
-                renamed.name = prefix + info.name
-                target.append(renamed)
-        for tensor in graph.initializer:
-            renamed_tensor = type(tensor)()
-            renamed_tensor.CopyFrom(tensor)
-            renamed_tensor.name = prefix + tensor.name
-            initializers.append(renamed_tensor)
-    first = cases[0].model
-    assert first is not None
-    graph = helper.make_graph(nodes, "check_cases", inputs, outputs, initializer=initializers)
-    model = helper.make_model(graph, opset_imports=list(first.opset_import))
-    model.ir_version = first.ir_version
-    return model, [i.name for i in inputs], [o.name for o in outputs]
 
 
 @dataclass(slots=True)
@@ -138,49 +102,64 @@ class StableHLOBackend:
         names = [o.name for o in case.model.graph.output]
         return CaseRun(dict(zip(names, results)), self.evaluated_by)
 
-    def _run_batch(self, cases: Sequence[NodeCase]) -> dict[str, CaseRun] | None:
-        """Every case in one module, or None when the batch cannot be converted or run."""
-        model, inputs, outputs = side_by_side(cases)
-        feeds = {f"c{i}/{name}": array for i, case in enumerate(cases) for name, array in case.feeds.items()}
+    def _run_batch(self, cases: Sequence[NodeCase], text: str | None = None) -> dict[str, CaseRun] | None:
+        """Every case in one module (converted here unless `text` is given), or None when the batch cannot
+        be converted or run."""
+        model, inputs, _ = side_by_side(cases)
+        feeds = side_by_side_feeds(cases)
         try:
-            text = _convert(model, self.form, self.semantics, self.fuse_arithmetic)
-            results = dict(zip(outputs, self._run_text(text, [feeds[name] for name in inputs])))
-        except Exception:  # any failure: each case runs on its own next, and says why it fails
+            if text is None:
+                text = _convert(model, self.form, self.semantics, self.fuse_arithmetic)
+            results = dict(
+                zip([o.name for o in model.graph.output], self._run_text(text, [feeds[n] for n in inputs]))
+            )
+        except Exception:  # any failure: each case is lowered (and run) on its own next, and says why
             return None
-        runs = {}
-        for index, case in enumerate(cases):
-            assert case.model is not None
-            prefix = f"c{index}/"
-            values = {o.name: results[prefix + o.name] for o in case.model.graph.output}
-            runs[case.name] = CaseRun(values, self.evaluated_by)
-        return runs
+        return {
+            name: CaseRun(outputs, self.evaluated_by)
+            for name, outputs in split_outputs(cases, results).items()
+        }
 
     def run_cases(
         self, cases: Sequence[NodeCase], advance: Callable[[int], None]
     ) -> dict[str, CaseRun | NotRun]:
-        """Each case lowered on its own (to name the ones that cannot be), then all that can run in one
-        module; should that batch fail on the engine, each case runs alone."""
+        """All cases in one module first (one conversion, one compile); should that fail, each case is
+        lowered on its own (to name the ones that cannot be), the rest run in one module, and should that
+        fail too, each alone. A fused group is lowered on its own to count what the quantized form fuses."""
         runs: dict[str, CaseRun | NotRun] = {}
         texts: dict[str, str] = {}
+        singles = []
         for case in cases:
-            lowered: str | NotRun | None = None
-            if case.group is not None:
-                # In the quantized form, the conversion that counts the fused ops is the one to run.
-                lowered, self.fused[case.name] = self._fused_op_count(case)
-                if not self.fused[case.name]:
-                    advance(1)
-                    continue  # not fused: its nodes are checked one by one
-            if lowered is None:
-                lowered = self._lower(case)
+            if case.group is None:
+                singles.append(case)
+                continue
+            # In the quantized form, the conversion that counts the fused ops is the one to run.
+            lowered, self.fused[case.name] = self._fused_op_count(case)
+            if not self.fused[case.name]:
+                advance(1)
+                continue  # not fused: its nodes are checked one by one
+            lowered = lowered if lowered is not None else self._lower(case)
             if isinstance(lowered, NotRun):
                 runs[case.name] = lowered
                 advance(1)
             else:
                 texts[case.name] = lowered
-        runnable = [case for case in cases if case.name in texts]
-        batch = self._run_batch(runnable) if runnable else {}
+        batch = self._run_batch(singles) if singles else {}
         if batch is not None:
             runs.update(batch)
+            advance(len(singles))
+        else:
+            for case in singles:
+                lowered = self._lower(case)
+                if isinstance(lowered, NotRun):
+                    runs[case.name] = lowered
+                    advance(1)
+                else:
+                    texts[case.name] = lowered
+        runnable = [case for case in cases if case.name in texts]
+        rest = self._run_batch(runnable) if runnable else {}
+        if rest is not None:
+            runs.update(rest)
             advance(len(runnable))
             return runs
         for case in runnable:
@@ -219,7 +198,7 @@ class StableHLOBackend:
         count = predicted_mismatches(quant_type, values[case.last.input[0]])  # type: ignore[arg-type]
         return count, SEMANTICS_EXPLANATION
 
-    def run_model(self, model: ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def prepare_model(self, model: ModelProto) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
         try:
             text = _convert(model, self.form, self.semantics, self.fuse_arithmetic)
         except QConvertError as error:
@@ -228,9 +207,16 @@ class StableHLOBackend:
             raise NotRun(
                 f"the backend failed while lowering the model (a bug): {type(error).__name__}: {error}"
             ) from None
-        inputs = [i.name for i in model.graph.input if i.name in feeds]
-        try:
-            results = self._run_text(text, [feeds[name] for name in inputs])
-        except QConvertError as error:
-            raise NotRun(f"{ENGINE_NAMES[self.engine]} cannot run the whole model: {error.message}") from None
-        return dict(zip([o.name for o in model.graph.output], results))
+        outputs = [o.name for o in model.graph.output]
+
+        def run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+            inputs = [i.name for i in model.graph.input if i.name in feeds]
+            try:
+                results = self._run_text(text, [feeds[name] for name in inputs])
+            except QConvertError as error:
+                raise NotRun(
+                    f"{ENGINE_NAMES[self.engine]} cannot run the whole model: {error.message}"
+                ) from None
+            return dict(zip(outputs, results))
+
+        return run

@@ -1,5 +1,6 @@
 """`qconvert check` on the sample models: every quantization node bit-exact against onnxruntime (optimizations
-off), the end-to-end report beside the noise floor, exit 1 on a tolerance that fails, exit 2 on bad input."""
+off), every float node within its float32 bound, the end-to-end report beside the noise floor, exit 1 on a
+tolerance that fails, exit 2 on bad input."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from qconvert.errors import InputError
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 QDQ_NODE_COUNTS = {"digits_cnn": 20, "tiny_encoder": 184}  # models/README.md: 7 + 13, 73 + 111 Q/DQ
+NODE_COUNTS = {"digits_cnn": 26, "tiny_encoder": 271}  # every node of the graph
 
 
 def sample(name: str, variant: str) -> tuple[str, str]:
@@ -42,13 +44,17 @@ def test_check_qdq_sample_every_quantization_node_bit_exact(
     qdq_reports: dict[str, CheckReport], name: str
 ) -> None:
     report = qdq_reports[name]
-    assert len(report.layers) == QDQ_NODE_COUNTS[name]
-    for layer in report.layers.values():
+    assert len(report.layers) == NODE_COUNTS[name]  # every node is judged, not only Q/DQ
+    quantization = [layer for layer in report.layers.values() if layer.family is None]
+    assert len(quantization) == QDQ_NODE_COUNTS[name]
+    for layer in quantization:
         assert (layer.verdict, layer.mismatches) == ("pass", 0), (layer.node, layer.reason)
         assert layer.evaluated_by == EVALUATED_BY_NUMERICS  # Q/DQ lift to quant casts, never generic
         assert layer.elements > 0
         assert layer.max_lsb_diff == 0
-    assert report.passed
+    for layer in report.layers.values():
+        assert layer.verdict == "pass", (layer.node, layer.reason, layer.bound)
+    assert report.passed and report.verdict == "PASSED"
 
 
 @pytest.mark.parametrize("name", sorted(QDQ_NODE_COUNTS))
@@ -81,10 +87,16 @@ def test_check_cli_json_has_the_documented_keys(tmp_path: Path) -> None:
     metrics = {"elements", "mismatches", "max_abs_diff", "max_lsb_diff", "sqnr_db"}
     assert metrics <= set(report["outputs"]["logits"])
     assert metrics <= set(report["outputs"]["logits"]["noise_floor"])
-    assert len(report["layers"]) == 20
+    assert report["verdict"] == "PASSED" and report["not_run"] == []
+    assert len(report["layers"]) == 26
     for layer in report["layers"].values():
-        assert {"elements", "mismatches", "max_lsb_diff"} <= set(layer)
-    assert report["summary"] == {"layers_passed": 20, "layers_failed": 0, "layers_not_run": 0}
+        assert {"elements", "mismatches", "max_lsb_diff", "judged"} <= set(layer)
+    assert report["summary"] == {
+        "layers_passed": 26,
+        "layers_failed": 0,
+        "layers_not_run": 0,
+        "outputs_not_run": 0,
+    }
     assert list(tmp_path.iterdir()) == [report_path]  # the temporary file was renamed, not left
 
 
@@ -92,9 +104,8 @@ def test_check_cli_prints_table(capsys: pytest.CaptureFixture[str]) -> None:
     model, data = sample("digits_cnn", "qdq")
     assert main(["check", model, "--data", data]) == 0
     out = capsys.readouterr().out
-    assert (
-        "QuantizeLinear" in out and "noise floor" in out and "PASSED: 20 passed, 0 failed, 0 not run" in out
-    )
+    assert "QuantizeLinear" in out and "noise floor" in out
+    assert "PASSED: nodes: 26 passed, 0 failed, 0 not run; outputs: 1 passed" in out
     rows = out.splitlines()
     assert [row for row in rows if row != row.rstrip()] == []  # piped: no padding of titles and cells
     assert any(row.startswith(f"per node: {model} (") and row.endswith(f"inputs {data})") for row in rows)
@@ -157,8 +168,8 @@ def write_npz(path: Path, **arrays: np.ndarray) -> str:
     [
         ("missing_input", "missing input(s) ['image']"),
         ("extra_input", "unknown array(s) ['mask']"),
-        ("wrong_dtype", "input 'image' has dtype float64; the model expects float32"),
-        ("wrong_shape", "input 'image' has shape [8, 64]"),
+        ("wrong_dtype", "input 'image' has dtype float64; the model takes float32[8,1,8,8]"),
+        ("wrong_shape", "input 'image' has rank 2 (shape [8, 64])"),
         ("garbage_npz", "not a readable .npz"),
         ("garbage_model", "not a valid ONNX model"),
         ("missing_model", "no such model file"),
@@ -225,7 +236,8 @@ def test_check_qoperator_cnn_every_node_bit_exact() -> None:
     ops (frontends/onnx/qoperator.py) and run on onnxruntime's kernels as qconvert.numerics reproduces them:
     every node bit-exact, and the whole model end to end."""
     report = check(*sample("digits_cnn", "qop"))
-    verdicts = {name: (layer.op_type, layer.verdict) for name, layer in report.layers.items()}
+    quantization = {name: layer for name, layer in report.layers.items() if layer.family is None}
+    verdicts = {name: (layer.op_type, layer.verdict) for name, layer in quantization.items()}
     assert verdicts == {
         "image_QuantizeLinear": ("QuantizeLinear", "pass"),
         "/conv1/Conv_quant": ("QLinearConv", "pass"),
@@ -234,7 +246,8 @@ def test_check_qoperator_cnn_every_node_bit_exact() -> None:
         "/fc/Gemm_quant": ("QGemm", "pass"),
         "logits_DequantizeLinear": ("DequantizeLinear", "pass"),
     }
-    assert {layer.evaluated_by for layer in report.layers.values()} == {EVALUATED_BY_NUMERICS}
+    assert {layer.evaluated_by for layer in quantization.values()} == {EVALUATED_BY_NUMERICS}
+    assert {layer.verdict for layer in report.layers.values()} == {"pass"}  # MaxPool, Flatten too
     logits = report.outputs["logits"]
     assert logits.verdict == "pass" and logits.ours is not None
     assert report.passed
@@ -248,7 +261,8 @@ def test_check_qoperator_encoder_qlinearmatmul_tie_is_bit_exact() -> None:
     report = check(*sample("tiny_encoder", "qop"))
     by_op: dict[str, set[str]] = {}
     for entry in report.layers.values():
-        by_op.setdefault(entry.op_type, set()).add(entry.verdict)
+        if entry.family is None:
+            by_op.setdefault(entry.op_type, set()).add(entry.verdict)
     assert by_op == {
         "QuantizeLinear": {"pass"},
         "DequantizeLinear": {"pass"},

@@ -1,24 +1,29 @@
-"""Cross-validation against onnxruntime: per quantization node bit-exact, end to end beside the noise floor.
+"""Cross-validation against onnxruntime: every node per node, every output end to end beside the noise floor.
 
-Two verdicts, both in the `CheckReport` (report.py):
+The verdict (report.py): PASSED only when every node and every output ran and passed; INCOMPLETE when
+something was not run (unless `allow_not_run`); FAILED when anything failed.
 
-- **Per node (decides pass/fail).** onnxruntime runs the source model with graph optimizations
-  disabled (the spec oracle), every intermediate tensor exposed as a graph output (oracle.py). Each
-  quantization node (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinear*, *Integer,
-  com.microsoft QLinear* / QGemm / DynamicQuantizeMatMul) is then cut out as a one-node model, fed the
-  very inputs onnxruntime gave it, lifted with `import_onnx` and run by the backend (nodes.py,
-  backends.py). Its outputs must be bit-exact. With the interpreter backend, Q/DQ lift to
-  `quant.qcast` / `quant.dcast` and QLinear* / *Integer / QGemm ... to quant-typed `qconvert.*` ops, all
-  run on `qconvert.numerics`; nodes the frontend keeps generic (`onnx.*`) run on onnx's reference
-  implementation, and the report says so (`evaluated_by`). With the stablehlo backend each case is
-  converted to StableHLO and run on the chosen engine, and each `DequantizeLinear* -> op ->
-  QuantizeLinear` group the `quantized` form fuses into one quantized op is checked too
-  (stablehlo.py). A node whose inputs onnxruntime's Python API cannot return (int4, bf16, float8
-  e5m2, ...), or that the backend cannot lower or run, is "not run" with the reason, never passed.
-- **End to end (reported; fails only with a tolerance).** The whole lifted module runs on the inputs;
-  each graph output is compared with the oracle (elements, mismatches, max abs diff, max difference in
-  quantization steps, SQNR, cosine), beside the noise floor: onnxruntime with default optimizations
-  against itself with them disabled, same inputs, same metrics.
+- **Per node.** onnxruntime runs the source model with graph optimizations disabled (the spec oracle, one
+  thread), every intermediate tensor exposed as a graph output (oracle.py), on the first batch of the
+  data. Every node is then cut out as a one-node model, fed the very inputs onnxruntime gave it, lifted
+  with `import_onnx` and run by the backend (nodes.py, backends.py), all cases side by side in one module.
+  Quantization nodes (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinear*, *Integer,
+  com.microsoft QLinear* / QGemm / DynamicQuantizeMatMul / DynamicQuantizeLSTM) must be bit-exact; every
+  other node must be within the float32 bound of its op family (bounds.py; reductions scaled by the op
+  run by onnxruntime on |inputs|). With the interpreter backend, Q/DQ lift to `quant.qcast` /
+  `quant.dcast` and QLinear* / *Integer / QGemm ... to quant-typed `qconvert.*` ops, all run on
+  `qconvert.numerics`; nodes the frontend keeps generic (`onnx.*`) run on the interpreter's kernels, and
+  the report says so (`evaluated_by`). With the stablehlo backend the cases are converted to StableHLO
+  and run on the chosen engine, and each `DequantizeLinear* -> op -> QuantizeLinear` group the
+  `quantized` form fuses into one quantized op is checked too (stablehlo.py). A node whose inputs
+  onnxruntime's Python API cannot return (int4, bf16, float8 e5m2, ...), or that the backend cannot lower
+  or run, is "not run" with the reason, never passed.
+- **End to end.** The whole lifted module runs on every batch of the data (streamed: one batch in memory;
+  the metrics are sums and maxima that merge); each graph output is compared with the oracle (elements,
+  mismatches, max abs diff, max difference in quantization steps, SQNR, cosine), beside the noise floor:
+  onnxruntime with default optimizations against itself with them disabled, same inputs, same metrics.
+  An output far below the floor fails by default (report.py says how far); user tolerances add to that.
+  A whole model the backend cannot convert or run is "not run" end to end.
 """
 
 from __future__ import annotations

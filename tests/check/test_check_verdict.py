@@ -231,9 +231,39 @@ def test_float_bound_families() -> None:
     assert judge_output(exact, "exact", [x], y, nudged).outside == y.size
 
 
-def test_dynamic_quantize_lstm_is_a_quantization_node() -> None:
-    node = helper.make_node("DynamicQuantizeLSTM", ["x"], ["y"], domain="com.microsoft")
-    assert is_quantization_node(node)
+def test_dynamic_quantize_lstm_is_run_and_counted_bit_exact(tmp_path: Path) -> None:
+    """An LSTM quantized by onnxruntime's quantize_dynamic becomes one com.microsoft DynamicQuantizeLSTM: it
+    is a quantization node, run per node and judged bit-exact against onnxruntime (one thread)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    steps, batch, features, hidden = 5, 2, 8, 16
+    initializers = [
+        numpy_helper.from_array(
+            (0.3 * rng.standard_normal((1, 4 * hidden, features))).astype(np.float32), "W"
+        ),
+        numpy_helper.from_array((0.3 * rng.standard_normal((1, 4 * hidden, hidden))).astype(np.float32), "R"),
+        numpy_helper.from_array((0.1 * rng.standard_normal((1, 8 * hidden))).astype(np.float32), "B"),
+    ]
+    node = helper.make_node(
+        "LSTM", ["X", "W", "R", "B"], ["Y", "Y_h", "Y_c"], name="lstm", hidden_size=hidden
+    )
+    inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, [steps, batch, features])]
+    outputs = [
+        helper.make_tensor_value_info("Y", TensorProto.FLOAT, [steps, 1, batch, hidden]),
+        helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, batch, hidden]),
+        helper.make_tensor_value_info("Y_c", TensorProto.FLOAT, [1, batch, hidden]),
+    ]
+    float_path = save(tmp_path / "lstm.onnx", [node], inputs, outputs, initializers, opset=14)
+    quantized = str(tmp_path / "lstm_int8.onnx")
+    quantize_dynamic(float_path, quantized, weight_type=QuantType.QInt8)
+    assert is_quantization_node(onnx.load(quantized).graph.node[0])
+    report = check(quantized, {"X": rng.standard_normal((steps, batch, features)).astype(np.float32)})
+    (layer,) = report.layers.values()
+    assert (layer.op_type, layer.domain, layer.family) == ("DynamicQuantizeLSTM", "com.microsoft", None)
+    assert (layer.verdict, layer.mismatches) == ("pass", 0), layer.reason
+    assert layer.elements == steps * batch * hidden + 2 * batch * hidden
+    assert report.passed
 
 
 # End to end beside the noise floor ------------------------------------------------------------------------

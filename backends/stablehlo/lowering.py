@@ -497,8 +497,9 @@ def unsupported_report(
         named = ", ".join(f"'{node_name(op) or op.name}' ({op.name})" for op in roots[:NAMES_SHOWN])
         more = f" and {len(roots) - NAMES_SHOWN} more" if len(roots) > NAMES_SHOWN else ""
         text += (
-            f"\n  {len(dynamic)} op(s) have shapes known only at run time (StableHLO here needs static "
-            f"shapes): the dynamic shapes start at {named}{more}, whose result shapes depend on the data"
+            f"\n  {len(dynamic)} op(s) have shapes unknown at conversion time (StableHLO here needs static "
+            f"shapes): they start at {named}{more}, whose result shapes neither the input shapes nor shape "
+            "inference determine (they depend on the data, or the op's shape is not inferred)"
         )
     return text
 

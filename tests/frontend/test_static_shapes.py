@@ -290,8 +290,8 @@ def test_ops_after_a_data_dependent_shape_are_one_line_naming_where_it_starts() 
     with pytest.raises(InputError) as caught:
         stablehlo_text(module, form="qdq")
     message = str(caught.value)
-    assert "2 op(s) have shapes known only at run time" in message
-    assert "start at 'where_nonzero' (onnx.NonZero)" in message
+    assert "2 op(s) have shapes unknown at conversion time" in message
+    assert "they start at 'where_nonzero' (onnx.NonZero)" in message
     assert "'transpose'" not in message and "'negate'" not in message  # counted, not listed
 
 

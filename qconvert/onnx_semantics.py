@@ -240,3 +240,38 @@ def parse_einsum(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
                 counts[label] = counts.get(label, 0) + 1
         output = fresh + "".join(sorted(c for c, n in counts.items() if n == 1 and not c.isdigit()))
     return labels, output
+
+
+def linear_interpolation_axes(scales: Sequence[float]) -> tuple[int, ...] | None:
+    """The axes onnxruntime's linear Resize interpolates over together, by the input's rank: the two
+    dims of a 2-D input, H and W of NCHW (scales of N and C 1) or of NHWC (scales of N and C 1),
+    all three of a 3-D input, the last three of a 5-D one (trilinear); None where it refuses."""
+    rank = len(scales)
+    if rank == 2:
+        return (0, 1)
+    if rank == 4 and scales[0] == 1 and scales[1] == 1:
+        return (2, 3)
+    if rank == 4 and scales[0] == 1 and scales[3] == 1:
+        return (1, 2)
+    if rank == 3:
+        return (0, 1, 2)
+    if rank == 5 and scales[0] == 1 and scales[1] == 1:
+        return (2, 3, 4)
+    return None
+
+
+def bilinear_corners(
+    rows: LinearTaps, columns: LinearTaps
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """onnxruntime's bilinear sum, term by term, in its order: (row indices, column indices, float32
+    coefficient grid [rows x columns]) for the corners (low, low), (low, high), (high, low), (high, high);
+    each coefficient is the float32 product of the two taps' weights."""
+    corners = []
+    for row_index, row_weight in ((rows.low, rows.low_weight), (rows.high, rows.high_weight)):
+        for column_index, column_weight in (
+            (columns.low, columns.low_weight),
+            (columns.high, columns.high_weight),
+        ):
+            coefficient = (column_weight[None, :] * row_weight[:, None]).astype(np.float32)
+            corners.append((row_index, column_index, coefficient))
+    return corners

@@ -1,11 +1,13 @@
 """Lowerings of ONNX Resize (opsets 10 to 19) and Upsample (opsets 7 and 9), with static scales or sizes.
 
-Resize is separable: each resized axis is an independent 1-D resampling. Its coordinate rule
-(`coordinate_transformation_mode`, `nearest_mode`, the linear taps) is computed at conversion time by
-qconvert/onnx_semantics.py, in onnxruntime's float32 arithmetic, so the module holds only gathers with
-constant indices (nearest: exact) and, for linear, two gathers weighted by constant weights per axis,
-the last axis first as onnxruntime's separable bilinear kernel does (within an ulp or two of the
-output's magnitude: XLA:CPU may fuse each weighted sum into a multiply-add).
+The coordinate rules (`coordinate_transformation_mode`, `nearest_mode`, the linear taps and
+weights) are computed at conversion time by qconvert/onnx_semantics.py in onnxruntime's float32
+arithmetic, so the module holds only gathers with constant indices and, for linear, constant weights.
+Nearest is exact. Bilinear (2-D inputs, H and W of NCHW or NHWC) is onnxruntime 1.32's kernel term by
+term: the four corners times float32 coefficient grids, summed in its order, each product rounded
+once: bit-exact on XLA and the interpreter, in float32 and for 8-bit integers (QOperator models:
+computed in float32, truncated toward zero). Trilinear (3-D and 5-D inputs) is computed axis by axis
+for floats (within a few ulp) and refused for integers.
 
 Not lowered (refused with the reason): cubic mode, antialias, tf_crop_and_resize (roi and
 extrapolation), and scales or sizes computed at run time.
@@ -19,7 +21,7 @@ import numpy as np
 
 from qconvert import onnx_semantics as semantics
 from qconvert.ir.core import Operation, Value
-from qconvert.ir.types import I64, FloatType, RankedTensorType, element_type_of
+from qconvert.ir.types import F32, F64, I64, FloatType, IntegerType, RankedTensorType, element_type_of
 
 from . import ops as hlo
 from .lowering import LoweringContext
@@ -47,11 +49,63 @@ def take(ctx: LoweringContext, x: Value, indices: np.ndarray, axis: int) -> Valu
     )
 
 
-def _weighted(ctx: LoweringContext, value: Value, weights: np.ndarray, axis: int) -> Value:
+def _product(ctx: LoweringContext, coefficient: np.ndarray, value: Value, dims: Sequence[int]) -> Value:
+    """coefficient (a constant over `dims` of value's shape) * value, rounded once to value's type: for
+    f32 computed as the f64 product (exact for float32 operands) converted back, which no engine can
+    fuse into the next add (XLA:CPU fuses multiply-adds into FMAs and drops optimization barriers before
+    fusion, measured), so the sums round as onnxruntime's."""
     element = element_type_of(value.type)
     shape = hlo.tensor_type(value).shape
-    weight = hlo.broadcast_in_dim(ctx.builder, ctx.constant(weights, element), shape, [axis])
-    return hlo.multiply(ctx.builder, weight, value)
+    b = ctx.builder
+    if element == F64:
+        weights = hlo.broadcast_in_dim(b, ctx.constant(coefficient.astype(np.float64), F64), shape, dims)
+        return hlo.multiply(b, weights, value)
+    wide_weights = hlo.broadcast_in_dim(b, ctx.constant(coefficient.astype(np.float64), F64), shape, dims)
+    return ctx.convert(hlo.multiply(b, wide_weights, ctx.convert(value, F64)), element)
+
+
+def _bilinear(ctx: LoweringContext, x: Value, output_shape: Sequence[int], scales: Sequence[float],
+              axes: tuple[int, int], coordinate_mode: str) -> Value:  # fmt: skip
+    """onnxruntime's bilinear kernel: the four corners' products, summed in its order."""
+    input_shape = hlo.tensor_type(x).shape
+    taps = []
+    for axis in axes:
+        try:
+            coordinates = semantics.resize_source_coordinates(
+                coordinate_mode, output_shape[axis], input_shape[axis], scales[axis]
+            )
+        except ValueError as error:
+            ctx.unsupported(str(error))
+        taps.append(semantics.resize_linear_taps(coordinates, input_shape[axis]))
+    row_axis, column_axis = axes
+    result = None
+    for rows, columns, coefficient in semantics.bilinear_corners(taps[0], taps[1]):
+        corner = take(ctx, take(ctx, x, rows, row_axis), columns, column_axis)
+        term = _product(ctx, coefficient, corner, list(axes))
+        result = term if result is None else hlo.add(ctx.builder, result, term)
+    assert result is not None
+    return result
+
+
+def _separable(ctx: LoweringContext, x: Value, output_shape: Sequence[int], scales: Sequence[float],
+               coordinate_mode: str) -> Value:  # fmt: skip
+    """Linear taps axis by axis, the last axis first (trilinear inputs: within a few ulp of onnxruntime's
+    eight-corner sum)."""
+    input_shape = hlo.tensor_type(x).shape
+    result = x
+    for axis in reversed(range(len(input_shape))):
+        size, out, scale = input_shape[axis], output_shape[axis], scales[axis]
+        if size == out and scale == 1.0:
+            continue
+        try:
+            coordinates = semantics.resize_source_coordinates(coordinate_mode, out, size, scale)
+        except ValueError as error:
+            ctx.unsupported(str(error))
+        taps = semantics.resize_linear_taps(coordinates, size)
+        low = _product(ctx, taps.low_weight, take(ctx, result, taps.low, axis), [axis])
+        high = _product(ctx, taps.high_weight, take(ctx, result, taps.high, axis), [axis])
+        result = hlo.add(ctx.builder, low, high)
+    return result
 
 
 def resample(
@@ -63,26 +117,36 @@ def resample(
     coordinate_mode: str,
     nearest_mode: str,
 ) -> Value:
-    """Resize `x` to `output_shape` axis by axis, the last axis first."""
+    """Resize `x` to `output_shape`: nearest axis by axis; linear as onnxruntime's kernels compute it,
+    in float32 for integer inputs (8-bit QOperator tensors), truncated back toward zero."""
     input_shape = hlo.tensor_type(x).shape
-    result = x
-    for axis in reversed(range(len(input_shape))):
-        size, out, scale = input_shape[axis], output_shape[axis], scales[axis]
-        if size == out and scale == 1.0:
-            continue
-        try:
-            coordinates = semantics.resize_source_coordinates(coordinate_mode, out, size, scale)
-        except ValueError as error:
-            ctx.unsupported(str(error))
-        if mode == "nearest":
-            indices = semantics.resize_nearest_indices(coordinates, nearest_mode, scale, size)
+    if mode == "nearest":
+        result = x
+        for axis in range(len(input_shape)):
+            size, out, scale = input_shape[axis], output_shape[axis], scales[axis]
+            if size == out and scale == 1.0:
+                continue
+            try:
+                coordinates = semantics.resize_source_coordinates(coordinate_mode, out, size, scale)
+                indices = semantics.resize_nearest_indices(coordinates, nearest_mode, scale, size)
+            except ValueError as error:
+                ctx.unsupported(str(error))
             result = take(ctx, result, indices, axis)
-            continue
-        taps = semantics.resize_linear_taps(coordinates, size)
-        low = _weighted(ctx, take(ctx, result, taps.low, axis), taps.low_weight, axis)
-        high = _weighted(ctx, take(ctx, result, taps.high, axis), taps.high_weight, axis)
-        result = hlo.add(ctx.builder, low, high)
-    return result
+        return result
+    element = element_type_of(x.type)
+    is_integer = isinstance(element, IntegerType)
+    source = ctx.convert(x, F32) if is_integer else x
+    axes = semantics.linear_interpolation_axes(scales)
+    unchanged = axes is not None and all(
+        input_shape[d] == output_shape[d] for d in range(len(input_shape)) if d not in axes
+    )
+    if axes is not None and len(axes) == 2 and unchanged:
+        result = _bilinear(ctx, source, output_shape, scales, (axes[0], axes[1]), coordinate_mode)
+    elif is_integer:
+        ctx.unsupported(f"linear Resize of {element} with scales {list(scales)} (only bilinear is exact)")
+    else:
+        result = _separable(ctx, source, output_shape, scales, coordinate_mode)
+    return ctx.convert(result, element) if is_integer else result
 
 
 def _floats(array: np.ndarray | None) -> list[float] | None:
@@ -112,7 +176,7 @@ def lower_resize(ctx: LoweringContext, op: Operation) -> list[Value]:
     if coordinate_mode == "tf_crop_and_resize":
         ctx.unsupported("Resize coordinate_transformation_mode='tf_crop_and_resize' (roi, extrapolation)")
     element = element_type_of(x.type)
-    if mode == "linear" and not (isinstance(element, FloatType) and element.name in ("f32", "f64")):
+    if mode == "linear" and isinstance(element, FloatType) and element.name not in ("f32", "f64"):
         ctx.unsupported(f"linear {op.name} of {element} (onnxruntime's float32 weights are lowered for f32)")
 
     axes_attribute = ctx.attribute(op, "axes")
@@ -157,4 +221,5 @@ def lower_resize(ctx: LoweringContext, op: Operation) -> list[Value]:
         ctx.unsupported(f"{op.name}: {error}")
     if any(s <= 0 for s in full_scales):
         ctx.unsupported(f"{op.name} scales {full_scales} (must be positive)")
+
     return [resample(ctx, x, output_shape, full_scales, mode, coordinate_mode, nearest_mode)]

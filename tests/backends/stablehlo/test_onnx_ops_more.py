@@ -386,7 +386,7 @@ def test_resize_modes_torch_emits() -> None:
         "linear_asymmetric_down",
         "linear_odd",
     ]
-    outputs = [Output(o) for o in exact] + [Output(o, "absolute") for o in linear]
+    outputs = [Output(o) for o in exact + linear]
     check(nodes, {"x": x}, outputs, opset=13, engines=("xla", "interpreter"))
 
 
@@ -403,7 +403,7 @@ def test_resize_of_other_opsets() -> None:
             "linear_11", "linear", roi="roi", scales="up", coordinate_transformation_mode="pytorch_half_pixel"
         ),
     ]
-    check(nodes, {"x": x}, [Output("tf_nn"), Output("linear_11", "absolute")], opset=11)
+    check(nodes, {"x": x}, [Output("tf_nn"), Output("linear_11")], opset=11)
     # Opset 18: axes and keep_aspect_ratio_policy.
     nodes = [
         const("hw", [3, 9]),
@@ -412,7 +412,7 @@ def test_resize_of_other_opsets() -> None:
         resize("not_smaller", "linear", sizes="hw", axes=[2, 3], keep_aspect_ratio_policy="not_smaller"),
         resize("axis_scale", "nearest", scales="scale_w", axes=[-1]),
     ]
-    outputs = [Output("not_larger"), Output("not_smaller", "absolute"), Output("axis_scale")]
+    outputs = [Output("not_larger"), Output("not_smaller"), Output("axis_scale")]
     check(nodes, {"x": x}, outputs, opset=18)
     # Opset 10 Resize and opset 9 Upsample: scales input, asymmetric coordinates, truncated nearest.
     for opset, op_type in ((10, "Resize"), (9, "Upsample")):
@@ -422,7 +422,7 @@ def test_resize_of_other_opsets() -> None:
             n(op_type, ["x", "up"], ["nearest"], mode="nearest"),
             n(op_type, ["x", "up"], ["linear"], mode="linear"),
         ]
-        outputs = [Output("nearest"), Output("linear", "absolute")]
+        outputs = [Output("nearest"), Output("linear")]
         if op_type == "Resize":
             nodes.append(n(op_type, ["x", "down"], ["nearest_down"], mode="nearest"))
             outputs.append(Output("nearest_down"))
@@ -432,7 +432,7 @@ def test_resize_of_other_opsets() -> None:
         n("Upsample", ["x"], ["nearest"], mode="nearest", scales=[1.0, 1.0, 2.0, 3.0]),
         n("Upsample", ["x"], ["linear"], mode="linear", scales=[1.0, 1.0, 2.0, 2.0]),
     ]
-    check(nodes, {"x": x}, [Output("nearest"), Output("linear", "absolute")], opset=7)
+    check(nodes, {"x": x}, [Output("nearest"), Output("linear")], opset=7)
 
 
 def test_pad_and_depth_moves() -> None:
@@ -531,3 +531,19 @@ def test_einsum_equations() -> None:
     names = ["attention", "matmul", "transpose", "row_sums", "outer", "batched_weight", "ellipsis"]
     names += ["implicit", "chain", "total"]
     check(nodes, inputs, [Output(o, "absolute") for o in names], opset=13, engines=("xla", "interpreter"))
+
+
+def test_linear_resize_of_8_bit_integers() -> None:
+    """QOperator models resize int8 / uint8 directly: float32 taps, then truncation (onnxruntime)."""
+    nodes = [
+        const("odd", [1, 1, 1.7, 0.6], np.float32),
+        const("sizes", [1, 2, 9, 11]),
+        resize("u8_half_pixel", "linear", scales="odd"),
+        resize("u8_align_corners", "linear", sizes="sizes", coordinate_transformation_mode="align_corners"),
+        n("Resize", ["s", "", "odd"], ["s8_pytorch"], mode="linear",
+          coordinate_transformation_mode="pytorch_half_pixel"),
+    ]  # fmt: skip
+    inputs = {"x": ints(1, 2, 6, 7, low=0, high=256, dtype=np.uint8)}
+    inputs["s"] = ints(1, 2, 6, 7, low=-128, high=128, dtype=np.int8)
+    outputs = [Output("u8_half_pixel"), Output("u8_align_corners"), Output("s8_pytorch")]
+    check(nodes, inputs, outputs, opset=13, engines=("xla", "interpreter"))

@@ -332,6 +332,8 @@ def _write_types(model: ModelProto, types: Mapping[str, TypeProto]) -> None:
             value_info.append(helper.make_value_info(name, types[name]))
         elif name in declared:
             value_info.append(declared[name])
+    produced_names = set(produced)
+    value_info.extend(info for name, info in declared.items() if name not in produced_names)  # initializers
     graph.ClearField("value_info")
     graph.value_info.extend(value_info)
     for output in graph.output:

@@ -19,7 +19,8 @@
   reference implementation of the op (`onnx.reference.ReferenceEvaluator` on a one-node model at the
   module's `onnx.opset_import`). `ONNX_KERNELS` is the one place for per-op overrides: qconvert's own
   numpy kernels (qconvert/onnx_kernels.py) where the reference is wrong (BatchNormalization with a legacy
-  `momentum`) or slow (Conv, ConvInteger, MatMulInteger, ConvTranspose, pools, Erf). They are numpy, not
+  `momentum`, uint8 Resize, GatherElements on long axes), slow (Conv, ConvInteger, MatMulInteger,
+  ConvTranspose, pools, Erf) or an ulp away from onnxruntime (Tanh, Sigmoid). They are numpy, not
   one-node onnxruntime sessions, because `check --backend interpreter` judges this interpreter against
   onnxruntime node by node: a node run by onnxruntime would be compared with itself.
 
@@ -143,6 +144,9 @@ class Interpreter:
         self._input_names = input_names(module)
         self._output_names = output_names(module)
         self._schedule = _schedule(self.function)
+        # which generic ops ran on qconvert's kernels and which on onnx's reference (for reports)
+        self.kernel_ops: set[str] = set()
+        self.reference_ops: set[str] = set()
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         names = self._input_names
@@ -199,7 +203,9 @@ class Interpreter:
             if results is not None:
                 absent = absent_positions(op, "outputs")
                 count = len(op.results) + len(absent)
+                self.kernel_ops.add(op.name)
                 return [np.asarray(results[p]) for p in range(count) if p not in absent]
+        self.reference_ops.add(op.name)
         return self.run_reference(op, operands)
 
     def run_reference(self, op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:

@@ -22,7 +22,16 @@ would compare onnxruntime with itself). The semantics of every op here are short
   offsets' row-major order (onnxruntime's loop order); MaxPool's `Indices` output stays on the reference.
 - ConvTranspose (2,000x slower): one matmul per kernel offset scattered into the output (explicit pads or
   NOTSET; `auto_pad` SAME_* / `output_shape` stay on the reference).
-- Erf, Gelu: `scipy.special.erf` when scipy is installed (the reference calls `math.erf` per element).
+- Resize / Upsample, nearest and bilinear: the reference keeps a uint8 bilinear result unrounded
+  differently from onnxruntime's truncation (QOperator models resize uint8 tensors) and, downsampling
+  with align_corners, samples other points; here qconvert/onnx_semantics.py's coordinates in
+  onnxruntime's float32 order, bit-exact (cubic, antialias, tf_crop_and_resize stay on the reference).
+- GatherElements: the reference's `np.choose` takes at most 32 choices (BERT's 512-position buffer).
+- Tanh, Sigmoid (float32): onnxruntime's MLAS polynomials (qconvert/numerics), bit-exact: an ulp of
+  difference before a DynamicQuantizeLinear flips roundings that cascade through a dynamically
+  quantized model.
+- Erf, Gelu: `scipy.special.erf` for large tensors when scipy is installed (the reference calls
+  `math.erf` per element).
 
 A kernel takes the op, its inputs by ONNX position (None where an optional input is absent) and the opset
 of the op's domain; it returns the node's outputs by ONNX position, or None to leave the node to the
@@ -49,6 +58,7 @@ from qconvert.ir.attributes import ArrayAttr, DenseArrayAttr, FloatAttr, Integer
 from qconvert.ir.core import Operation
 from qconvert.ir.types import FloatType
 from qconvert.numerics.integer_accumulation import float64_is_exact, max_magnitude, wrap_int32
+from qconvert.numerics.onnxruntime_recurrent import logistic_mlas, tanh_mlas
 
 Inputs = Sequence[np.ndarray | None]
 OnnxKernel = Callable[[Operation, Inputs, int], "list[np.ndarray | None] | None"]
@@ -535,6 +545,21 @@ def resize(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None]
     return [np.trunc(y).astype(x.dtype)]  # static_cast<T>(float): toward zero
 
 
+# Tanh, Sigmoid ---------------------------------------------------------------------------------------
+def tanh(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """onnxruntime's MLAS tanh (float32), bit for bit: numpy's tanh differs from it by an ulp on about
+    half the values, which flips DynamicQuantizeLinear roundings downstream (a 24-layer dynamically
+    quantized Conv1d-Tanh stack: 34 dB end to end against onnxruntime with np.tanh, exact with this)."""
+    x = inputs[0]
+    return None if x is None or x.dtype != np.float32 else [tanh_mlas(x)]
+
+
+def sigmoid(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """onnxruntime's MLAS logistic (float32), bit for bit (see `tanh`)."""
+    x = inputs[0]
+    return None if x is None or x.dtype != np.float32 else [logistic_mlas(x)]
+
+
 # Erf, Gelu -------------------------------------------------------------------------------------------
 def _scipy_erf(size: int) -> Callable[[np.ndarray], np.ndarray] | None:
     if size < SCIPY_ERF_MIN_SIZE and "scipy.special" not in sys.modules:
@@ -587,6 +612,8 @@ KERNELS: dict[str, OnnxKernel] = {
     "onnx.GatherElements": gather_elements,
     "onnx.Resize": resize,
     "onnx.Upsample": resize,
+    "onnx.Tanh": tanh,
+    "onnx.Sigmoid": sigmoid,
     "onnx.Erf": erf,
     "onnx.Gelu": gelu,
 }

@@ -527,3 +527,60 @@ def test_gather_elements_on_a_long_axis_with_negative_indices_matches_onnxruntim
     }
     model = one_node_model("GatherElements", feeds, {"axis": 1}, opset=13)
     np.testing.assert_array_equal(run_interpreter(model, feeds)[0], run_onnxruntime(model, feeds)[0])
+
+
+# Tanh, Sigmoid ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("op_type", ["Tanh", "Sigmoid"])
+def test_tanh_and_sigmoid_are_bit_exact_with_onnxruntime(op_type: str) -> None:
+    """Bit for bit (MLAS's polynomials): an ulp of difference feeding DynamicQuantizeLinear flips roundings
+    that cascade through a dynamically quantized model (see test_dynamic_conv_tanh_stack_is_exact)."""
+    rng = np.random.default_rng(RNG_SEED)
+    values = np.concatenate([rng.standard_normal(50_000) * 4, rng.uniform(-30, 30, 10_000)])
+    specials = [0.0, -0.0, 1e-30, -1e-30, 9.0, -9.0, 18.0, -18.0, np.inf, -np.inf, np.nan]
+    feeds = {"x": np.concatenate([values, specials]).astype(np.float32)}
+    model = one_node_model(op_type, feeds, opset=13)
+    np.testing.assert_array_equal(run_interpreter(model, feeds)[0], run_onnxruntime(model, feeds)[0])
+
+
+def test_dynamic_conv_tanh_stack_is_exact_end_to_end() -> None:
+    """Eight Conv1d-Tanh residual layers quantized by onnxruntime's quantize_dynamic (DynamicQuantizeLinear
+    + ConvInteger per layer, the shape of a TTS encoder): the interpreter equals onnxruntime bit for bit
+    end to end (with numpy's tanh, one-ulp differences flipped quantization roundings layer after layer)."""
+    import tempfile
+    from pathlib import Path
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(RNG_SEED)
+    channels, layers = 32, 8
+    nodes, weights, previous = [], [], "mel"
+    for layer in range(layers):
+        w = (rng.standard_normal((channels, channels, 5)) / np.sqrt(channels * 5)).astype(np.float32)
+        weights.append(onnx.numpy_helper.from_array(w, f"w{layer}"))
+        nodes += [
+            helper.make_node(
+                "Conv", [previous, f"w{layer}"], [f"c{layer}"], pads=[2, 2], name=f"conv{layer}"
+            ),
+            helper.make_node("Tanh", [f"c{layer}"], [f"t{layer}"], name=f"tanh{layer}"),
+            helper.make_node("Add", [f"t{layer}", previous], [f"h{layer}"], name=f"add{layer}"),
+        ]
+        previous = f"h{layer}"
+    graph = helper.make_graph(
+        nodes,
+        "conv_tanh_stack",
+        [helper.make_tensor_value_info("mel", TensorProto.FLOAT, [1, channels, "frames"])],
+        [onnx.ValueInfoProto(name=previous)],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with tempfile.TemporaryDirectory() as directory:
+        float_path, quantized_path = Path(directory) / "float.onnx", Path(directory) / "dynamic.onnx"
+        onnx.save(model, float_path)
+        quantize_dynamic(
+            float_path, quantized_path, weight_type=QuantType.QUInt8, op_types_to_quantize=["Conv"]
+        )
+        quantized = onnx.load(quantized_path)
+    assert sum(node.op_type == "ConvInteger" for node in quantized.graph.node) == layers
+    feeds = {"mel": rng.standard_normal((1, channels, 200)).astype(np.float32)}
+    np.testing.assert_array_equal(run_interpreter(quantized, feeds)[0], run_onnxruntime(quantized, feeds)[0])

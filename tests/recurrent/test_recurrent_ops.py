@@ -293,3 +293,91 @@ def test_mlas_activations_equal_onnxruntime() -> None:
         (expected,) = ort_run(model, {"x": x})
         mismatches = int(np.sum(ours_function(x) != expected))
         assert mismatches == 0, f"{op_type}: {mismatches} of {x.size} values differ from onnxruntime"
+
+
+# DynamicQuantizeLSTM nodes quantize_dynamic does not write -------------------------------------------
+def quantized_lstm_node(
+    direction: str, lengths: list[int] | None, outputs: list[str], unsigned: bool, peepholes: bool
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """One com.microsoft DynamicQuantizeLSTM with int8 (per column) or uint8 (per direction, zero point
+    not 0) weights, initial states, optional sequence_lens / peepholes, and the given outputs."""
+    directions, batch, steps, size, hidden = 2 if direction == "bidirectional" else 1, 3, 5, 6, 7
+    if unsigned:
+        w = RNG.integers(0, 256, (directions, size, 4 * hidden)).astype(np.uint8)
+        r = RNG.integers(0, 256, (directions, hidden, 4 * hidden)).astype(np.uint8)
+        w_zero, r_zero = np.full(directions, 128, np.uint8), np.full(directions, 120, np.uint8)
+    else:
+        w = RNG.integers(-127, 128, (directions, size, 4 * hidden)).astype(np.int8)
+        r = RNG.integers(-127, 128, (directions, hidden, 4 * hidden)).astype(np.int8)
+        w_zero, r_zero = (
+            np.zeros((directions, 4 * hidden), np.int8),
+            np.zeros((directions, 4 * hidden), np.int8),
+        )
+    constants = {
+        "W": w,
+        "R": r,
+        "B": RNG.normal(scale=0.3, size=(directions, 8 * hidden)).astype(np.float32),
+        "W_scale": RNG.uniform(0.002, 0.01, w_zero.shape).astype(np.float32),
+        "W_zero_point": w_zero,
+        "R_scale": RNG.uniform(0.002, 0.01, r_zero.shape).astype(np.float32),
+        "R_zero_point": r_zero,
+    }
+    if lengths is not None:
+        constants["sequence_lens"] = np.array(lengths, np.int32)
+    if peepholes:
+        constants["P"] = RNG.normal(scale=0.5, size=(directions, 3 * hidden)).astype(np.float32)
+    order = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"]
+    order += ["W_scale", "W_zero_point", "R_scale", "R_zero_point"]
+    feeds = {
+        "X": RNG.normal(size=(steps, batch, size)).astype(np.float32),
+        "initial_h": RNG.normal(scale=0.5, size=(directions, batch, hidden)).astype(np.float32),
+        "initial_c": RNG.normal(scale=0.5, size=(directions, batch, hidden)).astype(np.float32),
+    }
+    names = [n if n in constants or n in feeds else "" for n in order]
+    shapes = {"Y": [steps, directions, batch, hidden], "Y_h": [directions, batch, hidden]}
+    shapes["Y_c"] = shapes["Y_h"]
+    node_outputs = [o if o in outputs else "" for o in ("Y", "Y_h", "Y_c")]
+    while not node_outputs[-1]:
+        node_outputs.pop()
+    node = helper.make_node(
+        "DynamicQuantizeLSTM",
+        names,
+        node_outputs,
+        domain="com.microsoft",
+        hidden_size=hidden,
+        direction=direction,
+    )
+    graph = helper.make_graph(
+        [node],
+        "quantized_lstm",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in feeds.items()],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes[o]) for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in constants.items()],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    return model, feeds
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(
+    ("direction", "lengths", "outputs", "unsigned", "peepholes"),
+    [
+        pytest.param("forward", None, ["Y", "Y_h", "Y_c"], True, True, id="uint8-peepholes"),
+        pytest.param("reverse", [5, 2, 4], ["Y", "Y_h", "Y_c"], False, True, id="reverse-lengths"),
+        pytest.param(
+            "bidirectional", [5, 0, 4], ["Y", "Y_h", "Y_c"], False, False, id="bidirectional-length-0"
+        ),
+        # Without Y onnxruntime's finished rows keep their last state in the H the next product quantizes.
+        pytest.param("forward", [5, 2, 4], ["Y_h", "Y_c"], False, False, id="no-Y-lengths"),
+    ],
+)
+def test_dynamic_quantize_lstm_node_is_bit_exact(
+    direction: str, lengths: list[int] | None, outputs: list[str], unsigned: bool, peepholes: bool
+) -> None:
+    model, feeds = quantized_lstm_node(direction, lengths, outputs, unsigned, peepholes)
+    expected = ort_run(model, feeds)
+    interpreted, xla = ours(model, feeds)
+    assert_close(interpreted, expected, 0, "interpreter")
+    assert_close(xla, expected, 0, "xla")

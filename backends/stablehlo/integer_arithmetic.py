@@ -25,15 +25,34 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from qconvert.ir.core import Value
+from qconvert.ir.core import Operation, Value
 from qconvert.ir.quant_types import QuantizedType, uniform_params
 from qconvert.ir.types import F32, F64, I64, IntegerType, RankedTensorType, Signedness, Type, element_type_of
 
 from . import ops as hlo
 from .lowering import LoweringContext, storage_element_type
+from .onnx_fold import static_shape
 
 I32 = IntegerType(32)
 U8 = IntegerType(8, Signedness.UNSIGNED)
+
+
+# Operands ------------------------------------------------------------------------------------------
+def static_operands(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """`ctx.operands(op)`, or `ctx.unsupported` naming the first operand whose shape is not static (an
+    upstream op left unlowered, or a shape inference could not give)."""
+    operands = ctx.operands(op)
+    for index, value in enumerate(operands):
+        static_shape(ctx, value, f"operand #{index}")
+    return operands
+
+
+def static_input(ctx: LoweringContext, op: Operation, position: int) -> Value | None:
+    """`ctx.input(op, position)` checked as `static_operands` does."""
+    value = ctx.input(op, position)
+    if value is not None:
+        static_shape(ctx, value, f"input #{position}")
+    return value
 
 
 # Storage views -------------------------------------------------------------------------------------

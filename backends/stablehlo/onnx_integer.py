@@ -29,6 +29,8 @@ from .integer_arithmetic import (
     dynamic_quantize_linear,
     rounded_product,
     runtime_zero_point,
+    static_input,
+    static_operands,
 )
 from .lowering import LoweringContext, lowers
 from .onnx_nn import _ints, matmul, window_padding
@@ -61,7 +63,7 @@ def integer_convolution(ctx: LoweringContext, op: Operation, x: Value, w: Value)
 
 @lowers("qconvert.matmul_integer")
 def lower_matmul_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
-    a, b = ctx.operands(op)
+    a, b = static_operands(ctx, op)
     lhs = centered_quantized(ctx, a, element_type_of(op.operands[0].type))
     rhs = centered_quantized(ctx, b, element_type_of(op.operands[1].type))
     return [matmul(ctx, lhs, rhs)]
@@ -70,17 +72,18 @@ def lower_matmul_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
 @lowers("onnx.MatMulInteger")
 def lower_onnx_matmul_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
     """MatMulInteger with run-time zero points: scalar, per row of A ([M]) or per column of B ([N])."""
-    a, b = ctx.input(op, 0), ctx.input(op, 1)
+    a, b = static_input(ctx, op, 0), static_input(ctx, op, 1)
     assert a is not None and b is not None
     a_shape, b_shape = hlo.tensor_type(a).shape, hlo.tensor_type(b).shape
-    a_zero = runtime_zero_point(ctx, ctx.input(op, 2), a_shape, max(len(a_shape) - 2, 0), "a_zero_point")
-    b_zero = runtime_zero_point(ctx, ctx.input(op, 3), b_shape, len(b_shape) - 1, "b_zero_point")
+    a_rows = max(len(a_shape) - 2, 0)
+    a_zero = runtime_zero_point(ctx, static_input(ctx, op, 2), a_shape, a_rows, "a_zero_point")
+    b_zero = runtime_zero_point(ctx, static_input(ctx, op, 3), b_shape, len(b_shape) - 1, "b_zero_point")
     return [matmul(ctx, centered(ctx, a, a_zero), centered(ctx, b, b_zero))]
 
 
 @lowers("qconvert.conv_integer")
 def lower_conv_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
-    x, w = ctx.operands(op)
+    x, w = static_operands(ctx, op)
     x_centered = centered_quantized(ctx, x, element_type_of(op.operands[0].type))
     w_centered = centered_quantized(ctx, w, element_type_of(op.operands[1].type))
     return [integer_convolution(ctx, op, x_centered, w_centered)]
@@ -89,19 +92,20 @@ def lower_conv_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
 @lowers("onnx.ConvInteger")
 def lower_onnx_conv_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
     """ConvInteger with run-time zero points: scalar for x, scalar or per output channel ([M]) for w."""
-    x, w = ctx.input(op, 0), ctx.input(op, 1)
+    x, w = static_input(ctx, op, 0), static_input(ctx, op, 1)
     assert x is not None and w is not None
     x_shape, w_shape = hlo.tensor_type(x).shape, hlo.tensor_type(w).shape
-    x_zero = runtime_zero_point(ctx, ctx.input(op, 2), x_shape, 1, "x_zero_point")
-    if x_zero is not None and int(np.prod(hlo.tensor_type(ctx.input(op, 2)).shape, dtype=np.int64)) != 1:  # type: ignore[arg-type]
+    x_zero_point = static_input(ctx, op, 2)
+    if x_zero_point is not None and int(np.prod(hlo.tensor_type(x_zero_point).shape, dtype=np.int64)) != 1:
         ctx.unsupported("x_zero_point must be a scalar (onnxruntime's ConvInteger)")
-    w_zero = runtime_zero_point(ctx, ctx.input(op, 3), w_shape, 0, "w_zero_point")
+    x_zero = runtime_zero_point(ctx, x_zero_point, x_shape, 1, "x_zero_point")
+    w_zero = runtime_zero_point(ctx, static_input(ctx, op, 3), w_shape, 0, "w_zero_point")
     return [integer_convolution(ctx, op, centered(ctx, x, x_zero), centered(ctx, w, w_zero))]
 
 
 @lowers("qconvert.dynamic_quantize_linear")
 def lower_dynamic_quantize_linear(ctx: LoweringContext, op: Operation) -> list[Value]:
-    (x,) = ctx.operands(op)
+    (x,) = static_operands(ctx, op)
     if len(op.results) != 3:
         ctx.unsupported("DynamicQuantizeLinear with an absent output")
     y, scale, zero_point = dynamic_quantize_linear(ctx, x)
@@ -114,7 +118,7 @@ def lower_dynamic_quantize_matmul(ctx: LoweringContext, op: Operation) -> list[V
     """com.microsoft DynamicQuantizeMatMul: A quantized as DynamicQuantizeLinear does, the int32 product
     with B (constant parameters, per tensor or per column), numerics `scale_output_mlas` with the
     multiplier `f32(s_a) * s_b` (s_a known at run time), then the float bias, each rounded on its own."""
-    operands = ctx.operands(op)
+    operands = static_operands(ctx, op)
     a, b = operands[0], operands[1]
     b_type = element_type_of(op.operands[1].type)
     a_stored, a_scale, a_zero = dynamic_quantize_linear(ctx, a)

@@ -48,6 +48,7 @@ from .integer_arithmetic import (
     requantize_mlas,
     rounded_product,
     saturate_rounded,
+    static_operands,
     storage,
 )
 from .lowering import LoweringContext, lowers
@@ -87,7 +88,7 @@ def _weight_params(ctx: LoweringContext, value: Value) -> UniformParams:
 # Contractions -------------------------------------------------------------------------------------------
 @lowers("qconvert.qlinear_matmul")
 def lower_qlinear_matmul(ctx: LoweringContext, op: Operation) -> list[Value]:
-    a, b = ctx.operands(op)
+    a, b = static_operands(ctx, op)
     a_type, a_scale, _ = _per_tensor(ctx, op.operands[0], "QLinearMatMul's input a")
     b_type = _quant_type(ctx, op.operands[1])
     y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "QLinearMatMul's output")
@@ -100,7 +101,7 @@ def lower_qlinear_matmul(ctx: LoweringContext, op: Operation) -> list[Value]:
 
 @lowers("qconvert.qlinear_conv")
 def lower_qlinear_conv(ctx: LoweringContext, op: Operation) -> list[Value]:
-    operands = ctx.operands(op)
+    operands = static_operands(ctx, op)
     x_type, x_scale, _ = _per_tensor(ctx, op.operands[0], "QLinearConv's input")
     w_type = _quant_type(ctx, op.operands[1])
     y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "QLinearConv's output")
@@ -118,7 +119,7 @@ def lower_qlinear_conv(ctx: LoweringContext, op: Operation) -> list[Value]:
 
 @lowers("qconvert.qgemm")
 def lower_qgemm(ctx: LoweringContext, op: Operation) -> list[Value]:
-    operands = ctx.operands(op)
+    operands = static_operands(ctx, op)
     a_type, a_scale, _ = _per_tensor(ctx, op.operands[0], "QGemm's input A")
     b_type = _quant_type(ctx, op.operands[1])
     a = centered_quantized(ctx, operands[0], a_type)
@@ -153,7 +154,7 @@ def _broadcast_f32(ctx: LoweringContext, value: Value, shape: tuple[int, ...]) -
 @lowers("qconvert.qlinear_add")
 def lower_qlinear_add(ctx: LoweringContext, op: Operation) -> list[Value]:
     """numerics `qlinear_add_mlas`: `sat(rne(fma(a, r_a, fma(b, r_b, fixed))))` on the raw stored values."""
-    a, b = ctx.operands(op)
+    a, b = static_operands(ctx, op)
     _, a_scale, a_zero = _per_tensor(ctx, op.operands[0], "QLinearAdd's input A")
     _, b_scale, b_zero = _per_tensor(ctx, op.operands[1], "QLinearAdd's input B")
     c_type, c_scale, c_zero = _per_tensor(ctx, op.results[0], "QLinearAdd's output")
@@ -171,7 +172,7 @@ def lower_qlinear_add(ctx: LoweringContext, op: Operation) -> list[Value]:
 @lowers("qconvert.qlinear_mul")
 def lower_qlinear_mul(ctx: LoweringContext, op: Operation) -> list[Value]:
     """numerics `qlinear_mul_mlas`: `sat(rne(f32((a - zp_a) * (b - zp_b)) * m + zp_c))`, each step rounded."""
-    a, b = ctx.operands(op)
+    a, b = static_operands(ctx, op)
     a_type, a_scale, _ = _per_tensor(ctx, op.operands[0], "QLinearMul's input A")
     b_type, b_scale, _ = _per_tensor(ctx, op.operands[1], "QLinearMul's input B")
     c_type, c_scale, c_zero = _per_tensor(ctx, op.results[0], "QLinearMul's output")
@@ -186,7 +187,7 @@ def lower_qlinear_mul(ctx: LoweringContext, op: Operation) -> list[Value]:
 
 
 def _table_op(ctx: LoweringContext, op: Operation, function: object, rule: str) -> list[Value]:
-    (x,) = ctx.operands(op)
+    (x,) = static_operands(ctx, op)
     _, x_scale, x_zero = _per_tensor(ctx, op.operands[0], "the input")
     y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "the output")
     table = numerics.lookup_table_onnxruntime(
@@ -216,7 +217,7 @@ def lower_qlinear_concat(ctx: LoweringContext, op: Operation) -> list[Value]:
     y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "QLinearConcat's output")
     storage_dtype = uniform_params(y_type).storage_dtype
     parts = []
-    for source, value in zip(op.operands, ctx.operands(op)):
+    for source, value in zip(op.operands, static_operands(ctx, op)):
         _, x_scale, x_zero = _per_tensor(ctx, source, "QLinearConcat's input")
         stored = storage(ctx, value)
         if np.float32(x_scale) == np.float32(y_scale) and x_zero == y_zero:
@@ -235,7 +236,7 @@ def lower_qlinear_concat(ctx: LoweringContext, op: Operation) -> list[Value]:
 # Pooling ---------------------------------------------------------------------------------------------------
 @lowers("qconvert.qlinear_global_average_pool")
 def lower_qlinear_global_average_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
-    (x,) = ctx.operands(op)
+    (x,) = static_operands(ctx, op)
     _, x_scale, x_zero = _per_tensor(ctx, op.operands[0], "the input")
     y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "the output")
     shape = hlo.tensor_type(x).shape
@@ -258,7 +259,7 @@ def lower_qlinear_average_pool(ctx: LoweringContext, op: Operation) -> list[Valu
     """numerics `average_pool_float32` (f32 sums in kernel order, zeros outside the input, one division by
     the count) then `quantize_pool_onnxruntime` (`clamp(rne(y / s + zp))`)."""
     b = ctx.builder
-    (x,) = ctx.operands(op)
+    (x,) = static_operands(ctx, op)
     _, x_scale, x_zero = _per_tensor(ctx, op.operands[0], "the input")
     y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "the output")
     channels_last = bool(ctx.attribute(op, "channels_last", 0))

@@ -1,5 +1,6 @@
 """Lowerings of ONNX comparisons and logic: Greater, GreaterOrEqual, Less, LessOrEqual, And, Or, Xor,
-Not, IsNaN, IsInf, BitShift. All are exact (no rounding anywhere).
+Not, BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot, IsNaN, IsInf, BitShift. All are exact (no
+rounding anywhere).
 
 Comparisons broadcast by numpy's rules; a float comparison with a NaN is false, as in C++ (the
 `FLOAT` comparison type of StableHLO's compare, which is its default for floats).
@@ -30,7 +31,14 @@ def lower_comparison(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [hlo.compare(ctx.builder, DIRECTIONS[op.name], lhs, rhs)]
 
 
-LOGIC = {"onnx.And": hlo.and_, "onnx.Or": hlo.or_, "onnx.Xor": hlo.xor}
+LOGIC = {
+    "onnx.And": hlo.and_,
+    "onnx.Or": hlo.or_,
+    "onnx.Xor": hlo.xor,
+    "onnx.BitwiseAnd": hlo.and_,
+    "onnx.BitwiseOr": hlo.or_,
+    "onnx.BitwiseXor": hlo.xor,
+}
 
 
 @lowers_folding(*LOGIC)
@@ -39,7 +47,7 @@ def lower_logic(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [LOGIC[op.name](ctx.builder, lhs, rhs)]
 
 
-@lowers_folding("onnx.Not")
+@lowers_folding("onnx.Not", "onnx.BitwiseNot")
 def lower_not(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [hlo.not_(ctx.builder, ctx.operands(op)[0])]
 

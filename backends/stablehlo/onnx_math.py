@@ -1,12 +1,14 @@
 """Lowerings of ONNX elementwise math and activations beyond onnx_elementwise.py: Log, Reciprocal,
-Floor, Ceil, Round, Sign, Sin, Cos, Tan, Atan, Softplus, Softsign, Elu, Selu, Celu, ThresholdedRelu,
-PRelu, Mish, HardSigmoid, HardSwish, Shrink, Mod, Sum, Mean.
+Floor, Ceil, Round, Sign, Sin, Cos, Tan, Atan, Asin, Acos, Sinh, Cosh, Asinh, Acosh, Atanh, Softplus,
+Softsign, Elu, Selu, Celu, ThresholdedRelu, PRelu, Mish, HardSigmoid, HardSwish, Shrink, Mod, Sum, Mean.
 
 Each formula is onnxruntime's CPU kernel's (its Eigen functor or the ONNX function body it runs), in
-the same order of operations, so single IEEE operations (Floor, Ceil, Round, Sign, Reciprocal,
-HardSigmoid, HardSwish, PRelu, Shrink, ThresholdedRelu, Mod, Sum) match bit for bit, and formulas with
-a transcendental function (Log, Sin, Cos, Tan, Atan, Softplus, Elu, Selu, Celu, Mish) differ only by
-the engine's approximation of it (a few ulp, or an absolute error near zero where they cancel).
+the same order of operations, so single IEEE operations (Floor, Ceil, Round, Sign, Reciprocal, PRelu,
+Shrink, ThresholdedRelu, Mod, Sum, Mean, Softsign) match bit for bit; HardSigmoid and HardSwish compute
+alpha * x + beta, which XLA:CPU fuses into one multiply-add (onnxruntime rounds twice: an ulp of the
+sum); formulas with a transcendental function (Log, trigonometric and hyperbolic functions, Softplus,
+Elu, Selu, Celu, Mish) differ by the engine's approximation of it (a few ulp, or an absolute error near
+zero where they cancel).
 """
 
 from __future__ import annotations
@@ -55,13 +57,25 @@ def lower_unary(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [UNARY[op.name](ctx.builder, _float_input(ctx, op))]
 
 
-@lowers_folding("onnx.Tan", "onnx.Atan")
+CHLO_UNARY = {
+    "onnx.Tan": "chlo.tan",
+    "onnx.Asin": "chlo.asin",
+    "onnx.Acos": "chlo.acos",
+    "onnx.Sinh": "chlo.sinh",
+    "onnx.Cosh": "chlo.cosh",
+    "onnx.Asinh": "chlo.asinh",
+    "onnx.Acosh": "chlo.acosh",
+    "onnx.Atanh": "chlo.atanh",
+}
+
+
+@lowers_folding("onnx.Atan", *CHLO_UNARY)
 def lower_chlo_unary(ctx: LoweringContext, op: Operation) -> list[Value]:
-    """Tan and Atan have no StableHLO op of their own here: chlo.tan, and atan2(x, 1)."""
+    """Functions with no StableHLO op of their own: their chlo op, and Atan as atan2(x, 1)."""
     x = _float_input(ctx, op)
-    if op.name == "onnx.Tan":
-        return [chlo_unary(ctx, "chlo.tan", x)]
-    return [hlo.atan2(ctx.builder, x, _splat_like(ctx, 1.0, x))]
+    if op.name == "onnx.Atan":
+        return [hlo.atan2(ctx.builder, x, _splat_like(ctx, 1.0, x))]
+    return [chlo_unary(ctx, CHLO_UNARY[op.name], x)]
 
 
 @lowers_folding("onnx.Sign")

@@ -1,5 +1,5 @@
 """Lowerings of ONNX normalizations and softmax variants: BatchNormalization (inference),
-InstanceNormalization, GroupNormalization, LogSoftmax, Hardmax.
+InstanceNormalization, GroupNormalization, LRN, LogSoftmax, Hardmax.
 
 The formulas are onnxruntime's CPU kernels':
 - BatchNormalization: s = scale / sqrt(var + eps), y = x * s + (B - mean * s). Legacy attributes of
@@ -196,3 +196,30 @@ def lower_hardmax(ctx: LoweringContext, op: Operation) -> list[Value]:
         return hlo.select(b, chosen, ctx.splat(1, element, type_.shape), ctx.splat(0, element, type_.shape))
 
     return [along_axis(ctx, op, x, hardmax)]
+
+
+@lowers_folding("onnx.LRN")
+def lower_lrn(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """onnxruntime's LRN: scale = bias + (alpha / size) * Σ x² over the channel window
+    [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)], y = x * scale^(-beta)."""
+    (x,) = ctx.operands(op)
+    shape = static_shape(ctx, x, "LRN's input")
+    element = element_type_of(x.type)
+    b = ctx.builder
+    size = int(ctx.attribute(op, "size"))  # type: ignore[arg-type]
+    alpha = float(ctx.attribute(op, "alpha", 1e-4))  # type: ignore[arg-type]
+    beta = float(ctx.attribute(op, "beta", 0.75))  # type: ignore[arg-type]
+    bias = float(ctx.attribute(op, "bias", 1.0))  # type: ignore[arg-type]
+    rank = len(shape)
+    window = [size if d == 1 else 1 for d in range(rank)]
+    padding = [((size - 1) // 2, size - 1 - (size - 1) // 2) if d == 1 else (0, 0) for d in range(rank)]
+    squares = hlo.multiply(b, x, x)
+    total = hlo.reduce_window(
+        b, squares, ctx.scalar(0, element), window_dimensions=window, window_strides=[1] * rank,
+        padding=padding, body=hlo.add,
+    )  # fmt: skip
+    alpha_over_size = float(np.float32(alpha) / np.float32(size))
+    scale = hlo.add(
+        b, ctx.splat(bias, element, shape), hlo.multiply(b, ctx.splat(alpha_over_size, element, shape), total)
+    )
+    return [hlo.multiply(b, x, hlo.power(b, scale, ctx.splat(-beta, element, shape)))]

@@ -547,3 +547,77 @@ def test_linear_resize_of_8_bit_integers() -> None:
     inputs["s"] = ints(1, 2, 6, 7, low=-128, high=128, dtype=np.int8)
     outputs = [Output("u8_half_pixel"), Output("u8_align_corners"), Output("s8_pytorch")]
     check(nodes, inputs, outputs, opset=13, engines=("xla", "interpreter"))
+
+
+def test_more_functions_bitwise_and_casts() -> None:
+    x = rand(3, 4, low=-0.9, high=0.9)
+    above_one = rand(3, 4, low=1.1, high=3.0)
+    i, j = ints(3, 4, low=-100, high=100, dtype=np.int32), ints(3, 4, low=-100, high=100, dtype=np.int32)
+    like = np.zeros((1,), np.int32)
+    nodes = [
+        n("Asin", ["x"], ["asin"]),
+        n("Acos", ["x"], ["acos"]),
+        n("Sinh", ["x"], ["sinh"]),
+        n("Cosh", ["x"], ["cosh"]),
+        n("Asinh", ["x"], ["asinh"]),
+        n("Acosh", ["above_one"], ["acosh"]),
+        n("Atanh", ["x"], ["atanh"]),
+        n("BitwiseAnd", ["i", "j"], ["bit_and"]),
+        n("BitwiseOr", ["i", "j"], ["bit_or"]),
+        n("BitwiseXor", ["i", "j"], ["bit_xor"]),
+        n("BitwiseNot", ["i"], ["bit_not"]),
+        n("CastLike", ["above_one", "like"], ["cast_like"]),
+        n("EyeLike", ["x"], ["eye"], k=1),
+        n("EyeLike", ["x"], ["eye_int"], k=-1, dtype=7),
+        const("keep", [True, False, True], np.bool_),
+        n("Compress", ["x", "keep"], ["compress"], axis=0),
+        n("Compress", ["x", "keep"], ["compress_flat"]),
+        n("LRN", ["image"], ["lrn"], size=3, alpha=0.01, beta=0.6, bias=1.5),
+        n("LRN", ["image"], ["lrn_wide"], size=5),
+    ]
+    exact = [
+        "bit_and",
+        "bit_or",
+        "bit_xor",
+        "bit_not",
+        "cast_like",
+        "eye",
+        "eye_int",
+        "compress",
+        "compress_flat",
+    ]
+    ulps = ["asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh"]
+    outputs = [Output(o) for o in exact] + [Output(o, "ulps") for o in ulps]
+    outputs += [Output("lrn", "absolute"), Output("lrn_wide", "absolute")]
+    inputs = {"x": x, "above_one": above_one, "i": i, "j": j, "like": like, "image": rand(2, 5, 3, 3)}
+    check(nodes, inputs, outputs, opset=18, engines=("xla", "interpreter"))
+
+
+def test_data_dependent_ops_fold_or_are_refused_with_the_reason() -> None:
+    require_module("jax")
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+    from qconvert.errors import InputError
+    from qconvert.frontends.onnx import import_onnx
+
+    # NonZero of a constant folds: the gather it feeds sees constant indices.
+    nodes = [
+        const("mask", [[0, 3, 0], [1, 0, 2]]),
+        n("NonZero", ["mask"], ["where"]),
+        n("Cast", ["where"], ["where_float"], to=1),
+        n("Add", ["x", "where_float"], ["shifted"]),
+    ]
+    text = check(nodes, {"x": rand(2, 3)}, [Output("shifted")], opset=13)
+    assert "NonZero" not in text
+    # NonZero of a graph input and Compress with a computed condition: refused, named, with the reason.
+    nodes = [
+        n("NonZero", ["x"], ["where"], name="nonzero_of_input"),
+        n("Greater", ["x", "zero"], ["positive"]),
+        const("zero", 0.0, np.float32),
+        n("Compress", ["x", "positive"], ["kept"], name="compress_computed"),
+    ]
+    model = make_model(nodes, {"x": rand(2, 3)}, [Output("where"), Output("kept")], opset=13)
+    with pytest.raises(InputError) as caught:
+        stablehlo_text(import_onnx(model), form="qdq")
+    message = str(caught.value)
+    assert "nonzero_of_input" in message and "compress_computed" in message
+    assert "depend on the data" in message

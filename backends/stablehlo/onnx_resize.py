@@ -5,9 +5,9 @@ weights) are computed at conversion time by qconvert/onnx_semantics.py in onnxru
 arithmetic, so the module holds only gathers with constant indices and, for linear, constant weights.
 Nearest is exact. Bilinear (2-D inputs, H and W of NCHW or NHWC) is onnxruntime 1.32's kernel term by
 term: the four corners times float32 coefficient grids, summed in its order, each product rounded
-once: bit-exact on XLA and the interpreter, in float32 and for 8-bit integers (QOperator models:
-computed in float32, truncated toward zero). Trilinear (3-D and 5-D inputs) is computed axis by axis
-for floats (within a few ulp) and refused for integers.
+once (`rounded_product`): bit-exact on XLA and the interpreter, in float32 and for 8-bit integers
+(QOperator models: computed in float32, truncated toward zero). Trilinear (3-D and 5-D inputs) is
+computed axis by axis for floats (within a few ulp) and refused for integers.
 
 Not lowered (refused with the reason): cubic mode, antialias, tf_crop_and_resize (roi and
 extrapolation), and scales or sizes computed at run time.
@@ -21,12 +21,13 @@ import numpy as np
 
 from qconvert import onnx_semantics as semantics
 from qconvert.ir.core import Operation, Value
-from qconvert.ir.types import F32, F64, I64, FloatType, IntegerType, RankedTensorType, element_type_of
+from qconvert.ir.types import F32, I64, FloatType, IntegerType, RankedTensorType, element_type_of
 
 from . import ops as hlo
 from .lowering import LoweringContext
 from .onnx_fold import constant_input, lowers_folding, static_shape
 from .onnx_nn import opset_version
+from .onnx_recurrent import rounded_product
 
 
 def take(ctx: LoweringContext, x: Value, indices: np.ndarray, axis: int) -> Value:
@@ -50,18 +51,15 @@ def take(ctx: LoweringContext, x: Value, indices: np.ndarray, axis: int) -> Valu
 
 
 def _product(ctx: LoweringContext, coefficient: np.ndarray, value: Value, dims: Sequence[int]) -> Value:
-    """coefficient (a constant over `dims` of value's shape) * value, rounded once to value's type: for
-    f32 computed as the f64 product (exact for float32 operands) converted back, which no engine can
-    fuse into the next add (XLA:CPU fuses multiply-adds into FMAs and drops optimization barriers before
-    fusion, measured), so the sums round as onnxruntime's."""
+    """coefficient (a constant over `dims` of value's shape) * value, rounded once to value's type and
+    kept from fusing into the next add (`rounded_product`: XLA:CPU contracts multiply-adds into FMAs),
+    so the sums round as onnxruntime's."""
     element = element_type_of(value.type)
     shape = hlo.tensor_type(value).shape
-    b = ctx.builder
-    if element == F64:
-        weights = hlo.broadcast_in_dim(b, ctx.constant(coefficient.astype(np.float64), F64), shape, dims)
-        return hlo.multiply(b, weights, value)
-    wide_weights = hlo.broadcast_in_dim(b, ctx.constant(coefficient.astype(np.float64), F64), shape, dims)
-    return ctx.convert(hlo.multiply(b, wide_weights, ctx.convert(value, F64)), element)
+    weights = hlo.broadcast_in_dim(ctx.builder, ctx.constant(coefficient, element), shape, dims)
+    if element == F32:
+        return rounded_product(ctx, weights, value)
+    return hlo.multiply(ctx.builder, weights, value)
 
 
 def _bilinear(ctx: LoweringContext, x: Value, output_shape: Sequence[int], scales: Sequence[float],

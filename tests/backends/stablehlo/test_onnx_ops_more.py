@@ -386,8 +386,11 @@ def test_resize_modes_torch_emits() -> None:
         "linear_asymmetric_down",
         "linear_odd",
     ]
-    outputs = [Output(o) for o in exact + linear]
-    check(nodes, {"x": x}, outputs, opset=13, engines=("xla", "interpreter"))
+    # A larger image, where a fused multiply-add anywhere would show.
+    nodes.append(const("big_scales", [1, 1, 2.3, 1.7], np.float32))
+    nodes.append(n("Resize", ["big", "", "big_scales"], ["linear_big"], mode="linear"))
+    outputs = [Output(o) for o in [*exact, *linear, "linear_big"]]
+    check(nodes, {"x": x, "big": rand(1, 3, 24, 32)}, outputs, opset=13, engines=("xla", "interpreter"))
 
 
 def test_resize_of_other_opsets() -> None:

@@ -232,5 +232,6 @@ def run_recurrent_op(
 RECURRENT_KERNELS = {
     "onnx.LSTM": run_recurrent_op,
     "onnx.GRU": run_recurrent_op,
+    "onnx.RNN": run_recurrent_op,
     "onnx.com.microsoft.DynamicQuantizeLSTM": run_recurrent_op,
 }

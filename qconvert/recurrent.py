@@ -1,4 +1,4 @@
-"""What ONNX LSTM, GRU and com.microsoft DynamicQuantizeLSTM mean, written once for every executor.
+"""What ONNX LSTM, GRU, RNN and com.microsoft DynamicQuantizeLSTM mean, written once for every executor.
 
 The interpreter (numpy, qconvert/interpret_recurrent.py) and the StableHLO lowering
 (backends/stablehlo/onnx_recurrent.py) both call `run_recurrent` with their own `RecurrentMath`
@@ -17,6 +17,7 @@ Conventions (ONNX spec, onnxruntime's deep CPU kernels for the order of float op
 - GRU gates `zrh` (W: [D, 3H, I], R: [D, 3H, H], B: [D, 6H]); `z = f(Xz + H Rz^T + Wbz + Rbz)`,
   `r` likewise, `h = g(Xh + (r H) Rh^T + Rbh + Wbh)` or with `linear_before_reset`
   `h = g(Xh + r (H Rh^T + Rbh) + Wbh)`, `H_t = (1 - z) h + z H_{t-1}`.
+- RNN (W: [D, H, I], R: [D, H, H], B: [D, 2H]): `H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb)`.
 - DynamicQuantizeLSTM: an LSTM whose W [D, I, 4H] and R [D, H, 4H] are int8 / uint8 with scales and
   zero points (inputs 8-11, one per direction or per direction and column); `layout` is not allowed.
 - `sequence_lens`: a row b runs `len_b` steps (reverse: over its first `len_b` time steps, backwards);
@@ -41,7 +42,19 @@ T = TypeVar("T")
 LSTM_INPUTS = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")
 GRU_INPUTS = ("X", "W", "R", "B", "sequence_lens", "initial_h")
 QUANTIZED_LSTM_INPUTS = (*LSTM_INPUTS, "W_scale", "W_zero_point", "R_scale", "R_zero_point")
-OP_TYPES = {"LSTM": LSTM_INPUTS, "GRU": GRU_INPUTS, "DynamicQuantizeLSTM": QUANTIZED_LSTM_INPUTS}
+OP_TYPES = {
+    "LSTM": LSTM_INPUTS,
+    "GRU": GRU_INPUTS,
+    "RNN": GRU_INPUTS,
+    "DynamicQuantizeLSTM": QUANTIZED_LSTM_INPUTS,
+}
+# Activations per direction and their defaults.
+DEFAULT_ACTIVATIONS = {
+    "LSTM": ("sigmoid", "tanh", "tanh"),
+    "DynamicQuantizeLSTM": ("sigmoid", "tanh", "tanh"),
+    "GRU": ("sigmoid", "tanh"),
+    "RNN": ("tanh",),
+}
 
 # Activation name (lower case) -> (default alpha, default beta) as the ONNX operators of that name
 # define them (the spec: "default values are the same as of corresponding ONNX operators"); None
@@ -94,7 +107,12 @@ class RecurrentAttributes:
 
     @property
     def gate_count(self) -> int:
-        return 3 if self.op_type == "GRU" else 4
+        return {"GRU": 3, "RNN": 1}.get(self.op_type, 4)
+
+    @property
+    def has_cell(self) -> bool:
+        """Whether the op carries a cell state C (the LSTMs)."""
+        return self.op_type in ("LSTM", "DynamicQuantizeLSTM")
 
 
 def op_attributes(op: Operation) -> tuple[str, RecurrentAttributes]:
@@ -125,8 +143,8 @@ def decode_attributes(op_type: str, attributes: Mapping[str, object], where: str
         raise InputError(f"{where}: the hidden_size attribute is required here")
     hidden_size = int(attributes["hidden_size"])  # type: ignore[call-overload]
     directions = 2 if direction == "bidirectional" else 1
-    per_direction = 2 if op_type == "GRU" else 3
-    default_names = ["sigmoid", "tanh"] if op_type == "GRU" else ["sigmoid", "tanh", "tanh"]
+    default_names = list(DEFAULT_ACTIVATIONS[op_type])
+    per_direction = len(default_names)
     names = [str(n).lower() for n in attributes.get("activations") or default_names * directions]  # type: ignore[attr-defined]
     if len(names) != per_direction * directions:
         raise InputError(
@@ -172,7 +190,7 @@ def output_shapes(attributes: RecurrentAttributes, x_shape: Sequence[int]) -> li
     else:
         batch, length = x_shape[0], x_shape[1]
         y, state = (batch, length, directions, hidden), (batch, directions, hidden)
-    return [y, state] if attributes.op_type == "GRU" else [y, state, state]
+    return [y, state, state] if attributes.has_cell else [y, state]
 
 
 class RecurrentMath(Protocol[T]):
@@ -303,7 +321,7 @@ def run_recurrent(
         h0 = math.zeros(batch, hidden) if initial_h is None else math.row(initial_h, direction)
         bias = None if inputs.bias is None else math.row(inputs.bias, direction)
         c0 = None
-        if attributes.op_type != "GRU":
+        if attributes.has_cell:
             c0 = math.zeros(batch, hidden) if initial_c is None else math.row(initial_c, direction)
         peepholes = None if inputs.peepholes is None else math.row(inputs.peepholes, direction)
         y, h, c = _run_direction(
@@ -315,7 +333,7 @@ def run_recurrent(
         cs.append(c)
     y_all = math.stack(ys, 1)  # [T, D, B, H]
     y_h = math.stack(hs, 0)  # [D, B, H]
-    y_c = None if attributes.op_type == "GRU" else math.stack(cs, 0)  # type: ignore[arg-type]
+    y_c = math.stack(cs, 0) if attributes.has_cell else None  # type: ignore[arg-type]
     if attributes.layout == 1:
         y_all = math.transpose(y_all, (2, 0, 1, 3))
         y_h = math.transpose(y_h, (1, 0, 2))
@@ -410,6 +428,18 @@ def gru_cell(
     return math.add(math.multiply(math.rsub(1.0, z), candidate), math.multiply(z, h))
 
 
+def rnn_cell(
+    math: RecurrentMath[T], attributes: RecurrentAttributes, activations: tuple[Activation, ...],
+    projection: Projection[T], x_gates: T, h: T, bias: T | None,
+) -> T:  # fmt: skip
+    """One RNN step: `H_t = f(X_t W^T + H_{t-1} R^T + Wb + Rb)`."""
+    hidden = attributes.hidden_size
+    value = projection.hidden(h, x_gates)
+    if bias is not None:
+        value = math.add(value, math.add(math.columns(bias, 0, hidden), math.columns(bias, hidden, hidden)))
+    return activate(math, activations[0], _clip(math, value, attributes.clip))
+
+
 def _run_direction(
     math: RecurrentMath[T], attributes: RecurrentAttributes, activations: tuple[Activation, ...],
     projection: Projection[T], x_steps: list[T], lengths: list[int], backwards: bool, h: T, c: T | None,
@@ -417,13 +447,16 @@ def _run_direction(
 ) -> tuple[T, T, T | None]:  # fmt: skip
     """One direction: (Y [T, B, H] in time order, final H, final C or None)."""
     hidden, rows, length = attributes.hidden_size, len(lengths), len(x_steps)
-    lstm = attributes.op_type != "GRU"
+    lstm = attributes.has_cell
     fused_bias = bias  # LSTM: Wb + Rb, summed once, as onnxruntime does
     if lstm and bias is not None:
         fused_bias = math.add(math.columns(bias, 0, 4 * hidden), math.columns(bias, 4 * hidden, 4 * hidden))
 
     def step(x_gates: T, states: list[T]) -> tuple[T, list[T]]:
         """One step on the states the products read: [H] for a GRU, [H, C] for an LSTM."""
+        if attributes.op_type == "RNN":
+            h_new = rnn_cell(math, attributes, activations, projection, x_gates, states[0], bias)
+            return h_new, [h_new]
         if not lstm:
             h_new = gru_cell(math, attributes, activations, projection, x_gates, states[0], bias)
             return h_new, [h_new]
@@ -472,5 +505,6 @@ __all__ = [
     "decode_attributes",
     "op_attributes",
     "output_shapes",
+    "rnn_cell",
     "run_recurrent",
 ]

@@ -341,7 +341,7 @@ def _centered_weights(ctx: LoweringContext, op: Operation, position: int, zero_p
     return weights.astype(np.int32) - zeros[:, :1, None].astype(np.int32)
 
 
-@lowers("onnx.LSTM", "onnx.GRU", "onnx.com.microsoft.DynamicQuantizeLSTM")
+@lowers("onnx.LSTM", "onnx.GRU", "onnx.RNN", "onnx.com.microsoft.DynamicQuantizeLSTM")
 def lower_recurrent(ctx: LoweringContext, op: Operation) -> list[Value]:
     try:
         op_type, attributes = op_attributes(op)

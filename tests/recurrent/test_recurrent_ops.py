@@ -76,8 +76,10 @@ def torch_export(
     """Export a small torch LSTM / GRU as users do (dynamic axes on batch and time); returns its feeds."""
     torch = require_module("torch")
     torch.manual_seed(3)
-    recurrent = (torch.nn.LSTM if cell == "LSTM" else torch.nn.GRU)(
-        6, 12, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first
+    kind, _, nonlinearity = cell.partition("-")  # "RNN-relu": torch.nn.RNN(nonlinearity="relu")
+    options = {"nonlinearity": nonlinearity} if nonlinearity else {}
+    recurrent = getattr(torch.nn, kind)(
+        6, 12, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, **options
     )
 
     class Model(torch.nn.Module):
@@ -98,12 +100,12 @@ def torch_export(
         h0 = RNG.normal(scale=0.5, size=(directions * layers, 2, 12)).astype(np.float32)
         feeds["h0"] = h0
         state = torch.from_numpy(h0)
-        if cell == "LSTM":
+        if kind == "LSTM":
             c0 = RNG.normal(scale=0.5, size=(directions * layers, 2, 12)).astype(np.float32)
             feeds["c0"] = c0
             state = (state, torch.from_numpy(c0))
         args.append(state)
-    outputs = ["y", "h"] + (["c"] if cell == "LSTM" else [])
+    outputs = ["y", "h"] + (["c"] if kind == "LSTM" else [])
     time_axis, batch_axis = (1, 0) if batch_first else (0, 1)
     dynamic = {"x": {time_axis: "time", batch_axis: "batch"}}
     torch.onnx.export(
@@ -120,6 +122,9 @@ TORCH_CASES = [
     pytest.param("LSTM", False, True, True, id="lstm-batch-first-initial-states"),
     pytest.param("GRU", False, False, False, id="gru-forward"),
     pytest.param("GRU", True, True, True, id="gru-bidirectional-batch-first-initial-state"),
+    pytest.param("RNN", True, False, True, id="rnn-bidirectional-initial-state"),
+    pytest.param("RNN-relu", False, True, False, id="rnn-relu-batch-first"),
+    pytest.param("LSTM-2", True, False, False, id="lstm-2-layers-bidirectional"),
 ]
 
 
@@ -129,10 +134,14 @@ def test_torch_export_matches_onnxruntime(
     tmp_path: Path, cell: str, bidirectional: bool, batch_first: bool, initial_states: bool
 ) -> None:
     path = tmp_path / "model.onnx"
+    layers = 2 if cell == "LSTM-2" else 1
+    cell = cell.removesuffix("-2")
     feeds = torch_export(
-        path, cell, bidirectional=bidirectional, batch_first=batch_first, initial_states=initial_states
-    )
-    assert any(n.op_type == cell for n in onnx.load(str(path)).graph.node)
+        path, cell, bidirectional=bidirectional, batch_first=batch_first, initial_states=initial_states,
+        layers=layers,
+    )  # fmt: skip
+    exported = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert exported.count(cell.partition("-")[0]) == layers
     expected = ort_run(str(path), feeds)
     interpreted, xla = ours(str(path), feeds)
     assert_close(interpreted, expected, FLOAT_BOUND, "interpreter")

@@ -10,6 +10,8 @@ rounding), `qlinear_mul_mlas`, `lookup_table_onnxruntime` (QLinearSigmoid / Leak
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import storage_dtype_range
@@ -278,3 +280,57 @@ def average_pool_float32(windows: list[np.ndarray], count: np.ndarray | np.float
     for window in windows:
         total = (total + window.astype(np.float32)).astype(np.float32)
     return (total / np.asarray(count, np.float32)).astype(np.float32)
+
+
+def qlinear_softmax_table_onnxruntime(x_scale: float, reduce_len: int) -> np.ndarray:
+    """com.microsoft QLinearSoftmax's 256 float32 exponentials (qlinear_softmax.cc,
+    `QlinearBuildLookupTableUint32`), entry `i` for an input `i - 255` steps below the row's maximum.
+
+    `shift = max(0, log(FLT_MAX / D) - 5) / s_x` (the float quotient's log in double) and
+    `table[i] = f32(exp((i - 255 + shift) * s_x))` in double, so that D entries sum below FLT_MAX.
+    """
+    quotient = np.float32(np.finfo(np.float32).max) / np.float32(reduce_len)
+    shift = max(0.0, math.log(float(quotient)) - 5.0) / float(np.float32(x_scale))
+    scale = float(np.float32(x_scale))
+    return np.array([math.exp((i - 255 + shift) * scale) for i in range(256)], np.float64).astype(np.float32)
+
+
+def qlinear_softmax_onnxruntime(
+    x: np.ndarray,
+    x_scale: float,
+    y_scale: float,
+    y_zero_point: int,
+    storage_dtype: np.dtype,
+    axis: int,
+    opset: int,
+) -> np.ndarray:
+    """com.microsoft QLinearSoftmax as onnxruntime's CPU kernel computes it (`QlinearSoftmaxCPU`).
+
+    Rows: the elements along `axis` (opset >= 13), or everything from `axis` on (opset < 13). Per row:
+    `e = table[x - max(x) + 255]` (`qlinear_softmax_table_onnxruntime`), `sum` the float32 sum of the
+    row's `e` in order, `q = i32(rne(f32(e * floor(1 / s_y)) / sum)) + zp_y`, stored as `min(q, qmax)`
+    (q >= zp_y >= qmin). Pinned against onnxruntime 1.32 (tests/unit/test_qlinear_softmax.py).
+    """
+    x = np.asarray(x)
+    axis = axis % x.ndim
+    if opset >= 13:
+        moved = np.moveaxis(x, axis, -1)
+        rows = moved.reshape(-1, moved.shape[-1])
+    else:
+        rows = x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1)
+    # The kernel builds its table once, from the input's static shape, with dim `axis` as the row length
+    # at every opset (measured: with everything from `axis` on, 12 of 72 outputs of an opset-12 case differ).
+    table = qlinear_softmax_table_onnxruntime(x_scale, x.shape[axis])
+    values = rows.astype(np.int64)
+    exponentials = table[values - values.max(axis=1, keepdims=True) + 255]
+    total = np.zeros(rows.shape[0], np.float32)
+    for column in range(rows.shape[1]):  # the kernel's sequential float32 sum
+        total = (total + exponentials[:, column]).astype(np.float32)
+    y_factor = np.float32(np.floor(np.float32(1.0) / np.float32(y_scale)))
+    ratio = (exponentials * y_factor).astype(np.float32) / total[:, None]
+    stored = np.rint(ratio.astype(np.float32)).astype(np.int64) + int(y_zero_point)
+    high = 255 if np.dtype(storage_dtype) == np.uint8 else 127
+    result = np.minimum(stored, high).astype(storage_dtype)
+    if opset >= 13:
+        return np.moveaxis(result.reshape(moved.shape), -1, axis)
+    return result.reshape(x.shape)

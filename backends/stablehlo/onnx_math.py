@@ -4,11 +4,11 @@ Softsign, Elu, Selu, Celu, ThresholdedRelu, PRelu, Mish, HardSigmoid, HardSwish,
 
 Each formula is onnxruntime's CPU kernel's (its Eigen functor or the ONNX function body it runs), in
 the same order of operations, so single IEEE operations (Floor, Ceil, Round, Sign, Reciprocal, PRelu,
-Shrink, ThresholdedRelu, Mod, Sum, Mean, Softsign) match bit for bit; HardSigmoid and HardSwish compute
-alpha * x + beta, which XLA:CPU fuses into one multiply-add (onnxruntime rounds twice: an ulp of the
-sum); formulas with a transcendental function (Log, trigonometric and hyperbolic functions, Softplus,
-Elu, Selu, Celu, Mish) differ by the engine's approximation of it (a few ulp, or an absolute error near
-zero where they cancel).
+Shrink, ThresholdedRelu, Mod, Sum, Mean, Softsign, HardSigmoid, HardSwish) match bit for bit: a product
+that feeds an add goes through `rounded_product`, since XLA:CPU would otherwise contract the two into
+one fused multiply-add where onnxruntime rounds twice. Formulas with a transcendental function (Log,
+trigonometric and hyperbolic functions, Softplus, Elu, Selu, Celu, Mish) differ by the engine's
+approximation of it (a few ulp, or an absolute error near zero where they cancel).
 """
 
 from __future__ import annotations
@@ -18,12 +18,21 @@ from collections.abc import Callable
 import numpy as np
 
 from qconvert.ir.core import GenericOp, Operation, Value
-from qconvert.ir.types import FloatType, IntegerType, element_type_of
+from qconvert.ir.types import F32, FloatType, IntegerType, element_type_of
 
 from . import ops as hlo
 from .lowering import LoweringContext
 from .onnx_elementwise import chlo_unary
 from .onnx_fold import lowers_folding
+from .onnx_recurrent import rounded_product as rounded_f32_product
+
+
+def rounded_product(ctx: LoweringContext, a: Value, b: Value) -> Value:
+    """a * b for a product that feeds an add: in f32 rounded once and kept from fusing into the add
+    (onnx_recurrent's `rounded_product`), other types a plain multiply."""
+    if element_type_of(a.type) == F32:
+        return rounded_f32_product(ctx, a, b)
+    return hlo.multiply(ctx.builder, a, b)
 
 
 def _float_input(ctx: LoweringContext, op: Operation) -> Value:
@@ -155,7 +164,7 @@ def lower_selu(ctx: LoweringContext, op: Operation) -> list[Value]:
     alpha = _splat_like(ctx, _float_attribute(ctx, op, "alpha", 1.67326319217681884765625), x)
     gamma = _splat_like(ctx, _float_attribute(ctx, op, "gamma", 1.05070102214813232421875), x)
     non_positive = hlo.compare(b, "LE", x, _splat_like(ctx, 0.0, x))
-    negative_branch = hlo.subtract(b, hlo.multiply(b, alpha, hlo.exponential(b, x)), alpha)
+    negative_branch = hlo.subtract(b, rounded_product(ctx, alpha, hlo.exponential(b, x)), alpha)
     return [hlo.multiply(b, gamma, hlo.select(b, non_positive, negative_branch, x))]
 
 
@@ -191,9 +200,9 @@ def lower_prelu(ctx: LoweringContext, op: Operation) -> list[Value]:
 
 
 def hard_sigmoid(ctx: LoweringContext, x: Value, alpha: float, beta: float) -> Value:
-    """max(0, min(1, alpha * x + beta)), onnxruntime's order."""
+    """max(0, min(1, alpha * x + beta)), onnxruntime's order, rounded twice (no fused multiply-add)."""
     b = ctx.builder
-    linear = hlo.add(b, hlo.multiply(b, _splat_like(ctx, alpha, x), x), _splat_like(ctx, beta, x))
+    linear = hlo.add(b, rounded_product(ctx, _splat_like(ctx, alpha, x), x), _splat_like(ctx, beta, x))
     return hlo.maximum(b, hlo.minimum(b, linear, _splat_like(ctx, 1.0, x)), _splat_like(ctx, 0.0, x))
 
 

@@ -14,8 +14,9 @@ The formulas are onnxruntime's CPU kernels':
 - LogSoftmax: x - max - log(Σ exp(x - max)); Hardmax: 1 at the first maximum, else 0. Before opset
   13 both work on the input coerced to 2-D at `axis`, as Softmax does.
 
-Sums run in another order than onnxruntime's and XLA:CPU contracts x * s + t into one fused
-multiply-add, so results agree within a few ulp of the output's magnitude, not bit for bit.
+Products that feed an add are rounded on their own (`rounded_product`: XLA:CPU would fuse them into
+a multiply-add), so BatchNormalization is onnxruntime's bit for bit; the others sum in another order
+than onnxruntime and agree within a few ulp of the output's magnitude.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from . import ops as hlo
 from .lowering import LoweringContext
 from .onnx_fold import lowers_folding, static_shape
 from .onnx_index import first_index_of_extreme
+from .onnx_math import rounded_product
 from .onnx_nn import opset_version
 from .onnx_reduce import reduce_max, reduce_sum
 from .onnx_shape import normalize_axis
@@ -46,8 +48,8 @@ def _per_channel(ctx: LoweringContext, value: Value, shape: Sequence[int]) -> Va
 def _scale_and_shift(
     ctx: LoweringContext, x: Value, scale: Value, shift: Value, shape: Sequence[int]
 ) -> Value:
-    b = ctx.builder
-    return hlo.add(b, hlo.multiply(b, x, _per_channel(ctx, scale, shape)), _per_channel(ctx, shift, shape))
+    product = rounded_product(ctx, x, _per_channel(ctx, scale, shape))
+    return hlo.add(ctx.builder, product, _per_channel(ctx, shift, shape))
 
 
 def _inverse_deviation(ctx: LoweringContext, variance: Value, epsilon: float) -> Value:
@@ -74,7 +76,7 @@ def lower_batch_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
     epsilon = float(ctx.attribute(op, "epsilon", 1e-5))  # type: ignore[arg-type]
     scale, bias, mean, variance = (ctx.convert(v, element) for v in (scale, bias, mean, variance))
     channel_scale = hlo.multiply(b, _inverse_deviation(ctx, variance, epsilon), scale)
-    channel_shift = hlo.subtract(b, bias, hlo.multiply(b, mean, channel_scale))
+    channel_shift = hlo.subtract(b, bias, rounded_product(ctx, mean, channel_scale))
     return [_scale_and_shift(ctx, x, channel_scale, channel_shift, shape)]
 
 
@@ -104,14 +106,11 @@ def lower_instance_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
     channel_scale = hlo.multiply(
         b, _inverse_deviation(ctx, variance, epsilon), ctx.broadcast_to(scale, shape[:2])
     )
-    channel_shift = hlo.subtract(b, ctx.broadcast_to(bias, shape[:2]), hlo.multiply(b, mean, channel_scale))
-    return [
-        hlo.add(
-            b,
-            hlo.multiply(b, x, hlo.broadcast_in_dim(b, channel_scale, shape, [0, 1])),
-            hlo.broadcast_in_dim(b, channel_shift, shape, [0, 1]),
-        )
-    ]
+    channel_shift = hlo.subtract(
+        b, ctx.broadcast_to(bias, shape[:2]), rounded_product(ctx, mean, channel_scale)
+    )
+    product = rounded_product(ctx, x, hlo.broadcast_in_dim(b, channel_scale, shape, [0, 1]))
+    return [hlo.add(b, product, hlo.broadcast_in_dim(b, channel_shift, shape, [0, 1]))]
 
 
 @lowers_folding("onnx.GroupNormalization")
@@ -220,6 +219,8 @@ def lower_lrn(ctx: LoweringContext, op: Operation) -> list[Value]:
     )  # fmt: skip
     alpha_over_size = float(np.float32(alpha) / np.float32(size))
     scale = hlo.add(
-        b, ctx.splat(bias, element, shape), hlo.multiply(b, ctx.splat(alpha_over_size, element, shape), total)
+        b,
+        ctx.splat(bias, element, shape),
+        rounded_product(ctx, ctx.splat(alpha_over_size, element, shape), total),
     )
     return [hlo.multiply(b, x, hlo.power(b, scale, ctx.splat(-beta, element, shape)))]

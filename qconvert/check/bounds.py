@@ -162,7 +162,9 @@ def reduction_length(node: NodeProto, inputs: Sequence[np.ndarray | None], outpu
     if op in ("AveragePool", "LpPool"):
         kernel = _attribute(node, "kernel_shape", [])
         return max(1, _size(list(kernel)))  # type: ignore[arg-type]
-    if first is not None and output.size:
+    if op == "Einsum":  # whatever the equation contracts, no more terms than the largest operand has
+        return max(1, max((a.size for a in inputs if a is not None), default=1))
+    if first is not None and output.size:  # Reduce*, GlobalAveragePool: elements per output element
         return max(1, first.size // output.size)
     return 1
 

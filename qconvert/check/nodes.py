@@ -254,9 +254,17 @@ def node_cases(
     return cases
 
 
+RANDOM_OPS = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+
+
 def _subgraph(nodes: Sequence[NodeProto]) -> str | None:
-    """Why a control-flow node (If / Loop / Scan) is not cut out: its body reads the enclosing graph."""
+    """Why a control-flow node (If / Loop / Scan) is not cut out: its body reads the enclosing graph; nor a
+    random op: no two generators draw the same numbers."""
     for node in nodes:
+        if node.op_type in RANDOM_OPS:
+            return "a random op: its values cannot be compared with onnxruntime's draw"
         if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
             return "a node with a subgraph (control flow) is not checked on its own; end to end covers it"
     return None

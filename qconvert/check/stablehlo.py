@@ -123,9 +123,10 @@ class StableHLOBackend:
     def run_cases(
         self, cases: Sequence[NodeCase], advance: Callable[[int], None]
     ) -> dict[str, CaseRun | NotRun]:
-        """All cases in one module first (one conversion, one compile); should that fail, each case is
-        lowered on its own (to name the ones that cannot be), the rest run in one module, and should that
-        fail too, each alone. A fused group is lowered on its own to count what the quantized form fuses."""
+        """All cases in one module first (one conversion, one compile); should that fail, one conversion
+        per op type, and case by case only within a type that fails (to name the cases that cannot be
+        lowered, each with its reason); the rest run in one module, and should that fail too, each alone.
+        A fused group is lowered on its own to count what the quantized form fuses."""
         runs: dict[str, CaseRun | NotRun] = {}
         texts: dict[str, str] = {}
         singles = []
@@ -145,27 +146,49 @@ class StableHLOBackend:
             else:
                 texts[case.name] = lowered
         batch = self._run_batch(singles) if singles else {}
+        lowerable: list[NodeCase] = []
         if batch is not None:
             runs.update(batch)
             advance(len(singles))
         else:
+            # One conversion per op type finds the lowerable ones; only a type that fails is lowered case
+            # by case, to name each case that cannot be lowered with its own reason.
+            by_op: dict[tuple[str, str], list[NodeCase]] = {}
             for case in singles:
-                lowered = self._lower(case)
-                if isinstance(lowered, NotRun):
-                    runs[case.name] = lowered
-                    advance(1)
-                else:
-                    texts[case.name] = lowered
-        runnable = [case for case in cases if case.name in texts]
+                by_op.setdefault((case.domain, case.op_type), []).append(case)
+            for group in by_op.values():
+                if len(group) > 1 and self._converts(group):
+                    lowerable += group
+                    continue
+                for case in group:
+                    lowered = self._lower(case)
+                    if isinstance(lowered, NotRun):
+                        runs[case.name] = lowered
+                        advance(1)
+                    else:
+                        texts[case.name] = lowered
+                        lowerable.append(case)
+        chosen = {case.name for case in lowerable} | set(texts)
+        runnable = [case for case in cases if case.name in chosen]
         rest = self._run_batch(runnable) if runnable else {}
         if rest is not None:
             runs.update(rest)
             advance(len(runnable))
             return runs
         for case in runnable:
-            runs[case.name] = self._run_one(case, texts[case.name])
+            text = texts.get(case.name) or self._lower(case)
+            runs[case.name] = text if isinstance(text, NotRun) else self._run_one(case, text)
             advance(1)
         return runs
+
+    def _converts(self, cases: Sequence[NodeCase]) -> bool:
+        """Whether `cases` side by side convert to StableHLO."""
+        model, _, _ = side_by_side(cases)
+        try:
+            _convert(model, self.form, self.semantics, self.fuse_arithmetic)
+        except Exception:  # any failure: the cases are lowered one by one
+            return False
+        return True
 
     def _fused_op_count(self, case: NodeCase) -> tuple[str | None, int]:
         """The quantized ops the `quantized` form makes of a group (0: not fused, or not lowerable), and

@@ -59,6 +59,8 @@ DEFAULT_ACTIVATIONS = {
 # Activation name (lower case) -> (default alpha, default beta) as the ONNX operators of that name
 # define them (the spec: "default values are the same as of corresponding ONNX operators"); None
 # where the function takes no such parameter. Affine / ScaledTanh are the former ONNX ops' defaults.
+# onnxruntime (rnn_helpers.cc) takes 0 for an absent alpha / beta of ThresholdedRelu, Affine and
+# ScaledTanh: a node relying on those defaults computes otherwise there (no exporter writes one).
 ACTIVATION_DEFAULTS: dict[str, tuple[float | None, float | None]] = {
     "sigmoid": (None, None),
     "tanh": (None, None),

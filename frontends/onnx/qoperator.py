@@ -20,6 +20,7 @@ they are (`pads`, `group`, `alpha`, `transB`, `channels_last`, ...) plus `onnx.n
 | QLinearConcat (ms)            | qlinear_concat    | x0, x1, ... -> q                 |
 | QLinearSigmoid (ms)           | qlinear_sigmoid   | x -> q                           |
 | QLinearLeakyRelu (ms)         | qlinear_leaky_relu | x -> q                          |
+| QLinearSoftmax (ms)           | qlinear_softmax   | x -> q (attributes axis, opset)  |
 | QLinearAveragePool (ms)       | qlinear_average_pool | x -> q                        |
 | QLinearGlobalAveragePool (ms) | qlinear_global_average_pool | x -> q                 |
 | QGemm (ms)                    | qgemm             | a, b (per-column), [c i32] -> q or f32 |
@@ -31,6 +32,11 @@ Integer ops (MatMulInteger, ConvInteger) have zero points but no scales: their o
 scale and zero point are computed at run time, so its results cannot carry a quant type: it keeps the
 ONNX storage tensors (`y` as `i8` storage with `onnx.elem_type` uint8 semantics, scalar `f32` scale,
 `i8` zero point). Optional operands are trailing and recognised by count (bias, QGemm's C).
+
+com.microsoft DynamicQuantizeLSTM stays the generic op `onnx.com.microsoft.DynamicQuantizeLSTM`: its int8 /
+uint8 W and R, their scales and zero points are plain operands as in the ONNX node (one scale per direction
+or per direction and gate column has no MLIR quant type on W's layout); qconvert/recurrent.py says what it
+computes, and only its outputs' shapes are declared here (`_recurrent_outputs`).
 
 A node whose scales or zero points are not constants (initializers / Constant nodes), e.g. a
 MatMulInteger fed by DynamicQuantizeLinear, cannot be typed: it stays a generic `onnx.<Op>` op (the
@@ -254,6 +260,7 @@ LIFTERS: dict[tuple[str, str], tuple[Callable[[QOperatorLifter], None], tuple[in
     (MICROSOFT_DOMAIN, "QLinearConcat"): (_qlinear_concat, ()),
     (MICROSOFT_DOMAIN, "QLinearSigmoid"): (_unary("qconvert.qlinear_sigmoid"), (1, 2, 3, 4)),
     (MICROSOFT_DOMAIN, "QLinearLeakyRelu"): (_unary("qconvert.qlinear_leaky_relu"), (1, 2, 3, 4)),
+    (MICROSOFT_DOMAIN, "QLinearSoftmax"): (_unary("qconvert.qlinear_softmax"), (1, 2, 3, 4)),
     (MICROSOFT_DOMAIN, "QLinearAveragePool"): (_unary("qconvert.qlinear_average_pool"), (1, 2, 3, 4)),
     (MICROSOFT_DOMAIN, "QLinearGlobalAveragePool"): (
         _unary("qconvert.qlinear_global_average_pool"),
@@ -315,7 +322,7 @@ def _contrib_output(node: NodeProto, known: dict[str, onnx.TypeProto]) -> tuple[
         and shapes[3] is not None
     ):
         return first, list(np.broadcast_shapes(tuple(shapes[0]), tuple(shapes[3])))
-    if op in ("QLinearSigmoid", "QLinearLeakyRelu") and shapes[0] is not None:
+    if op in ("QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax") and shapes[0] is not None:
         return first, shapes[0]
     if op == "QLinearGlobalAveragePool" and shapes[0] is not None:
         x = shapes[0]

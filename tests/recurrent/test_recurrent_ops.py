@@ -392,3 +392,46 @@ def test_dynamic_quantize_lstm_node_is_bit_exact(
     interpreted, xla = ours(model, feeds)
     assert_close(interpreted, expected, 0, "interpreter")
     assert_close(xla, expected, 0, "xla")
+
+
+# Attribute decoding ------------------------------------------------------------------------------------
+def test_activation_parameters_are_consumed_in_order_with_onnx_defaults() -> None:
+    from qconvert.recurrent import Activation, decode_attributes
+
+    decoded = decode_attributes(
+        "LSTM",
+        {
+            "hidden_size": 4,
+            "direction": "bidirectional",
+            "activations": ["HardSigmoid", "Tanh", "LeakyRelu", "Sigmoid", "ThresholdedRelu", "Affine"],
+            "activation_alpha": [0.3, 0.05],
+            "activation_beta": [0.6],
+        },
+        "node 'x'",
+    )
+    assert decoded.activations == (
+        (Activation("hardsigmoid", 0.3, 0.6), Activation("tanh"), Activation("leakyrelu", 0.05)),
+        # alpha / beta lists exhausted: the ONNX operators' defaults
+        (Activation("sigmoid"), Activation("thresholdedrelu", 1.0), Activation("affine", 1.0, 0.0)),
+    )
+    assert decoded.reversed_directions == [False, True] and decoded.clip is None
+    gru = decode_attributes("GRU", {"hidden_size": 2}, "node 'g'")
+    assert gru.activations == ((Activation("sigmoid"), Activation("tanh")),) and not gru.linear_before_reset
+
+
+@pytest.mark.parametrize(
+    ("op_type", "attributes", "message"),
+    [
+        ("LSTM", {"hidden_size": 4, "activations": ["Sigmoid", "Tanh"]}, "2 activations for 1 direction"),
+        ("GRU", {"hidden_size": 4, "activations": ["Sigmoid", "Swish"]}, "unknown activation 'swish'"),
+        ("LSTM", {"hidden_size": 4, "direction": "sideways"}, "direction='sideways'"),
+        ("DynamicQuantizeLSTM", {"hidden_size": 4, "layout": 1}, "layout=1 is not supported"),
+        ("RNN", {}, "hidden_size attribute is required"),
+    ],
+)
+def test_bad_attributes_name_the_node(op_type: str, attributes: dict[str, object], message: str) -> None:
+    from qconvert.errors import InputError
+    from qconvert.recurrent import decode_attributes
+
+    with pytest.raises(InputError, match="node 'n7'.*" + message.replace("(", r"\(")):
+        decode_attributes(op_type, attributes, "node 'n7'")

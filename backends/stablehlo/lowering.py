@@ -423,11 +423,24 @@ def _is_static(type_: Type) -> bool:
     return isinstance(type_, RankedTensorType) and type_.has_static_shape()
 
 
-def _shape_hint(type_: Type) -> str:
-    """`2x<d1>` for tensor<2x?xi64>: the static dims as they are, a placeholder for each dynamic one."""
+def _dim_names(function: FuncOp, index: int) -> list[str]:
+    """The argument's dim names as the frontend recorded them (`onnx.dim_params`, "" where unnamed)."""
+    entry = _entry(function.attributes.get("arg_attrs"), index)
+    names = dict(entry.entries).get("onnx.dim_params") if isinstance(entry, DictionaryAttr) else None
+    if not isinstance(names, ArrayAttr):
+        return []
+    return [n.value if isinstance(n, StringAttr) else "" for n in names.elements]
+
+
+def _shape_hint(type_: Type, names: Sequence[str]) -> str:
+    """`2x<sequence>` for tensor<2x?xi64>: the static dims as they are, a placeholder for each dynamic one
+    (its name in the model, else `d<position>`)."""
     if not isinstance(type_, RankedTensorType):
         return "<d0>x<d1>..."
-    return "x".join(f"<d{i}>" if d == DYNAMIC else str(d) for i, d in enumerate(type_.shape))
+    return "x".join(
+        f"<{names[i] if i < len(names) and names[i] else f'd{i}'}>" if d == DYNAMIC else str(d)
+        for i, d in enumerate(type_.shape)
+    )
 
 
 def check_static_inputs(function: FuncOp) -> None:
@@ -452,16 +465,22 @@ def check_static_inputs(function: FuncOp) -> None:
                 for index in sources:
                     caused[index] += 1
     types = function.function_type.inputs
-    lines = [
-        f"  input '{_argument_label(function, i)}' has type {types[i]}: "
-        f"{caused[i]} value(s) have a dynamic shape because of it"
+    lines = []
+    for i in dynamic:
+        named = [n for n in _dim_names(function, i) if n]
+        dims = f" (dynamic dims {', '.join(repr(n) for n in named)})" if named else ""
+        lines.append(
+            f"  input '{_argument_label(function, i)}' has type {types[i]}{dims}: "
+            f"{caused[i]} value(s) have a dynamic shape because of it"
+        )
+    hint = " ".join(
+        f"--input-shape {_argument_label(function, i)}={_shape_hint(types[i], _dim_names(function, i))}"
         for i in dynamic
-    ]
-    hint = " ".join(f"--input-shape {_argument_label(function, i)}={_shape_hint(types[i])}" for i in dynamic)
+    )
     raise InputError(
         f"cannot convert to StableHLO: static shapes needed, and {dynamic_values} value(s) have dynamic "
         f"ones, from {len(dynamic)} graph input(s) with dynamic dims:\n" + "\n".join(lines) + "\n"
-        f"  fix them with {hint} (each <dN> the size you will run with)"
+        f"  fix them with {hint} (each <...> the size you will run with; dims of one name, one size)"
     )
 
 

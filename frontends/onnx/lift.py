@@ -184,11 +184,18 @@ class Lifter:
         dims = tuple(d.dim_value if d.HasField("dim_value") else DYNAMIC for d in tensor_type.shape.dim)
         return RankedTensorType(dims, element)
 
-    def name_attrs(self, name: str) -> DictionaryAttr:
+    def name_attrs(self, name: str, dim_names: bool = False) -> DictionaryAttr:
         entries: list[tuple[str, Attribute]] = [("onnx.name", StringAttr(name))]
         entry = ELEMENT_TYPES.get(self.onnx_type(name))
         if entry is not None and entry.is_unsigned_integer:
             entries.append(("onnx.elem_type", StringAttr(entry.name)))
+        proto = self.type_protos.get(name)
+        if dim_names and proto is not None and proto.WhichOneof("value") == "tensor_type":
+            # Names of the dynamic dims (`["batch", "sequence"]`, "" for a static or unnamed dim), so that
+            # a backend needing static shapes can say which dimension of which input to give.
+            params = [d.dim_param if not d.HasField("dim_value") else "" for d in proto.tensor_type.shape.dim]
+            if any(params):
+                entries.append(("onnx.dim_params", ArrayAttr(tuple(StringAttr(p) for p in params))))
         return DictionaryAttr(tuple(entries))
 
     # Values ------------------------------------------------------------------------------------
@@ -340,7 +347,9 @@ class Lifter:
             if _is_storage_cast(op) and not op.results[0].uses:
                 op.erase()
         function.function_type = FunctionType(tuple(argument_types), tuple(v.type for v in results))
-        function.attributes["arg_attrs"] = ArrayAttr(tuple(self.name_attrs(n) for n in arguments))
+        function.attributes["arg_attrs"] = ArrayAttr(
+            tuple(self.name_attrs(n, dim_names=True) for n in arguments)
+        )
         function.attributes["res_attrs"] = ArrayAttr(
             tuple(self.name_attrs(o.name) for o in self.graph.output)
         )

@@ -283,7 +283,8 @@ def _scratch_model(
 
 def _inferred_types(inferred: ModelProto, known: Mapping[str, np.ndarray]) -> dict[str, TypeProto]:
     graph = inferred.graph
-    types = {info.name: info.type for info in [*graph.input, *graph.value_info, *graph.output]}
+    # value_info last: a graph output declared without a type must not hide what inference found for it.
+    types = {info.name: info.type for info in [*graph.output, *graph.input, *graph.value_info]}
     for name, array in known.items():
         types[name] = helper.make_tensor_type_proto(
             helper.np_dtype_to_tensor_dtype(array.dtype), list(array.shape)
@@ -322,7 +323,8 @@ def infer_static_types(
 
 
 def _write_types(model: ModelProto, types: Mapping[str, TypeProto]) -> None:
-    """value_info of every node output the rounds typed; graph outputs where the inferred type is static."""
+    """value_info of every node output the rounds typed; graph outputs where the inferred type is static
+    (an output declared without a type keeps none otherwise, as onnx's inference leaves it)."""
     graph = model.graph
     produced = [name for node in graph.node for name in node.output if name]
     declared = {info.name: info for info in graph.value_info}
@@ -338,5 +340,5 @@ def _write_types(model: ModelProto, types: Mapping[str, TypeProto]) -> None:
     graph.value_info.extend(value_info)
     for output in graph.output:
         inferred = types.get(output.name)
-        if inferred is not None and (is_static(inferred) or not output.type.HasField("tensor_type")):
+        if inferred is not None and is_static(inferred):
             output.type.CopyFrom(inferred)

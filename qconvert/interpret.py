@@ -73,7 +73,11 @@ from qconvert.numerics import (
     quantize,
 )
 from qconvert.numerics.integer_accumulation import exact_integer_matmul
-from qconvert.numerics.onnxruntime_kernels import qgemm_multiplier_onnxruntime, qlinear_binary_swaps_inputs
+from qconvert.numerics.onnxruntime_kernels import (
+    qgemm_multiplier_onnxruntime,
+    qlinear_binary_swaps_inputs,
+    qlinear_softmax_onnxruntime,
+)
 from qconvert.onnx_attributes import absent_positions
 from qconvert.onnx_kernels import KERNELS, OnnxKernel, attribute, integer_convolution, window
 
@@ -467,6 +471,14 @@ def _qlinear_leaky_relu(op: Operation, operands: list[np.ndarray]) -> list[np.nd
     return [_lookup(op, operands, lambda v: np.where(v >= 0, v, v * alpha).astype(np.float32))]
 
 
+def _qlinear_softmax(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+    px, py = _params(op.operands[0]), _result_params(op)
+    x_scale, _ = _scalar(px, "input")
+    y_scale, y_zero = _scalar(py, "output")
+    axis, opset = int(_attr(op, "axis", -1)), int(_attr(op, "opset", 13))  # type: ignore[arg-type]
+    return [qlinear_softmax_onnxruntime(operands[0], x_scale, y_scale, y_zero, py.storage_dtype, axis, opset)]
+
+
 def _qlinear_concat(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
     py = _result_params(op)
     y_scale, y_zero = _scalar(py, "output")
@@ -595,6 +607,7 @@ QOPERATOR_KERNELS: dict[str, Kernel] = {
     "qconvert.qlinear_mul": _qlinear_binary,
     "qconvert.qlinear_sigmoid": _qlinear_sigmoid,
     "qconvert.qlinear_leaky_relu": _qlinear_leaky_relu,
+    "qconvert.qlinear_softmax": _qlinear_softmax,
     "qconvert.qlinear_concat": _qlinear_concat,
     "qconvert.qlinear_global_average_pool": _qlinear_global_average_pool,
     "qconvert.qlinear_average_pool": _qlinear_average_pool,

@@ -140,6 +140,7 @@ WRITERS: dict[str, tuple[str, str, Callable[[Layout], Inputs]]] = {
     "qconvert.qlinear_concat": (MS, "QLinearConcat", _qlinear_concat),
     "qconvert.qlinear_sigmoid": (MS, "QLinearSigmoid", _unary),
     "qconvert.qlinear_leaky_relu": (MS, "QLinearLeakyRelu", _unary),
+    "qconvert.qlinear_softmax": (MS, "QLinearSoftmax", _unary),
     "qconvert.qlinear_average_pool": (MS, "QLinearAveragePool", _unary),
     "qconvert.qlinear_global_average_pool": (MS, "QLinearGlobalAveragePool", _unary),
     "qconvert.qgemm": (MS, "QGemm", _qgemm),

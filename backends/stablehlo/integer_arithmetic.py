@@ -220,27 +220,30 @@ def float32_fma(ctx: LoweringContext, a: Value, b_: Value, c: Value) -> Value:
     return hlo.convert(b, rounded_to_odd, F32)
 
 
-def lookup(ctx: LoweringContext, stored: Value, table: np.ndarray, quant_type: QuantizedType) -> Value:
-    """`table[byte(q)]`: the 256-entry tables of numerics `lookup_table_onnxruntime`, indexed by the stored
-    value's byte pattern (as onnxruntime indexes them) -> storage of `quant_type`."""
-    b = ctx.builder
-    shape = hlo.tensor_type(stored).shape
-    if element_type_of(stored.type) != U8:
-        stored = hlo.bitcast_convert(b, stored, RankedTensorType(tuple(shape), U8))
-    index = hlo.convert(b, stored, I32)
-    storage_type = storage_element_type(quant_type)
-    entries = ctx.constant(table, storage_type)
+def gather_table(ctx: LoweringContext, index: Value, table: np.ndarray, element: Type) -> Value:
+    """`table[index]` elementwise: a 1-D constant `table` gathered by an i32 `index` tensor of any shape."""
+    shape = tuple(hlo.tensor_type(index).shape)
     return hlo.gather(
-        b,
-        entries,
+        ctx.builder,
+        ctx.constant(table, element),
         index,
-        RankedTensorType(tuple(shape), storage_type),
+        RankedTensorType(shape, element),
         offset_dims=[],
         collapsed_slice_dims=[0],
         start_index_map=[0],
         index_vector_dim=len(shape),
         slice_sizes=[1],
     )
+
+
+def lookup(ctx: LoweringContext, stored: Value, table: np.ndarray, quant_type: QuantizedType) -> Value:
+    """`table[byte(q)]`: the 256-entry tables of numerics `lookup_table_onnxruntime`, indexed by the stored
+    value's byte pattern (as onnxruntime indexes them) -> storage of `quant_type`."""
+    shape = hlo.tensor_type(stored).shape
+    if element_type_of(stored.type) != U8:
+        stored = hlo.bitcast_convert(ctx.builder, stored, RankedTensorType(tuple(shape), U8))
+    index = hlo.convert(ctx.builder, stored, I32)
+    return gather_table(ctx, index, table, storage_element_type(quant_type))
 
 
 # Dynamic quantization ----------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ stablehlo-legalize-quant-to-math reads as signed (quant.NOTE_UNSIGNED).
 - QLinearAdd: `qlinear_add_mlas`, its two FMAs emulated exactly (`float32_fma`), A and B swapped where
   onnxruntime swaps them; QLinearMul: `qlinear_mul_mlas`;
 - QLinearSigmoid / QLinearLeakyRelu / QLinearConcat: numerics' 256-entry tables, gathered by byte;
+  QLinearSoftmax: numerics' exponential table, a sequential f32 row sum, one division per element;
 - QLinearGlobalAveragePool: i32 sum minus `zp * size`, `requantize_mlas`; QLinearAveragePool: the f32
   window sums in onnxruntime's order, one division by the count, then `quantize_pool_onnxruntime`.
 """
@@ -35,6 +36,8 @@ from qconvert.numerics.onnxruntime_kernels import (
     qgemm_multiplier_onnxruntime,
     qlinear_add_constants_mlas,
     qlinear_binary_swaps_inputs,
+    qlinear_softmax_output_factor_onnxruntime,
+    qlinear_softmax_table_onnxruntime,
 )
 
 from . import ops as hlo
@@ -44,6 +47,7 @@ from .integer_arithmetic import (
     as_result,
     centered_quantized,
     float32_fma,
+    gather_table,
     lookup,
     requantize_mlas,
     rounded_product,
@@ -51,7 +55,7 @@ from .integer_arithmetic import (
     static_operands,
     storage,
 )
-from .lowering import LoweringContext, lowers
+from .lowering import LoweringContext, lowers, storage_element_type
 from .onnx_integer import integer_convolution
 from .onnx_nn import _ints, matmul
 
@@ -324,3 +328,53 @@ def lower_qlinear_average_pool(ctx: LoweringContext, op: Operation) -> list[Valu
     if tuple(hlo.tensor_type(y).shape) != tuple(ctx.result_type(op).shape):
         ctx.unsupported(f"output shape {list(hlo.tensor_type(y).shape)} != {list(ctx.result_type(op).shape)}")
     return _finish(ctx, op, y, "average_pool_float32, quantize_pool_onnxruntime")
+
+
+@lowers("qconvert.qlinear_softmax")
+def lower_qlinear_softmax(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """numerics `qlinear_softmax_onnxruntime`: per row, `e = table[x - max + 255]` (numerics' table), the
+    float32 row sum in order (one add per element: onnxruntime sums sequentially), then
+    `min(rne(f32(e * floor(1 / s_y)) / sum) + zp, qmax)`."""
+    b = ctx.builder
+    (x,) = static_operands(ctx, op)
+    _, x_scale, _ = _per_tensor(ctx, op.operands[0], "QLinearSoftmax's input")
+    y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "QLinearSoftmax's output")
+    shape = tuple(hlo.tensor_type(x).shape)
+    rank = len(shape)
+    axis = int(ctx.attribute(op, "axis", -1)) % rank  # type: ignore[arg-type]
+    opset = int(ctx.attribute(op, "opset", 13))  # type: ignore[arg-type]
+    table = qlinear_softmax_table_onnxruntime(x_scale, shape[axis])
+    wide = ctx.convert(storage(ctx, x), I32)
+    permutation = list(range(rank))
+    if opset >= 13:
+        permutation[axis], permutation[-1] = permutation[-1], permutation[axis]
+        rows = hlo.transpose(b, wide, permutation) if axis != rank - 1 else wide
+    else:
+        count = int(np.prod(shape[:axis], dtype=np.int64))
+        rows = hlo.reshape(b, wide, [count, int(np.prod(shape[axis:], dtype=np.int64))])
+    row_shape = tuple(hlo.tensor_type(rows).shape)
+    outer, last = list(row_shape[:-1]), len(row_shape) - 1
+    maximum = hlo.reduce(b, rows, ctx.scalar(np.iinfo(np.int32).min, I32), [last], hlo.maximum)
+    offset = hlo.subtract(
+        b, ctx.splat(255, I32, row_shape), hlo.broadcast_in_dim(b, maximum, row_shape, range(last))
+    )
+    exponentials = gather_table(ctx, hlo.add(b, rows, offset), table, F32)
+    total = ctx.splat(0.0, F32, outer)
+    for column in range(row_shape[-1]):
+        start, limit = [0] * len(row_shape), list(row_shape)
+        start[-1], limit[-1] = column, column + 1
+        element = hlo.slice_(b, exponentials, start, limit, [1] * len(row_shape))
+        total = hlo.add(b, total, hlo.reshape(b, element, outer))
+    factor = float(qlinear_softmax_output_factor_onnxruntime(y_scale))
+    scaled = hlo.multiply(b, exponentials, ctx.splat(factor, F32, row_shape))
+    ratio = hlo.exact_divide(b, scaled, hlo.broadcast_in_dim(b, total, row_shape, range(last)))
+    stored = hlo.add(
+        b, hlo.convert(b, hlo.round_nearest_even(b, ratio), I32), ctx.splat(y_zero, I32, row_shape)
+    )
+    stored = hlo.minimum(b, stored, ctx.splat(int(y_type.storage_type_max), I32, row_shape))
+    result = hlo.convert(b, stored, storage_element_type(y_type))
+    if opset >= 13:
+        result = hlo.transpose(b, result, permutation) if axis != rank - 1 else result
+    else:
+        result = hlo.reshape(b, result, shape)
+    return _finish(ctx, op, result, "qlinear_softmax_onnxruntime")

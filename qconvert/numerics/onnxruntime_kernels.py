@@ -295,6 +295,12 @@ def qlinear_softmax_table_onnxruntime(x_scale: float, reduce_len: int) -> np.nda
     return np.array([math.exp((i - 255 + shift) * scale) for i in range(256)], np.float64).astype(np.float32)
 
 
+def qlinear_softmax_output_factor_onnxruntime(y_scale: float) -> np.float32:
+    """QLinearSoftmax's `floor(1 / s_y)` in float32: each exponential is multiplied by it before the division
+    by the row sum (the kernel's `Y_scale = std::floor(1.0F / y_scale)`)."""
+    return np.float32(np.floor(np.float32(1.0) / np.float32(y_scale)))
+
+
 def qlinear_softmax_onnxruntime(
     x: np.ndarray,
     x_scale: float,
@@ -326,7 +332,7 @@ def qlinear_softmax_onnxruntime(
     total = np.zeros(rows.shape[0], np.float32)
     for column in range(rows.shape[1]):  # the kernel's sequential float32 sum
         total = (total + exponentials[:, column]).astype(np.float32)
-    y_factor = np.float32(np.floor(np.float32(1.0) / np.float32(y_scale)))
+    y_factor = qlinear_softmax_output_factor_onnxruntime(y_scale)
     ratio = (exponentials * y_factor).astype(np.float32) / total[:, None]
     stored = np.rint(ratio.astype(np.float32)).astype(np.int64) + int(y_zero_point)
     high = 255 if np.dtype(storage_dtype) == np.uint8 else 127

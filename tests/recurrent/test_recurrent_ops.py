@@ -40,9 +40,10 @@ def ort_run(model: onnx.ModelProto | str, feeds: dict[str, np.ndarray]) -> list[
 
 
 def ours(
-    model: onnx.ModelProto | str, feeds: dict[str, np.ndarray]
+    model: onnx.ModelProto | str, feeds: dict[str, np.ndarray], engine: str = "xla"
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(interpreter outputs, XLA outputs) of the model lifted with the feeds' shapes."""
+    """(interpreter outputs, outputs of the StableHLO module on `engine`) of the model lifted with the feeds'
+    shapes (`engine`: "xla", or "interpreter" for StableHLO's reference interpreter)."""
     require_module("jax")
     from qconvert.backends.stablehlo import run
     from qconvert.backends.stablehlo.convert import stablehlo_text
@@ -55,7 +56,7 @@ def ours(
     interpreted_list = [interpreted[name] for name in output_names(module)]
     text = stablehlo_text(module, form="qdq", inline_weights=True)
     assert '"onnx.' not in text, "an onnx op was left in the module"
-    return interpreted_list, [np.asarray(a) for a in run.run(text, list(feeds.values()), engine="xla")]
+    return interpreted_list, [np.asarray(a) for a in run.run(text, list(feeds.values()), engine=engine)]
 
 
 def assert_close(actual: list[np.ndarray], expected: list[np.ndarray], bound: float, what: str) -> None:
@@ -169,6 +170,8 @@ def test_dynamic_quantize_lstm_is_bit_exact(tmp_path: Path, per_channel: bool, b
     interpreted, xla = ours(str(quantized_path), feeds)
     assert_close(interpreted, expected, 0, "interpreter")
     assert_close(xla, expected, 0, "xla")
+    if bidirectional and per_channel:  # the while loop on StableHLO's reference interpreter too
+        assert_close(ours(str(quantized_path), feeds, "interpreter")[1], expected, 0, "stablehlo interpreter")
     # The quantization is visible: the float model's outputs differ from the quantized ones.
     assert not np.array_equal(ort_run(str(float_path), feeds)[0], expected[0])
 

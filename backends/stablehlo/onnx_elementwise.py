@@ -2,8 +2,9 @@
 
 Binary ops broadcast by numpy's rules (`ctx.broadcast_operands`). Where onnxruntime computes a special
 case its own way, we follow it: Pow with exponent 2 or 3 is a product, as in onnxruntime's Pow kernel.
-Transcendental functions (Exp, Tanh, Sigmoid, Erf, and Gelu through erf/tanh) are the engine's
-approximations, as onnxruntime's are MLAS's or Eigen's: they can differ from onnxruntime by a few ulp.
+Tanh and Sigmoid of f32 are MLAS's polynomials as onnxruntime's x86-64 kernels compute them, bit for
+bit (onnx_recurrent.HloMath); other transcendental functions (Exp, Erf, and Gelu through erf/tanh) are
+the engine's approximations, as onnxruntime's are MLAS's or Eigen's: they can differ by a few ulp.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import math
 import numpy as np
 
 from qconvert.ir.core import GenericOp, Operation, Value
-from qconvert.ir.types import I1, FloatType, IntegerType, Signedness, Type, element_type_of
+from qconvert.ir.types import F32, I1, FloatType, IntegerType, Signedness, Type, element_type_of
 
 from . import ops as hlo
 from .lowering import LoweringContext
 from .onnx_fold import constant_input, lowers_folding
+from .onnx_recurrent import HloMath
 
 # ONNX TensorProto data types -> StableHLO element types, for Cast's `to`.
 ONNX_ELEMENT_TYPES: dict[int, Type] = {
@@ -117,12 +119,18 @@ def lower_clip(ctx: LoweringContext, op: Operation) -> list[Value]:
 
 @lowers_folding("onnx.Sigmoid")
 def lower_sigmoid(ctx: LoweringContext, op: Operation) -> list[Value]:
-    return [hlo.logistic(ctx.builder, ctx.operands(op)[0])]
+    (x,) = ctx.operands(op)
+    if element_type_of(x.type) == F32:  # onnxruntime's MLAS polynomial, bit for bit (onnx_recurrent)
+        return [HloMath(ctx, mlas_activations=True).sigmoid(x)]
+    return [hlo.logistic(ctx.builder, x)]
 
 
 @lowers_folding("onnx.Tanh")
 def lower_tanh(ctx: LoweringContext, op: Operation) -> list[Value]:
-    return [hlo.tanh(ctx.builder, ctx.operands(op)[0])]
+    (x,) = ctx.operands(op)
+    if element_type_of(x.type) == F32:
+        return [HloMath(ctx, mlas_activations=True).tanh(x)]
+    return [hlo.tanh(ctx.builder, x)]
 
 
 @lowers_folding("onnx.Erf")

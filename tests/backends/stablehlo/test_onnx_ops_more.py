@@ -622,3 +622,18 @@ def test_data_dependent_ops_fold_or_are_refused_with_the_reason() -> None:
     message = str(caught.value)
     assert "nonzero_of_input" in message and "compress_computed" in message
     assert "depend on the data" in message
+
+
+def test_sigmoid_and_tanh_are_onnxruntimes_bit_for_bit() -> None:
+    """f32 Sigmoid and Tanh emit MLAS's polynomials (onnxruntime's x86-64 kernels); SiLU-style x *
+    sigmoid(x) follows."""
+    x = np.concatenate([rand(4000, low=-12, high=12), rand(96, low=-30, high=30)]).reshape(64, 64)
+    x[0, :6] = [0.0, -0.0, 9.0, -18.0, 25.0, 1e-30]
+    nodes = [
+        n("Sigmoid", ["x"], ["sigmoid"]),
+        n("Tanh", ["x"], ["tanh"]),
+        n("Mul", ["x", "sigmoid"], ["silu"]),
+    ]
+    check(
+        nodes, {"x": x}, [Output("sigmoid"), Output("tanh"), Output("silu")], engines=("xla", "interpreter")
+    )

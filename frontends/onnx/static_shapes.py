@@ -251,10 +251,15 @@ def _types_can_improve(
 
 
 def _scratch_model(
-    model: ModelProto, known: Mapping[str, np.ndarray], folded: set[int], protos: dict[str, TensorProto]
+    model: ModelProto,
+    known: Mapping[str, np.ndarray],
+    folded: set[int],
+    protos: dict[str, TensorProto],
+    carried: Sequence[ValueInfoProto] = (),
 ) -> ModelProto:
     """The model for one inference round: folded nodes gone, known values initializers, other initializers
-    typed graph inputs (so no weight is copied), declared value_info kept."""
+    typed graph inputs (so no weight is copied), and the value_info of the last round (`carried`, else the
+    declared one), so that types the com.microsoft inference found need not be found again."""
     graph = GraphProto(name=model.graph.name)
     graph.node.extend(node for index, node in enumerate(model.graph.node) if index not in folded)
     listed = set()
@@ -274,7 +279,7 @@ def _scratch_model(
             protos[name] = numpy_helper.from_array(array, name)
         graph.initializer.append(protos[name])
     graph.output.extend(model.graph.output)
-    graph.value_info.extend(info for info in model.graph.value_info if info.name not in known)
+    graph.value_info.extend(info for info in carried or model.graph.value_info if info.name not in known)
     scratch = ModelProto(ir_version=model.ir_version, producer_name=model.producer_name, graph=graph)
     scratch.opset_import.extend(model.opset_import)
     scratch.functions.extend(model.functions)
@@ -314,7 +319,7 @@ def infer_static_types(
         if not new or not _types_can_improve(model, new, folded, types):
             break
         try:
-            inferred = infer(_scratch_model(model, known, folded, protos))
+            inferred = infer(_scratch_model(model, known, folded, protos, inferred.graph.value_info))
         except Exception:  # onnx raises InferenceError, ValidationError or RuntimeError
             break
         types = _inferred_types(inferred, known)

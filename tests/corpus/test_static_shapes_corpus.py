@@ -12,10 +12,7 @@ from qconvert.errors import InputError
 from qconvert.ir.types import RankedTensorType
 
 # What stays dynamic today, and why (strict: a fix makes the case XPASS and fail until its line goes).
-STILL_DYNAMIC: dict[str, str] = {
-    "minilm.qop": "com.microsoft QLinearSoftmax: no shape inference (qoperator.py types the ops it lifts)",
-    "t5.qop": "com.microsoft QLinearSoftmax: no shape inference (qoperator.py types the ops it lifts)",
-}
+STILL_DYNAMIC: dict[str, str] = {}
 
 
 def entries() -> list[object]:

@@ -637,3 +637,49 @@ def test_sigmoid_and_tanh_are_onnxruntimes_bit_for_bit() -> None:
     check(
         nodes, {"x": x}, [Output("sigmoid"), Output("tanh"), Output("silu")], engines=("xla", "interpreter")
     )
+
+
+def test_com_microsoft_float_ops_of_optimized_transformers() -> None:
+    """What onnxruntime's transformer optimizer writes: FastGelu, BiasGelu, Gelu, QuickGelu,
+    SkipLayerNormalization (with its input + skip + bias output), SkipSimplifiedLayerNormalization."""
+    require_module("jax")
+    import onnxruntime as ort
+
+    from qconvert.backends.stablehlo import run
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+    from qconvert.frontends.onnx import import_onnx
+
+    ms = "com.microsoft"
+    x, skip = rand(2, 5, 16), rand(2, 5, 16)
+    weights = {"bias": rand(16), "gamma": rand(16), "beta": rand(16)}
+    nodes = [
+        n("FastGelu", ["x"], ["fast_gelu"], domain=ms),
+        n("FastGelu", ["x", "bias"], ["fast_gelu_bias"], domain=ms),
+        n("BiasGelu", ["x", "bias"], ["bias_gelu"], domain=ms),
+        n("Gelu", ["x"], ["gelu"], domain=ms),
+        n("QuickGelu", ["x"], ["quick_gelu"], domain=ms, alpha=1.5),
+        n("SkipLayerNormalization", ["x", "skip", "gamma", "beta", "bias"], ["skip_ln", "", "", "skip_sum"],
+          domain=ms, epsilon=1e-5),
+        n("SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["skip_rms"], domain=ms, epsilon=1e-6),
+    ]  # fmt: skip
+    exact = ["fast_gelu", "fast_gelu_bias", "quick_gelu", "skip_sum"]
+    absolute = ["bias_gelu", "gelu", "skip_ln", "skip_rms"]
+    graph = helper.make_graph(
+        nodes,
+        "contrib",
+        [helper.make_tensor_value_info(name, 1, list(a.shape)) for name, a in (("x", x), ("skip", skip))],
+        [helper.make_tensor_value_info(o, 1, None) for o in exact + absolute],
+        initializer=[numpy_helper.from_array(a, name) for name, a in weights.items()],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    expected = session.run(exact + absolute, {"x": x, "skip": skip})
+    text = stablehlo_text(import_onnx(model), form="qdq", inline_weights=True)
+    for engine in ("xla", "interpreter"):
+        actual = run.run(text, [x, skip], engine=engine)
+        for name, a, e in zip(exact + absolute, actual, expected):
+            assert_matches(f"{engine}: {name}", "exact" if name in exact else "absolute", np.asarray(a), e)

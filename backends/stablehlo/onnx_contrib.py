@@ -1,0 +1,140 @@
+"""Lowerings of the com.microsoft float ops onnxruntime's transformer optimizer writes into the models
+people then quantize: Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization and
+SkipSimplifiedLayerNormalization. (onnxruntime's SimplifiedLayerNormalization sits in the onnx domain,
+where the frontend refuses ops ONNX does not define.)
+
+The formulas are onnxruntime's CPU kernels' (contrib_ops/cpu/bert/bias_gelu.cc, skip_layer_norm.cc,
+activations): FastGelu's tanh and QuickGelu's logistic are MLAS's polynomials (bit for bit, as
+onnx_elementwise's Tanh / Sigmoid), erf is the engine's (a few ulp from MLAS's). Normalizations sum
+in another order than onnxruntime's, so they agree within a few ulp of the output's magnitude.
+The training-only outputs (mean, inverse standard deviation) are refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qconvert.ir.core import Operation, Value
+from qconvert.ir.types import F32, element_type_of
+from qconvert.onnx_attributes import absent_positions
+
+from . import ops as hlo
+from .lowering import LoweringContext
+from .onnx_elementwise import chlo_unary
+from .onnx_fold import lowers_folding, static_shape
+from .onnx_math import rounded_product
+from .onnx_recurrent import HloMath
+from .onnx_reduce import reduce_sum
+
+# FastGelu's constants as onnxruntime writes them (float32): sqrt(2 / pi) and 0.044715 * sqrt(2 / pi).
+FAST_GELU_B = 0.7978845608028654
+FAST_GELU_C = 0.035677408136300125
+
+
+def _f32_input(ctx: LoweringContext, op: Operation, position: int = 0) -> Value:
+    value = ctx.input(op, position)
+    assert value is not None
+    if element_type_of(value.type) != F32:
+        ctx.unsupported(f"{op.name} of {element_type_of(value.type)} (onnxruntime's CPU kernel is float32)")
+    return value
+
+
+def _splat(ctx: LoweringContext, value: float, like: Value) -> Value:
+    return ctx.splat(value, F32, hlo.tensor_type(like).shape)
+
+
+def _with_bias(ctx: LoweringContext, op: Operation, x: Value, position: int) -> Value:
+    bias = ctx.input(op, position)
+    if bias is None:
+        return x
+    return hlo.add(ctx.builder, x, ctx.broadcast_to(bias, hlo.tensor_type(x).shape))
+
+
+@lowers_folding("onnx.com.microsoft.FastGelu")
+def lower_fast_gelu(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """v = x (+ bias); t = tanh(v * (C * v * v + B)) (MLAS); y = (0.5 * v) * (t + 1)."""
+    value = _with_bias(ctx, op, _f32_input(ctx, op), 1)
+    b = ctx.builder
+    square_term = rounded_product(ctx, hlo.multiply(b, _splat(ctx, FAST_GELU_C, value), value), value)
+    cubic = hlo.add(b, square_term, _splat(ctx, FAST_GELU_B, value))
+    inner = HloMath(ctx, mlas_activations=True).tanh(hlo.multiply(b, value, cubic))
+    half = hlo.multiply(b, value, _splat(ctx, 0.5, value))
+    return [hlo.multiply(b, half, hlo.add(b, inner, _splat(ctx, 1.0, value)))]
+
+
+@lowers_folding("onnx.com.microsoft.Gelu", "onnx.com.microsoft.BiasGelu")
+def lower_bias_gelu(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """v = x (+ bias); y = (0.5 * v) * (erf(v * f32(1 / sqrt 2)) + 1)."""
+    value = _with_bias(ctx, op, _f32_input(ctx, op), 1)
+    b = ctx.builder
+    scaled = hlo.multiply(b, value, _splat(ctx, float(np.float32(1.0) / np.sqrt(np.float32(2.0))), value))
+    error_function = chlo_unary(ctx, "chlo.erf", scaled)
+    half = hlo.multiply(b, value, _splat(ctx, 0.5, value))
+    return [hlo.multiply(b, half, hlo.add(b, error_function, _splat(ctx, 1.0, value)))]
+
+
+@lowers_folding("onnx.com.microsoft.QuickGelu")
+def lower_quick_gelu(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """y = x * logistic(alpha * x) (MLAS logistic)."""
+    x = _f32_input(ctx, op)
+    alpha = float(ctx.attribute(op, "alpha", 1.702))  # type: ignore[arg-type]
+    scaled = hlo.multiply(ctx.builder, x, _splat(ctx, alpha, x))
+    return [hlo.multiply(ctx.builder, x, HloMath(ctx, mlas_activations=True).sigmoid(scaled))]
+
+
+def _normalize_last(ctx: LoweringContext, value: Value, epsilon: float, simplified: bool) -> Value:
+    """onnxruntime's layer norm over the last dim: mean = Σv/N,
+    d = sqrt(Σv²/N - mean² + eps) (simplified: sqrt(Σv²/N + eps)), y = (v - mean) / d (simplified: v / d)."""
+    b = ctx.builder
+    shape = hlo.tensor_type(value).shape
+    first = len(shape) - 1
+    axes = list(range(first, len(shape)))
+    outer = list(range(first))
+    reduced_shape = shape[:first]
+    count = ctx.splat(float(np.prod(shape[first:])), F32, reduced_shape)
+    mean_square = hlo.exact_divide(b, reduce_sum(ctx, hlo.multiply(b, value, value), axes), count)
+    if simplified:
+        variance = mean_square
+    else:
+        mean = hlo.exact_divide(b, reduce_sum(ctx, value, axes), count)
+        variance = hlo.subtract(b, mean_square, rounded_product(ctx, mean, mean))
+        value = hlo.subtract(b, value, hlo.broadcast_in_dim(b, mean, shape, outer))
+    deviation = hlo.sqrt(b, hlo.add(b, variance, ctx.splat(epsilon, F32, reduced_shape)))
+    return hlo.exact_divide(b, value, hlo.broadcast_in_dim(b, deviation, shape, outer))
+
+
+def _scale_and_shift(ctx: LoweringContext, y: Value, gamma: Value, beta: Value | None) -> Value:
+    shape = hlo.tensor_type(y).shape
+    if beta is None:
+        return hlo.multiply(ctx.builder, y, ctx.broadcast_to(gamma, shape))
+    product = rounded_product(ctx, y, ctx.broadcast_to(gamma, shape))
+    return hlo.add(ctx.builder, product, ctx.broadcast_to(beta, shape))
+
+
+@lowers_folding(
+    "onnx.com.microsoft.SkipLayerNormalization", "onnx.com.microsoft.SkipSimplifiedLayerNormalization"
+)
+def lower_skip_layer_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """v = input + skip (+ bias); y = norm(v) * gamma (+ beta); optional 4th output v."""
+    x, skip = _f32_input(ctx, op, 0), _f32_input(ctx, op, 1)
+    simplified = op.name.endswith("SkipSimplifiedLayerNormalization")
+    gamma = ctx.input(op, 2)
+    assert gamma is not None
+    beta = None if simplified else ctx.input(op, 3)
+    bias_position = 3 if simplified else 4
+    shape = static_shape(ctx, x, f"{op.name}'s input")
+    value = hlo.add(ctx.builder, x, ctx.broadcast_to(skip, shape))
+    value = _with_bias(ctx, op, value, bias_position)
+    epsilon = float(ctx.attribute(op, "epsilon", 1e-12))  # type: ignore[arg-type]
+    y = _scale_and_shift(ctx, _normalize_last(ctx, value, epsilon, simplified), gamma, beta)
+    return _with_sum_output(ctx, op, [y], value)
+
+
+def _with_sum_output(ctx: LoweringContext, op: Operation, results: list[Value], value: Value) -> list[Value]:
+    """Skip*LayerNormalization's outputs: 0 the normalized value, 3 input + skip + bias; 1 and 2 (mean,
+    inverse deviation) are training outputs, refused."""
+    absent = absent_positions(op, "outputs")
+    positions = [p for p in range(len(op.results) + len(absent)) if p not in absent]
+    if any(p in (1, 2) for p in positions):
+        ctx.unsupported(f"{op.name}'s mean / inverse standard deviation outputs (training only)")
+    return results + [value for p in positions if p == 3]

@@ -151,7 +151,11 @@ def _is_integral(type_proto: TypeProto | None) -> bool:
     elem_type = type_proto.tensor_type.elem_type
     if elem_type == TensorProto.UNDEFINED:
         return True
-    return elem_type == TensorProto.BOOL or np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).kind in "iu"
+    try:
+        kind = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).kind
+    except (KeyError, TypeError, ValueError):  # not an element type onnx knows
+        return False
+    return elem_type == TensorProto.BOOL or kind in "iu"
 
 
 def _has_subgraph(node: NodeProto) -> bool:
@@ -232,7 +236,8 @@ def _fold_round(
             continue
         for name, array in zip([o for o in node.output if o], arrays):
             known[name] = array
-            progress.add(name)
+            if node.op_type != "Constant":  # onnx's inference reads Constant nodes itself
+                progress.add(name)
         folded.add(index)
     return progress
 
@@ -240,12 +245,16 @@ def _fold_round(
 def _types_can_improve(
     model: ModelProto, new: set[str], folded: set[int], types: Mapping[str, TypeProto]
 ) -> bool:
-    """True when a newly known value feeds a node whose outputs are not all static yet: only then can
-    another round of inference type more (a float model without pinned inputs folds its constants only)."""
+    """True when a value newly known by folding feeds a node that is not folded and whose outputs are not
+    all static yet, or are integers (onnx's data propagation may then carry the value on): only then can
+    another round of inference type more. A float model without pinned inputs stops after one round."""
     for index, node in enumerate(model.graph.node):
         if index in folded or not any(name in new for name in node.input):
             continue
-        if not all(is_static(types.get(name)) for name in node.output if name):
+        outputs = [name for name in node.output if name]
+        if not all(is_static(types.get(name)) for name in outputs):
+            return True
+        if all(_is_integral(types.get(name)) for name in outputs):
             return True
     return False
 
@@ -316,7 +325,7 @@ def infer_static_types(
     types = _inferred_types(inferred, known)
     for _ in range(MAX_ROUNDS):
         new = _fold_round(model, known, folded, types)
-        if not new or not _types_can_improve(model, new, folded, types):
+        if not _types_can_improve(model, new, folded, types):
             break
         try:
             inferred = infer(_scratch_model(model, known, folded, protos, inferred.graph.value_info))

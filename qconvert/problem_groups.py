@@ -48,5 +48,5 @@ def listing(
     rest = groups[shown:]
     if rest:
         count = sum(len(group.names) for group in rest)
-        lines.append(f"  ... and {len(rest)} more kind(s) of problem, {count} node(s) in all")
+        lines.append(f"  ... and {len(rest)} more kind(s) of problem, {count:,} node(s) in all")
     return "\n".join(lines)

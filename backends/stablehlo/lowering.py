@@ -471,14 +471,14 @@ def check_static_inputs(function: FuncOp) -> None:
         dims = f" (dynamic dims {', '.join(repr(n) for n in named)})" if named else ""
         lines.append(
             f"  input '{_argument_label(function, i)}' has type {types[i]}{dims}: "
-            f"{caused[i]} value(s) have a dynamic shape because of it"
+            f"{caused[i]:,} value(s) have a dynamic shape because of it"
         )
     hint = " ".join(
         f"--input-shape {_argument_label(function, i)}={_shape_hint(types[i], _dim_names(function, i))}"
         for i in dynamic
     )
     raise InputError(
-        f"cannot convert to StableHLO: static shapes needed, and {dynamic_values} value(s) have dynamic "
+        f"cannot convert to StableHLO: static shapes needed, and {dynamic_values:,} value(s) have dynamic "
         f"ones, from {len(dynamic)} graph input(s) with dynamic dims:\n" + "\n".join(lines) + "\n"
         f"  fix them with {hint} (each <...> the size you will run with; dims of one name, one size)"
     )
@@ -491,7 +491,7 @@ def _group_line(group: ProblemGroup) -> str:
     if count == 1:
         return str(UnsupportedOp(group.kind, group.names[0] or None, group.reason))
     where = f" (nodes {names})" if names else ""
-    return f"{group.kind} x{count}{where}: {group.reason}"
+    return f"{group.kind} x{count:,}{where}: {group.reason}"
 
 
 def unsupported_report(
@@ -503,7 +503,7 @@ def unsupported_report(
     total = len(failures) + len(dynamic)
     groups = group_problems((f.op_name, f.node_name or "", f.reason) for f in failures)
     kinds = f" ({len(groups)} kind(s), the most frequent first)" if len(groups) > 1 else ""
-    text = f"cannot convert to StableHLO: {total} unsupported op(s){kinds}:"
+    text = f"cannot convert to StableHLO: {total:,} unsupported op(s){kinds}:"
     if groups:
         text += "\n" + listing(groups, _group_line)
     if dynamic:
@@ -516,7 +516,7 @@ def unsupported_report(
         named = ", ".join(f"'{node_name(op) or op.name}' ({op.name})" for op in roots[:NAMES_SHOWN])
         more = f" and {len(roots) - NAMES_SHOWN} more" if len(roots) > NAMES_SHOWN else ""
         text += (
-            f"\n  {len(dynamic)} op(s) have shapes unknown at conversion time (StableHLO here needs static "
+            f"\n  {len(dynamic):,} op(s) have shapes unknown at conversion time (StableHLO here needs static "
             f"shapes): they start at {named}{more}, whose result shapes neither the input shapes nor shape "
             "inference determine (they depend on the data, or the op's shape is not inferred)"
         )

@@ -307,12 +307,12 @@ class Lifter:
         def line(group: ProblemGroup) -> str:
             if len(group.names) == 1:
                 return f"'{group.names[0]}' ({group.kind}): {group.reason}"
-            return f"{group.kind} x{len(group.names)} (nodes {group.names_text()}): {group.reason}"
+            return f"{group.kind} x{len(group.names):,} (nodes {group.names_text()}): {group.reason}"
 
         groups = group_problems(problems)
         kinds = f" ({len(groups)} kind(s), the most frequent first)" if len(groups) > 1 else ""
         raise InputError(
-            f"the model has {len(problems)} unsupported node(s){kinds}:\n" + listing(groups, line)
+            f"the model has {len(problems):,} unsupported node(s){kinds}:\n" + listing(groups, line)
         )
 
     def lift(self) -> ModuleOp:

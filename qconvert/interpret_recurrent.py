@@ -91,13 +91,17 @@ class NumpyMath:
     def steps(self, sequence: np.ndarray) -> list[np.ndarray]:
         return list(sequence)
 
-    def pick_rows(self, arrays: Sequence[np.ndarray], indices: Sequence[int]) -> np.ndarray:
-        if all(i == indices[0] for i in indices):
-            return arrays[indices[0]]
-        return np.stack([arrays[i][b] for b, i in enumerate(indices)])
-
-    def select_rows(self, mask: Sequence[bool], then: np.ndarray, otherwise: np.ndarray) -> np.ndarray:
+    def select_rows(self, mask: np.ndarray, then: np.ndarray, otherwise: np.ndarray) -> np.ndarray:
         return np.where(np.asarray(mask)[:, None], then, otherwise)
+
+    def lengths(self, values: list[int]) -> np.ndarray:
+        return np.asarray(values, np.int64)
+
+    def length_mask(self, lengths: np.ndarray, step: int) -> np.ndarray:
+        return lengths > step
+
+    def zeros_like(self, a: np.ndarray) -> np.ndarray:
+        return np.zeros_like(a, F32)
 
     def stack(self, arrays: Sequence[np.ndarray], axis: int) -> np.ndarray:
         return np.stack(arrays, axis)
@@ -108,14 +112,30 @@ class NumpyMath:
     def scan(
         self,
         inputs: np.ndarray,
-        states: list[np.ndarray],
-        step: Callable[[np.ndarray, list[np.ndarray]], tuple[np.ndarray, list[np.ndarray]]],
+        carried: list[np.ndarray],
+        step: Callable[
+            [np.ndarray, list[np.ndarray], np.ndarray | None], tuple[np.ndarray, list[np.ndarray]]
+        ],
         backwards: bool,
+        lengths: np.ndarray | None,
+        length: int,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
-        outputs: list[np.ndarray | None] = [None] * len(inputs)
-        for index in reversed(range(len(inputs))) if backwards else range(len(inputs)):
-            outputs[index], states = step(inputs[index], states)
-        return np.stack(outputs), states  # type: ignore[arg-type]
+        count, rows = inputs.shape[0], inputs.shape[1]
+        outputs: np.ndarray | None = None
+        every_row = np.arange(rows)
+        for k in range(count):
+            if lengths is None:
+                time = np.full(rows, count - 1 - k if backwards else k)
+                active = None
+            else:
+                active = k < lengths
+                time = np.where(active, lengths - 1 - k, k) if backwards else np.full(rows, k)
+            output, carried = step(inputs[time, every_row], carried, active)
+            if outputs is None:
+                outputs = np.zeros((length, *output.shape), F32)
+            outputs[time, every_row] = output
+        assert outputs is not None, "scan over no steps"
+        return outputs, carried
 
 
 class FloatProjection:

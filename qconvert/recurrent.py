@@ -217,15 +217,27 @@ class RecurrentMath(Protocol[T]):
     def row(self, a: T, index: int) -> T: ...  # a[index]: one direction of a [D, ...] tensor
     def zeros(self, rows: int, columns: int) -> T: ...
     def steps(self, sequence: T) -> list[T]: ...  # [T, B, K] -> T arrays [B, K]
-    def pick_rows(
-        self, arrays: Sequence[T], indices: Sequence[int]
-    ) -> T: ...  # row b from arrays[indices[b]]
-    def select_rows(self, mask: Sequence[bool], then: T, otherwise: T) -> T: ...  # per row b
+    def select_rows(self, mask: T, then: T, otherwise: T) -> T: ...  # per row b, mask a row vector
     def stack(self, arrays: Sequence[T], axis: int) -> T: ...  # a new axis
     def transpose(self, a: T, permutation: Sequence[int]) -> T: ...
+    def lengths(self, values: list[int]) -> T: ...  # known sequence lengths as this executor's vector
+    def length_mask(self, lengths: T, step: int) -> T: ...  # rows with step < length
+    def zeros_like(self, a: T) -> T: ...
     def scan(
-        self, inputs: T, states: list[T], step: Callable[[T, list[T]], tuple[T, list[T]]], backwards: bool
-    ) -> tuple[T, list[T]]: ...  # a loop over inputs [n, ...]: outputs [n, ...] at their index, final states
+        self,
+        inputs: T,
+        carried: list[T],
+        step: Callable[[T, list[T], T | None], tuple[T, list[T]]],
+        backwards: bool,
+        lengths: T | None,
+        length: int,
+    ) -> tuple[T, list[T]]:
+        """The loop over time. Step k = 0 .. n-1 (n = len(inputs), the steps that run) calls
+        `step(x, carried, active)`: row b's x is `inputs[t_b, b]` and its output goes to `Y[t_b, b]`
+        (Y [length, B, H], zero where nothing is written), with t_b = k forwards, and backwards
+        `len_b - 1 - k` while the row runs (k < len_b) and k after; `active` is the row mask k < len_b,
+        None without `lengths` (every row runs all n = length steps). Returns (Y, final carried)."""
+        ...
 
 
 class Projection(Protocol[T]):
@@ -244,7 +256,9 @@ class RecurrentInputs(Generic[T]):
     initial_h: T | None
     initial_c: T | None
     peepholes: T | None  # [D, 3H]
-    sequence_lens: np.ndarray | None  # must be known (a constant, or the interpreter's run-time value)
+    sequence_lens: (
+        np.ndarray | T | None
+    )  # known values (a constant, the interpreter's input), or a run-time value
     sequence_length: int
     batch_size: int
 
@@ -309,9 +323,17 @@ def run_recurrent(
     hidden = attributes.hidden_size
     x = inputs.x if attributes.layout == 0 else math.transpose(inputs.x, (1, 0, 2))
     batch, length = inputs.batch_size, inputs.sequence_length
-    lengths = [length] * batch if inputs.sequence_lens is None else [int(v) for v in inputs.sequence_lens]
-    if len(lengths) != batch or any(not 0 <= v <= length for v in lengths):
-        raise InputError(f"sequence_lens {lengths} must hold {batch} values in [0, {length}]")
+    lengths: T | None = None  # None: every row runs every step
+    longest = length  # the steps that run (onnxruntime computes only those, and quantizes X over them)
+    if isinstance(inputs.sequence_lens, np.ndarray):
+        known = [int(v) for v in inputs.sequence_lens.reshape(-1)]
+        if len(known) != batch or any(not 0 <= v <= length for v in known):
+            raise InputError(f"sequence_lens {known} must hold {batch} values in [0, {length}]")
+        longest = max(known, default=0)
+        if any(v != length for v in known):
+            lengths = math.lengths(known)
+    elif inputs.sequence_lens is not None:
+        lengths = inputs.sequence_lens
     initial_h = inputs.initial_h
     initial_c = inputs.initial_c
     if attributes.layout == 1:
@@ -327,8 +349,8 @@ def run_recurrent(
             c0 = math.zeros(batch, hidden) if initial_c is None else math.row(initial_c, direction)
         peepholes = None if inputs.peepholes is None else math.row(inputs.peepholes, direction)
         y, h, c = _run_direction(
-            math, attributes, attributes.activations[direction], projections[direction], x_steps, lengths,
-            backwards, h0, c0, bias, peepholes, sequence_output,
+            math, attributes, attributes.activations[direction], projections[direction], x_steps[:longest],
+            lengths, length, backwards, h0, c0, bias, peepholes, sequence_output,
         )  # fmt: skip
         ys.append(y)
         hs.append(h)
@@ -341,37 +363,6 @@ def run_recurrent(
         y_h = math.transpose(y_h, (1, 0, 2))
         y_c = None if y_c is None else math.transpose(y_c, (1, 0, 2))
     return RecurrentOutputs(y_all, y_h, y_c)
-
-
-def _schedule(lengths: list[int], backwards: bool, step: int) -> tuple[list[bool], list[int]]:
-    """Which rows run at `step`, and the time index each row reads (reverse: its own sequence backwards;
-    a finished row reads its own time index, as onnxruntime's reversed input buffer holds it)."""
-    active = [step < n for n in lengths]
-    times = [(n - 1 - step if backwards and step < n else step) for n in lengths]
-    return active, times
-
-
-def _finish(
-    math: RecurrentMath[T],
-    outputs: list[T],
-    lengths: list[int],
-    backwards: bool,
-    state: T,
-    rows: int,
-    hidden: int,
-) -> tuple[list[T], T]:
-    """Per-step outputs (zero where a row had finished) in time order, and the final state (zero for
-    rows of length 0)."""
-    length = len(outputs)
-    if backwards:  # Y[t, b] is the output of step len_b - 1 - t
-        reordered = []
-        for t in range(length):
-            indices = [(n - 1 - t if t < n else t) for n in lengths]
-            reordered.append(math.pick_rows(outputs, indices))
-        outputs = reordered
-    if any(n == 0 for n in lengths):
-        state = math.select_rows([n > 0 for n in lengths], state, math.zeros(rows, hidden))
-    return outputs, state
 
 
 def lstm_cell(
@@ -444,52 +435,52 @@ def rnn_cell(
 
 def _run_direction(
     math: RecurrentMath[T], attributes: RecurrentAttributes, activations: tuple[Activation, ...],
-    projection: Projection[T], x_steps: list[T], lengths: list[int], backwards: bool, h: T, c: T | None,
-    bias: T | None, peepholes: T | None, sequence_output: bool,
+    projection: Projection[T], x_steps: list[T], lengths: T | None, length: int, backwards: bool, h: T,
+    c: T | None, bias: T | None, peepholes: T | None, sequence_output: bool,
 ) -> tuple[T, T, T | None]:  # fmt: skip
-    """One direction: (Y [T, B, H] in time order, final H, final C or None)."""
-    hidden, rows, length = attributes.hidden_size, len(lengths), len(x_steps)
-    lstm = attributes.has_cell
+    """One direction over the steps that run (`x_steps`, of `length` time steps in all): (Y [T, B, H] in
+    time order, final H, final C or None). With `lengths`, row b runs its first `len_b` steps (backwards
+    from time `len_b - 1` in reverse); its Y is zero after, its state held."""
+    hidden = attributes.hidden_size
+    zeros = math.zeros_like(h)
     fused_bias = bias  # LSTM: Wb + Rb, summed once, as onnxruntime does
-    if lstm and bias is not None:
+    if attributes.has_cell and bias is not None:
         fused_bias = math.add(math.columns(bias, 0, 4 * hidden), math.columns(bias, 4 * hidden, 4 * hidden))
 
-    def step(x_gates: T, states: list[T]) -> tuple[T, list[T]]:
-        """One step on the states the products read: [H] for a GRU, [H, C] for an LSTM."""
+    def cell(x_gates: T, states: list[T]) -> tuple[T, list[T]]:
+        """One step from the states the products read: [H] (GRU, RNN) or [H, C] (LSTM)."""
         if attributes.op_type == "RNN":
             h_new = rnn_cell(math, attributes, activations, projection, x_gates, states[0], bias)
             return h_new, [h_new]
-        if not lstm:
+        if not attributes.has_cell:
             h_new = gru_cell(math, attributes, activations, projection, x_gates, states[0], bias)
             return h_new, [h_new]
         gates = projection.hidden(states[0], x_gates)
         h_new, c_new = lstm_cell(math, attributes, activations, gates, states[1], fused_bias, peepholes)
         return h_new, [h_new, c_new]
 
-    states = [h] if c is None else [h, c]
-    if all(n == length for n in lengths) and length > 0:  # every row runs every step: one loop
-        projected = projection.inputs(x_steps)  # X_t W^T in time order; the loop walks it backwards
-        y, states = math.scan(math.stack(projected, 0), states, step, backwards)
-        return y, states[0], (states[1] if lstm else None)
-    longest = max(lengths, default=0)
-    schedules = [_schedule(lengths, backwards, s) for s in range(longest)]
-    projected = (
-        projection.inputs([math.pick_rows(x_steps, times) for _, times in schedules]) if longest else []
-    )
-    outputs: list[T] = []
-    visible = list(states)  # what the next product reads (onnxruntime's buffer of H)
-    zeros = math.zeros(rows, hidden)
-    for index in range(longest):
-        active, _ = schedules[index]
-        output, new_states = step(projected[index], visible[:1] + states[1:])
-        states = [math.select_rows(active, new, old) for new, old in zip(new_states, states, strict=True)]
+    def step(x_gates: T, carried: list[T], active: T | None) -> tuple[T, list[T]]:
+        """`carried` = [H as the next product reads it (onnxruntime's buffer), H, (C)]."""
+        visible, *states = carried
+        output, new_states = cell(x_gates, [visible, *states[1:]])
+        if active is None:
+            return output, [output, *new_states]
+        new_states = [math.select_rows(active, new, old) for new, old in zip(new_states, states, strict=True)]
         output = math.select_rows(active, output, zeros)
-        outputs.append(output)
-        visible = [output if sequence_output else states[0]]
-    outputs.extend([zeros] * (length - longest))
-    outputs, final_h = _finish(math, outputs, lengths, backwards, states[0], rows, hidden)
-    final_c = _finish(math, [], lengths, backwards, states[1], rows, hidden)[1] if lstm else None
-    return math.stack(outputs, 0), final_h, final_c
+        return output, [output if sequence_output else new_states[0], *new_states]
+
+    states = [h] if c is None else [h, c]
+    if not x_steps:  # every row has length 0
+        y = math.stack([zeros] * length, 0)
+        carried = [h, *states]
+    else:
+        projected = math.stack(projection.inputs(x_steps), 0)  # X_t W^T of the steps that run, in one go
+        y, carried = math.scan(projected, [h, *states], step, backwards, lengths, length)
+    final = carried[1:]
+    if lengths is not None:  # rows of length 0 end with zero states (onnxruntime)
+        ran = math.length_mask(lengths, 0)
+        final = [math.select_rows(ran, state, zeros) for state in final]
+    return y, final[0], (final[1] if attributes.has_cell else None)
 
 
 __all__ = [

@@ -1,9 +1,11 @@
-"""Lowerings of ONNX LSTM, GRU and com.microsoft DynamicQuantizeLSTM: every time step unrolled.
+"""Lowerings of ONNX LSTM, GRU, RNN and com.microsoft DynamicQuantizeLSTM: a `stablehlo.while` per direction.
 
 The semantics are qconvert/recurrent.py's (`run_recurrent`), run here on StableHLO values: `HloMath`
-builds each arithmetic step as ops, `FloatProjection` / `QuantizedProjection` the matrix products. The
-sequence length must be static; `sequence_lens`, when given, must be a constant (its values decide which
-rows run at each step, reading per row in reverse, and where Y is zero).
+builds each arithmetic step as ops (its `scan` is the while loop, whose body is one time step),
+`FloatProjection` / `QuantizedProjection` the matrix products. The sequence length must be static.
+`sequence_lens` may be a constant or a run-time input: each row then reads X and writes Y at its own
+time index (a `gather`, one `dynamic_update_slice` per row) and holds its state once it has finished;
+DynamicQuantizeLSTM needs it constant (onnxruntime quantizes X over the max(sequence_lens) steps).
 
 Exactness against onnxruntime:
 - LSTM / GRU (float): `stablehlo.logistic` / `tanh` and XLA's dot products: within float32 rounding of
@@ -27,7 +29,7 @@ import numpy as np
 
 from qconvert.ir.attributes import IntegerAttr
 from qconvert.ir.core import Block, Builder, GenericOp, Operation, Region, Value
-from qconvert.ir.types import F32, F64, I1, I64, RankedTensorType, element_type_of
+from qconvert.ir.types import F32, F64, I64, RankedTensorType, element_type_of
 from qconvert.numerics.onnxruntime_recurrent import LOGISTIC_MLAS, TANH_MLAS
 from qconvert.onnx_attributes import absent_positions
 from qconvert.recurrent import OP_TYPES, RecurrentInputs, op_attributes, run_recurrent
@@ -161,23 +163,19 @@ class HloMath:
     def steps(self, sequence: Value) -> list[Value]:
         return [self.row(sequence, t) for t in range(hlo.tensor_type(sequence).shape[0])]
 
-    def pick_rows(self, arrays: Sequence[Value], indices: Sequence[int]) -> Value:
-        if all(i == indices[0] for i in indices):
-            return arrays[indices[0]]
-        rows = []
-        for row, index in enumerate(indices):
-            columns = hlo.tensor_type(arrays[index]).shape[1]
-            rows.append(hlo.slice_(self.b, arrays[index], [row, 0], [row + 1, columns], [1, 1]))
-        return hlo.concatenate(self.b, rows, 0)
-
-    def select_rows(self, mask: Sequence[bool], then: Value, otherwise: Value) -> Value:
-        if all(mask):
-            return then
-        if not any(mask):
-            return otherwise
+    def select_rows(self, mask: Value, then: Value, otherwise: Value) -> Value:
         shape = hlo.tensor_type(then).shape
-        rows = self.ctx.constant(np.asarray(mask, np.bool_), I1)
-        return hlo.select(self.b, hlo.broadcast_in_dim(self.b, rows, shape, [0]), then, otherwise)
+        return hlo.select(self.b, hlo.broadcast_in_dim(self.b, mask, shape, [0]), then, otherwise)
+
+    def lengths(self, values: list[int]) -> Value:
+        return self.ctx.constant(np.asarray(values, np.int64), I64)
+
+    def length_mask(self, lengths: Value, step: int) -> Value:
+        rows = hlo.tensor_type(lengths).shape
+        return hlo.compare(self.b, "GT", lengths, self.ctx.splat(step, I64, rows))
+
+    def zeros_like(self, a: Value) -> Value:
+        return self._splat(0.0, a)
 
     def stack(self, arrays: Sequence[Value], axis: int) -> Value:
         expanded = []
@@ -192,50 +190,87 @@ class HloMath:
     def scan(
         self,
         inputs: Value,
-        states: list[Value],
-        step: Callable[[Value, list[Value]], tuple[Value, list[Value]]],
+        carried: list[Value],
+        step: Callable[[Value, list[Value], Value | None], tuple[Value, list[Value]]],
         backwards: bool,
+        lengths: Value | None,
+        length: int,
     ) -> tuple[Value, list[Value]]:
-        """A `stablehlo.while` over the leading dim of `inputs`: the body is one step, emitted once
-        (unrolling emits the step's ops per time step; XLA's compile time grows with them)."""
+        """A `stablehlo.while` over the steps: the body is one step, emitted once (unrolled steps would
+        grow XLA's compile time with the sequence). With `lengths`, each row reads (`gather`) and writes
+        (one `dynamic_update_slice` per row) at its own time index."""
         ctx, outer = self.ctx, self.b
         input_shape = hlo.tensor_type(inputs).shape
-        count, row_shape = input_shape[0], list(input_shape[1:])
+        count, rows, width = input_shape
+        output_row = list(hlo.tensor_type(carried[0]).shape)  # a step's output is shaped like H
+        buffer = ctx.splat(0.0, F32, [length, *output_row])
         index_type = RankedTensorType((), I64)
-        state_types = [v.type for v in states]
-        # The output buffer's shape comes from one step's output: the step's shape is the states' (B, H).
-        output_row = list(hlo.tensor_type(states[0]).shape)
-        buffer = ctx.splat(0.0, F32, [count, *output_row])
-        carried = [ctx.scalar(0, I64), buffer, *states]
-        types = [index_type, buffer.type, *state_types]
+        types = [index_type, buffer.type, *[v.type for v in carried]]
 
         condition = Block(types)
-        self.b = Builder(condition)
-        ctx.builder = self.b
+        self._enter(Builder(condition))
         more = hlo.compare(self.b, "LT", condition.arguments[0], ctx.scalar(count, I64))
         self.b.insert(GenericOp("stablehlo.return", [more], []))
 
         body = Block(types)
-        self.b = Builder(body)
-        ctx.builder = self.b
+        self._enter(Builder(body))
         index, acc, *current = body.arguments
-        time = hlo.subtract(self.b, ctx.scalar(count - 1, I64), index) if backwards else index
         zero = ctx.scalar(0, I64)
-        starts = [time] + [zero] * len(row_shape)
-        row = _dynamic_slice(self.b, inputs, starts, [1, *row_shape])
-        output, new_states = step(hlo.reshape(self.b, row, row_shape), list(current))
-        update = hlo.reshape(self.b, output, [1, *output_row])
-        acc = _dynamic_update_slice(self.b, acc, update, [time] + [zero] * len(output_row))
+        if lengths is None:
+            time = hlo.subtract(self.b, ctx.scalar(count - 1, I64), index) if backwards else index
+            row = _dynamic_slice(self.b, inputs, [time, zero, zero], [1, rows, width])
+            output, new_carried = step(hlo.reshape(self.b, row, [rows, width]), list(current), None)
+            update = hlo.reshape(self.b, output, [1, *output_row])
+            acc = _dynamic_update_slice(self.b, acc, update, [time, zero, zero])
+        else:
+            steps = hlo.broadcast_in_dim(self.b, index, [rows], [])
+            active = hlo.compare(self.b, "LT", steps, lengths)
+            times = steps
+            if backwards:
+                own = hlo.subtract(self.b, hlo.subtract(self.b, lengths, ctx.splat(1, I64, [rows])), steps)
+                times = hlo.select(self.b, active, own, steps)
+            x = self._gather_rows(inputs, times)
+            output, new_carried = step(x, list(current), active)
+            for b in range(rows):  # Y[t_b, b] = output[b]
+                time = hlo.reshape(self.b, hlo.slice_(self.b, times, [b], [b + 1], [1]), [])
+                update = hlo.reshape(self.b, self.row_range(output, slice(b, b + 1)), [1, 1, output_row[1]])
+                acc = _dynamic_update_slice(self.b, acc, update, [time, ctx.scalar(b, I64), zero])
         following = hlo.add(self.b, index, ctx.scalar(1, I64))
-        self.b.insert(GenericOp("stablehlo.return", [following, acc, *new_states], []))
+        self.b.insert(GenericOp("stablehlo.return", [following, acc, *new_carried], []))
 
-        self.b = outer
-        ctx.builder = outer
+        self._enter(outer)
+        initial = [ctx.scalar(0, I64), buffer, *carried]
         loop = outer.insert(
-            GenericOp("stablehlo.while", carried, types, {}, [Region([condition]), Region([body])])
+            GenericOp("stablehlo.while", initial, types, {}, [Region([condition]), Region([body])])
         )
         results = list(loop.results)
         return results[1], results[2:]
+
+    def _enter(self, builder: Builder) -> None:
+        """Emit at `builder` from now on (this object's ops and the context's helpers)."""
+        self.b = builder
+        self.ctx.builder = builder
+
+    def _gather_rows(self, inputs: Value, times: Value) -> Value:
+        """`inputs[times[b], b]` for each row b: [T, B, G] and i64 [B] -> [B, G]."""
+        _, rows, width = hlo.tensor_type(inputs).shape
+        row_index = hlo.iota(self.b, RankedTensorType((rows,), I64), 0)
+        pairs = hlo.concatenate(
+            self.b,
+            [hlo.reshape(self.b, times, [rows, 1]), hlo.reshape(self.b, row_index, [rows, 1])],
+            1,
+        )
+        return hlo.gather(
+            self.b,
+            inputs,
+            pairs,
+            RankedTensorType((rows, width), F32),
+            offset_dims=[1],
+            collapsed_slice_dims=[0, 1],
+            start_index_map=[0, 1],
+            index_vector_dim=1,
+            slice_sizes=[1, 1, width],
+        )
 
 
 def _dynamic_slice(builder: Builder, operand: Value, starts: Sequence[Value], sizes: Sequence[int]) -> Value:
@@ -355,11 +390,15 @@ def lower_recurrent(ctx: LoweringContext, op: Operation) -> list[Value]:
         ctx.unsupported(f"{op_type} on {element_type_of(x.type)} (float32 only)")
     x_shape = hlo.tensor_type(x).shape
     length, batch = (x_shape[0], x_shape[1]) if attributes.layout == 0 else (x_shape[1], x_shape[0])
-    lens = None
+    lens: np.ndarray | Value | None = None
     if ctx.source_input(op, positions["sequence_lens"]) is not None:
         lens = constant_input(ctx, op, positions["sequence_lens"])
         if lens is None:
-            ctx.unsupported("sequence_lens must be a constant (the steps each row runs are unrolled)")
+            if op_type == "DynamicQuantizeLSTM":  # X's dynamic range spans the steps that run
+                ctx.unsupported(
+                    "sequence_lens given at run time (onnxruntime quantizes X over max(sequence_lens) steps)"
+                )
+            lens = ctx.convert(ctx.input(op, positions["sequence_lens"]), I64)  # type: ignore[arg-type]
     math = HloMath(ctx, mlas_activations=op_type == "DynamicQuantizeLSTM")
     directions = attributes.num_directions
     projections: list = []
@@ -395,7 +434,7 @@ def lower_recurrent(ctx: LoweringContext, op: Operation) -> list[Value]:
         initial_h=optional("initial_h"),
         initial_c=optional("initial_c"),
         peepholes=optional("P"),
-        sequence_lens=None if lens is None else np.asarray(lens).reshape(-1),
+        sequence_lens=lens.reshape(-1) if isinstance(lens, np.ndarray) else lens,
         sequence_length=length,
         batch_size=batch,
     )

@@ -272,19 +272,31 @@ def test_attributes_match_onnxruntime(
         assert np.all(expected[0][3:, :, 1] == 0) and np.all(xla[0][3:, :, 1] == 0)
 
 
-def test_sequence_lens_at_run_time_is_reported() -> None:
-    """sequence_lens fed at run time cannot be unrolled: the converter names the op and the reason."""
+@pytest.mark.engine
+def test_sequence_lens_at_run_time_matches_onnxruntime() -> None:
+    """sequence_lens fed as a graph input: the while loop reads and writes each row at its own time."""
+    inputs: dict[str, np.ndarray | None] = {
+        "X": RNG.normal(size=(4, 3, 4)).astype(np.float32),
+        "sequence_lens": np.array([4, 1, 3], np.int32),
+    }
+    model, feeds = lstm_graph("LSTM", 5, inputs, weights("LSTM", 2, 5, 4), direction="bidirectional")
+    expected = ort_run(model, feeds)
+    interpreted, xla = ours(model, feeds)
+    assert_close(interpreted, expected, FLOAT_BOUND, "interpreter")
+    assert_close(xla, expected, FLOAT_BOUND, "xla")
+    assert np.all(xla[0][1:, :, 1] == 0) and np.all(xla[0][3:, :, 2] == 0) and np.any(xla[0][2, :, 2] != 0)
+
+
+def test_quantized_lstm_sequence_lens_at_run_time_is_reported() -> None:
+    """DynamicQuantizeLSTM quantizes X over max(sequence_lens) steps: with the lengths known only at run
+    time the converter refuses it, naming the op and the reason."""
     require_module("jax")
     from qconvert.backends.stablehlo.convert import stablehlo_text
     from qconvert.errors import InputError
     from qconvert.frontends.onnx import import_onnx
 
-    inputs = {
-        "X": RNG.normal(size=(3, 2, 4)).astype(np.float32),
-        "sequence_lens": np.array([3, 1], np.int32),
-    }
-    model, _ = lstm_graph("LSTM", 5, inputs, weights("LSTM", 1, 5, 4))
-    with pytest.raises(InputError, match="sequence_lens must be a constant"):
+    model, _ = quantized_lstm_node("forward", [5, 2, 4], ["Y"], False, False, lengths_at_run_time=True)
+    with pytest.raises(InputError, match=r"DynamicQuantizeLSTM.*sequence_lens given at run time"):
         stablehlo_text(import_onnx(model), form="qdq")
 
 
@@ -311,7 +323,12 @@ def test_mlas_activations_equal_onnxruntime() -> None:
 
 # DynamicQuantizeLSTM nodes quantize_dynamic does not write -------------------------------------------
 def quantized_lstm_node(
-    direction: str, lengths: list[int] | None, outputs: list[str], unsigned: bool, peepholes: bool
+    direction: str,
+    lengths: list[int] | None,
+    outputs: list[str],
+    unsigned: bool,
+    peepholes: bool,
+    lengths_at_run_time: bool = False,
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """One com.microsoft DynamicQuantizeLSTM with int8 (per column) or uint8 (per direction, zero point
     not 0) weights, initial states, optional sequence_lens / peepholes, and the given outputs."""
@@ -336,7 +353,7 @@ def quantized_lstm_node(
         "R_scale": RNG.uniform(0.002, 0.01, r_zero.shape).astype(np.float32),
         "R_zero_point": r_zero,
     }
-    if lengths is not None:
+    if lengths is not None and not lengths_at_run_time:
         constants["sequence_lens"] = np.array(lengths, np.int32)
     if peepholes:
         constants["P"] = RNG.normal(scale=0.5, size=(directions, 3 * hidden)).astype(np.float32)
@@ -347,6 +364,8 @@ def quantized_lstm_node(
         "initial_h": RNG.normal(scale=0.5, size=(directions, batch, hidden)).astype(np.float32),
         "initial_c": RNG.normal(scale=0.5, size=(directions, batch, hidden)).astype(np.float32),
     }
+    if lengths is not None and lengths_at_run_time:
+        feeds["sequence_lens"] = np.array(lengths, np.int32)
     names = [n if n in constants or n in feeds else "" for n in order]
     shapes = {"Y": [steps, directions, batch, hidden], "Y_h": [directions, batch, hidden]}
     shapes["Y_c"] = shapes["Y_h"]
@@ -364,7 +383,10 @@ def quantized_lstm_node(
     graph = helper.make_graph(
         [node],
         "quantized_lstm",
-        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in feeds.items()],
+        [
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for k, v in feeds.items()
+        ],
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes[o]) for o in outputs],
         [numpy_helper.from_array(v, k) for k, v in constants.items()],
     )

@@ -28,9 +28,10 @@ import itertools
 import numpy as np
 
 from qconvert import numerics
+from qconvert.ir.attributes import OpaqueAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.quant_types import QuantizedType, uniform_params
-from qconvert.ir.types import F32, element_type_of
+from qconvert.ir.types import F32, RankedTensorType, element_type_of
 from qconvert.numerics import UniformParams
 from qconvert.numerics.onnxruntime_kernels import (
     qgemm_multiplier_onnxruntime,
@@ -41,6 +42,7 @@ from qconvert.numerics.onnxruntime_kernels import (
 )
 
 from . import ops as hlo
+from . import quant_fusion
 from .integer_arithmetic import (
     I32,
     along,
@@ -55,7 +57,7 @@ from .integer_arithmetic import (
     static_operands,
     storage,
 )
-from .lowering import LoweringContext, lowers, storage_element_type
+from .lowering import Form, LoweringContext, lowers, storage_element_type
 from .onnx_integer import integer_convolution
 from .onnx_nn import _ints, matmul
 
@@ -89,6 +91,60 @@ def _weight_params(ctx: LoweringContext, value: Value) -> UniformParams:
     return uniform_params(_quant_type(ctx, value))
 
 
+# The quantized form's contractions ------------------------------------------------------------------------
+def quantized_dot(
+    ctx: LoweringContext,
+    op: Operation,
+    lhs: Value,
+    rhs: Value,
+    bias: Value | None,
+    transposes: tuple[bool, bool],
+) -> Value | None:
+    """QLinearMatMul / QGemm in the `quantized` form as StableHLO quantized ops, built as quant_fusion.py
+    builds a fused contraction (its helpers): an i8 x i8 `dot_general` into the i32 accumulator type
+    `!quant.uniform<i32:f32[:axis], f32(s_a * s_b)>` (exact), the int32 bias added in that type, then
+    `quant_fusion.requantize` (uniform_quantize where it equals onnxruntime's `requantize_mlas`: output zero
+    point 0 or `--semantics stablehlo`; else `requantize_mlas` written out). None when the op does not fit
+    what StableHLO's quantized ops and quant-to-math accept (then it is written out in integer arithmetic):
+    signed i8 per-tensor A and output, signed i8 B with zero points 0, per tensor or per output column,
+    2-D B, bias 1-D."""
+    if ctx.form is not Form.QUANTIZED:
+        return None
+    b = ctx.builder
+    try:
+        lhs_type = quant_fusion._per_tensor_signed_8bit(op.operands[0].type, "A")
+        output_type = quant_fusion._per_tensor_signed_8bit(op.results[0].type, "the output")
+        rhs_type = _quant_type(ctx, op.operands[1])
+        if len(hlo.tensor_type(rhs).shape) != 2 or len(hlo.tensor_type(lhs).shape) < 2:
+            return None
+        if transposes[0]:
+            lhs = quant_fusion._transpose(b, lhs, [1, 0])
+        if transposes[1]:
+            rhs = quant_fusion._transpose(b, rhs, [1, 0])
+        scales, per_axis = quant_fusion._weight_scales(element_type_of(rhs.type), 1, "B")  # type: ignore[arg-type]
+    except quant_fusion.NotFused:
+        return None
+    del rhs_type
+    lhs_shape, rhs_shape = hlo.tensor_type(lhs).shape, hlo.tensor_type(rhs).shape
+    result_shape = (*lhs_shape[:-1], rhs_shape[1])
+    axis = len(result_shape) - 1
+    if bias is not None and tuple(hlo.tensor_type(bias).shape) != (rhs_shape[1],):
+        return None
+    acc_type = quant_fusion._accumulator_type(lhs_type, scales, per_axis, axis, rhs_shape[1], None)
+    last = len(lhs_shape) - 1
+    numbers = f"#stablehlo.dot<lhs_contracting_dimensions = [{last}], rhs_contracting_dimensions = [0]>"
+    acc = quant_fusion._typed(
+        b,
+        "stablehlo.dot_general",
+        [lhs, rhs],
+        RankedTensorType(tuple(result_shape), acc_type),
+        dot_dimension_numbers=OpaqueAttr(numbers),
+    )
+    if bias is not None:
+        acc = quant_fusion._add_bias(b, acc, ctx.convert(bias, I32), axis)
+    return quant_fusion.requantize(ctx, b, acc, output_type, tuple(result_shape))
+
+
 # Contractions -------------------------------------------------------------------------------------------
 @lowers("qconvert.qlinear_matmul")
 def lower_qlinear_matmul(ctx: LoweringContext, op: Operation) -> list[Value]:
@@ -96,6 +152,9 @@ def lower_qlinear_matmul(ctx: LoweringContext, op: Operation) -> list[Value]:
     a_type, a_scale, _ = _per_tensor(ctx, op.operands[0], "QLinearMatMul's input a")
     b_type = _quant_type(ctx, op.operands[1])
     y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "QLinearMatMul's output")
+    fused = quantized_dot(ctx, op, a, b, None, (False, False))
+    if fused is not None:
+        return [fused]
     accumulator = matmul(ctx, centered_quantized(ctx, a, a_type), centered_quantized(ctx, b, b_type))
     shape = hlo.tensor_type(accumulator).shape
     multiplier = numerics.requantize_scale_onnxruntime(a_scale, uniform_params(b_type).scale, y_scale)
@@ -126,6 +185,13 @@ def lower_qgemm(ctx: LoweringContext, op: Operation) -> list[Value]:
     operands = static_operands(ctx, op)
     a_type, a_scale, _ = _per_tensor(ctx, op.operands[0], "QGemm's input A")
     b_type = _quant_type(ctx, op.operands[1])
+    alpha = float(ctx.attribute(op, "alpha", 1.0))  # type: ignore[arg-type]
+    if alpha == 1.0 and isinstance(element_type_of(op.results[0].type), QuantizedType):
+        transposes = (bool(ctx.attribute(op, "transA", 0)), bool(ctx.attribute(op, "transB", 0)))
+        bias = operands[2] if len(operands) > 2 else None
+        fused = quantized_dot(ctx, op, operands[0], operands[1], bias, transposes)
+        if fused is not None:
+            return [fused]
     a = centered_quantized(ctx, operands[0], a_type)
     b = centered_quantized(ctx, operands[1], b_type)
     if int(ctx.attribute(op, "transA", 0)):  # type: ignore[arg-type]
@@ -138,7 +204,6 @@ def lower_qgemm(ctx: LoweringContext, op: Operation) -> list[Value]:
         accumulator = hlo.add(
             ctx.builder, accumulator, ctx.broadcast_to(ctx.convert(operands[2], I32), shape)
         )
-    alpha = float(ctx.attribute(op, "alpha", 1.0))  # type: ignore[arg-type]
     b_scale = uniform_params(b_type).scale
     result_element = element_type_of(op.results[0].type)
     if not isinstance(result_element, QuantizedType):

@@ -558,3 +558,41 @@ def test_qlinear_softmax(dtype: type, shape: tuple[int, ...], axis: int, opset: 
         model = build(node, {"x": x}, initializers)
         expected = onnxruntime_outputs(model, {"x": x})[0]
         assert_bit_exact("interpreter", np.asarray(interpret(import_onnx(model), {"x": x})["y"]), expected)
+
+
+@pytest.mark.parametrize("op_type", ["QLinearMatMul", "QGemm"])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("y_zero", [0, -3])
+def test_quantized_form_contracts_with_quantized_ops(op_type: str, per_column: bool, y_zero: int) -> None:
+    """Signed 8-bit operands with weight zero points 0: the quantized form is a quantized dot_general into
+    an i32 accumulator type (then uniform_quantize for y_zero 0, onnxruntime's requantize written out
+    otherwise), bit-exact like the written-out forms."""
+    require_module("jax")
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+
+    rng = np.random.default_rng(17)
+    shape = (8,) if per_column else ()
+    a = random_q(rng, np.int8, (6, 16))
+    initializers = {
+        "as": np.float32(0.03),
+        "az": np.array(-5, np.int8),
+        "bs": rng.uniform(0.001, 0.02, shape).astype(np.float32),
+        "bz": np.zeros(shape, np.int8),
+        "ys": np.float32(0.05),
+        "yz": np.array(y_zero, np.int8),
+    }
+    if op_type == "QLinearMatMul":
+        initializers["b"] = random_q(rng, np.int8, (16, 8))
+        names = ["a", "as", "az", "b", "bs", "bz", "ys", "yz"]
+        node = helper.make_node(op_type, names, ["y"], name="mm")
+    else:  # transposed B and an int32 bias
+        initializers["b"] = random_q(rng, np.int8, (8, 16))
+        initializers["c"] = rng.integers(-3000, 3000, 8).astype(np.int32)
+        names = ["a", "as", "az", "b", "bs", "bz", "c", "ys", "yz"]
+        node = helper.make_node(op_type, names, ["y"], domain=MS, name="mm", transB=1)
+    lowered_as = "qconvert.qlinear_matmul" if op_type == "QLinearMatMul" else "qconvert.qgemm"
+    check_node(node, {"a": a}, initializers, lowered_as)
+    text = stablehlo_text(import_onnx(build(node, {"a": a}, initializers)), form="quantized")
+    dots = [line for line in text.splitlines() if '"stablehlo.dot_general"' in line]
+    assert len(dots) == 1 and "-> tensor<6x8x!quant.uniform<i32:f32" in dots[0], dots
+    assert ("stablehlo.uniform_quantize" in text) == (y_zero == 0)

@@ -2,13 +2,16 @@
 `qconvert.qgemm`), bit for bit as onnxruntime's CPU kernels compute them (qconvert/numerics/
 onnxruntime_kernels.py; the interpreter runs the same rules).
 
-Every op is written out in integer / f32 arithmetic (integer_arithmetic.py) in every form; in the
-`quantized` and `qdq` forms its operands and result keep their `!quant.uniform` types (bitcasts at the
-boundary, the result marked with a `qconvert.note`), since no StableHLO quantized op computes these
-kernels' numbers: they add the zero point after rounding (`requantize_mlas`) or before it through FMAs
-(QLinearAdd), round the f32 product first (QLinearMul), look results up in tables (QLinearSigmoid,
-QLinearLeakyRelu, QLinearConcat), and most QOperator models hold u8 activations, which
-stablehlo-legalize-quant-to-math reads as signed (quant.NOTE_UNSIGNED).
+Every op is written out in integer / f32 arithmetic (integer_arithmetic.py) in the `integer` form, and in
+the `qdq` and `quantized` forms too, with its operands and result keeping their `!quant.uniform` types
+(bitcasts at the boundary, the result marked with a `qconvert.note`), since no StableHLO quantized op
+computes these kernels' numbers: they add the zero point after rounding (`requantize_mlas`) or before it
+through FMAs (QLinearAdd), round the f32 product first (QLinearMul), look results up in tables
+(QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearSoftmax), and many QOperator models hold u8
+activations, which stablehlo-legalize-quant-to-math reads as signed (quant.NOTE_UNSIGNED). The exception:
+in the `quantized` form, QLinearMatMul and QGemm on signed 8-bit values with weight zero points 0 are a
+quantized `dot_general` into an i32 accumulator type, built as quant_fusion.py builds fused contractions
+(`quantized_dot`), which is exact.
 
 - QLinearConv / QLinearMatMul / QGemm: exact i32 accumulation of the centered operands (+ the int32 bias /
   C), then `requantize_mlas` with the f32 multiplier of numerics (per output channel / column), or for

@@ -162,17 +162,26 @@ def _has_subgraph(node: NodeProto) -> bool:
     return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute)
 
 
-def _shape_value(node: NodeProto, type_proto: TypeProto) -> np.ndarray:
-    """Shape / Size of a statically typed tensor (Shape's start / end as in the spec, clamped)."""
-    shape = np.asarray([d.dim_value for d in type_proto.tensor_type.shape.dim], dtype=np.int64)
-    if node.op_type == "Size":
-        return np.asarray(np.prod(shape, dtype=np.int64), dtype=np.int64)
-    rank = len(shape)
-    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    start, end = int(attributes.get("start", 0)), int(attributes.get("end", rank))
-    start = min(max(start + rank if start < 0 else start, 0), rank)
-    end = min(max(end + rank if end < 0 else end, 0), rank)
-    return shape[start:end]
+def _shape_value(node: NodeProto, type_proto: TypeProto | None) -> np.ndarray | None:
+    """Shape / Size of a typed tensor when the dims it reads are static (Shape's start / end as in the
+    spec, clamped: `x.shape[1:]` of a tensor with a dynamic batch is known), else None."""
+    if type_proto is None or type_proto.WhichOneof("value") != "tensor_type":
+        return None
+    if not type_proto.tensor_type.HasField("shape"):
+        return None
+    dims = list(type_proto.tensor_type.shape.dim)
+    rank = len(dims)
+    start, end = 0, rank
+    if node.op_type == "Shape":
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        start, end = int(attributes.get("start", 0)), int(attributes.get("end", rank))
+        start = min(max(start + rank if start < 0 else start, 0), rank)
+        end = min(max(end + rank if end < 0 else end, 0), rank)
+    read = dims[start:end]
+    if not all(d.HasField("dim_value") for d in read):
+        return None
+    shape = np.asarray([d.dim_value for d in read], dtype=np.int64)
+    return np.asarray(np.prod(shape, dtype=np.int64), dtype=np.int64) if node.op_type == "Size" else shape
 
 
 def _evaluate(model: ModelProto, node: NodeProto, known: Mapping[str, np.ndarray]) -> list[np.ndarray] | None:
@@ -221,10 +230,10 @@ def _fold_round(
         if not all(_is_integral(types.get(name)) for name in node.output if name):
             continue  # shape computations are integers: float values (weights, activations) are not folded
         if node.op_type in ("Shape", "Size"):
-            type_proto = types.get(node.input[0]) if node.input else None
-            if type_proto is None or not is_static(type_proto):
+            value = _shape_value(node, types.get(node.input[0]) if node.input else None)
+            if value is None:
                 continue
-            arrays: list[np.ndarray] | None = [_shape_value(node, type_proto)]
+            arrays: list[np.ndarray] | None = [value]
         else:
             present = [name for name in node.input if name]
             if not present and node.op_type != "Constant":

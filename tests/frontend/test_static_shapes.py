@@ -317,3 +317,39 @@ def test_unliftable_nodes_are_grouped() -> None:
         "  'custom' (onnx.my.domain.Fancy, opset None): "
         "domain 'my.domain' is not in the model's opset_import",
     ]
+
+
+def test_static_dims_of_a_dynamic_input_fold_too() -> None:
+    """`x.shape[1:]` of x[N, 3, 4] is known without pinning N: Range(0, prod(x.shape[1:]), 1) gets the static
+    type [12], where onnx's own inference (data propagation on) leaves it dynamic."""
+    from qconvert.frontends.onnx.load import load
+
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["x"], ["tail"], start=1),
+        n("ReduceProd", ["tail"], ["count"], keepdims=0),
+        n("Range", ["zero", "count", "one"], ["r"]),
+    ]
+    scalars = [
+        onnx.numpy_helper.from_array(np.array(v, np.int64), name) for name, v in (("zero", 0), ("one", 1))
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4])],
+        [helper.make_tensor_value_info("r", TensorProto.INT64, None)],
+        initializer=scalars,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+    def dims(proto: onnx.ModelProto, name: str) -> list[object]:
+        info = next(i for i in [*proto.graph.value_info, *proto.graph.output] if i.name == name)
+        return [
+            d.dim_value if d.HasField("dim_value") else d.dim_param for d in info.type.tensor_type.shape.dim
+        ]
+
+    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    assert dims(inferred, "r") != [12]  # onnx's inference alone does not know it
+    loaded, error = load(model)
+    assert error is None
+    assert dims(loaded, "r") == [12]

@@ -194,9 +194,10 @@ def round_to_float32(ctx: LoweringContext, value: Value) -> Value:
 
 
 def float32_fma(ctx: LoweringContext, a: Value, b_: Value, c: Value) -> Value:
-    """numerics `float32_fma`: `fma(a, b, c)` in f32 with one rounding, for `a` an integer of at most 29 bits
-    (so `a * b` is exact in f64). The f64 sum is rounded to odd (two-sum error term; one step toward it
-    when the rounded sum is even), so that converting it to f32 rounds correctly."""
+    """numerics `float32_fma`: `fma(a, b, c)` of f32 tensors with one rounding, as `vfmadd*ps` computes it.
+    The product is exact in f64 (two f32 of 24 significant bits each); the f64 sum is rounded to odd
+    (two-sum error term; one step toward it when the rounded sum is even), so that converting it to f32
+    rounds correctly."""
     b = ctx.builder
     shape = hlo.tensor_type(a).shape
     product = hlo.multiply(b, ctx.convert(a, F64), ctx.convert(b_, F64))

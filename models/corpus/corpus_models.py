@@ -271,7 +271,7 @@ def build_t5() -> Any:
 # ----------------------------------------------------------------------------------------------------------
 # Speech models (random weights)
 
-FEATURES, FRAMES, SYMBOLS = 40, 24, 32
+FEATURES, FRAMES, SYMBOLS = 40, 16, 32
 
 
 def speech_batch(rng: np.random.Generator, batch: int) -> dict[str, np.ndarray]:

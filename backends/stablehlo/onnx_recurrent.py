@@ -160,8 +160,17 @@ class HloMath:
     def zeros(self, rows: int, columns: int) -> Value:
         return self.ctx.splat(0.0, F32, (rows, columns))
 
-    def steps(self, sequence: Value) -> list[Value]:
-        return [self.row(sequence, t) for t in range(hlo.tensor_type(sequence).shape[0])]
+    def leading(self, sequence: Value, count: int) -> Value:
+        shape = hlo.tensor_type(sequence).shape
+        if count == shape[0]:
+            return sequence
+        return hlo.slice_(self.b, sequence, [0] * len(shape), [count, *shape[1:]], [1] * len(shape))
+
+    def flat_rows(self, sequence: Value, apply: Callable[[Value], Value]) -> Value:
+        """`apply` on [n, B, K] seen as [n * B, K] rows (time-major, as onnxruntime lays X out), back."""
+        count, rows, width = hlo.tensor_type(sequence).shape
+        result = apply(hlo.reshape(self.b, sequence, [count * rows, width]))
+        return hlo.reshape(self.b, result, [count, rows, hlo.tensor_type(result).shape[1]])
 
     def select_rows(self, mask: Value, then: Value, otherwise: Value) -> Value:
         shape = hlo.tensor_type(then).shape
@@ -297,17 +306,8 @@ class FloatProjection:
     def _times_transposed(self, a: Value, weights: Value) -> Value:
         return hlo.dot_general(self.math.b, a, weights, lhs_contracting=[1], rhs_contracting=[1])
 
-    def inputs(self, steps: list[Value]) -> list[Value]:
-        rows = hlo.tensor_type(steps[0]).shape[0]
-        joined = steps[0] if len(steps) == 1 else hlo.concatenate(self.math.b, steps, 0)
-        product = self._times_transposed(joined, self.w)
-        if len(steps) == 1:
-            return [product]
-        columns = hlo.tensor_type(product).shape[1]
-        return [
-            hlo.slice_(self.math.b, product, [s * rows, 0], [(s + 1) * rows, columns], [1, 1])
-            for s in range(len(steps))
-        ]
+    def inputs(self, sequence: Value) -> Value:
+        return self.math.flat_rows(sequence, lambda rows: self._times_transposed(rows, self.w))
 
     def hidden(self, h: Value, onto: Value | None, gate: slice | None = None) -> Value:
         weights = self.r
@@ -347,15 +347,8 @@ class QuantizedProjection:
         ctx.note(product, NOTE_QUANTIZED_LSTM)
         return product if onto is None else hlo.add(b, product, onto)
 
-    def inputs(self, steps: list[Value]) -> list[Value]:
-        rows = hlo.tensor_type(steps[0]).shape[0]
-        joined = steps[0] if len(steps) == 1 else hlo.concatenate(self.math.b, steps, 0)
-        product = self._product(joined, self.w, self.w_scale, None)
-        columns = hlo.tensor_type(product).shape[1]
-        return [
-            hlo.slice_(self.math.b, product, [s * rows, 0], [(s + 1) * rows, columns], [1, 1])
-            for s in range(len(steps))
-        ]
+    def inputs(self, sequence: Value) -> Value:  # every step's rows quantized as one tensor
+        return self.math.flat_rows(sequence, lambda rows: self._product(rows, self.w, self.w_scale, None))
 
     def hidden(self, h: Value, onto: Value | None, gate: slice | None = None) -> Value:
         assert gate is None, "DynamicQuantizeLSTM has no per-gate products"

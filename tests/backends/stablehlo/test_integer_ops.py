@@ -209,6 +209,12 @@ def test_qlinear_conv(dtype: type, per_channel: bool, ties: bool) -> None:
         "b": rng.integers(-2000, 2000, channels).astype(np.int32),
     }
     check_node(node, {"x": x}, initializers, "qconvert.qlinear_conv")
+    if dtype is np.int8:  # signed 8-bit, weight zero points 0: a quantized convolution in the quantized form
+        from qconvert.backends.stablehlo.convert import stablehlo_text
+
+        text = stablehlo_text(import_onnx(build(node, {"x": x}, initializers)), form="quantized")
+        convolutions = [line for line in text.splitlines() if '"stablehlo.convolution"' in line]
+        assert len(convolutions) == 1 and "x!quant.uniform<i32:f32" in convolutions[0], convolutions
 
 
 @pytest.mark.parametrize(

@@ -372,6 +372,8 @@ def lower_trilu(ctx: LoweringContext, op: Operation) -> list[Value]:
     k = 0 if k_array is None else int(k_array[0])
     upper = bool(int(ctx.attribute(op, "upper", 1)))  # type: ignore[arg-type]
     rows, columns = shape[-2], shape[-1]
+    if 0 in shape:
+        return [x]  # nothing to mask
     # The mask is known at conversion time: upper keeps column - row >= k, lower column - row <= k.
     difference = np.arange(columns)[None, :] - np.arange(rows)[:, None]
     mask = difference >= k if upper else difference <= k

@@ -112,9 +112,14 @@ def lower_space_to_depth(ctx: LoweringContext, op: Operation) -> list[Value]:
     block = int(ctx.attribute(op, "blocksize"))  # type: ignore[arg-type]
     if h % block or w % block:
         ctx.unsupported(f"SpaceToDepth blocksize {block} for a {h}x{w} input")
+    mode = str(ctx.attribute(op, "mode", "DCR"))  # the attribute exists since opset 28
+    if mode not in ("DCR", "CRD"):
+        ctx.unsupported(f"SpaceToDepth mode={mode!r}")
     b = ctx.builder
     split = hlo.reshape(b, x, [n, c, h // block, block, w // block, block])
-    moved = hlo.transpose(b, split, [0, 3, 5, 1, 2, 4])
+    # DCR: output channel (bh * block + bw) * C + c; CRD: c * block² + bh * block + bw.
+    permutation = [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]
+    moved = hlo.transpose(b, split, permutation)
     return [hlo.reshape(b, moved, [n, c * block * block, h // block, w // block])]
 
 

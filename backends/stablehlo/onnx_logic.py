@@ -83,14 +83,16 @@ def lower_is_inf(ctx: LoweringContext, op: Operation) -> list[Value]:
 
 @lowers_folding("onnx.BitShift")
 def lower_bit_shift(ctx: LoweringContext, op: Operation) -> list[Value]:
-    """Unsigned shifts (ONNX types BitShift for uint8..uint64); a shift by the width or more gives 0,
-    as stablehlo's shifts define it."""
+    """Unsigned types shift logically; signed ones (opset 28) shift right arithmetically. A shift by the
+    width or more (or a negative one, read as unsigned) gives 0, or -1 for a negative value shifted
+    right: stablehlo's shift semantics."""
     lhs, rhs = ctx.broadcast_operands(ctx.operands(op))
     element = element_type_of(lhs.type)
     if not isinstance(element, IntegerType):
         ctx.unsupported(f"BitShift of {element}")
     direction = str(ctx.attribute(op, "direction", ""))
-    name = {"LEFT": "stablehlo.shift_left", "RIGHT": "stablehlo.shift_right_logical"}.get(direction)
+    right = "stablehlo.shift_right_logical" if element.is_unsigned else "stablehlo.shift_right_arithmetic"
+    name = {"LEFT": "stablehlo.shift_left", "RIGHT": right}.get(direction)
     if name is None:
         ctx.unsupported(f"BitShift direction={direction!r}")
     return [ctx.builder.insert(GenericOp(name, [lhs, rhs], [lhs.type], {})).result]

@@ -241,14 +241,13 @@ def lower_shrink(ctx: LoweringContext, op: Operation) -> list[Value]:
 
 @lowers_folding("onnx.Mod")
 def lower_mod(ctx: LoweringContext, op: Operation) -> list[Value]:
-    """fmod=1: C's fmod (the sign of the dividend, stablehlo.remainder); fmod=0 (integers): the sign of
-    the divisor, as Python's %, so a non-zero remainder of the other sign gets the divisor added."""
+    """fmod=1: C's fmod (the sign of the dividend, stablehlo.remainder); fmod=0: the sign of the divisor,
+    as Python's %, so a non-zero remainder of the other sign gets the divisor added (for floats too,
+    which onnxruntime and opset 28's tests accept)."""
     lhs, rhs = ctx.broadcast_operands(ctx.operands(op))
     b = ctx.builder
     element = element_type_of(lhs.type)
     use_fmod = int(ctx.attribute(op, "fmod", 0))  # type: ignore[arg-type]
-    if isinstance(element, FloatType) and not use_fmod:
-        ctx.unsupported("Mod of floats with fmod=0 (ONNX requires fmod=1 for floats)")
     remainder = hlo.remainder(b, lhs, rhs)
     if use_fmod or (isinstance(element, IntegerType) and element.is_unsigned):
         return [remainder]

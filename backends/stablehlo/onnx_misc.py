@@ -21,9 +21,13 @@ from .onnx_shape import normalize_axis
 
 @lowers_folding("onnx.CastLike")
 def lower_cast_like(ctx: LoweringContext, op: Operation) -> list[Value]:
-    """Cast input 0 to input 1's element type, with Cast's rules (float -> int truncates)."""
+    """Cast input 0 to input 1's element type, with Cast's rules (float -> int truncates); the types
+    Cast lowers (no float8, no sub-byte integers)."""
     x, like = ctx.operands(op)
-    return [ctx.convert(x, element_type_of(like.type))]
+    target = element_type_of(like.type)
+    if target not in ONNX_ELEMENT_TYPES.values():
+        ctx.unsupported(f"CastLike to {target} (the StableHLO lowering covers numeric types without float8)")
+    return [ctx.convert(x, target)]
 
 
 @lowers_folding("onnx.EyeLike")

@@ -176,6 +176,61 @@ def test_dynamic_quantize_lstm_is_bit_exact(tmp_path: Path, per_channel: bool, b
     assert not np.array_equal(ort_run(str(float_path), feeds)[0], expected[0])
 
 
+def packed_export(path: Path) -> dict[str, np.ndarray]:
+    """A torch LSTM over a padded batch (pack_padded_sequence / pad_packed_sequence, unsorted lengths): the
+    exporter feeds the lengths to the LSTM's sequence_lens at run time."""
+    torch = require_module("torch")
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = torch.nn.LSTM(6, 8, bidirectional=True)
+
+        def forward(self, x, lengths):  # type: ignore[no-untyped-def]
+            y, (h, _) = self.rnn(pack_padded_sequence(x, lengths, enforce_sorted=False))
+            return pad_packed_sequence(y, total_length=x.shape[0])[0], h
+
+    torch.manual_seed(5)
+    feeds = {"x": RNG.normal(size=(5, 3, 6)).astype(np.float32), "lengths": np.array([5, 2, 4], np.int64)}
+    args = (torch.from_numpy(feeds["x"]), torch.from_numpy(feeds["lengths"]))
+    torch.onnx.export(
+        Model().eval(), args, str(path), input_names=list(feeds), output_names=["y", "h"], opset_version=17,
+        dynamo=False,
+    )  # fmt: skip
+    lstm = next(n for n in onnx.load(str(path)).graph.node if n.op_type == "LSTM")
+    assert len(lstm.input) > 4 and lstm.input[4], "the export feeds sequence_lens"
+    return feeds
+
+
+@pytest.mark.engine
+def test_torch_packed_sequence_matches_onnxruntime(tmp_path: Path) -> None:
+    path = tmp_path / "packed.onnx"
+    feeds = packed_export(path)
+    expected = ort_run(str(path), feeds)
+    interpreted, xla = ours(str(path), feeds)
+    assert_close(interpreted, expected, FLOAT_BOUND, "interpreter")
+    assert_close(xla, expected, FLOAT_BOUND, "xla")
+    assert np.all(expected[0][2:, 1] == 0), "row 1 (length 2) is padding after step 2"
+
+
+def test_quantized_packed_sequence_interpreter_is_bit_exact(tmp_path: Path) -> None:
+    """quantize_dynamic of the packed export: the interpreter equals onnxruntime bit for bit with the
+    lengths given at run time (StableHLO refuses that, see the test of the refusal below)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from qconvert.frontends.onnx import import_onnx
+    from qconvert.interpret import interpret, output_names
+
+    float_path, quantized_path = tmp_path / "packed.onnx", tmp_path / "packed_int8.onnx"
+    feeds = packed_export(float_path)
+    quantize_dynamic(str(float_path), str(quantized_path), weight_type=QuantType.QInt8)
+    expected = ort_run(str(quantized_path), feeds)
+    module = import_onnx(str(quantized_path), {k: v.shape for k, v in feeds.items()})
+    interpreted = interpret(module, feeds)
+    assert_close([interpreted[n] for n in output_names(module)], expected, 0, "interpreter")
+
+
 # Attributes torch does not write ---------------------------------------------------------------------
 def lstm_graph(
     op_type: str,

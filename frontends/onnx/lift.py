@@ -310,7 +310,9 @@ class Lifter:
             return f"{group.kind} x{len(group.names):,} (nodes {group.names_text()}): {group.reason}"
 
         groups = group_problems(problems)
-        kinds = f" ({len(groups)} kind(s), the most frequent first)" if len(groups) > 1 else ""
+        if len(groups) == 1:  # one kind: one line
+            raise InputError(f"the model has {len(problems):,} unsupported node(s): {line(groups[0])}")
+        kinds = f" ({len(groups)} kind(s), the most frequent first)"
         raise InputError(
             f"the model has {len(problems):,} unsupported node(s){kinds}:\n" + listing(groups, line)
         )

@@ -103,6 +103,10 @@ class NumpyMath:
     def zeros_like(self, a: np.ndarray) -> np.ndarray:
         return np.zeros_like(a, F32)
 
+    def zero_steps_from(self, sequence: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        steps = np.arange(sequence.shape[0])[:, None, None]
+        return np.where(steps < np.max(lengths, initial=0), sequence, F32(0)).astype(F32)
+
     def stack(self, arrays: Sequence[np.ndarray], axis: int) -> np.ndarray:
         return np.stack(arrays, axis)
 

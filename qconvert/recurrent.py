@@ -223,6 +223,7 @@ class RecurrentMath(Protocol[T]):
     def lengths(self, values: list[int]) -> T: ...  # known sequence lengths as this executor's vector
     def length_mask(self, lengths: T, step: int) -> T: ...  # rows with step < length
     def zeros_like(self, a: T) -> T: ...
+    def zero_steps_from(self, sequence: T, lengths: T) -> T: ...  # sequence[t] = 0 for t >= max(lengths)
     def scan(
         self,
         inputs: T,
@@ -332,8 +333,11 @@ def run_recurrent(
         longest = max(known, default=0)
         if any(v != length for v in known):
             lengths = math.lengths(known)
-    elif inputs.sequence_lens is not None:
+    elif inputs.sequence_lens is not None:  # known at run time only: every step is looped over
         lengths = inputs.sequence_lens
+        # onnxruntime never reads X past max(sequence_lens), nor lets it into X's dynamic quantization
+        # range: zeros there leave the range as it is (it always holds 0) and feed only discarded rows.
+        x = math.zero_steps_from(x, lengths)
     initial_h = inputs.initial_h
     initial_c = inputs.initial_c
     if attributes.layout == 1:

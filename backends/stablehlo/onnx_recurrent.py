@@ -4,8 +4,9 @@ The semantics are qconvert/recurrent.py's (`run_recurrent`), run here on StableH
 builds each arithmetic step as ops (its `scan` is the while loop, whose body is one time step),
 `FloatProjection` / `QuantizedProjection` the matrix products. The sequence length must be static.
 `sequence_lens` may be a constant or a run-time input: each row then reads X and writes Y at its own
-time index (a `gather`, one `dynamic_update_slice` per row) and holds its state once it has finished;
-DynamicQuantizeLSTM needs it constant (onnxruntime quantizes X over the max(sequence_lens) steps).
+time index (a `gather`, one `dynamic_update_slice` per row) and holds its state once it has finished; at
+run time X's steps past max(sequence_lens) are zeroed first (onnxruntime's quantized LSTM quantizes X
+over the steps that run only).
 
 Exactness against onnxruntime:
 - LSTM / GRU (float): `stablehlo.logistic` / `tanh` and XLA's dot products: within float32 rounding of
@@ -185,6 +186,13 @@ class HloMath:
 
     def zeros_like(self, a: Value) -> Value:
         return self._splat(0.0, a)
+
+    def zero_steps_from(self, sequence: Value, lengths: Value) -> Value:
+        shape = hlo.tensor_type(sequence).shape
+        longest = hlo.reduce(self.b, lengths, self.ctx.scalar(0, I64), [0], hlo.maximum)
+        steps = hlo.iota(self.b, RankedTensorType(tuple(shape), I64), 0)
+        keep = hlo.compare(self.b, "LT", steps, hlo.broadcast_in_dim(self.b, longest, shape, []))
+        return hlo.select(self.b, keep, sequence, self._splat(0.0, sequence))
 
     def stack(self, arrays: Sequence[Value], axis: int) -> Value:
         expanded = []
@@ -387,10 +395,6 @@ def lower_recurrent(ctx: LoweringContext, op: Operation) -> list[Value]:
     if ctx.source_input(op, positions["sequence_lens"]) is not None:
         lens = constant_input(ctx, op, positions["sequence_lens"])
         if lens is None:
-            if op_type == "DynamicQuantizeLSTM":  # X's dynamic range spans the steps that run
-                ctx.unsupported(
-                    "sequence_lens given at run time (onnxruntime quantizes X over max(sequence_lens) steps)"
-                )
             lens = ctx.convert(ctx.input(op, positions["sequence_lens"]), I64)  # type: ignore[arg-type]
     math = HloMath(ctx, mlas_activations=op_type == "DynamicQuantizeLSTM")
     directions = attributes.num_directions

@@ -214,21 +214,19 @@ def test_torch_packed_sequence_matches_onnxruntime(tmp_path: Path) -> None:
     assert np.all(expected[0][2:, 1] == 0), "row 1 (length 2) is padding after step 2"
 
 
-def test_quantized_packed_sequence_interpreter_is_bit_exact(tmp_path: Path) -> None:
-    """quantize_dynamic of the packed export: the interpreter equals onnxruntime bit for bit with the
-    lengths given at run time (StableHLO refuses that, see the test of the refusal below)."""
+@pytest.mark.engine
+def test_quantized_packed_sequence_is_bit_exact(tmp_path: Path) -> None:
+    """quantize_dynamic of the packed export: onnxruntime's numbers bit for bit with the lengths given at
+    run time, on the interpreter and XLA."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    from qconvert.frontends.onnx import import_onnx
-    from qconvert.interpret import interpret, output_names
 
     float_path, quantized_path = tmp_path / "packed.onnx", tmp_path / "packed_int8.onnx"
     feeds = packed_export(float_path)
     quantize_dynamic(str(float_path), str(quantized_path), weight_type=QuantType.QInt8)
     expected = ort_run(str(quantized_path), feeds)
-    module = import_onnx(str(quantized_path), {k: v.shape for k, v in feeds.items()})
-    interpreted = interpret(module, feeds)
-    assert_close([interpreted[n] for n in output_names(module)], expected, 0, "interpreter")
+    interpreted, xla = ours(str(quantized_path), feeds)
+    assert_close(interpreted, expected, 0, "interpreter")
+    assert_close(xla, expected, 0, "xla")
 
 
 # Attributes torch does not write ---------------------------------------------------------------------
@@ -342,17 +340,18 @@ def test_sequence_lens_at_run_time_matches_onnxruntime() -> None:
     assert np.all(xla[0][1:, :, 1] == 0) and np.all(xla[0][3:, :, 2] == 0) and np.any(xla[0][2, :, 2] != 0)
 
 
-def test_quantized_lstm_sequence_lens_at_run_time_is_reported() -> None:
-    """DynamicQuantizeLSTM quantizes X over max(sequence_lens) steps: with the lengths known only at run
-    time the converter refuses it, naming the op and the reason."""
-    require_module("jax")
-    from qconvert.backends.stablehlo.convert import stablehlo_text
-    from qconvert.errors import InputError
-    from qconvert.frontends.onnx import import_onnx
-
-    model, _ = quantized_lstm_node("forward", [5, 2, 4], ["Y"], False, False, lengths_at_run_time=True)
-    with pytest.raises(InputError, match=r"DynamicQuantizeLSTM.*sequence_lens given at run time"):
-        stablehlo_text(import_onnx(model), form="qdq")
+@pytest.mark.engine
+def test_quantized_lstm_sequence_lens_at_run_time_is_bit_exact() -> None:
+    """DynamicQuantizeLSTM with its lengths fed at run time, all shorter than X: onnxruntime quantizes X
+    over the max(sequence_lens) = 3 steps that run only; the loop zeroes the steps past them first."""
+    model, feeds = quantized_lstm_node(
+        "bidirectional", [3, 2, 1], ["Y", "Y_h", "Y_c"], False, False, lengths_at_run_time=True
+    )
+    feeds["X"][3:] *= 40.0  # steps that never run, far outside the range of those that do
+    expected = ort_run(model, feeds)
+    interpreted, xla = ours(model, feeds)
+    assert_close(interpreted, expected, 0, "interpreter")
+    assert_close(xla, expected, 0, "xla")
 
 
 # Numerics ------------------------------------------------------------------------------------------

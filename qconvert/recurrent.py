@@ -108,10 +108,6 @@ class RecurrentAttributes:
         return [self.direction == "reverse"]
 
     @property
-    def gate_count(self) -> int:
-        return {"GRU": 3, "RNN": 1}.get(self.op_type, 4)
-
-    @property
     def has_cell(self) -> bool:
         """Whether the op carries a cell state C (the LSTMs)."""
         return self.op_type in ("LSTM", "DynamicQuantizeLSTM")

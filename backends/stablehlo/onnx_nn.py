@@ -18,6 +18,7 @@ import numpy as np
 from qconvert.ir.attributes import DictionaryAttr, IntegerAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.types import element_type_of
+from qconvert.onnx_attributes import absent_positions
 
 from . import ops as hlo
 from .lowering import LoweringContext
@@ -268,11 +269,10 @@ def opset_version(op: Operation) -> int:
 @lowers_folding("onnx.LayerNormalization")
 def lower_layer_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
     """onnxruntime's formula, in the input type: mean = Σx/N, var = Σx²/N - mean², y = (x - mean) /
-    sqrt(var + eps) * scale + bias. Mean and InvStdDev outputs are not supported."""
+    sqrt(var + eps) * scale + bias; the optional Mean and InvStdDev = 1 / sqrt(var + eps) outputs keep
+    the normalized dims as 1."""
     x, scale, bias = ctx.input(op, 0), ctx.input(op, 1), ctx.input(op, 2)
     assert x is not None and scale is not None
-    if len(op.results) > 1:
-        ctx.unsupported("LayerNormalization's Mean / InvStdDev outputs (training only)")
     b = ctx.builder
     shape = static_shape(ctx, x, "LayerNormalization's input")
     element = element_type_of(x.type)
@@ -296,7 +296,16 @@ def lower_layer_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
     y = hlo.multiply(b, y, ctx.broadcast_to(scale, shape))
     if bias is not None:
         y = hlo.add(b, y, ctx.broadcast_to(bias, shape))
-    return [y]
+    if len(op.results) == 1:
+        return [y]
+    kept = [*reduced_shape, *([1] * len(axes))]
+    statistics = {
+        1: hlo.reshape(b, mean, kept),
+        2: hlo.reshape(b, hlo.exact_divide(b, ctx.splat(1.0, element, reduced_shape), deviation), kept),
+    }
+    absent = absent_positions(op, "outputs")
+    present = [p for p in range(len(op.results) + len(absent)) if p not in absent]
+    return [y, *(statistics[p] for p in present[1:])]
 
 
 def pool_geometry(

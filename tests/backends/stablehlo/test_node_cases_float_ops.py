@@ -1,6 +1,6 @@
-"""ONNX's own backend node tests of every op the float-coverage lowerings handle (onnx_math, onnx_logic,
-onnx_norm, onnx_resize, onnx_index, onnx_layout, onnx_reduce_more, onnx_einsum, onnx_misc), run on
-XLA:CPU and compared with onnxruntime.
+"""ONNX's own backend node tests of every op the float lowerings handle (onnx_elementwise, onnx_nn,
+onnx_reduce, onnx_shape, onnx_math, onnx_logic, onnx_norm, onnx_resize, onnx_index, onnx_layout,
+onnx_reduce_more, onnx_einsum, onnx_misc), run on XLA:CPU and compared with onnxruntime.
 
 Each single-node case (`onnx.backend.test.case.node.collect_testcases`, in memory) keeps its first input
 as a graph input and makes the others initializers (what a real model has: Resize's scales, Pad's pads,
@@ -30,7 +30,8 @@ from onnx import helper, numpy_helper
 pytestmark = pytest.mark.engine
 
 RELATIVE, ABSOLUTE = 1e-5, 1e-6
-MODULES = ("math", "logic", "norm", "resize", "index", "layout", "reduce_more", "einsum", "misc")
+MODULES = ("elementwise", "nn", "reduce", "shape")
+MODULES += ("math", "logic", "norm", "resize", "index", "layout", "reduce_more", "einsum", "misc")
 BACKEND = Path(__file__).resolve().parents[3] / "backends" / "stablehlo"
 
 DATA_DEPENDENT = "output shape depends on the input values|shapes unknown at conversion time"
@@ -41,7 +42,11 @@ REFUSED: dict[str, str] = {
     "test_nonzero_example": DATA_DEPENDENT,
 }
 REFUSED_PATTERNS: dict[str, str] = {
-    r"test_castlike_.*_to_(FLOAT8|FLOAT4|U?INT4|U?INT2)": "without float8",
+    r"test_cast(like)?_.*_to_(FLOAT8|FLOAT4|U?INT4|U?INT2)": "without float8",
+    r"test_averagepool_.*dilations": "AveragePool with dilations",
+    r"test_maxpool_with_argmax": "Indices output",
+    r"test_training_dropout": "training mode",
+    r"test_identity_(sequence|opt)": "static shapes needed",
     r"test_unique_": DATA_DEPENDENT,
     r"test_resize_.*cubic": "mode='cubic'",
     r"test_resize_.*antialias": "antialias",
@@ -55,6 +60,11 @@ ONNXRUNTIME_DIFFERS = {
 }
 # bfloat16 Celu: onnxruntime has no bfloat16 kernel; the reference rounds its intermediates to bfloat16.
 LOOSER = {"test_celu_bfloat16": 4e-3}
+
+
+# Not run: string tensors (StableHLO has none; lifting a string constant fails in the IR's printer, a
+# TypeError instead of an InputError, reported to the frontend's owners).
+NOT_RUN = {"test_equal_string", "test_equal_string_broadcast"}
 
 
 def refusal(name: str) -> str | None:
@@ -81,7 +91,10 @@ def cases() -> dict[str, object]:
     return {
         c.name: c
         for c in found
-        if len(c.model.graph.node) == 1 and c.model.graph.node[0].op_type in lowered_ops() and c.data_sets
+        if len(c.model.graph.node) == 1
+        and c.model.graph.node[0].op_type in lowered_ops()
+        and c.data_sets
+        and c.name not in NOT_RUN
     }
 
 
@@ -179,11 +192,12 @@ def groups() -> dict[int, list[str]]:
 
 
 def test_the_suite_has_cases_for_the_lowered_ops() -> None:
-    assert len(cases()) > 400, len(cases())
+    assert len(cases()) > 900, len(cases())
     covered = {c.model.graph.node[0].op_type for c in cases().values()}  # type: ignore[attr-defined]
     assert {"Resize", "BatchNormalization", "GatherND", "ScatterND", "Pad", "Einsum", "TopK"} <= covered
 
 
+@pytest.mark.slow  # about a minute in all: one XLA compile of up to ~200 nodes per opset
 @pytest.mark.parametrize("opset", sorted(groups()))
 def test_node_cases_run_on_xla_as_onnxruntime_computes_them(opset: int) -> None:
     require_module("jax")

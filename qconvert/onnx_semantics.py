@@ -275,3 +275,51 @@ def bilinear_corners(
             coefficient = (column_weight[None, :] * row_weight[:, None]).astype(np.float32)
             corners.append((row_index, column_index, coefficient))
     return corners
+
+
+@dataclass(frozen=True)
+class CubicTaps:
+    """Cubic interpolation along one axis: for output i, the four input indices `indices[:, i]` (clamped
+    into the axis), their coefficients `coefficients[:, i]` and the coefficients' sum `sums[i]` (1 unless
+    exclude_outside renormalizes)."""
+
+    indices: np.ndarray
+    coefficients: np.ndarray
+    sums: np.ndarray
+
+
+def cubic_coefficients(s: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution weights of the four neighbours at distance s from the left one, in float32
+    and onnxruntime's order of operations (upsample.cc GetCubicCoeffs); shape (4, len(s))."""
+    f32 = np.float32
+    a, s = f32(a), np.abs(s.astype(f32))
+    one, two, three, four, five, eight = (f32(v) for v in (1, 2, 3, 4, 5, 8))
+    near, far = s + one, two - s
+    return np.stack(
+        [
+            ((a * near - five * a) * near + eight * a) * near - four * a,
+            ((a + two) * s - (a + three)) * s * s + one,
+            ((a + two) * (one - s) - (a + three)) * (one - s) * (one - s) + one,
+            ((a * far - five * a) * far + eight * a) * far - four * a,
+        ]
+    ).astype(f32)
+
+
+def resize_cubic_taps(
+    coordinates: np.ndarray, input_length: int, a: float, exclude_outside: bool
+) -> CubicTaps:
+    """onnxruntime's cubic taps: the neighbours floor(x) - 1 ... floor(x) + 2 (clamped: edge values
+    repeat), Keys' coefficients of x - floor(x); with exclude_outside the out-of-range ones are 0 and
+    `sums` holds the rest's float32 sum (added left to right) for renormalizing."""
+    x = coordinates.astype(np.float32)
+    base = np.floor(x)
+    coefficients = cubic_coefficients(x - base, a)
+    positions = base.astype(np.int64)[None, :] + np.arange(-1, 3)[:, None]
+    sums = np.ones(len(x), np.float32)
+    if exclude_outside:
+        inside = (positions >= 0) & (positions < input_length)
+        coefficients = np.where(inside, coefficients, np.float32(0)).astype(np.float32)
+        sums = np.zeros(len(x), np.float32)
+        for row in coefficients:
+            sums = (sums + row).astype(np.float32)
+    return CubicTaps(np.clip(positions, 0, input_length - 1), coefficients, sums)

@@ -9,8 +9,12 @@ once (`rounded_product`): bit-exact on XLA and the interpreter, in float32 and f
 (QOperator models: computed in float32, truncated toward zero). Trilinear (3-D and 5-D inputs) is
 computed axis by axis for floats (within a few ulp) and refused for integers.
 
-Not lowered (refused with the reason): cubic mode, antialias, tf_crop_and_resize (roi and
-extrapolation), and scales or sizes computed at run time.
+Bicubic (float32, the last two dims) is onnxruntime's kernel term by term: along W the coefficients
+divided by their sum times the four clamped neighbours, summed from 0; along H each row times its
+coefficient, divided by the sum (exclude_outside), summed: bit-exact too.
+
+Not lowered (refused with the reason): antialias, tf_crop_and_resize (roi and extrapolation), and
+scales or sizes computed at run time.
 """
 
 from __future__ import annotations
@@ -106,6 +110,43 @@ def _separable(ctx: LoweringContext, x: Value, output_shape: Sequence[int], scal
     return result
 
 
+def _bicubic(ctx: LoweringContext, x: Value, output_shape: Sequence[int], scales: Sequence[float],
+             coordinate_mode: str, a: float, exclude_outside: bool) -> Value:  # fmt: skip
+    """onnxruntime's bicubic kernel over the last two dims: along W, Σ (c / Σc) * x at the four clamped
+    neighbours (from 0, left to right); along H, Σ (r * c) / Σc of those rows."""
+    shape = hlo.tensor_type(x).shape
+    rank = len(shape)
+    row_axis, column_axis = rank - 2, rank - 1
+    taps = []
+    for axis in (row_axis, column_axis):
+        try:
+            coordinates = semantics.resize_source_coordinates(
+                coordinate_mode, output_shape[axis], shape[axis], scales[axis]
+            )
+        except ValueError as error:
+            ctx.unsupported(str(error))
+        taps.append(semantics.resize_cubic_taps(coordinates, shape[axis], a, exclude_outside))
+    rows, columns = taps
+    b = ctx.builder
+    column_weights = (columns.coefficients / columns.sums[None, :]).astype(np.float32)
+    across = None
+    for index, weight in zip(columns.indices, column_weights):
+        term = _product(ctx, weight, take(ctx, x, index, column_axis), [column_axis])
+        across = term if across is None else hlo.add(b, across, term)
+    assert across is not None
+    result = None
+    for index, coefficient in zip(rows.indices, rows.coefficients):
+        term = _product(ctx, coefficient, take(ctx, across, index, row_axis), [row_axis])
+        if exclude_outside:
+            sums = hlo.broadcast_in_dim(
+                b, ctx.constant(rows.sums, F32), hlo.tensor_type(term).shape, [row_axis]
+            )
+            term = hlo.exact_divide(b, term, sums)
+        result = term if result is None else hlo.add(b, result, term)
+    assert result is not None
+    return result
+
+
 def resample(
     ctx: LoweringContext,
     x: Value,
@@ -114,6 +155,7 @@ def resample(
     mode: str,
     coordinate_mode: str,
     nearest_mode: str,
+    cubic: tuple[float, bool] = (-0.75, False),
 ) -> Value:
     """Resize `x` to `output_shape`: nearest axis by axis; linear as onnxruntime's kernels compute it,
     in float32 for integer inputs (8-bit QOperator tensors), truncated back toward zero."""
@@ -132,6 +174,16 @@ def resample(
             result = take(ctx, result, indices, axis)
         return result
     element = element_type_of(x.type)
+    if mode == "cubic":
+        resized = [
+            d for d in range(len(input_shape)) if input_shape[d] != output_shape[d] or scales[d] != 1.0
+        ]
+        if element != F32 or len(input_shape) not in (2, 4) or any(d < len(input_shape) - 2 for d in resized):
+            ctx.unsupported(
+                f"cubic Resize of {element} {list(input_shape)} with scales {list(scales)} (onnxruntime's "
+                "bicubic kernel: float32, the last two dims of a 2-D or 4-D input)"
+            )
+        return _bicubic(ctx, x, output_shape, scales, coordinate_mode, *cubic)
     is_integer = isinstance(element, IntegerType)
     source = ctx.convert(x, F32) if is_integer else x
     axes = semantics.linear_interpolation_axes(scales)
@@ -162,8 +214,8 @@ def lower_resize(ctx: LoweringContext, op: Operation) -> list[Value]:
     mode = str(ctx.attribute(op, "mode", "nearest"))
     if mode == "bilinear":  # Upsample-7 spelled linear this way in some exporters
         mode = "linear"
-    if mode not in ("nearest", "linear"):
-        ctx.unsupported(f"{op.name} mode={mode!r} (nearest and linear are lowered)")
+    if mode not in ("nearest", "linear", "cubic"):
+        ctx.unsupported(f"{op.name} mode={mode!r}")
     if int(ctx.attribute(op, "antialias", 0)):  # type: ignore[arg-type]
         ctx.unsupported("Resize with antialias=1")
     modern = is_resize and opset >= 11
@@ -220,4 +272,8 @@ def lower_resize(ctx: LoweringContext, op: Operation) -> list[Value]:
     if any(s <= 0 for s in full_scales):
         ctx.unsupported(f"{op.name} scales {full_scales} (must be positive)")
 
-    return [resample(ctx, x, output_shape, full_scales, mode, coordinate_mode, nearest_mode)]
+    cubic = (
+        float(ctx.attribute(op, "cubic_coeff_a", -0.75)),  # type: ignore[arg-type]
+        bool(int(ctx.attribute(op, "exclude_outside", 0))),  # type: ignore[arg-type]
+    )
+    return [resample(ctx, x, output_shape, full_scales, mode, coordinate_mode, nearest_mode, cubic)]

@@ -348,9 +348,9 @@ def resize(
 
 
 def test_resize_modes_torch_emits() -> None:
-    """Nearest with each coordinate transform and nearest_mode, linear with each transform torch's
-    interpolate emits (align_corners, half_pixel, pytorch_half_pixel, asymmetric); scales and sizes,
-    up and down."""
+    """Nearest with each coordinate transform and nearest_mode, linear and cubic with each transform
+    torch's interpolate emits (align_corners, half_pixel, pytorch_half_pixel, asymmetric); scales and
+    sizes, up and down: all bit-exact."""
     x = rand(2, 3, 5, 7)
     nodes = [
         const("up2", [1, 1, 2, 2], np.float32),
@@ -384,6 +384,13 @@ def test_resize_modes_torch_emits() -> None:
         "linear_asymmetric_down",
         "linear_odd",
     ]
+    # Bicubic: the default a = -0.75, torch's align_corners, exclude_outside with another a.
+    nodes.append(resize("cubic", "cubic", scales="odd"))
+    nodes.append(
+        resize("cubic_align", "cubic", sizes="sizes", coordinate_transformation_mode="align_corners")
+    )
+    nodes.append(resize("cubic_exclude", "cubic", scales="up2", cubic_coeff_a=-0.5, exclude_outside=1))
+    exact += ["cubic", "cubic_align", "cubic_exclude"]
     # A larger image, where a fused multiply-add anywhere would show.
     nodes.append(const("big_scales", [1, 1, 2.3, 1.7], np.float32))
     nodes.append(n("Resize", ["big", "", "big_scales"], ["linear_big"], mode="linear"))

@@ -1,4 +1,4 @@
-"""The interpreter's kernels for `onnx.LSTM`, `onnx.GRU` and `onnx.com.microsoft.DynamicQuantizeLSTM`.
+"""Interpreter kernels for `onnx.LSTM`, `onnx.GRU`, `onnx.RNN` and `onnx.com.microsoft.DynamicQuantizeLSTM`.
 
 The semantics are qconvert/recurrent.py's; this module gives them numpy arithmetic in float32. The
 activations are onnxruntime's (`logistic_mlas`, `tanh_mlas` of qconvert/numerics), and the order of
@@ -10,8 +10,11 @@ float operations is that of onnxruntime's deep CPU LSTM kernel, so that:
   onnxruntime splits the batch across threads when it has more than 4 rows (or 2 to 4 rows and
   hidden_size <= 256), and then quantizes H per chunk of rows: equal only with one intra-op thread
   (or one row), which is what this kernel computes.
-- LSTM and GRU (float products) agree with onnxruntime within float32 rounding: the products sum in
-  another order than MLAS's SGEMM, and onnxruntime's GRU uses its own tanh polynomial for the candidate.
+- LSTM, GRU and RNN (float products) agree with onnxruntime within float32 rounding: the products sum
+  in another order than MLAS's SGEMM, and onnxruntime's GRU uses its own tanh polynomial for the
+  candidate. Registered in qconvert/interpret.py's `ONNX_KERNELS`: onnx's reference has no
+  DynamicQuantizeLSTM, and a one-node onnxruntime session would make `check` compare onnxruntime with
+  itself.
 """
 
 from __future__ import annotations

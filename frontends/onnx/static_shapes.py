@@ -18,7 +18,8 @@ stay written once, in onnx's own shape inference, instead of a second copy over 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 from onnx import (
@@ -126,12 +127,13 @@ def is_static(type_proto: TypeProto | None) -> bool:
     return tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in tensor_type.shape.dim)
 
 
-def _small_array(tensor: TensorProto, raw: RawData | None) -> tuple[np.ndarray, TensorProto] | None:
-    """The initializer's value and a proto holding it, when it is small and in memory (never external)."""
-    if int(np.prod(tensor.dims, dtype=np.int64)) > FOLD_MAX_ELEMENTS:
-        return None
-    if tensor.data_location == TensorProto.EXTERNAL:
-        return None
+def _is_small(tensor: TensorProto) -> bool:
+    """Small enough to be a shape computation's operand, and held in the file (never external data)."""
+    return tensor.data_location != TensorProto.EXTERNAL and math.prod(tensor.dims) <= FOLD_MAX_ELEMENTS
+
+
+def _small_array(tensor: TensorProto, raw: RawData | None) -> np.ndarray | None:
+    """The value of a small initializer (`_is_small`), None when numpy cannot hold it or we do not fold it."""
     if raw is not None:  # detached by load_model: put it back on a copy (it is small)
         copy = TensorProto()
         copy.CopyFrom(tensor)
@@ -141,7 +143,7 @@ def _small_array(tensor: TensorProto, raw: RawData | None) -> tuple[np.ndarray, 
         array = numpy_helper.to_array(tensor)
     except Exception:  # an element type numpy cannot hold
         return None
-    return (array, tensor) if array.dtype.kind in FOLDABLE_KINDS else None
+    return array if array.dtype.kind in FOLDABLE_KINDS else None
 
 
 def _is_integral(type_proto: TypeProto | None) -> bool:
@@ -217,36 +219,114 @@ def _evaluate(model: ModelProto, node: NodeProto, known: Mapping[str, np.ndarray
     return arrays
 
 
+class _Types(Mapping[str, TypeProto]):
+    """The type of each value: a known value's from its array (exact), else the last inference's."""
+
+    def __init__(self, inferred: ModelProto, known: Mapping[str, np.ndarray]) -> None:
+        graph = inferred.graph
+        # value_info last: a graph output declared without a type must not hide what inference found.
+        self.inferred = {info.name: info.type for info in [*graph.output, *graph.input, *graph.value_info]}
+        self.known = known
+        self.made: dict[str, TypeProto] = {}
+
+    def __getitem__(self, name: str) -> TypeProto:
+        if name in self.known:
+            if name not in self.made:  # made on demand: most known values are never asked about
+                array = self.known[name]
+                elem_type = helper.np_dtype_to_tensor_dtype(array.dtype)
+                self.made[name] = helper.make_tensor_type_proto(elem_type, list(array.shape))
+            return self.made[name]
+        return self.inferred[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.known or name in self.inferred
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**dict.fromkeys(self.inferred), **dict.fromkeys(self.known)})
+
+    def __len__(self) -> int:
+        return len(set(self.inferred) | set(self.known))
+
+
+def _lazy_sources(model: ModelProto) -> dict[str, NodeProto | TensorProto]:
+    """Name -> the Constant node (default domain) or the small initializer holding its value: read only
+    when a node to fold takes it (most of them never are)."""
+    sources: dict[str, NodeProto | TensorProto] = {}
+    for tensor in model.graph.initializer:
+        if _is_small(tensor):
+            sources.setdefault(tensor.name, tensor)
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS and node.output and node.output[0]:
+            sources[node.output[0]] = node
+    return sources
+
+
+def _read_inputs(
+    model: ModelProto,
+    node: NodeProto,
+    known: dict[str, np.ndarray],
+    sources: Mapping[str, NodeProto | TensorProto],
+    detached: Mapping[str, RawData],
+) -> bool:
+    """Make known the Constant and initializer values `node` takes; False when one cannot be (too large,
+    a type we do not fold)."""
+    for name in node.input:
+        if not name or name in known:
+            continue
+        source = sources[name]
+        if isinstance(source, NodeProto):
+            values = _evaluate(model, source, known)
+            value = values[0] if values else None
+        else:
+            value = _small_array(source, detached.get(name))
+        if value is None:
+            return False
+        known[name] = value
+    return True
+
+
 def _fold_round(
-    model: ModelProto, known: dict[str, np.ndarray], folded: set[int], types: Mapping[str, TypeProto]
+    model: ModelProto,
+    known: dict[str, np.ndarray],
+    folded: set[int],
+    types: Mapping[str, TypeProto],
+    sources: Mapping[str, NodeProto | TensorProto],
+    detached: Mapping[str, RawData],
 ) -> set[str]:
-    """Make known every node whose value the types and known values determine; returns their outputs."""
+    """Make known every node whose value the types and known values determine; returns their outputs.
+    Constant nodes are not folded themselves (onnx's inference reads them): their values, like those of
+    small initializers, are read when a node to fold takes them."""
     progress: set[str] = set()
     for index, node in enumerate(model.graph.node):
-        if index in folded or node.domain not in DEFAULT_DOMAINS or _has_subgraph(node):
+        op_type = node.op_type
+        if index in folded or op_type == "Constant" or not node.output or not node.output[0]:
             continue
-        if node.op_type in NONDETERMINISTIC or not node.output or not node.output[0]:
-            continue
-        if not all(_is_integral(types.get(name)) for name in node.output if name):
-            continue  # shape computations are integers: float values (weights, activations) are not folded
-        if node.op_type in ("Shape", "Size"):
-            value = _shape_value(node, types.get(node.input[0]) if node.input else None)
+        if op_type in ("Shape", "Size"):
+            if not node.input or node.domain not in DEFAULT_DOMAINS:
+                continue
+            value = _shape_value(node, types.get(node.input[0]))
             if value is None:
                 continue
             arrays: list[np.ndarray] | None = [value]
         else:
-            present = [name for name in node.input if name]
-            if not present and node.op_type != "Constant":
+            # Cheapest test first: most nodes of a model have an input that is not known.
+            if not node.input or any(
+                name and name not in known and name not in sources for name in node.input
+            ):
                 continue
-            if any(name not in known for name in present):
+            if node.domain not in DEFAULT_DOMAINS or op_type in NONDETERMINISTIC or _has_subgraph(node):
                 continue
+            if not all(_is_integral(types.get(name)) for name in node.output if name):
+                continue  # shape computations are integers: float values (weights, activations) stay
+            if not _read_inputs(model, node, known, sources, detached):
+                continue  # a value too large or of a type we do not fold
             arrays = _evaluate(model, node, known)
-        if arrays is None or len(arrays) != len([o for o in node.output if o]):
+        outputs = [name for name in node.output if name]
+        if arrays is None or len(arrays) != len(outputs):
             continue
-        for name, array in zip([o for o in node.output if o], arrays):
+        for name, array in zip(outputs, arrays):
             known[name] = array
-            if node.op_type != "Constant":  # onnx's inference reads Constant nodes itself
-                progress.add(name)
+            progress.add(name)
         folded.add(index)
     return progress
 
@@ -257,6 +337,8 @@ def _types_can_improve(
     """True when a value newly known by folding feeds a node that is not folded and whose outputs are not
     all static yet, or are integers (onnx's data propagation may then carry the value on): only then can
     another round of inference type more. A float model without pinned inputs stops after one round."""
+    if not new:
+        return False
     for index, node in enumerate(model.graph.node):
         if index in folded or not any(name in new for name in node.input):
             continue
@@ -273,46 +355,47 @@ def _scratch_model(
     known: Mapping[str, np.ndarray],
     folded: set[int],
     protos: dict[str, TensorProto],
+    detached: Mapping[str, RawData],
     carried: Sequence[ValueInfoProto] = (),
 ) -> ModelProto:
-    """The model for one inference round: folded nodes gone, known values initializers, other initializers
-    typed graph inputs (so no weight is copied), and the value_info of the last round (`carried`, else the
-    declared one), so that types the com.microsoft inference found need not be found again."""
+    """The model for one inference round: folded nodes gone and their values initializers (Constant
+    nodes, never folded, stay nodes), small initializers as they are, the others typed graph inputs (so
+    no weight is copied), and the value_info of the last round (`carried`, else the declared one), so that
+    types the com.microsoft inference found need not be found again."""
     graph = GraphProto(name=model.graph.name)
     graph.node.extend(node for index, node in enumerate(model.graph.node) if index not in folded)
+    folded_values = {name for index in folded for name in model.graph.node[index].output if name}
+    # Small initializers go in whole (copying them costs less than typing them), and not as graph inputs
+    # (exports with initializers listed as inputs): inference then reads their values.
+    small = {t.name for t in model.graph.initializer if _is_small(t) and t.name not in detached}
     listed = set()
     for info in model.graph.input:
-        if info.name not in known:
+        if info.name not in folded_values and info.name not in small:
             graph.input.append(info)
             listed.add(info.name)
     for tensor in model.graph.initializer:
-        if tensor.name not in known and tensor.name not in listed:
+        if tensor.name in folded_values:
+            continue
+        if tensor.name in small:
+            graph.initializer.append(tensor)
+        elif tensor.name not in listed:
             graph.input.append(
                 helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
             )
             listed.add(tensor.name)
     graph.sparse_initializer.extend(model.graph.sparse_initializer)
-    for name, array in known.items():
+    for name in folded_values:
         if name not in protos:  # made once: the rounds reuse it
-            protos[name] = numpy_helper.from_array(array, name)
+            protos[name] = numpy_helper.from_array(known[name], name)
         graph.initializer.append(protos[name])
     graph.output.extend(model.graph.output)
-    graph.value_info.extend(info for info in carried or model.graph.value_info if info.name not in known)
+    graph.value_info.extend(
+        info for info in carried or model.graph.value_info if info.name not in folded_values
+    )
     scratch = ModelProto(ir_version=model.ir_version, producer_name=model.producer_name, graph=graph)
     scratch.opset_import.extend(model.opset_import)
     scratch.functions.extend(model.functions)
     return scratch
-
-
-def _inferred_types(inferred: ModelProto, known: Mapping[str, np.ndarray]) -> dict[str, TypeProto]:
-    graph = inferred.graph
-    # value_info last: a graph output declared without a type must not hide what inference found for it.
-    types = {info.name: info.type for info in [*graph.output, *graph.input, *graph.value_info]}
-    for name, array in known.items():
-        types[name] = helper.make_tensor_type_proto(
-            helper.np_dtype_to_tensor_dtype(array.dtype), list(array.shape)
-        )
-    return types
 
 
 def infer_static_types(
@@ -325,43 +408,40 @@ def infer_static_types(
     detached = detached or {}
     known: dict[str, np.ndarray] = {}
     protos: dict[str, TensorProto] = {}
-    for tensor in model.graph.initializer:
-        found = _small_array(tensor, detached.get(tensor.name))
-        if found is not None and tensor.name not in known:
-            known[tensor.name], protos[tensor.name] = found
     folded: set[int] = set()
-    inferred = infer(_scratch_model(model, known, folded, protos))
-    types = _inferred_types(inferred, known)
+    sources = _lazy_sources(model)
+    inferred = infer(_scratch_model(model, known, folded, protos, detached))
+    types = _Types(inferred, known)
     for _ in range(MAX_ROUNDS):
-        new = _fold_round(model, known, folded, types)
+        new = _fold_round(model, known, folded, types, sources, detached)
         if not _types_can_improve(model, new, folded, types):
             break
         try:
-            inferred = infer(_scratch_model(model, known, folded, protos, inferred.graph.value_info))
+            scratch = _scratch_model(model, known, folded, protos, detached, inferred.graph.value_info)
+            inferred = infer(scratch)
         except Exception:  # onnx raises InferenceError, ValidationError or RuntimeError
             break
-        types = _inferred_types(inferred, known)
-    _write_types(model, _inferred_types(inferred, known))  # with the values the last round folded
+        types = _Types(inferred, known)
+    _write_types(model, inferred, types)  # `types` reads `known` as it is now: the last folds included
     return model
 
 
-def _write_types(model: ModelProto, types: Mapping[str, TypeProto]) -> None:
-    """value_info of every node output the rounds typed; graph outputs where the inferred type is static
-    (an output declared without a type keeps none otherwise, as onnx's inference leaves it)."""
+def _write_types(model: ModelProto, inferred: ModelProto, types: Mapping[str, TypeProto]) -> None:
+    """value_info of every node output the rounds typed (the last inference's entries as they are, a
+    folded value's from its array); graph outputs where the inferred type is static (an output declared
+    without a type keeps none otherwise, as onnx's inference leaves it)."""
     graph = model.graph
-    produced = [name for node in graph.node for name in node.output if name]
-    declared = {info.name: info for info in graph.value_info}
-    value_info = []
-    for name in dict.fromkeys(produced):
+    produced = {name for node in graph.node for name in node.output if name}
+    value_info = [info for info in inferred.graph.value_info if info.name in produced]
+    typed = {info.name for info in value_info}
+    for name in produced - typed:  # folded into initializers of the scratch, or typed only as an output
         if name in types and types[name].WhichOneof("value") is not None:
             value_info.append(helper.make_value_info(name, types[name]))
-        elif name in declared:
-            value_info.append(declared[name])
-    produced_names = set(produced)
-    value_info.extend(info for name, info in declared.items() if name not in produced_names)  # initializers
+    typed = {info.name for info in value_info}
+    value_info.extend(info for info in graph.value_info if info.name not in typed)  # e.g. of initializers
     graph.ClearField("value_info")
     graph.value_info.extend(value_info)
     for output in graph.output:
-        inferred = types.get(output.name)
-        if inferred is not None and is_static(inferred):
-            output.type.CopyFrom(inferred)
+        found = types.get(output.name)
+        if found is not None and is_static(found):
+            output.type.CopyFrom(found)

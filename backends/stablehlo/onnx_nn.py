@@ -361,19 +361,18 @@ def window_counts(
     padding: Sequence[tuple[int, int]],
     extra: Sequence[int],
     include_pad: bool,
+    dilations: Sequence[int] | None = None,
 ) -> np.ndarray:
-    """Per output position, the divisor onnxruntime uses: elements of the input (count_include_pad=0) or
-    of the input plus its explicit pads (=1) under the window; ceil-mode overhang never counts."""
+    """Per output position, the divisor onnxruntime uses: the window's taps (every `dilation`-th element)
+    on the input (count_include_pad=0) or on the input plus its explicit pads (=1); ceil-mode overhang
+    never counts."""
     per_dim = []
-    for size, k, s, (low, high), e in zip(sizes, kernel, strides, padding, extra):
-        out = (size + low + high + e - k) // s + 1
-        starts = np.arange(out) * s - low
-        ends = starts + k
-        if include_pad:
-            counted = np.minimum(ends, size + high) - np.maximum(starts, -low)
-        else:
-            counted = np.minimum(ends, size) - np.maximum(starts, 0)
-        per_dim.append(counted)
+    for index, (size, k, s, (low, high), e) in enumerate(zip(sizes, kernel, strides, padding, extra)):
+        d = 1 if dilations is None else dilations[index]
+        out = (size + low + high + e - ((k - 1) * d + 1)) // s + 1
+        taps = (np.arange(out) * s - low)[:, None] + np.arange(k)[None, :] * d
+        first, last = (-low, size + high) if include_pad else (0, size)
+        per_dim.append(np.sum((taps >= first) & (taps < last), axis=1))
     counts = per_dim[0]
     for counted in per_dim[1:]:
         counts = np.multiply.outer(counts, counted)
@@ -385,8 +384,6 @@ def lower_average_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
     (x,) = ctx.operands(op)
     shape = static_shape(ctx, x, "AveragePool's input")
     kernel, strides, dilations, padding, extra = pool_geometry(ctx, op, shape)
-    if any(d != 1 for d in dilations):
-        ctx.unsupported("AveragePool with dilations")
     element = element_type_of(x.type)
     b = ctx.builder
     full_padding = [(0, 0), (0, 0), *((lo, hi + e) for (lo, hi), e in zip(padding, extra))]
@@ -398,9 +395,10 @@ def lower_average_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
         window_strides=[1, 1, *strides],
         padding=full_padding,
         body=hlo.add,
+        window_dilations=[1, 1, *dilations],
     )
     include_pad = bool(int(ctx.attribute(op, "count_include_pad", 0)))  # type: ignore[arg-type]
-    counts = window_counts(shape[2:], kernel, strides, padding, extra, include_pad)
+    counts = window_counts(shape[2:], kernel, strides, padding, extra, include_pad, dilations)
     out_shape = hlo.tensor_type(total).shape
     divisor = hlo.broadcast_in_dim(b, ctx.constant(counts, element), out_shape, list(range(2, len(shape))))
     return [hlo.exact_divide(ctx.builder, total, divisor)]

@@ -43,7 +43,6 @@ REFUSED: dict[str, str] = {
 }
 REFUSED_PATTERNS: dict[str, str] = {
     r"test_cast(like)?_.*_to_(FLOAT8|FLOAT4|U?INT4|U?INT2)": "without float8",
-    r"test_averagepool_.*dilations": "AveragePool with dilations",
     r"test_maxpool_with_argmax": "Indices output",
     r"test_training_dropout": "training mode",
     r"test_identity_(sequence|opt)": "static shapes needed",

@@ -27,6 +27,8 @@ would compare onnxruntime with itself). The semantics of every op here are short
   with align_corners, samples other points; here qconvert/onnx_semantics.py's coordinates in
   onnxruntime's float32 order, bit-exact (cubic, antialias, tf_crop_and_resize stay on the reference).
 - GatherElements: the reference's `np.choose` takes at most 32 choices (BERT's 512-position buffer).
+- Softmax, LogSoftmax, Hardmax before opset 13: over every dim from `axis` on (the input coerced to
+  2-D); the reference normalizes along `axis` alone at every opset.
 - Tanh, Sigmoid (float32): onnxruntime's MLAS polynomials (qconvert/numerics), bit-exact: an ulp of
   difference before a DynamicQuantizeLinear flips roundings that cascade through a dynamically
   quantized model.
@@ -545,6 +547,37 @@ def resize(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None]
     return [np.trunc(y).astype(x.dtype)]  # static_cast<T>(float): toward zero
 
 
+# Softmax, LogSoftmax, Hardmax before opset 13 --------------------------------------------------------
+def _coerced_rows(op: Operation, x: np.ndarray) -> np.ndarray:
+    """Opsets 1-12: the input seen as a 2-D matrix, dims before `axis` (default 1) as rows."""
+    axis = int(attribute(op, "axis", 1))  # type: ignore[arg-type]
+    if not -x.ndim <= axis <= x.ndim:
+        raise InputError(f"{node_label(op)}: axis {axis} is out of range for rank {x.ndim}")
+    axis %= max(x.ndim, 1)
+    return x.reshape(math.prod(x.shape[:axis]), -1)
+
+
+def softmax_family(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """Softmax / LogSoftmax / Hardmax of opsets 1-12 normalize over every dim from `axis` on (the input
+    coerced to 2-D), not along `axis` alone as opset 13 does and as the reference computes at every
+    opset: a 4-D Softmax over channels (axis 1) of an opset-11 export differed from onnxruntime by 0.78.
+    Opset 13 and later stay on the reference."""
+    x = inputs[0]
+    if opset >= 13 or x is None or x.dtype not in FLOAT_DTYPES or x.size == 0:
+        return None
+    rows = _coerced_rows(op, x)
+    if op.name == "onnx.Hardmax":  # one-hot of the first maximum of each row
+        result = np.zeros_like(rows)
+        result[np.arange(rows.shape[0]), np.argmax(rows, axis=1)] = 1
+        return [result.reshape(x.shape)]
+    shifted = rows - rows.max(axis=1, keepdims=True)
+    exponentials = np.exp(shifted)
+    total = exponentials.sum(axis=1, keepdims=True, dtype=x.dtype)
+    if op.name == "onnx.LogSoftmax":
+        return [(shifted - np.log(total)).astype(x.dtype).reshape(x.shape)]
+    return [(exponentials / total).astype(x.dtype).reshape(x.shape)]
+
+
 # Tanh, Sigmoid ---------------------------------------------------------------------------------------
 def tanh(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
     """onnxruntime's MLAS tanh (float32), bit for bit: numpy's tanh differs from it by an ulp on about
@@ -592,6 +625,9 @@ KERNELS: dict[str, OnnxKernel] = {
     "onnx.GatherElements": gather_elements,
     "onnx.Resize": resize,
     "onnx.Upsample": resize,
+    "onnx.Softmax": softmax_family,
+    "onnx.LogSoftmax": softmax_family,
+    "onnx.Hardmax": softmax_family,
     "onnx.Tanh": tanh,
     "onnx.Sigmoid": sigmoid,
     "onnx.Erf": erf,

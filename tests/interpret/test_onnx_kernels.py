@@ -580,3 +580,25 @@ def test_dynamic_conv_tanh_stack_is_exact_end_to_end() -> None:
     assert sum(node.op_type == "ConvInteger" for node in quantized.graph.node) == layers
     feeds = {"mel": rng.standard_normal((1, channels, 200)).astype(np.float32)}
     np.testing.assert_array_equal(run_interpreter(quantized, feeds)[0], run_onnxruntime(quantized, feeds)[0])
+
+
+# Softmax family before opset 13 ----------------------------------------------------------------------
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax", "Hardmax"])
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_softmax_family_of_opset_11_normalizes_the_coerced_rows_like_onnxruntime(
+    op_type: str, axis: int
+) -> None:
+    """Opsets 1-12 normalize over every dim from `axis` on; onnx's reference normalized along `axis`
+    alone (axis 1 of a 4-D input: 0.78 off onnxruntime)."""
+    rng = np.random.default_rng(RNG_SEED)
+    feeds = {"x": (rng.standard_normal((2, 3, 4, 5)) * 3).astype(np.float32)}
+    model = one_node_model(op_type, feeds, {"axis": axis}, opset=11)
+    ours = run_interpreter(model, feeds)[0]
+    reference = run_onnxruntime(model, feeds)[0]
+    if op_type == "Hardmax":
+        np.testing.assert_array_equal(ours, reference)
+        return
+    row = math.prod(feeds["x"].shape[axis % 4 :])
+    # the check's normalization family: 2 (n + 16) eps max|ref|, eps = 2**-23, n = the row length
+    bound = 2 * (row + 16) * 2.0**-23 * np.max(np.abs(reference))
+    assert np.max(np.abs(ours.astype(np.float64) - reference)) <= bound

@@ -7,15 +7,15 @@ A case StableHLO cannot express is listed in `NOT_EXPRESSIBLE` with the reason, 
 still refuse it with the matching error: the list cannot rot (a case that starts converting fails here
 until it moves to the exact list), and every case is in exactly one of the two lists.
 
-`QOPERATOR_NOT_LOWERED` records a gap that is ours, not StableHLO's: with constant scales the frontend
-lifts QLinearConv / QLinearMatMul / *Integer / DynamicQuantizeLinear to quant-typed `qconvert.*` ops,
-which StableHLO could express (integer dot_general / convolution + requantization) but which have no
-lowering yet. It is checked the same way.
+DynamicQuantizeLinear and MatMulInteger / ConvInteger with run-time zero points (generic `onnx.*` ops)
+lower as onnxruntime's kernels (onnx_integer.py) and run in the exact list. `QOPERATOR_LOWERED`: with
+constant scales (as in a QOperator model) the frontend lifts QLinearConv / QLinearMatMul / *Integer /
+DynamicQuantizeLinear to quant-typed `qconvert.*` ops, lowered by onnx_qoperator.py / onnx_integer.py;
+those run bit for bit too. QLinearConv / QLinearMatMul with run-time scales stay generic and refused.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 import numpy as np
@@ -57,27 +57,16 @@ EXPANDED = (
     "the scale is computed in the graph (ReduceMin/ReduceMax/Div/Round): the frontend keeps a generic "
     "onnx.QuantizeLinear (no quant type); StableHLO quantized types need compile-time scales"
 )
-DYNAMIC = (
-    "DynamicQuantizeLinear computes its scale from the input's range at run time: no StableHLO quantized "
-    "type can hold it (and the integer form has no lowering of qconvert.dynamic_quantize_linear yet)"
-)
-
 # Case -> (reason, pattern the converter's error must match in both forms).
 NOT_EXPRESSIBLE: dict[str, tuple[str, str]] = {
     "test_dequantizelinear_float4e2m1": (FLOAT4, r"StableHLO has no f4E2M1FN element type"),
     "test_quantizelinear_float4e2m1": (FLOAT4, r"StableHLO has no f4E2M1FN element type"),
-    "test_dynamicquantizelinear": (DYNAMIC, r"qconvert\.dynamic_quantize_linear: no StableHLO lowering"),
-    "test_dynamicquantizelinear_max_adjusted": (DYNAMIC, r"qconvert\.dynamic_quantize_linear: no StableHLO"),
-    "test_dynamicquantizelinear_min_adjusted": (DYNAMIC, r"qconvert\.dynamic_quantize_linear: no StableHLO"),
     "test_dynamicquantizelinear_expanded": (EXPANDED, r"onnx\.QuantizeLinear: no StableHLO lowering"),
     "test_dynamicquantizelinear_max_adjusted_expanded": (EXPANDED, r"onnx\.QuantizeLinear: no StableHLO"),
     "test_dynamicquantizelinear_min_adjusted_expanded": (EXPANDED, r"onnx\.QuantizeLinear: no StableHLO"),
     **{
         name: (RUN_TIME_SCALE.format(op=op), rf"onnx\.{op}: no StableHLO lowering")
         for name, op in [
-            ("test_convinteger_with_padding", "ConvInteger"),
-            ("test_convinteger_without_padding", "ConvInteger"),
-            ("test_matmulinteger", "MatMulInteger"),
             ("test_qlinearconv", "QLinearConv"),
             *[(n, "QLinearMatMul") for n in sorted(CASES) if n.startswith("test_qlinearmatmul_")],
         ]
@@ -85,8 +74,8 @@ NOT_EXPRESSIBLE: dict[str, tuple[str, str]] = {
 }
 EXACT = sorted(set(CASES) - set(NOT_EXPRESSIBLE))
 
-# With constant scales (what a QOperator model has): quant-typed ops with no StableHLO lowering yet.
-QOPERATOR_NOT_LOWERED: dict[str, str] = {
+# With constant scales (what a QOperator model has): the lifted quant-typed op each case lowers through.
+QOPERATOR_LOWERED: dict[str, str] = {
     **{n: "qconvert.qlinear_matmul" for n in sorted(CASES) if n.startswith("test_qlinearmatmul_")},
     "test_qlinearconv": "qconvert.qlinear_conv",
     "test_matmulinteger": "qconvert.matmul_integer",
@@ -96,6 +85,8 @@ QOPERATOR_NOT_LOWERED: dict[str, str] = {
     "test_dynamicquantizelinear_max_adjusted": "qconvert.dynamic_quantize_linear",
     "test_dynamicquantizelinear_min_adjusted": "qconvert.dynamic_quantize_linear",
 }
+INTEGER_KERNELS = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger"}
+"""Run in the exact list as onnxruntime's kernels (their zero points at run time, or computed)."""
 
 
 @pytest.fixture(scope="module")
@@ -115,9 +106,9 @@ def convert(stablehlo_text: Callable[..., str], model: ModelProto, form: str) ->
 def test_every_case_is_either_exact_or_listed_with_a_reason() -> None:
     assert len(CASES) == 45  # shared/engines/README.md: 45 node tests concern quantization
     assert set(NOT_EXPRESSIBLE) <= set(CASES), sorted(set(NOT_EXPRESSIBLE) - set(CASES))
-    assert set(QOPERATOR_NOT_LOWERED) <= set(NOT_EXPRESSIBLE)
+    assert set(QOPERATOR_LOWERED) <= set(CASES)
     kinds = {CASES[name].model.graph.node[0].op_type for name in EXACT}  # type: ignore[attr-defined]
-    assert kinds == LIFTED_AS_QUANT  # plain Q/DQ with integer storage, per-tensor and per-axis
+    assert kinds == LIFTED_AS_QUANT | INTEGER_KERNELS  # Q/DQ with integer storage, the integer kernels
     # Integer storage from 2 to 16 bits, float8 storage and blocked scales all run (the last two written out).
     assert {"test_quantizelinear_int2", "test_dequantizelinear_uint4", "test_quantizelinear_e5m2"} <= set(
         EXACT
@@ -172,12 +163,19 @@ def test_listed_case_still_cannot_be_converted(
         convert(stablehlo_text, model, form)
 
 
-@pytest.mark.parametrize("case_name", sorted(QOPERATOR_NOT_LOWERED))
-def test_qoperator_case_with_constant_scales_has_no_lowering_yet(
-    stablehlo: tuple[Callable[..., str], Callable[..., list[np.ndarray]]], case_name: str
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("case_name", sorted(QOPERATOR_LOWERED))
+def test_qoperator_case_with_constant_scales_runs_on_xla_bit_exactly(
+    stablehlo: tuple[Callable[..., str], Callable[..., list[np.ndarray]]], case_name: str, form: str
 ) -> None:
-    stablehlo_text, _ = stablehlo
-    op = QOPERATOR_NOT_LOWERED[case_name]
-    model, _ = parameters_as_initializers(CASES[case_name])  # constant scales, as in a real model
-    with pytest.raises(InputError, match=rf"{re.escape(op)}: no StableHLO lowering for this op"):
-        convert(stablehlo_text, model, "integer")
+    stablehlo_text, run = stablehlo
+    model, feed = parameters_as_initializers(CASES[case_name])  # constant scales, as in a real model
+    module = import_onnx(model, resource_threshold=0)
+    assert QOPERATOR_LOWERED[case_name] in [op.name for op in module.walk()]  # type: ignore[attr-defined]
+    text = stablehlo_text(module, form)
+    outputs = run(text, [feed[i.name] for i in model.graph.input], "xla")
+    expected = expected_outputs(CASES[case_name])
+    assert len(outputs) == len(expected)
+    for info, actual in zip(model.graph.output, outputs):
+        want = expected[info.name]
+        assert bits_equal(actual, want), f"{info.name}: XLA {actual!r} ({actual.dtype}), expected {want!r}"

@@ -27,6 +27,7 @@ would compare onnxruntime with itself). The semantics of every op here are short
   with align_corners, samples other points; here qconvert/onnx_semantics.py's coordinates in
   onnxruntime's float32 order, bit-exact (cubic, antialias, tf_crop_and_resize stay on the reference).
 - GatherElements: the reference's `np.choose` takes at most 32 choices (BERT's 512-position buffer).
+- LRN: the reference is 4.6e-4 off the exact value on unit inputs (onnxruntime 2e-7).
 - Softmax, LogSoftmax, Hardmax before opset 13: over every dim from `axis` on (the input coerced to
   2-D); the reference normalizes along `axis` alone at every opset.
 - Tanh, Sigmoid (float32): onnxruntime's MLAS polynomials (qconvert/numerics), bit-exact: an ulp of
@@ -547,6 +548,29 @@ def resize(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None]
     return [np.trunc(y).astype(x.dtype)]  # static_cast<T>(float): toward zero
 
 
+# LRN -------------------------------------------------------------------------------------------------
+def lrn(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """`y = x / (bias + alpha / size * sum of x² over channels [c - floor((size-1)/2), c + ceil((size-1)/2)])
+    ** beta`, in float64 then rounded (the reference is 4.6e-4 off the exact value on unit inputs;
+    onnxruntime 2e-7)."""
+    x = inputs[0]
+    if x is None or x.dtype not in FLOAT_DTYPES or x.ndim < 2:
+        return None
+    size = int(attribute(op, "size", 0))  # type: ignore[arg-type]
+    if size < 1:
+        raise InputError(f"{node_label(op)}: LRN size must be positive, got {size}")
+    alpha = float(attribute(op, "alpha", 1e-4))  # type: ignore[arg-type]
+    beta = float(attribute(op, "beta", 0.75))  # type: ignore[arg-type]
+    bias = float(attribute(op, "bias", 1.0))  # type: ignore[arg-type]
+    wide = x.astype(np.float64)
+    squares = np.square(wide)
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    channels = x.shape[1]
+    padded = np.pad(squares, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+    window = sum(padded[:, offset : offset + channels] for offset in range(size))
+    return [(wide / (bias + alpha / size * window) ** beta).astype(x.dtype)]
+
+
 # Softmax, LogSoftmax, Hardmax before opset 13 --------------------------------------------------------
 def _coerced_rows(op: Operation, x: np.ndarray) -> np.ndarray:
     """Opsets 1-12: the input seen as a 2-D matrix, dims before `axis` (default 1) as rows."""
@@ -625,6 +649,7 @@ KERNELS: dict[str, OnnxKernel] = {
     "onnx.GatherElements": gather_elements,
     "onnx.Resize": resize,
     "onnx.Upsample": resize,
+    "onnx.LRN": lrn,
     "onnx.Softmax": softmax_family,
     "onnx.LogSoftmax": softmax_family,
     "onnx.Hardmax": softmax_family,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .integer_accumulation import exact_integer_matmul, wrap_int32
 from .onnxruntime_kernels import (
     dynamic_quantize_parameters_onnxruntime,
     float32_fma,
@@ -107,7 +108,7 @@ def dynamic_quantized_gemm_mlas(
     quantized = quantize_linear_mlas(values, float(a_scale), a_zero_point, np.dtype(np.uint8))
     centered_a = quantized.astype(np.int64) - a_zero_point
     centered_w = np.asarray(weights).astype(np.int64) - int(weight_zero_point)
-    accumulator = (centered_a @ centered_w).astype(np.int32)  # exact below 2**31, as vpdpbusd sums
+    accumulator = wrap_int32(exact_integer_matmul(centered_a, centered_w))  # vpdpbusd's exact int32 sums
     multiplier = (np.float32(a_scale) * np.asarray(weight_scale, np.float32).reshape(-1)).astype(np.float32)
     product = (accumulator.astype(np.float32) * multiplier).astype(np.float32)
     if accumulate is None:

@@ -1,6 +1,6 @@
 """ONNX's own backend node tests of every op the float lowerings handle (onnx_elementwise, onnx_nn,
 onnx_reduce, onnx_shape, onnx_math, onnx_logic, onnx_norm, onnx_resize, onnx_index, onnx_layout,
-onnx_reduce_more, onnx_einsum, onnx_misc), run on XLA:CPU and compared with onnxruntime.
+onnx_reduce_more, onnx_einsum, onnx_misc, onnx_grid_sample), run on XLA:CPU and compared with onnxruntime.
 
 Each single-node case (`onnx.backend.test.case.node.collect_testcases`, in memory) keeps its first input
 as a graph input and makes the others initializers (what a real model has: Resize's scales, Pad's pads,
@@ -31,7 +31,18 @@ pytestmark = pytest.mark.engine
 
 RELATIVE, ABSOLUTE = 1e-5, 1e-6
 MODULES = ("elementwise", "nn", "reduce", "shape")
-MODULES += ("math", "logic", "norm", "resize", "index", "layout", "reduce_more", "einsum", "misc")
+MODULES += (
+    "math",
+    "logic",
+    "norm",
+    "resize",
+    "index",
+    "layout",
+    "reduce_more",
+    "einsum",
+    "misc",
+    "grid_sample",
+)
 BACKEND = Path(__file__).resolve().parents[3] / "backends" / "stablehlo"
 
 DATA_DEPENDENT = "output shape depends on the input values|shapes unknown at conversion time"
@@ -48,6 +59,8 @@ REFUSED_PATTERNS: dict[str, str] = {
     r"test_identity_(sequence|opt)": "static shapes needed",
     r"test_unique_": DATA_DEPENDENT,
     r"test_resize_.*antialias": "antialias",
+    r"test_gridsample_bicubic": "mode='cubic'",
+    r"test_gridsample_volumetric": "4-D float32 is lowered",
     r"test_resize_tf_crop_and_resize": "tf_crop_and_resize",
 }
 # Where onnxruntime and ONNX's reference disagree, the oracle is onnxruntime; these cases record it.

@@ -690,3 +690,31 @@ def test_com_microsoft_float_ops_of_optimized_transformers() -> None:
         actual = run.run(text, [x, skip], engine=engine)
         for name, a, e in zip(exact + absolute, actual, expected):
             assert_matches(f"{engine}: {name}", "exact" if name in exact else "absolute", np.asarray(a), e)
+
+
+def test_grid_sample() -> None:
+    """Linear and nearest, every padding mode, with and without align_corners; grid points reach ±1.6
+    so that zeros, border and reflection padding all matter."""
+    x, grid = rand(2, 3, 5, 6), rand(2, 4, 7, 2, low=-1.6, high=1.6)
+    grid[0, 0, :4] = [[-1, -1], [1, 1], [0, 0], [1.0, -1.0]]  # corners and the centre exactly
+    nodes, names = [], []
+    for mode in ("bilinear", "nearest"):
+        for padding in ("zeros", "border", "reflection"):
+            for align in (0, 1):
+                name = f"{mode}_{padding}_{align}"
+                nodes.append(
+                    n(
+                        "GridSample",
+                        ["x", "grid"],
+                        [name],
+                        mode=mode,
+                        padding_mode=padding,
+                        align_corners=align,
+                    )
+                )
+                names.append(name)
+    outputs = [Output(name, "exact" if name.startswith("nearest") else "absolute") for name in names]
+    check(nodes, {"x": x, "grid": grid}, outputs, opset=16, engines=("xla", "interpreter"))
+    # Opset 20 spells bilinear "linear".
+    nodes = [n("GridSample", ["x", "grid"], ["linear"], mode="linear", padding_mode="reflection")]
+    check(nodes, {"x": x, "grid": grid}, [Output("linear", "absolute")], opset=20)

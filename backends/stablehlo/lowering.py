@@ -471,7 +471,7 @@ def check_static_inputs(function: FuncOp) -> None:
         dims = f" (dynamic dims {', '.join(repr(n) for n in named)})" if named else ""
         lines.append(
             f"  input '{_argument_label(function, i)}' has type {types[i]}{dims}: "
-            f"{caused[i]:,} value(s) have a dynamic shape because of it"
+            f"{caused[i]:,} value(s) with a dynamic shape depend on it"
         )
     hint = " ".join(
         f"--input-shape {_argument_label(function, i)}={_shape_hint(types[i], _dim_names(function, i))}"

@@ -86,6 +86,11 @@ def check_input_shapes(
             )
         if any(s < 0 for s in given):
             raise InputError(f"{source} {name}={dims_text(given)}: dims must be 0 or more")
+        kind = inputs[name].type.WhichOneof("value")
+        if kind not in (None, "tensor_type"):
+            raise InputError(
+                f"{source} gives input '{name}' a shape; it is a {kind.removesuffix('_type')}, not a tensor"
+            )
         dims = model_dims(inputs[name])
         if dims is None:
             continue  # the model does not say: any shape is the user's to give

@@ -353,3 +353,17 @@ def test_static_dims_of_a_dynamic_input_fold_too() -> None:
     loaded, error = load(model)
     assert error is None
     assert dims(loaded, "r") == [12]
+
+
+def test_input_shape_of_a_sequence_input_is_refused() -> None:
+    from qconvert.frontends.onnx.load import load
+
+    graph = helper.make_graph(
+        [helper.make_node("SequenceLength", ["s"], ["n"])],
+        "g",
+        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(InputError, match="gives input 's' a shape; it is a sequence, not a tensor"):
+        load(model, {"s": (2,)})

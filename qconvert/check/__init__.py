@@ -48,7 +48,6 @@ from qconvert.check.nodes import (
     node_cases,
     node_names,
     side_by_side,
-    side_by_side_feeds,
     split_outputs,
 )
 from qconvert.check.oracle import (
@@ -273,9 +272,9 @@ def _magnitudes(cases: Sequence[NodeCase], label: str) -> None:
     if not magnitudes:
         return
     try:
-        model, _, _ = side_by_side(magnitudes)
+        model, feeds = side_by_side(magnitudes)
         session = ort_session(model, optimized=False, label=label)
-        results = run_session(session, side_by_side_feeds(magnitudes))
+        results = run_session(session, feeds)
     except InputError:
         return
     by_name = {case.name: case for case in cases}

@@ -13,7 +13,9 @@ reason, never passed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -89,6 +91,14 @@ class CheckBackend(Protocol):
         ...
 
 
+@contextlib.contextmanager
+def quiet_float_warnings() -> Iterator[None]:
+    """Silence numpy on IEEE results (log(0) = -inf, a NaN cast): the values are compared, not warned of."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
 def evaluated_by_op(module: Any) -> dict[str, str]:
     """Side by side: case prefix (`c12/`) -> what evaluated the case (generic if any op of it is)."""
     from qconvert.interpret import _main
@@ -131,16 +141,17 @@ class InterpreterBackend:
     def run_cases(
         self, cases: Sequence[NodeCase], advance: Callable[[int], None]
     ) -> dict[str, CaseRun | NotRun]:
-        from qconvert.check.nodes import side_by_side, side_by_side_feeds, split_outputs
+        from qconvert.check.nodes import side_by_side, split_outputs
         from qconvert.frontends.onnx import import_onnx
         from qconvert.interpret import Interpreter
 
         if not cases:
             return {}
         try:
-            model, _, _ = side_by_side(cases)
+            model, feeds = side_by_side(cases)
             module = import_onnx(model)
-            results = Interpreter(module).run(side_by_side_feeds(cases))
+            with quiet_float_warnings():
+                results = Interpreter(module).run(feeds)
         except Exception:  # any failure: each case runs on its own next, and says why it fails
             return self._run_each(cases, advance)
         by = evaluated_by_op(module)
@@ -161,7 +172,9 @@ class InterpreterBackend:
             assert case.model is not None
             try:
                 module = import_onnx(case.model)
-                runs[case.name] = CaseRun(interpret(module, case.feeds), evaluated_by(module))
+                with quiet_float_warnings():
+                    outputs = interpret(module, case.feeds)
+                runs[case.name] = CaseRun(outputs, evaluated_by(module))
             except InputError as error:
                 runs[case.name] = NotRun(f"the backend cannot run it: {error.message}")
             except Exception as error:  # a bug of ours: never a pass, and the rest of the report still runs
@@ -188,7 +201,8 @@ class InterpreterBackend:
 
         def run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             try:
-                return interpreter.run(feeds)
+                with quiet_float_warnings():
+                    return interpreter.run(feeds)
             except InputError as error:
                 raise NotRun(f"the backend cannot run the whole model: {error.message}") from None
 

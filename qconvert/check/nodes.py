@@ -419,35 +419,66 @@ def magnitude_cases(cases: Sequence[NodeCase]) -> list[NodeCase]:
     return magnitudes
 
 
-def side_by_side(cases: Sequence[NodeCase]) -> tuple[ModelProto, list[str], list[str]]:
-    """One model holding every case apart (values prefixed `c<i>/`), and its input and output names."""
+def side_by_side(cases: Sequence[NodeCase]) -> tuple[ModelProto, dict[str, np.ndarray]]:
+    """One model holding every case apart, and its feeds. What a case computes is prefixed `c<i>/` (a node
+    may sit in a single case and in a fused group); what it reads from the model (onnxruntime's values,
+    initializers) keeps its name and is held once, however many cases read it, so the weights are not
+    copied per case. A name that is an initializer in one case and fed in another is prefixed too."""
+    roles: dict[str, set[bool]] = {}
+    for case in cases:
+        assert case.model is not None
+        for tensor in case.model.graph.initializer:
+            roles.setdefault(tensor.name, set()).add(True)
+        for info in case.model.graph.input:
+            roles.setdefault(info.name, set()).add(False)
+    both = {name for name, kinds in roles.items() if len(kinds) > 1}
     nodes, inputs, outputs, initializers = [], [], [], []
+    feeds: dict[str, np.ndarray] = {}
+    seen: set[str] = set()
     for index, case in enumerate(cases):
         assert case.model is not None
         prefix = f"c{index}/"
         graph = case.model.graph
-        nodes += [_renamed(node, prefix) for node in graph.node]
-        for info_list, target in ((graph.input, inputs), (graph.output, outputs)):
-            for info in info_list:
-                renamed = type(info)()
-                renamed.CopyFrom(info)
-                renamed.name = prefix + info.name
-                target.append(renamed)
+        inner = {name for node in graph.node for name in node.output if name} | both
+
+        def renamed(name: str, prefix: str = prefix, inner: set[str] = inner) -> str:
+            return f"{prefix}{name}" if name in inner else name
+
+        for node in graph.node:
+            copy = NodeProto()
+            copy.CopyFrom(node)
+            copy.name = f"{prefix}{node.name}"
+            copy.input[:] = [renamed(name) if name else "" for name in node.input]
+            copy.output[:] = [renamed(name) if name else "" for name in node.output]
+            nodes.append(copy)
+        for info in graph.input:
+            name = renamed(info.name)
+            if name not in seen:
+                seen.add(name)
+                entry = type(info)()
+                entry.CopyFrom(info)
+                entry.name = name
+                inputs.append(entry)
+                feeds[name] = case.feeds[info.name]
+        for info in graph.output:
+            entry = type(info)()
+            entry.CopyFrom(info)
+            entry.name = renamed(info.name)
+            outputs.append(entry)
         for tensor in graph.initializer:
-            renamed_tensor = type(tensor)()
-            renamed_tensor.CopyFrom(tensor)
-            renamed_tensor.name = prefix + tensor.name
-            initializers.append(renamed_tensor)
+            name = renamed(tensor.name)
+            if name not in seen:
+                seen.add(name)
+                entry = type(tensor)()
+                entry.CopyFrom(tensor)
+                entry.name = name
+                initializers.append(entry)
     first = cases[0].model
     assert first is not None
-    graph = helper.make_graph(nodes, "check_cases", inputs, outputs, initializer=initializers)
-    model = helper.make_model(graph, opset_imports=list(first.opset_import))
+    merged = helper.make_graph(nodes, "check_cases", inputs, outputs, initializer=initializers)
+    model = helper.make_model(merged, opset_imports=list(first.opset_import))
     model.ir_version = first.ir_version
-    return model, [i.name for i in inputs], [o.name for o in outputs]
-
-
-def side_by_side_feeds(cases: Sequence[NodeCase]) -> dict[str, np.ndarray]:
-    return {f"c{i}/{name}": array for i, case in enumerate(cases) for name, array in case.feeds.items()}
+    return model, feeds
 
 
 def split_outputs(
@@ -460,12 +491,3 @@ def split_outputs(
         prefix = f"c{index}/"
         split[case.name] = {o.name: results[prefix + o.name] for o in case.model.graph.output}
     return split
-
-
-def _renamed(node: NodeProto, prefix: str) -> NodeProto:
-    copy = NodeProto()
-    copy.CopyFrom(node)
-    copy.name = f"{prefix}{node.name}"
-    copy.input[:] = [f"{prefix}{name}" if name else "" for name in node.input]
-    copy.output[:] = [f"{prefix}{name}" if name else "" for name in node.output]
-    return copy

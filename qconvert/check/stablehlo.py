@@ -26,16 +26,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from onnx import ModelProto
+from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper
 
 from qconvert.check.backends import CaseRun, NotRun
-from qconvert.check.nodes import NodeCase, side_by_side, side_by_side_feeds, split_outputs
+from qconvert.check.nodes import (
+    Q_DQ_OPS,
+    SHAPE_LIKE_SIZE,
+    NodeCase,
+    is_quantization_node,
+    side_by_side,
+    split_outputs,
+)
 from qconvert.errors import QConvertError
 
 SEMANTICS_EXPLANATION = (
     "StableHLO uniform_quantize adds the zero point before rounding (rne(x/s + zp)), ONNX after "
     "(rne(x/s) + zp): they differ on ties when the zero point is odd"
 )
+FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16})
 ENGINE_NAMES = {"interpreter": "the StableHLO interpreter", "xla": "XLA:CPU"}
 
 
@@ -105,8 +113,8 @@ class StableHLOBackend:
     def _run_batch(self, cases: Sequence[NodeCase], text: str | None = None) -> dict[str, CaseRun] | None:
         """Every case in one module (converted here unless `text` is given), or None when the batch cannot
         be converted or run."""
-        model, inputs, _ = side_by_side(cases)
-        feeds = side_by_side_feeds(cases)
+        model, feeds = side_by_side(cases)
+        inputs = [i.name for i in model.graph.input]
         try:
             if text is None:
                 text = _convert(model, self.form, self.semantics, self.fuse_arithmetic)
@@ -183,7 +191,7 @@ class StableHLOBackend:
 
     def _converts(self, cases: Sequence[NodeCase]) -> bool:
         """Whether `cases` side by side convert to StableHLO."""
-        model, _, _ = side_by_side(cases)
+        model, _ = side_by_side(cases)
         try:
             _convert(model, self.form, self.semantics, self.fuse_arithmetic)
         except Exception:  # any failure: the cases are lowered one by one
@@ -222,6 +230,8 @@ class StableHLOBackend:
         return count, SEMANTICS_EXPLANATION
 
     def prepare_model(self, model: ModelProto) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
+        """The whole model converted once, its weights fed as arguments (`weights_as_inputs`)."""
+        weights = weights_as_inputs(model)
         try:
             text = _convert(model, self.form, self.semantics, self.fuse_arithmetic)
         except QConvertError as error:
@@ -231,11 +241,16 @@ class StableHLOBackend:
                 f"the backend failed while lowering the model (a bug): {type(error).__name__}: {error}"
             ) from None
         outputs = [o.name for o in model.graph.output]
+        arguments = [i.name for i in model.graph.input]
 
         def run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-            inputs = [i.name for i in model.graph.input if i.name in feeds]
+            given = [
+                feeds[name] if name in feeds else weights[name]
+                for name in arguments
+                if name in feeds or name in weights
+            ]
             try:
-                results = self._run_text(text, [feeds[name] for name in inputs])
+                results = self._run_text(text, given)
             except QConvertError as error:
                 raise NotRun(
                     f"{ENGINE_NAMES[self.engine]} cannot run the whole model: {error.message}"
@@ -243,3 +258,41 @@ class StableHLOBackend:
             return dict(zip(outputs, results))
 
         return run
+
+
+def weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
+    """Move `model`'s weights out of it (in place) into graph inputs, and return their arrays: inlined as
+    `dense<...>` text they cost minutes to print and parse on a 20 MB model, as arguments nothing. A weight
+    is a float initializer of more than `SHAPE_LIKE_SIZE` elements, or the data input of a Q/DQ node, that
+    only float ops or Q/DQ data inputs read (the IR needs quantization parameters and the inputs of other
+    quantization ops as constants)."""
+    quantization_params: set[str] = set()
+    for node in model.graph.node:
+        for position, name in enumerate(node.input):
+            if is_quantization_node(node) and not (node.op_type in Q_DQ_OPS and position == 0):
+                quantization_params.add(name)
+            if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+                quantization_params.add(name)  # control flow: leave its operands alone
+    dequantized = {n.input[0] for n in model.graph.node if n.op_type in Q_DQ_OPS and n.input}
+    listed = {i.name for i in model.graph.input}
+    weights: dict[str, np.ndarray] = {}
+    moved = []
+    for index, tensor in enumerate(model.graph.initializer):
+        movable = tensor.name not in quantization_params and (
+            tensor.name in dequantized
+            or (
+                tensor.data_type in FLOAT_TYPES
+                and int(np.prod(tensor.dims, dtype=np.int64)) > SHAPE_LIKE_SIZE
+            )
+        )
+        if not movable:
+            continue
+        weights[tensor.name] = numpy_helper.to_array(tensor)
+        moved.append(index)
+        if tensor.name not in listed:
+            model.graph.input.append(
+                helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+            )
+    for index in reversed(moved):
+        del model.graph.initializer[index]
+    return weights

@@ -614,3 +614,28 @@ def test_lrn_matches_onnxruntime_within_float32_rounding(size: int) -> None:
     reference = run_onnxruntime(model, feeds)[0]
     ours = run_interpreter(model, feeds)[0]
     assert_within_sum_bound(ours, reference, np.abs(reference), size + 4, f"LRN size {size}")
+
+
+# Einsum ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("equation", "shapes"),
+    [
+        ("bhqd,bhkd->bhqk", [(2, 3, 8, 4), (2, 3, 6, 4)]),
+        ("...ij,...jk", [(2, 5, 3), (2, 3, 4)]),
+        ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 2)]),
+        ("bii->bi", [(2, 4, 4)]),
+        ("i,i", [(7,), (7,)]),
+    ],
+)
+def test_einsum_matches_onnxruntime_within_float32_bound(
+    equation: str, shapes: list[tuple[int, ...]]
+) -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    feeds = {f"x{i}": uniform(rng, *shape) for i, shape in enumerate(shapes)}
+    model = one_node_model("Einsum", feeds, {"equation": equation}, opset=12)
+    reference = run_onnxruntime(model, feeds)[0]
+    magnitude = run_onnxruntime(model, {k: np.abs(v) for k, v in feeds.items()})[0]
+    terms = max(math.prod(shape) for shape in shapes)  # a generous count of summed products
+    assert_within_sum_bound(
+        run_interpreter(model, feeds)[0], reference, magnitude, terms, f"Einsum {equation}"
+    )

@@ -372,16 +372,24 @@ def lstm_cell(
     hidden = attributes.hidden_size
     f_act, g_act, h_act = activations
 
-    def gate(index: int, cell: T | None, peephole_index: int | None) -> T:
-        value = math.columns(gates, index * hidden, hidden)
+    def gate(index: int, cell: T | None, peephole_index: int | None, count: int = 1) -> T:
+        """Gates index .. index + count - 1 (iofc) before their activation: + C P, + bias, clip."""
+        value = math.columns(gates, index * hidden, count * hidden)
         if peepholes is not None and peephole_index is not None and cell is not None:
             value = math.add(
                 value, math.multiply(cell, math.columns(peepholes, peephole_index * hidden, hidden))
             )
         if fused_bias is not None:
-            value = math.add(value, math.columns(fused_bias, index * hidden, hidden))
+            value = math.add(value, math.columns(fused_bias, index * hidden, count * hidden))
         return _clip(math, value, attributes.clip)
 
+    if peepholes is None:  # i, o, f share f() and none waits for C_t: one call, elementwise the same
+        iof = activate(math, f_act, gate(0, None, None, count=3))
+        i, o = math.columns(iof, 0, hidden), math.columns(iof, hidden, hidden)
+        f = math.rsub(1.0, i) if attributes.input_forget else math.columns(iof, 2 * hidden, hidden)
+        g = activate(math, g_act, gate(3, None, None))
+        c_new = math.add(math.multiply(c, f), math.multiply(i, g))
+        return math.multiply(activate(math, h_act, c_new), o), c_new
     i = activate(math, f_act, gate(0, c, 0))  # iofc; peepholes i, o, f
     f = math.rsub(1.0, i) if attributes.input_forget else activate(math, f_act, gate(2, c, 2))
     g = activate(math, g_act, gate(3, None, None))

@@ -639,3 +639,25 @@ def test_einsum_matches_onnxruntime_within_float32_bound(
     assert_within_sum_bound(
         run_interpreter(model, feeds)[0], reference, magnitude, terms, f"Einsum {equation}"
     )
+
+
+# GridSample ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_grid_sample_matches_onnxruntime(mode: str, padding_mode: str, align_corners: int) -> None:
+    """Grid points up to 1.6 outside [-1, 1] (every padding rule is exercised), corners and the centre;
+    nearest is bit-exact, bilinear within the 4-term sum bound."""
+    rng = np.random.default_rng(RNG_SEED)
+    grid = rng.uniform(-1.6, 1.6, (2, 4, 6, 2)).astype(np.float32)
+    grid[0, 0, :3] = [[-1, -1], [1, 1], [0, 0]]
+    feeds = {"x": uniform(rng, 2, 3, 5, 7), "grid": grid}
+    attributes = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
+    model = one_node_model("GridSample", feeds, attributes, opset=16)
+    reference = run_onnxruntime(model, feeds)[0]
+    ours = run_interpreter(model, feeds)[0]
+    if mode == "nearest":
+        np.testing.assert_array_equal(ours, reference)
+        return
+    magnitude = run_onnxruntime(model, {"x": np.abs(feeds["x"]), "grid": grid})[0]
+    assert_within_sum_bound(ours, reference, magnitude, 4, f"GridSample {padding_mode} {align_corners}")

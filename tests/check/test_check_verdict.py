@@ -175,7 +175,9 @@ def test_a_float_op_computed_wrong_fails_at_that_node(tmp_path: Path) -> None:
     reference = ReferenceEvaluator(exposed)
     wrong = dict(zip(["y", "c", "b"], reference.run(None, feeds)))
     verdicts = {}
-    for node in model.graph.node:
+    # Conv and BatchNormalization read what onnx's reference computed from the same graph input (the Conv's
+    # x, and a `c` equal to onnxruntime's up to float noise); Relu would read the wrong `b`: left out.
+    for node in model.graph.node[:2]:
         case = NodeCase(
             name=node.name,
             op_type=node.op_type,

@@ -661,3 +661,17 @@ def test_grid_sample_matches_onnxruntime(mode: str, padding_mode: str, align_cor
         return
     magnitude = run_onnxruntime(model, {"x": np.abs(feeds["x"]), "grid": grid})[0]
     assert_within_sum_bound(ours, reference, magnitude, 4, f"GridSample {padding_mode} {align_corners}")
+
+
+@pytest.mark.parametrize("case", sorted(set(POOL_CASES) - {"count_include_pad", "count_include_pad_ceil"}))
+@pytest.mark.parametrize("power", [2, 3])
+def test_lp_pool_matches_onnxruntime_within_float32_bound(case: str, power: int) -> None:
+    rng = np.random.default_rng(RNG_SEED)
+    feeds = {"x": uniform(rng, 2, 3, 11, 10)}
+    attributes = {**POOL_CASES[case], "p": power}
+    model = one_node_model("LpPool", feeds, attributes, opset=18)
+    reference = run_onnxruntime(model, feeds)[0]
+    terms = math.prod(attributes["kernel_shape"]) + 4  # type: ignore[arg-type]
+    assert_within_sum_bound(
+        run_interpreter(model, feeds)[0], reference, np.abs(reference), terms, f"LpPool {case}"
+    )

@@ -191,7 +191,12 @@ def _shape_value(node: NodeProto, type_proto: TypeProto | None) -> np.ndarray | 
     return np.asarray(np.prod(shape, dtype=np.int64), dtype=np.int64) if node.op_type == "Size" else shape
 
 
-def _evaluate(model: ModelProto, node: NodeProto, known: Mapping[str, np.ndarray]) -> list[np.ndarray] | None:
+def _evaluate(
+    model: ModelProto,
+    node: NodeProto,
+    known: Mapping[str, np.ndarray],
+    cache: dict[tuple[object, ...], object],
+) -> list[np.ndarray] | None:
     """The node's outputs by onnx's reference implementation, or None when it cannot run them."""
     if node.op_type == "Constant" and len(node.attribute) == 1:  # read directly: most nodes of an export
         value = helper.get_attribute_value(node.attribute[0])
@@ -202,26 +207,48 @@ def _evaluate(model: ModelProto, node: NodeProto, known: Mapping[str, np.ndarray
         else:
             return None
         return [value] if value.dtype.kind in FOLDABLE_KINDS and value.size <= FOLD_MAX_ELEMENTS else None
-    from onnx.reference import ReferenceEvaluator
-
     present = [name for name in node.input if name]
-    inputs = [
-        helper.make_tensor_value_info(
-            name, helper.np_dtype_to_tensor_dtype(known[name].dtype), list(known[name].shape)
-        )
-        for name in dict.fromkeys(present)
-    ]
-    outputs = [ValueInfoProto(name=name) for name in node.output if name]
-    graph = helper.make_graph([node], "fold", inputs, outputs)
-    single = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    # One evaluator per op, attributes and input types: an export repeats the same few shape ops.
+    key = (
+        node.domain,
+        node.op_type,
+        tuple(a.SerializeToString() for a in node.attribute),
+        tuple(str(known[name].dtype) if name else "" for name in node.input),
+        len(node.output),
+    )
+    feeds = {f"in{i}": known[name] for i, name in enumerate(node.input) if name}
     try:
-        results = ReferenceEvaluator(single).run(None, {name: known[name] for name in dict.fromkeys(present)})
+        evaluator = cache.get(key)
+        if evaluator is None:
+            evaluator = cache[key] = _evaluator(model, node, [known[name].dtype for name in present])
+        results = evaluator.run(None, feeds)  # type: ignore[attr-defined]
     except Exception:  # the reference raises any exception type; inference then says what it can
         return None
     arrays = [np.asarray(r) for r in results]
     if any(a.dtype.kind not in FOLDABLE_KINDS or a.size > FOLD_MAX_ELEMENTS for a in arrays):
         return None
     return arrays
+
+
+def _evaluator(model: ModelProto, node: NodeProto, dtypes: Sequence[np.dtype]) -> object:
+    """onnx's ReferenceEvaluator of `node` alone, its inputs named in0, in1, ... and outputs out0, ..."""
+    from onnx.reference import ReferenceEvaluator
+
+    renamed = NodeProto()
+    renamed.CopyFrom(node)
+    renamed.ClearField("input")
+    renamed.input.extend(f"in{i}" if name else "" for i, name in enumerate(node.input))
+    renamed.ClearField("output")
+    renamed.output.extend(f"out{i}" if name else "" for i, name in enumerate(node.output))
+    names = [name for name in renamed.input if name]
+    inputs = [
+        helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(dtype), None)
+        for name, dtype in zip(names, dtypes)
+    ]
+    outputs = [ValueInfoProto(name=name) for name in renamed.output if name]
+    graph = helper.make_graph([renamed], "fold", inputs, outputs)
+    single = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    return ReferenceEvaluator(single)
 
 
 class _Types(Mapping[str, TypeProto]):
@@ -272,6 +299,7 @@ def _read_inputs(
     known: dict[str, np.ndarray],
     sources: Mapping[str, NodeProto | TensorProto],
     detached: Mapping[str, RawData],
+    cache: dict[tuple[object, ...], object],
 ) -> bool:
     """Make known the Constant and initializer values `node` takes; False when one cannot be (too large,
     a type we do not fold)."""
@@ -280,7 +308,7 @@ def _read_inputs(
             continue
         source = sources[name]
         if isinstance(source, NodeProto):
-            values = _evaluate(model, source, known)
+            values = _evaluate(model, source, known, cache)
             value = values[0] if values else None
         else:
             value = _small_array(source, detached.get(name))
@@ -297,6 +325,7 @@ def _fold_round(
     types: Mapping[str, TypeProto],
     sources: Mapping[str, NodeProto | TensorProto],
     detached: Mapping[str, RawData],
+    cache: dict[tuple[object, ...], object],
 ) -> set[str]:
     """Make known every node whose value the types and known values determine; returns their outputs.
     Constant nodes are not folded themselves (onnx's inference reads them): their values, like those of
@@ -323,9 +352,9 @@ def _fold_round(
                 continue
             if not all(_is_integral(types.get(name)) for name in node.output if name):
                 continue  # shape computations are integers: float values (weights, activations) stay
-            if not _read_inputs(model, node, known, sources, detached):
+            if not _read_inputs(model, node, known, sources, detached, cache):
                 continue  # a value too large or of a type we do not fold
-            arrays = _evaluate(model, node, known)
+            arrays = _evaluate(model, node, known, cache)
         outputs = [name for name in node.output if name]
         if arrays is None or len(arrays) != len(outputs):
             continue
@@ -415,10 +444,11 @@ def infer_static_types(
     protos: dict[str, TensorProto] = {}
     folded: set[int] = set()
     sources = _lazy_sources(model)
+    cache: dict[tuple[object, ...], object] = {}  # reference evaluators, by op and attributes
     inferred = infer(_scratch_model(model, known, folded, protos, detached))
     types = _Types(inferred, known)
     for _ in range(MAX_ROUNDS):
-        new = _fold_round(model, known, folded, types, sources, detached)
+        new = _fold_round(model, known, folded, types, sources, detached, cache)
         if not _types_can_improve(model, new, folded, types):
             break
         try:

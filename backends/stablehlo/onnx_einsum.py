@@ -2,8 +2,8 @@
 left to right), each pair as one `stablehlo.dot_general` (batch dims = labels both operands keep,
 contracting dims = labels both drop), labels only one operand has and nobody needs summed first.
 
-A label repeated within one operand (a diagonal, "ii->i") is refused. Contractions sum in another
-order than onnxruntime's, so float results agree within a few ulp of the output's magnitude.
+A label repeated within one operand ("ii->i", "...ii->...i") takes the diagonal first. Contractions sum
+in another order than onnxruntime's, so float results agree within a few ulp of the output's magnitude.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from qconvert import onnx_semantics as semantics
 from qconvert.ir.core import Operation, Value
+from qconvert.ir.types import I64, RankedTensorType
 
 from . import ops as hlo
 from .lowering import LoweringContext
@@ -68,6 +69,28 @@ def contract(
     return result, labels
 
 
+def diagonal(ctx: LoweringContext, x: Value, labels: str) -> Value:
+    """A label repeated within one operand ("ii->i", "bii->bi") takes the diagonal: the later dim is
+    folded into the first by keeping the elements where both indices agree (a select, then a sum that
+    adds zeros only: exact). Returns x over the labels with repeats removed, first occurrences kept."""
+    b = ctx.builder
+    while len(set(labels)) != len(labels):
+        label = next(c for c in labels if labels.count(c) > 1)
+        first = labels.index(label)
+        second = labels.index(label, first + 1)
+        type_ = hlo.tensor_type(x)
+        if type_.shape[first] != type_.shape[second]:
+            ctx.unsupported(
+                f"Einsum label {label!r} on dims of sizes {type_.shape[first]} and {type_.shape[second]}"
+            )
+        positions = RankedTensorType(type_.shape, I64)
+        on_diagonal = hlo.compare(b, "EQ", hlo.iota(b, positions, first), hlo.iota(b, positions, second))
+        kept = hlo.select(b, on_diagonal, x, ctx.splat(0, type_.element_type, type_.shape))
+        x = reduce_sum(ctx, kept, [second])
+        labels = labels[:second] + labels[second + 1 :]
+    return x
+
+
 @lowers_folding("onnx.Einsum")
 def lower_einsum(ctx: LoweringContext, op: Operation) -> list[Value]:
     operands = ctx.operands(op)
@@ -77,9 +100,8 @@ def lower_einsum(ctx: LoweringContext, op: Operation) -> list[Value]:
         terms, output = semantics.parse_einsum(equation, ranks)
     except ValueError as error:
         ctx.unsupported(str(error))
-    for term in terms:
-        if len(set(term)) != len(term):
-            ctx.unsupported(f"Einsum {equation!r}: a label repeated within one operand (a diagonal)")
+    operands = [diagonal(ctx, value, term) for value, term in zip(operands, terms)]
+    terms = ["".join(dict.fromkeys(term)) for term in terms]
     value, labels = operands[0], terms[0]
     later: Sequence[str] = terms[1:]
     if len(operands) == 1:

@@ -49,7 +49,6 @@ DATA_DEPENDENT = "output shape depends on the input values|shapes unknown at con
 REFUSED: dict[str, str] = {
     "test_batchnorm_example_training_mode": "training_mode=1",
     "test_batchnorm_epsilon_training_mode": "training_mode=1",
-    "test_einsum_batch_diagonal": "a diagonal",
     "test_nonzero_example": DATA_DEPENDENT,
 }
 REFUSED_PATTERNS: dict[str, str] = {

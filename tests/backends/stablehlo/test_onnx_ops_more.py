@@ -523,6 +523,7 @@ def test_einsum_equations() -> None:
         "w": rand(6),
         "t": rand(2, 4, 5),
         "c": rand(6, 2),
+        "square": rand(2, 4, 4),
     }
     nodes = [
         n("Einsum", ["q", "k"], ["attention"], equation="bhqd,bhkd->bhqk"),
@@ -535,9 +536,12 @@ def test_einsum_equations() -> None:
         n("Einsum", ["a", "b"], ["implicit"], equation="ij,jk"),
         n("Einsum", ["a", "b", "c"], ["chain"], equation="ij,jk,kl->il"),
         n("Einsum", ["t", "a"], ["total"], equation="bij,ij->"),
+        n("Einsum", ["square"], ["diagonal"], equation="bii->bi"),
+        n("Einsum", ["square"], ["trace"], equation="...ii->..."),
+        n("Einsum", ["square", "t"], ["diagonal_product"], equation="bii,bij->bj"),
     ]
     names = ["attention", "matmul", "transpose", "row_sums", "outer", "batched_weight", "ellipsis"]
-    names += ["implicit", "chain", "total"]
+    names += ["implicit", "chain", "total", "diagonal", "trace", "diagonal_product"]
     check(nodes, inputs, [Output(o, "absolute") for o in names], opset=13, engines=("xla", "interpreter"))
 
 

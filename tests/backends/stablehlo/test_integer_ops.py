@@ -241,12 +241,13 @@ def test_qlinear_matmul(dtype: type, b_dtype: type, per_column: bool, ties: bool
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("per_column", [False, True])
 @pytest.mark.parametrize("quantized_output", [False, True])
-def test_qgemm(dtype: type, per_column: bool, quantized_output: bool) -> None:
+@pytest.mark.parametrize("trans_a", [0, 1])
+def test_qgemm(dtype: type, per_column: bool, quantized_output: bool, trans_a: int) -> None:
     rng = np.random.default_rng(11)
-    a = random_q(rng, dtype, (5, 16))
+    a = random_q(rng, dtype, (16, 5) if trans_a else (5, 16))
     shape = (8,) if per_column else ()
     inputs = ["a", "as", "az", "b", "bs", "bz", "c"] + (["ys", "yz"] if quantized_output else [])
-    node = helper.make_node("QGemm", inputs, ["y"], domain=MS, transB=1, alpha=0.75)
+    node = helper.make_node("QGemm", inputs, ["y"], domain=MS, transA=trans_a, transB=1, alpha=0.75)
     initializers = {
         "as": np.float32(0.02),
         "az": np.array(4, dtype),
@@ -359,9 +360,12 @@ def test_qlinear_global_average_pool(dtype: type, channels_last: int) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("count_include_pad", [0, 1])
 @pytest.mark.parametrize("ceil_mode", [0, 1])
-def test_qlinear_average_pool(dtype: type, count_include_pad: int, ceil_mode: int) -> None:
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_qlinear_average_pool(
+    dtype: type, count_include_pad: int, ceil_mode: int, channels_last: int
+) -> None:
     rng = np.random.default_rng(10)
-    x = random_q(rng, dtype, (2, 3, 8, 7))
+    x = random_q(rng, dtype, (2, 8, 7, 3) if channels_last else (2, 3, 8, 7))
     node = helper.make_node(
         "QLinearAveragePool",
         ["x", "xs", "xz", "ys", "yz"],
@@ -372,6 +376,7 @@ def test_qlinear_average_pool(dtype: type, count_include_pad: int, ceil_mode: in
         pads=[1, 0, 1, 1],
         count_include_pad=count_include_pad,
         ceil_mode=ceil_mode,
+        channels_last=channels_last,
     )
     for y_scale in (np.float32(0.1), np.float32(0.013)):
         initializers = {

@@ -76,16 +76,25 @@ def op_counts(path: Path) -> dict[str, int]:
 
 
 def build_style(spec: Spec, style: str, float_path: Path, out_path: Path) -> None:
-    from corpus_quantize import quantize_dynamic_model, quantize_static_model, weight_only_int8
+    from corpus_quantize import (
+        quantize_dynamic_model,
+        quantize_nbits_model,
+        quantize_static_model,
+        weight_only_int8,
+    )
 
-    if style == "dynamic":
-        quantize_dynamic_model(float_path, out_path, spec.dynamic_weight_type)
-    elif style in ("qdq", "qop"):
+    if style in ("dynamic", "dynamic_per_channel"):
+        per_channel = style == "dynamic_per_channel"
+        quantize_dynamic_model(float_path, out_path, spec.dynamic_weight_type, per_channel=per_channel)
+    elif style in ("nbits", "nbits_qdq"):
+        quantize_nbits_model(float_path, out_path, style)
+    elif style in ("qdq", "qop", "qdq_u8"):
         rng = np.random.default_rng(SEED + 1)  # calibration: its own seed, not the sample inputs'
         batches = [spec.batch(rng, 2) for _ in range(CALIBRATION_BATCHES)]
         quantize_static_model(float_path, out_path, batches, style)
-    elif style == "weight_only":
-        onnx.save(weight_only_int8(onnx.load(str(float_path))), str(out_path))
+    elif style in ("weight_only", "weight_only_dq"):
+        form = "dequantize_linear" if style == "weight_only_dq" else "cast_mul"
+        onnx.save(weight_only_int8(onnx.load(str(float_path)), form), str(out_path))
     else:
         raise ValueError(f"unknown style {style!r}")
     onnx.checker.check_model(onnx.load(str(out_path)), full_check=False)

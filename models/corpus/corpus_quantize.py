@@ -7,7 +7,8 @@
   compute Gather indices are excluded, as users must for T5 (see index_computing_nodes).
 - `weight_only_int8`: every float weight initializer of MatMul / Gemm / Conv / LSTM / GRU becomes an int8
   initializer -> Cast(to float) -> Mul(scale), symmetric per output channel (the pattern of hand-written
-  weight-only exports); activations stay float.
+  weight-only exports), or a per-axis DequantizeLinear of it; activations stay float.
+- `quantize_nbits_model`: onnxruntime's MatMulNBitsQuantizer, 4-bit blocks (MatMulNBits, or int4 QDQ).
 """
 
 from __future__ import annotations
@@ -57,9 +58,36 @@ class _InFolder:
         self._tmp.cleanup()
 
 
-def quantize_dynamic_model(float_path: Path, out_path: Path, weight_type: str) -> None:
+def quantize_dynamic_model(
+    float_path: Path, out_path: Path, weight_type: str, per_channel: bool = False
+) -> None:
+    """quantize_dynamic; `per_channel` also sets reduce_range (7-bit weights), as onnxruntime's docs advise
+    for per-channel weights on machines without VNNI."""
     with _InFolder():
-        quantize_dynamic(str(float_path), str(out_path), weight_type=QuantType[weight_type])
+        quantize_dynamic(
+            str(float_path),
+            str(out_path),
+            weight_type=QuantType[weight_type],
+            per_channel=per_channel,
+            reduce_range=per_channel,
+        )
+
+
+def quantize_nbits_model(float_path: Path, out_path: Path, quant_format: str) -> None:
+    """4-bit block-wise weights of every MatMul (onnxruntime's MatMulNBitsQuantizer, blocks of 32,
+    symmetric): `nbits` writes com.microsoft MatMulNBits, `nbits_qdq` an int4 DequantizeLinear with
+    block_size feeding the MatMul (the quantizer raises the model to opset 21)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    quantizer = MatMulNBitsQuantizer(
+        onnx.load(str(float_path)),
+        bits=4,
+        block_size=32,
+        is_symmetric=True,
+        quant_format=QuantFormat.QDQ if quant_format == "nbits_qdq" else QuantFormat.QOperator,
+    )
+    quantizer.process()
+    onnx.save(quantizer.model.model, str(out_path))
 
 
 def index_computing_nodes(model: onnx.ModelProto) -> list[str]:
@@ -84,14 +112,19 @@ def index_computing_nodes(model: onnx.ModelProto) -> list[str]:
 def quantize_static_model(
     float_path: Path, out_path: Path, batches: Sequence[dict[str, np.ndarray]], quant_format: str
 ) -> None:
+    """quantize_static: `qdq` / `qop` with onnxruntime's default types (int8 activations and weights) and
+    per-channel weights; `qdq_u8` with uint8 activations and uint8 per-tensor weights (asymmetric), the
+    defaults of older onnxruntime releases that many shipped models still carry."""
     excluded = index_computing_nodes(onnx.load(str(float_path)))
     with _InFolder():
         quantize_static(
             str(float_path),
             str(out_path),
             ListReader(batches),
-            quant_format=QuantFormat.QDQ if quant_format == "qdq" else QuantFormat.QOperator,
-            per_channel=True,
+            quant_format=QuantFormat.QOperator if quant_format == "qop" else QuantFormat.QDQ,
+            per_channel=quant_format != "qdq_u8",
+            activation_type=QuantType.QUInt8 if quant_format == "qdq_u8" else QuantType.QInt8,
+            weight_type=QuantType.QUInt8 if quant_format == "qdq_u8" else QuantType.QInt8,
             calibrate_method=CalibrationMethod.MinMax,
             nodes_to_exclude=excluded,
         )
@@ -113,12 +146,16 @@ def _weight_slots(node: onnx.NodeProto) -> tuple[tuple[int, int], ...]:
     return WEIGHT_INPUTS.get(node.op_type, ())
 
 
-def weight_only_int8(model: onnx.ModelProto) -> onnx.ModelProto:
+def weight_only_int8(model: onnx.ModelProto, form: str = "cast_mul") -> onnx.ModelProto:
     """Weight-only int8: each float weight initializer (rank >= 2) of MatMul / Gemm / Conv / LSTM / GRU
-    -> an int8 initializer, Cast(to float), Mul by a per-output-channel float scale; symmetric, [-127, 127].
+    -> an int8 initializer dequantized per output channel, symmetric, in [-127, 127]: by Cast(to float)
+    and Mul by a float scale (`form="cast_mul"`), or by a per-axis DequantizeLinear with zero point 0
+    (`form="dequantize_linear"`, opset 13 or later).
 
     A weight shared by several consumers is quantized once. Returns a new model; `model` is unchanged.
     """
+    if form not in ("cast_mul", "dequantize_linear"):
+        raise ValueError(f"unknown weight-only form {form!r}")
     model = onnx.ModelProto.FromString(model.SerializeToString())
     graph = model.graph
     initializers = {init.name: init for init in graph.initializer}
@@ -139,22 +176,29 @@ def weight_only_int8(model: onnx.ModelProto) -> onnx.ModelProto:
                 scale = np.where(largest > 0, largest / 127.0, 1.0).astype(np.float32)
                 quantized = np.clip(np.rint(weight / scale), -127, 127).astype(np.int8)
                 graph.initializer.append(numpy_helper.from_array(quantized, f"{name}_int8"))
-                graph.initializer.append(numpy_helper.from_array(scale, f"{name}_scale"))
                 replaced[name] = f"{name}_dequantized"
-                new_nodes.setdefault(index, []).extend(
-                    [
-                        helper.make_node(
-                            "Cast",
-                            [f"{name}_int8"],
-                            [f"{name}_float"],
-                            name=f"{name}_Cast",
-                            to=TensorProto.FLOAT,
-                        ),
-                        helper.make_node(
-                            "Mul", [f"{name}_float", f"{name}_scale"], [replaced[name]], name=f"{name}_Mul"
-                        ),
-                    ]
-                )
+                if form == "dequantize_linear":  # one scale per channel along `channel_axis`, zero point 0
+                    graph.initializer.append(numpy_helper.from_array(scale.reshape(-1), f"{name}_scale"))
+                    graph.initializer.append(
+                        numpy_helper.from_array(np.zeros(scale.size, np.int8), f"{name}_zero_point")
+                    )
+                    dequantize = helper.make_node(
+                        "DequantizeLinear",
+                        [f"{name}_int8", f"{name}_scale", f"{name}_zero_point"],
+                        [replaced[name]],
+                        name=f"{name}_DequantizeLinear",
+                        axis=channel_axis,
+                    )
+                    new_nodes.setdefault(index, []).append(dequantize)
+                else:
+                    graph.initializer.append(numpy_helper.from_array(scale, f"{name}_scale"))
+                    cast = helper.make_node(
+                        "Cast", [f"{name}_int8"], [f"{name}_float"], name=f"{name}_Cast", to=TensorProto.FLOAT
+                    )
+                    multiply = helper.make_node(
+                        "Mul", [f"{name}_float", f"{name}_scale"], [replaced[name]], name=f"{name}_Mul"
+                    )
+                    new_nodes.setdefault(index, []).extend([cast, multiply])
             node.input[slot] = replaced[name]
     nodes = list(graph.node)
     graph.ClearField("node")

@@ -68,8 +68,13 @@ def test_entry_runs_on_onnxruntime_with_its_inputs(corpus_dir, entry: CorpusEntr
 
 STYLE_OPS = {
     "dynamic": {"DynamicQuantizeLinear"},
+    "dynamic_per_channel": {"DynamicQuantizeLinear"},
     "qdq": {"QuantizeLinear", "DequantizeLinear"},
+    "qdq_u8": {"QuantizeLinear", "DequantizeLinear"},
     "weight_only": {"Cast", "Mul"},
+    "weight_only_dq": {"DequantizeLinear"},
+    "nbits": {"com.microsoft.MatMulNBits"},
+    "nbits_qdq": {"DequantizeLinear"},
 }
 
 
@@ -86,12 +91,12 @@ def test_entry_has_its_styles_ops(corpus_dir, entry: CorpusEntry) -> None:
     }
     if entry.style == "float":
         assert not quant_ops & set(ops)
-    if entry.style == "dynamic":
+    if entry.style.startswith("dynamic"):
         assert ops["MatMulInteger"] + ops["ConvInteger"] + ops["com.microsoft.DynamicQuantizeLSTM"] > 0
     if entry.style == "qop":
         assert any(op.split(".")[-1].startswith("QLinear") for op in ops), dict(ops)
-    if entry.style == "weight_only":
-        assert not quant_ops & set(ops)
+    if entry.style in ("weight_only", "weight_only_dq", "nbits", "nbits_qdq"):  # activations stay float
+        assert not (quant_ops - {"DequantizeLinear"}) & set(ops)
 
 
 def test_lstm_dynamic_has_dynamic_quantize_lstm(corpus_dir) -> None:

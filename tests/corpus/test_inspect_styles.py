@@ -20,6 +20,11 @@ CORPUS_STYLE_NAMES = {
     "qdq": ["static Q/DQ"],
     "qop": ["QOperator"],
     "weight_only": ["weight-only"],
+    "dynamic_per_channel": ["dynamic"],
+    "qdq_u8": ["static Q/DQ"],
+    "weight_only_dq": ["weight-only"],
+    "nbits": ["block-wise (MatMulNBits)"],
+    "nbits_qdq": ["weight-only"],
 }
 
 
@@ -33,12 +38,16 @@ def test_corpus_entry_style(corpus_dir, entry: CorpusEntry) -> None:
     found = styles_of(model)
     assert list(found) == CORPUS_STYLE_NAMES[entry.style], found
     ops = [n.op_type for n in model.graph.node]
-    if entry.style == "dynamic":
+    if entry.style.startswith("dynamic"):
         assert found["dynamic"]["DynamicQuantizeLinear"] == ops.count("DynamicQuantizeLinear")
         integer_ops = ops.count("MatMulInteger") + ops.count("ConvInteger") + ops.count("DynamicQuantizeLSTM")
         assert sum(found["dynamic"].values()) == ops.count("DynamicQuantizeLinear") + integer_ops
     if entry.style == "weight_only":  # one Cast -> Mul per quantized weight, all counted
         assert sum(found["weight-only"].values()) == ops.count("Cast") - _casts_in(entry, corpus_dir)
+    if entry.style in ("weight_only_dq", "nbits_qdq"):  # one DequantizeLinear per weight, nothing else
+        assert sum(found["weight-only"].values()) == ops.count("DequantizeLinear")
+    if entry.style == "nbits":
+        assert found["block-wise (MatMulNBits)"] == {"MatMulNBits (4-bit)": ops.count("MatMulNBits")}
 
 
 def _casts_in(entry: CorpusEntry, corpus_dir: Path) -> int:

@@ -23,7 +23,7 @@ import numpy as np
 from onnx import ModelProto
 
 from qconvert.check.nodes import NodeCase
-from qconvert.check.report import EVALUATED_BY_NUMERICS, EVALUATED_BY_REFERENCE
+from qconvert.check.report import EVALUATED_BY_FOLDING, EVALUATED_BY_NUMERICS, EVALUATED_BY_REFERENCE
 from qconvert.errors import InputError
 
 BACKENDS = ("interpreter", "stablehlo")
@@ -157,7 +157,7 @@ class InterpreterBackend:
         by = evaluated_by_op(module)
         runs: dict[str, CaseRun | NotRun] = {}
         for index, (name, outputs) in enumerate(split_outputs(cases, results).items()):
-            runs[name] = CaseRun(outputs, by.get(f"c{index}/", EVALUATED_BY_NUMERICS))
+            runs[name] = CaseRun(outputs, by.get(f"c{index}/", EVALUATED_BY_FOLDING))
         advance(len(cases))
         return runs
 

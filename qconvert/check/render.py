@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from qconvert.check.report import (
+    EVALUATED_BY_FOLDING,
     EVALUATED_BY_NUMERICS,
     EVALUATED_BY_REFERENCE,
     FAIL,
@@ -40,7 +41,11 @@ def _metrics(comparison: Comparison | None) -> list[str]:
     ]
 
 
-SHORT_EVALUATED_BY = {EVALUATED_BY_NUMERICS: "qconvert numerics", EVALUATED_BY_REFERENCE: "onnx reference"}
+SHORT_EVALUATED_BY = {
+    EVALUATED_BY_NUMERICS: "qconvert numerics",
+    EVALUATED_BY_REFERENCE: "generic onnx op",
+    EVALUATED_BY_FOLDING: "folded at lift",
+}
 
 
 def _op_label(layer: LayerResult) -> str:

@@ -40,7 +40,8 @@ import numpy as np
 from qconvert.atomic_file import atomic_text_file
 
 EVALUATED_BY_NUMERICS = "quant-typed ops (qconvert.numerics)"
-EVALUATED_BY_REFERENCE = "onnx reference implementation (generic onnx.* op)"
+EVALUATED_BY_REFERENCE = "generic onnx.* op (the interpreter's kernel, or onnx's reference implementation)"
+EVALUATED_BY_FOLDING = "folded to a constant when lifted (no op left to run)"
 
 PASS, FAIL, NOT_RUN = "pass", "fail", "not run"
 PASSED, FAILED, INCOMPLETE = "PASSED", "FAILED", "INCOMPLETE"

@@ -119,6 +119,21 @@ def test_legacy_batchnorm_carries_momentum(corpus_dir) -> None:
     assert all("momentum" in {a.name for a in n.attribute} for n in norms)
 
 
+def test_legacy_batchnorm_trips_onnx_reference(corpus_dir) -> None:
+    """What the entry is for: onnx's reference implementation reads `momentum` as training mode (issue 18,
+    item 2), so a checker that trusts it on this model is wrong by tens of dB. If an onnx release fixes
+    this, the entry loses its purpose: give it another way to break the reference, or drop this test."""
+    from onnx.reference import ReferenceEvaluator
+
+    path = corpus_dir / "cnn_bn_legacy.float.onnx"
+    with np.load(corpus_dir / "cnn_bn_legacy.inputs.npz") as data:
+        feeds = {name: data[name] for name in data.files}
+    reference = ReferenceEvaluator(onnx.load(str(path))).run(None, feeds)[0].astype(np.float64)
+    expected = session(path).run(None, feeds)[0].astype(np.float64)
+    sqnr = 10 * np.log10((expected**2).sum() / ((expected - reference) ** 2).sum())
+    assert sqnr < 60, f"onnx's reference now agrees with onnxruntime ({sqnr:.1f} dB)"
+
+
 def test_transformers_compute_shapes_at_run_time(corpus_dir) -> None:
     """The TorchScript exporter's Shape -> Gather -> ... chains are what the corpus is for."""
     for name in ("minilm", "t5"):

@@ -489,14 +489,20 @@ def test_qoperator_models(model_name: str) -> None:
 
 
 @pytest.mark.parametrize("model_name", ["digits_cnn", "tiny_encoder"])
-@pytest.mark.parametrize("weight_type", ["QInt8", "QUInt8"])
-def test_dynamic_quantized_models(model_name: str, weight_type: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("weight_type", "per_channel"), [("QInt8", False), ("QUInt8", False), ("QInt8", True)]
+)
+def test_dynamic_quantized_models(
+    model_name: str, weight_type: str, per_channel: bool, tmp_path: Path
+) -> None:
     """onnxruntime's quantize_dynamic of the float samples (DynamicQuantizeLinear, MatMulInteger,
-    ConvInteger, then Cast -> Mul by the scales)."""
+    ConvInteger, then Cast -> Mul by the scales); per channel, the weights' zero points are vectors."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantized = tmp_path / f"{model_name}.dynamic.onnx"
-    quantize_dynamic(MODELS / f"{model_name}.onnx", quantized, weight_type=QuantType[weight_type])
+    quantize_dynamic(
+        MODELS / f"{model_name}.onnx", quantized, weight_type=QuantType[weight_type], per_channel=per_channel
+    )
     model = onnx.load(quantized)
     integer_nodes = sum(n.op_type in ("MatMulInteger", "ConvInteger") for n in model.graph.node)
     assert integer_nodes, "quantize_dynamic left no integer op"

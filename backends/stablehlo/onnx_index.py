@@ -42,12 +42,15 @@ def reduce_min(ctx: LoweringContext, x: Value, axes: Sequence[int]) -> Value:
     return hlo.reduce(ctx.builder, x, ctx.scalar(highest(element), element), sorted(axes), hlo.minimum)
 
 
-def _region(argument_types: Sequence[Type], body: Callable[[Builder, list[Value]], Value]) -> Region:
+def _region(
+    argument_types: Sequence[Type], body: Callable[[Builder, list[Value]], Value | list[Value]]
+) -> Region:
     """A one-block region whose block returns `body(builder, arguments)` (sort comparators, scatter
-    update computations)."""
+    update computations, variadic reduction bodies returning a list)."""
     block = Block(list(argument_types))
     inner = Builder(block)
-    inner.insert(GenericOp("stablehlo.return", [body(inner, list(block.arguments))], []))
+    returned = body(inner, list(block.arguments))
+    inner.insert(GenericOp("stablehlo.return", returned if isinstance(returned, list) else [returned], []))
     return Region([block])
 
 

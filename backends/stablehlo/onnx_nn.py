@@ -334,13 +334,18 @@ def pool_geometry(
 
 @lowers_folding("onnx.MaxPool")
 def lower_max_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
-    if len(op.results) > 1:
-        ctx.unsupported("MaxPool's Indices output")
     (x,) = ctx.operands(op)
     shape = static_shape(ctx, x, "MaxPool's input")
     kernel, strides, dilations, padding, extra = pool_geometry(ctx, op, shape)
     element = element_type_of(x.type)
     full_padding = [(0, 0), (0, 0), *((lo, hi + e) for (lo, hi), e in zip(padding, extra))]
+    if len(op.results) > 1:  # the Indices output: onnx_pool_indices.py
+        from .onnx_pool_indices import max_pool_with_indices
+
+        storage_order = int(ctx.attribute(op, "storage_order", 0))  # type: ignore[arg-type]
+        return max_pool_with_indices(
+            ctx, x, [1, 1, *kernel], [1, 1, *strides], [1, 1, *dilations], full_padding, storage_order
+        )
     y = hlo.reduce_window(
         ctx.builder,
         x,

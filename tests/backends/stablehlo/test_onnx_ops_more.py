@@ -722,3 +722,33 @@ def test_grid_sample() -> None:
     # Opset 20 spells bilinear "linear".
     nodes = [n("GridSample", ["x", "grid"], ["linear"], mode="linear", padding_mode="reflection")]
     check(nodes, {"x": x, "grid": grid}, [Output("linear", "absolute")], opset=20)
+
+
+def test_max_pool_indices_and_max_unpool() -> None:
+    """Indices into the whole input (row-major, or spatially column-major with storage_order=1), the
+    first maximum among ties, padding never chosen; MaxUnpool puts the values back."""
+    x = np.round(rand(2, 3, 8, 6), 1)  # rounded: ties inside windows
+    nodes = [
+        n("MaxPool", ["x"], ["pooled", "indices"], kernel_shape=[2, 2], strides=[2, 2]),
+        n("MaxPool", ["x"], ["padded", "padded_indices"], kernel_shape=[3, 3], strides=[2, 2],
+          pads=[1, 1, 1, 1]),
+        n("MaxPool", ["x"], ["ceil", "ceil_indices"], kernel_shape=[2, 3], strides=[2, 2], ceil_mode=1),
+        n("MaxPool", ["x"], ["column", "column_indices"], kernel_shape=[2, 2], storage_order=1),
+        n("MaxPool", ["x"], ["dilated", "dilated_indices"], kernel_shape=[2, 2], dilations=[2, 2]),
+        n("MaxUnpool", ["pooled", "indices"], ["unpooled"], kernel_shape=[2, 2], strides=[2, 2]),
+        const("unpool_shape", [2, 3, 8, 7]),
+        n("MaxUnpool", ["pooled", "indices", "unpool_shape"], ["unpooled_shape"], kernel_shape=[2, 2],
+          strides=[2, 2]),
+    ]  # fmt: skip
+    names = [
+        "pooled",
+        "indices",
+        "padded",
+        "padded_indices",
+        "ceil",
+        "ceil_indices",
+        "column",
+        "column_indices",
+    ]
+    names += ["dilated", "dilated_indices", "unpooled", "unpooled_shape"]
+    check(nodes, {"x": x}, [Output(o) for o in names], opset=12, engines=("xla", "interpreter"))

@@ -180,9 +180,12 @@ class QuantizationStyle:
     def total(self) -> int:
         return sum(self.counts.values())
 
+    def counted(self) -> str:
+        """`12 MatMulInteger, 8 DynamicQuantizeLinear`: most frequent first."""
+        return ", ".join(f"{count} {what}" for what, count in sorted(self.counts.items(), key=_by_count))
+
     def line(self) -> str:
-        counted = ", ".join(f"{count} {what}" for what, count in sorted(self.counts.items(), key=_by_count))
-        return f"{self.name} ({STYLE_DESCRIPTIONS[self.name]}): {counted}"
+        return f"{self.name} ({STYLE_DESCRIPTIONS[self.name]}): {self.counted()}"
 
 
 def _by_count(item: tuple[str, int]) -> tuple[int, str]:
@@ -288,10 +291,22 @@ def _scaled_by_mul(name: str, consumers: dict[str, list[NodeProto]]) -> NodeProt
 def summarize_model(
     source: str | ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None
 ) -> ModuleSummary:
-    """`summarize` of the lifted model, with the ONNX graph's quantization styles (what `inspect` prints)."""
+    """`summarize` of the lifted model, with the ONNX graph's quantization styles (what `inspect` prints).
+
+    When the model does not lift, the InputError says why and still names the styles (read from the graph).
+    """
+    from qconvert.errors import InputError
+
     from .lift import import_onnx
     from .load import read_model
 
-    summary = summarize(import_onnx(source, input_shapes))
-    summary.styles = quantization_styles(read_model(source)[0])
+    styles = quantization_styles(read_model(source)[0])
+    try:
+        module = import_onnx(source, input_shapes)
+    except InputError as error:
+        found = "; ".join(f"{style.name}: {style.counted()}" for style in styles) or "none"
+        note = f"\n(the model's quantization style, read from the graph: {found})"
+        raise InputError(error.message + note, error.loc, error.related) from None
+    summary = summarize(module)
+    summary.styles = styles
     return summary

@@ -203,3 +203,22 @@ def test_float_graph_has_no_style(tmp_path: Path, capsys: pytest.CaptureFixture[
     path = save(tmp_path, shape_cast, [X], [weight], {"": 17})
     assert styles_of(read_model(path)[0]) == {}
     assert cli_styles(path, capsys) == "quantization style: none (no quantization op or pattern)"
+
+
+def test_inspect_names_the_style_when_lifting_fails(corpus_dir, capsys: pytest.CaptureFixture[str]) -> None:
+    """onnxruntime's int4 QDQ weights carry negative scales, which lifting refuses (today): the error still
+    says what kind of model it is. Once lifting takes them, the summary says it."""
+    code = main(["inspect", str(corpus_dir / "minilm.nbits_qdq.onnx")])
+    printed = capsys.readouterr()
+    if code == 2:
+        assert "scale must be finite and > 0" in printed.err and "Traceback" not in printed.err
+        assert (
+            "quantization style, read from the graph: weight-only: 12 DequantizeLinear -> MatMul"
+            in printed.err
+        )
+    else:
+        assert code == 0
+        assert (
+            "quantization style: weight-only\n" in printed.out
+            and "12 DequantizeLinear -> MatMul" in printed.out
+        )

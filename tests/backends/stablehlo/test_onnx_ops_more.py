@@ -752,3 +752,34 @@ def test_max_pool_indices_and_max_unpool() -> None:
     ]
     names += ["dilated", "dilated_indices", "unpooled", "unpooled_shape"]
     check(nodes, {"x": x}, [Output(o) for o in names], opset=12, engines=("xla", "interpreter"))
+
+
+def test_dft_and_stft() -> None:
+    """DFT forward / inverse / onesided, real and complex, dft_length padding and cutting; STFT with a
+    Hann window and without, onesided and full: the log-spectrogram front-end of speech models."""
+    real = rand(2, 12, 1)
+    complex_signal = rand(2, 12, 2)
+    signal = rand(2, 64, 1)
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(16) / 16)).astype(np.float32)
+    nodes = [
+        n("DFT", ["real"], ["dft"]),
+        n("DFT", ["real"], ["rfft"], onesided=1),
+        n("DFT", ["complex_signal"], ["dft_complex"]),
+        n("DFT", ["complex_signal"], ["idft"], inverse=1),
+        const("padded_length", 16),
+        n("DFT", ["real", "padded_length"], ["dft_padded"]),
+        const("cut_length", 8),
+        n("DFT", ["complex_signal", "cut_length"], ["dft_cut"]),
+        const("step", 8),
+        const("window", window, np.float32),
+        # onesided explicit: onnx's shape inference takes its default as 0 and declares 16 bins.
+        n("STFT", ["signal", "step", "window"], ["stft"], onesided=1),
+        const("frame_length", 10),
+        n("STFT", ["signal", "step", "", "frame_length"], ["stft_full"], onesided=0),
+    ]
+    names = ["dft", "rfft", "dft_complex", "idft", "dft_padded", "dft_cut", "stft", "stft_full"]
+    inputs = {"real": real, "complex_signal": complex_signal, "signal": signal}
+    check(nodes, inputs, [Output(o, "absolute") for o in names], opset=17, engines=("xla", "interpreter"))
+    # Opset 20: the axis is an input.
+    nodes = [const("axis", 1), n("DFT", ["complex_signal", "", "axis"], ["dft_axis"])]
+    check(nodes, {"complex_signal": complex_signal}, [Output("dft_axis", "absolute")], opset=20)

@@ -180,3 +180,28 @@ def lower_stft(ctx: LoweringContext, op: Operation) -> list[Value]:
         ctx, framed(real), None if imaginary is None else framed(imaginary), bins, inverse=False
     )
     return [_join_complex(ctx, out_real, out_imaginary)]
+
+
+# Window generators (opset 17): the window is a constant of the model once its size is known.
+WINDOW_TERMS = {
+    # op -> cosine series coefficients a_k of w[n] = Σ (-1)^k a_k cos(2πkn / d)
+    "onnx.HannWindow": (0.5, 0.5),
+    "onnx.HammingWindow": (25.0 / 46.0, 21.0 / 46.0),
+    "onnx.BlackmanWindow": (0.42, 0.5, 0.08),
+}
+
+
+@lowers_folding(*WINDOW_TERMS)
+def lower_window(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """w[n] = Σ_k (-1)^k a_k cos(2πkn / d), d = size (periodic=1, default) or size - 1, computed at
+    conversion time in float64 and rounded to the output type (onnxruntime: within an ulp)."""
+    size = _constant_int(ctx, op, 0, f"{op.name}'s size")
+    assert size is not None
+    periodic = bool(int(ctx.attribute(op, "periodic", 1)))  # type: ignore[arg-type]
+    denominator = size if periodic else size - 1
+    n = np.arange(size, dtype=np.float64)
+    window = np.zeros(size)
+    for k, coefficient in enumerate(WINDOW_TERMS[op.name]):
+        window += (-1) ** k * coefficient * np.cos(2.0 * np.pi * k * n / max(denominator, 1))
+    element = element_type_of(ctx.result_type(op))
+    return [ctx.constant(window, element)]

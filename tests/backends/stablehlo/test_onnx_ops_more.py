@@ -780,6 +780,17 @@ def test_dft_and_stft() -> None:
     names = ["dft", "rfft", "dft_complex", "idft", "dft_padded", "dft_cut", "stft", "stft_full"]
     inputs = {"real": real, "complex_signal": complex_signal, "signal": signal}
     check(nodes, inputs, [Output(o, "absolute") for o in names], opset=17, engines=("xla", "interpreter"))
+    # Window generators with a constant size, one feeding an STFT.
+    nodes = [
+        const("size", 16),
+        n("HannWindow", ["size"], ["hann"]),
+        n("HammingWindow", ["size"], ["hamming"], periodic=0),
+        n("BlackmanWindow", ["size"], ["blackman"]),
+        const("step", 8),
+        n("STFT", ["signal", "step", "hann"], ["stft_hann"], onesided=1),
+    ]
+    outputs = [Output(o, "absolute") for o in ("hann", "hamming", "blackman", "stft_hann")]
+    check(nodes, {"signal": signal}, outputs, opset=17)
     # Opset 20: the axis is an input.
     nodes = [const("axis", 1), n("DFT", ["complex_signal", "", "axis"], ["dft_axis"])]
     check(nodes, {"complex_signal": complex_signal}, [Output("dft_axis", "absolute")], opset=20)

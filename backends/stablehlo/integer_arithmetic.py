@@ -7,16 +7,10 @@ Everything known at conversion time (multipliers, QLinearAdd's constants, lookup
 requantization of each element, DynamicQuantizeLinear's scale) is emitted here, one function per rule,
 each naming the numerics function it mirrors, and the tests pin the emitted results against onnxruntime.
 
-Two facts about XLA:CPU (jaxlib 0.10.2, measured) shape the emission:
-- it contracts an f32 `multiply` feeding an `add` into one FMA (77 % of random `a * b + c` rounded once),
-  and LLVM folds `f32(f64(a) * f64(b))` back into an f32 multiply first, which an optimization_barrier
-  does not stop (XLA removes barriers before code generation): a rule that rounds a product before
-  adding (`qlinear_mul_mlas`, `scale_output_mlas` + bias, QLinearAveragePool's sums) computes the product
-  in f64, where it is exact, and rounds it to f32 on its bit pattern (`round_to_float32`);
-- it rewrites a division by a constant into a multiply by the reciprocal: divisions use
-  `hlo.exact_divide`.
-onnxruntime's own FMAs (`qlinear_add_mlas`) are emulated exactly (`float32_fma`), so the result does not
-depend on whether an engine contracts. StableHLO's reference interpreter gives the same numbers.
+Where a rule rounds a product before adding (`qlinear_mul_mlas`, `scale_output_mlas` + bias,
+QLinearAveragePool's sums) or rounds a multiply-add once (`qlinear_add_mlas`), the lowerings use
+float32_rounding.py, which keeps XLA:CPU's contractions from changing the result; divisions use
+`hlo.exact_divide`. StableHLO's reference interpreter gives the same numbers.
 """
 
 from __future__ import annotations
@@ -27,13 +21,12 @@ import numpy as np
 
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.quant_types import QuantizedType, uniform_params
-from qconvert.ir.types import F32, F64, I64, IntegerType, RankedTensorType, Signedness, Type, element_type_of
+from qconvert.ir.types import F32, I32, IntegerType, RankedTensorType, Signedness, Type, element_type_of
 
 from . import ops as hlo
 from .lowering import LoweringContext, storage_element_type
 from .onnx_fold import static_shape
 
-I32 = IntegerType(32)
 U8 = IntegerType(8, Signedness.UNSIGNED)
 
 
@@ -162,63 +155,6 @@ def saturate_rounded(ctx: LoweringContext, value: Value, quant_type: QuantizedTy
     high = ctx.scalar(float(quant_type.storage_type_max), F32)
     rounded = hlo.round_nearest_even(b, hlo.clamp(b, low, value, high))
     return hlo.convert(b, hlo.convert(b, rounded, I32), storage_element_type(quant_type))
-
-
-def rounded_product(ctx: LoweringContext, lhs: Value, rhs: Value) -> Value:
-    """`f32(lhs * rhs)` of two f32 tensors, rounded once, and never fused with a following add: the product
-    in f64 is exact (24 + 24 significant bits), `round_to_float32` rounds it."""
-    b = ctx.builder
-    return round_to_float32(ctx, hlo.multiply(b, ctx.convert(lhs, F64), ctx.convert(rhs, F64)))
-
-
-def round_to_float32(ctx: LoweringContext, value: Value) -> Value:
-    """An f64 tensor rounded to the nearest f32 (ties to even) on its bit pattern, then converted (exactly).
-
-    Not `convert` alone: LLVM folds `fptrunc(fmul(fpext a, fpext b))` back into an f32 multiply, which
-    XLA:CPU then contracts with a following add into an FMA (one rounding instead of two, measured on
-    DynamicQuantizeMatMul's bias add); integer ops on the bits are not folded. The magnitude's 29 low
-    mantissa bits are rounded off (sign-magnitude, so negative values round symmetrically; a carry into
-    the exponent is the right result). Exact for results in f32's normal range (the values here: scaled
-    8-bit products and accumulators); a result below 2**-126 would be rounded twice."""
-    b = ctx.builder
-    shape = tuple(hlo.tensor_type(value).shape)
-    bits = hlo.bitcast_convert(b, value, RankedTensorType(shape, I64))
-    dropped = 52 - 23
-    kept_lsb = hlo.and_(
-        b, hlo.shift_right_arithmetic(b, bits, ctx.splat(dropped, I64, shape)), ctx.splat(1, I64, shape)
-    )
-    half_below = ctx.splat((1 << (dropped - 1)) - 1, I64, shape)
-    bumped = hlo.add(b, bits, hlo.add(b, half_below, kept_lsb))
-    kept = hlo.and_(b, bumped, ctx.splat(-(1 << dropped), I64, shape))
-    return hlo.convert(b, hlo.bitcast_convert(b, kept, RankedTensorType(shape, F64)), F32)
-
-
-def float32_fma(ctx: LoweringContext, a: Value, b_: Value, c: Value) -> Value:
-    """numerics `float32_fma`: `fma(a, b, c)` of f32 tensors with one rounding, as `vfmadd*ps` computes it.
-    The product is exact in f64 (two f32 of 24 significant bits each); the f64 sum is rounded to odd
-    (two-sum error term; one step toward it when the rounded sum is even), so that converting it to f32
-    rounds correctly."""
-    b = ctx.builder
-    shape = hlo.tensor_type(a).shape
-    product = hlo.multiply(b, ctx.convert(a, F64), ctx.convert(b_, F64))
-    addend = ctx.convert(c, F64)
-    total = hlo.add(b, product, addend)
-    virtual = hlo.subtract(b, total, product)
-    error = hlo.add(
-        b,
-        hlo.subtract(b, product, hlo.subtract(b, total, virtual)),
-        hlo.subtract(b, addend, virtual),
-    )
-    zero = ctx.splat(0.0, F64, shape)
-    bits = hlo.bitcast_convert(b, total, RankedTensorType(tuple(shape), I64))
-    is_even = hlo.compare(b, "EQ", hlo.and_(b, bits, ctx.splat(1, I64, shape)), ctx.splat(0, I64, shape))
-    inexact = hlo.compare(b, "NE", error, zero)
-    # nextafter(total, sign(error) * inf): the bit pattern moves up when error and total have one sign.
-    same_sign = hlo.compare(b, "EQ", hlo.compare(b, "GT", error, zero), hlo.compare(b, "GT", total, zero))
-    step = hlo.select(b, same_sign, ctx.splat(1, I64, shape), ctx.splat(-1, I64, shape))
-    odd = hlo.bitcast_convert(b, hlo.add(b, bits, step), RankedTensorType(tuple(shape), F64))
-    rounded_to_odd = hlo.select(b, hlo.and_(b, inexact, is_even), odd, total)
-    return hlo.convert(b, rounded_to_odd, F32)
 
 
 def gather_table(ctx: LoweringContext, index: Value, table: np.ndarray, element: Type) -> Value:

@@ -18,16 +18,15 @@ import numpy as np
 
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.quant_types import uniform_params
-from qconvert.ir.types import F32, element_type_of
+from qconvert.ir.types import F32, I32, element_type_of
 
 from . import ops as hlo
+from .float32_rounding import rounded_product
 from .integer_arithmetic import (
-    I32,
     along,
     centered,
     centered_quantized,
     dynamic_quantize_linear,
-    rounded_product,
     runtime_zero_point,
     static_input,
     static_operands,

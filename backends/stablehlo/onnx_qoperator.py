@@ -36,7 +36,7 @@ from qconvert import numerics
 from qconvert.ir.attributes import OpaqueAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.quant_types import QuantizedType, uniform_params
-from qconvert.ir.types import F32, RankedTensorType, element_type_of
+from qconvert.ir.types import F32, I32, RankedTensorType, element_type_of
 from qconvert.numerics import UniformParams
 from qconvert.numerics.onnxruntime_kernels import (
     qgemm_multiplier_onnxruntime,
@@ -48,16 +48,14 @@ from qconvert.numerics.onnxruntime_kernels import (
 
 from . import ops as hlo
 from . import quant_fusion
+from .float32_rounding import float32_fma, rounded_product
 from .integer_arithmetic import (
-    I32,
     along,
     as_result,
     centered_quantized,
-    float32_fma,
     gather_table,
     lookup,
     requantize_mlas,
-    rounded_product,
     saturate_rounded,
     static_operands,
     storage,

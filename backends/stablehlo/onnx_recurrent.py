@@ -16,8 +16,9 @@ Exactness against onnxruntime:
   the rule of numerics `dynamic_quantize_parameters_onnxruntime` / `quantize_linear_mlas`), the
   products are exact i32 `dot_general`s, then `f32(acc) * f32(s_a * s_w)` (+ the input product), and
   the activations are MLAS's FMA3 polynomials (numerics `logistic_mlas` / `tanh_mlas`) with each FMA
-  emulated exactly in f64 (`integer_arithmetic.float32_fma`); every product that feeds an add is
-  rounded on its own first (`rounded_product`), since XLA:CPU would contract it into an FMA.
+  emulated exactly in f64 (`float32_rounding.float32_fma`); every product that feeds an add is
+  rounded on its own first (`float32_rounding.rounded_product`), since XLA:CPU would contract it into
+  an FMA.
   onnxruntime splits the batch across threads (more than 4 rows, or 2-4 rows with hidden_size <= 256)
   and then quantizes H per chunk of rows: the lowering, like the interpreter, is its one-thread result.
 """
@@ -28,15 +29,15 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from qconvert.ir.attributes import IntegerAttr
 from qconvert.ir.core import Block, Builder, GenericOp, Operation, Region, Value
-from qconvert.ir.types import F32, F64, I64, RankedTensorType, element_type_of
+from qconvert.ir.types import F32, I32, I64, RankedTensorType, element_type_of
 from qconvert.numerics.onnxruntime_recurrent import LOGISTIC_MLAS, TANH_MLAS
 from qconvert.onnx_attributes import absent_positions
 from qconvert.recurrent import OP_TYPES, RecurrentInputs, op_attributes, run_recurrent
 
 from . import ops as hlo
-from .integer_arithmetic import I32, dynamic_quantize_linear, float32_fma
+from .float32_rounding import float32_fma, rounded_product
+from .integer_arithmetic import dynamic_quantize_linear
 from .lowering import LoweringContext, lowers
 from .onnx_fold import constant_input
 
@@ -44,18 +45,6 @@ NOTE_QUANTIZED_LSTM = (
     "DynamicQuantizeLSTM: X and each step's H quantized at run time (onnxruntime's dynamic uint8 rule), "
     "exact i32 products, MLAS activations"
 )
-
-
-def rounded_product(ctx: LoweringContext, a: Value, b: Value) -> Value:
-    """`f32(a * b)` rounded once and kept from fusing into a following add: XLA:CPU folds an f64 product of
-    f32 operands converted back to f32 into an f32 multiply and contracts it with the add into an FMA
-    (measured: 999 of 4,096 random `a * b + c * d` rounded once); a `reduce_precision` to f32's format
-    on the f64 product is bit manipulation, which no contraction sees through."""
-    builder = ctx.builder
-    product = hlo.multiply(builder, ctx.convert(a, F64), ctx.convert(b, F64))
-    attributes = {"exponent_bits": IntegerAttr(8, I32), "mantissa_bits": IntegerAttr(23, I32)}
-    narrowed = builder.insert(GenericOp("stablehlo.reduce_precision", [product], [product.type], attributes))
-    return ctx.convert(narrowed.results[0], F32)
 
 
 class HloMath:

@@ -21,7 +21,7 @@ from qconvert.ir.attributes import (
     OpaqueAttr,
 )
 from qconvert.ir.core import Block, Builder, GenericOp, Region, Value
-from qconvert.ir.types import I1, I64, RankedTensorType, Type, element_type_of, with_element_type
+from qconvert.ir.types import I1, I32, I64, RankedTensorType, Type, element_type_of, with_element_type
 
 COMPARISON_DIRECTIONS = ("EQ", "NE", "GE", "GT", "LE", "LT")
 
@@ -164,6 +164,16 @@ def convert(b: Builder, operand: Value, element_type: Type) -> Value:
 def bitcast_convert(b: Builder, operand: Value, result_type: Type) -> Value:
     """`stablehlo.bitcast_convert`: reinterpret bits (storage ints <-> `!quant.uniform` of that storage)."""
     return _one(b, "stablehlo.bitcast_convert", [operand], result_type)
+
+
+def reduce_precision(b: Builder, operand: Value, exponent_bits: int, mantissa_bits: int) -> Value:
+    """`stablehlo.reduce_precision`: round each float to the format with these exponent and mantissa bits
+    (ties to even), keeping the operand's type."""
+    bits = {
+        "exponent_bits": IntegerAttr(exponent_bits, I32),
+        "mantissa_bits": IntegerAttr(mantissa_bits, I32),
+    }
+    return _one(b, "stablehlo.reduce_precision", [operand], operand.type, **bits)
 
 
 def uniform_quantize(b: Builder, operand: Value, result_type: Type) -> Value:

@@ -1,7 +1,8 @@
 """Lowerings of the com.microsoft float ops onnxruntime's transformer optimizer writes into the models
-people then quantize: Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization and
-SkipSimplifiedLayerNormalization. (onnxruntime's SimplifiedLayerNormalization sits in the onnx domain,
-where the frontend refuses ops ONNX does not define.)
+people then quantize: Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization,
+SkipSimplifiedLayerNormalization and Attention (its common form: no past state, a 0/1 mask).
+(onnxruntime's SimplifiedLayerNormalization sits in the onnx domain, where the frontend refuses ops ONNX
+does not define.)
 
 The formulas are onnxruntime's CPU kernels' (contrib_ops/cpu/bert/bias_gelu.cc, skip_layer_norm.cc,
 activations): FastGelu's tanh and QuickGelu's logistic are MLAS's polynomials (bit for bit, as
@@ -138,3 +139,68 @@ def _with_sum_output(ctx: LoweringContext, op: Operation, results: list[Value], 
     if any(p in (1, 2) for p in positions):
         ctx.unsupported(f"{op.name}'s mean / inverse standard deviation outputs (training only)")
     return results + [value for p in positions if p == 3]
+
+
+@lowers_folding("onnx.com.microsoft.Attention")
+def lower_attention(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """onnxruntime's fused self-attention (what its transformer optimizer writes for BERT): QKV = input @
+    weights + bias, per head softmax(Q Kᵀ * scale + mask) V, heads concatenated. The common form is
+    lowered: equal Q/K/V sizes, no past state, a 2-D (batch, sequence) 0/1 mask_index or none, where a
+    0 adds mask_filter_value (default -10000); unidirectional adds the causal mask the same way."""
+    x, weights, bias = _f32_input(ctx, op, 0), ctx.input(op, 1), ctx.input(op, 2)
+    assert weights is not None
+    b = ctx.builder
+    if any(ctx.source_input(op, p) is not None for p in range(4, 8)) or len(op.results) > 1:
+        ctx.unsupported("Attention with past state, attention_bias or present outputs")
+    if ctx.attribute(op, "qkv_hidden_sizes") is not None:
+        ctx.unsupported("Attention with qkv_hidden_sizes")
+    batch, sequence, _ = static_shape(ctx, x, "Attention's input")
+    heads = int(ctx.attribute(op, "num_heads"))  # type: ignore[arg-type]
+    hidden = hlo.tensor_type(weights).shape[1] // 3
+    head_size = hidden // heads
+    scale = float(ctx.attribute(op, "scale", 0.0)) or float(1.0 / np.sqrt(np.float32(head_size)))  # type: ignore[arg-type]
+    filter_value = float(ctx.attribute(op, "mask_filter_value", -10000.0))  # type: ignore[arg-type]
+    qkv = hlo.dot_general(b, x, weights, lhs_contracting=[2], rhs_contracting=[0])  # (B, S, 3H)
+    if bias is not None:
+        qkv = hlo.add(b, qkv, ctx.broadcast_to(bias, (batch, sequence, 3 * hidden)))
+
+    def head_view(index: int) -> Value:
+        part = hlo.slice_(b, qkv, [0, 0, index * hidden], [batch, sequence, (index + 1) * hidden], [1, 1, 1])
+        return hlo.transpose(b, hlo.reshape(b, part, [batch, sequence, heads, head_size]), [0, 2, 1, 3])
+
+    query, key, value = head_view(0), head_view(1), head_view(2)  # (B, N, S, h)
+    scores = hlo.dot_general(
+        b, query, key, lhs_batching=[0, 1], rhs_batching=[0, 1], lhs_contracting=[3], rhs_contracting=[3]
+    )  # (B, N, S, S)
+    score_shape = (batch, heads, sequence, sequence)
+    scores = hlo.multiply(b, scores, ctx.splat(scale, F32, score_shape))
+    mask = ctx.input(op, 3)
+    if mask is not None:
+        mask_shape = hlo.tensor_type(mask).shape
+        if mask_shape != (batch, sequence):
+            ctx.unsupported(
+                f"Attention mask_index of shape {list(mask_shape)} (a (batch, sequence) 0/1 mask is lowered)"
+            )
+        masked = hlo.compare(b, "EQ", mask, ctx.splat(0, element_type_of(mask.type), mask_shape))
+        additive = hlo.select(
+            b, masked, ctx.splat(filter_value, F32, mask_shape), ctx.splat(0.0, F32, mask_shape)
+        )
+        scores = hlo.add(b, scores, hlo.broadcast_in_dim(b, additive, score_shape, [0, 3]))
+    if int(ctx.attribute(op, "unidirectional", 0)):  # type: ignore[arg-type]
+        later = np.triu(np.ones((sequence, sequence), dtype=bool), k=1)
+        causal = np.where(later, np.float32(filter_value), np.float32(0.0)).astype(np.float32)
+        scores = hlo.add(b, scores, hlo.broadcast_in_dim(b, ctx.constant(causal, F32), score_shape, [2, 3]))
+    from .onnx_nn import softmax_last
+
+    probabilities = softmax_last(ctx, scores, 3)
+    context = hlo.dot_general(
+        b,
+        probabilities,
+        value,
+        lhs_batching=[0, 1],
+        rhs_batching=[0, 1],
+        lhs_contracting=[3],
+        rhs_contracting=[2],
+    )  # (B, N, S, h)
+    merged = hlo.transpose(b, context, [0, 2, 1, 3])
+    return [hlo.reshape(b, merged, [batch, sequence, hidden])]

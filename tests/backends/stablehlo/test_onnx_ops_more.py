@@ -794,3 +794,44 @@ def test_dft_and_stft() -> None:
     # Opset 20: the axis is an input.
     nodes = [const("axis", 1), n("DFT", ["complex_signal", "", "axis"], ["dft_axis"])]
     check(nodes, {"complex_signal": complex_signal}, [Output("dft_axis", "absolute")], opset=20)
+
+
+def test_com_microsoft_attention() -> None:
+    """onnxruntime's fused Attention as its optimizer writes it for BERT: a (batch, sequence) 0/1 mask,
+    and the unidirectional (causal) form."""
+    require_module("jax")
+    import onnxruntime as ort
+
+    from qconvert.backends.stablehlo import run
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+    from qconvert.frontends.onnx import import_onnx
+
+    ms = "com.microsoft"
+    x = rand(2, 5, 8, low=-1, high=1)
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], np.int32)
+    weights = {"weights": rand(8, 24, low=-0.5, high=0.5), "bias": rand(24, low=-0.1, high=0.1)}
+    nodes = [
+        n("Attention", ["x", "weights", "bias", "mask"], ["masked"], domain=ms, num_heads=2),
+        n("Attention", ["x", "weights", "bias"], ["causal"], domain=ms, num_heads=4, unidirectional=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "attention",
+        [
+            helper.make_tensor_value_info("x", 1, list(x.shape)),
+            helper.make_tensor_value_info("mask", 6, [2, 5]),
+        ],
+        [helper.make_tensor_value_info(o, 1, None) for o in ("masked", "causal")],
+        initializer=[numpy_helper.from_array(a, name) for name, a in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    expected = session.run(["masked", "causal"], {"x": x, "mask": mask})
+    text = stablehlo_text(import_onnx(model), form="qdq", inline_weights=True)
+    for engine in ("xla", "interpreter"):
+        actual = run.run(text, [x, mask], engine=engine)
+        for name, a, e in zip(("masked", "causal"), actual, expected):
+            assert_matches(f"{engine}: {name}", "absolute", np.asarray(a), e)

@@ -74,6 +74,7 @@ from qconvert.ir.types import (
 from qconvert.problem_groups import ProblemGroup, group_problems, listing
 
 from . import attributes as attrs
+from .blockwise import NOTE_SIGNS, needs_signs, split_scale_signs
 from .dtypes import (
     BY_NAME,
     ELEMENT_TYPES,
@@ -84,7 +85,7 @@ from .dtypes import (
 )
 from .load import load_model
 from .qoperator import lift_qoperator
-from .quant import NodeRef, check_storage, quant_type_of
+from .quant import NodeRef, check_storage, normalize_axis, quant_type_of
 from .weights import RESOURCE_THRESHOLD, ResourceNames, as_resource, initializer_array, lazy_elements
 from .wire import RawData
 
@@ -471,12 +472,18 @@ class Lifter:
 
     def lift_dequantize(self, node: NodeProto) -> None:
         ref = self.node_ref(node)
-        x = self.value(node, node.input[0])
         scale, scale_type, zero_point = self.quant_parameters(node, ref)
         storage = ELEMENT_TYPES.get(self.onnx_type(node.input[0]))
         if storage is None:
             raise ref.error(f"the element type of input '{node.input[0]}' is unknown")
         check_storage(ref, storage, quantize=False)
+        x = self.value(node, node.input[0])
+        block_size = _int_attribute(node, "block_size", 0)
+        signs = None
+        if block_size > 0 and needs_signs(np.asarray(scale)):
+            # onnxruntime's symmetric n-bit quantizer writes negative block scales: dequantize with |scale|,
+            # then multiply by the signs (exact; frontends/onnx/blockwise.py)
+            scale, signs = split_scale_signs(np.asarray(scale))
         output_dtype = _int_attribute(node, "output_dtype", 0)
         if output_dtype:
             expressed_entry = ELEMENT_TYPES.get(output_dtype)
@@ -510,8 +517,39 @@ class Lifter:
                 attributes={"onnx.node_name": StringAttr(node.name)},
             )
         ).result
+        if signs is not None:
+            axis = normalize_axis(ref, _int_attribute(node, "axis", 1), len(quantized.type.shape))  # type: ignore[attr-defined]
+            result = self.apply_block_signs(
+                result, signs, axis, block_size, expressed_entry.onnx_type, node.name
+            )
         self.values[node.output[0]] = result
         self.onnx_types[node.output[0]] = expressed_entry.onnx_type
+
+    def apply_block_signs(
+        self, weight: Value, signs: np.ndarray, axis: int, block_size: int, onnx_type: int, node_name: str
+    ) -> Value:
+        """`weight` times `signs` (one per block of `block_size` along `axis`), as exact float ops:
+        Reshape to [..., blocks, block_size, ...], Mul by signs shaped [..., blocks, 1, ...], Reshape back."""
+        shape = tuple(weight.type.shape)  # type: ignore[attr-defined]
+        element = weight.type.element_type  # type: ignore[attr-defined]
+        blocks = signs.shape[axis]
+        split = (*shape[:axis], blocks, block_size, *shape[axis + 1 :])
+        sign_shape = (*signs.shape[:axis], blocks, 1, *signs.shape[axis + 1 :])
+        name = StringAttr(node_name)
+
+        def reshape(value: Value, dims: tuple[int, ...]) -> Value:
+            target = self.constant(np.asarray(dims, np.int64), TensorProto.INT64)
+            op = GenericOp(
+                "onnx.Reshape", [value, target], [RankedTensorType(dims, element)], {"onnx.node_name": name}
+            )
+            return self.insert(op).results[0]
+
+        sign_value = self.constant(np.ascontiguousarray(signs.reshape(sign_shape)), onnx_type)
+        attributes: dict[str, Attribute] = {"onnx.node_name": name, "qconvert.note": StringAttr(NOTE_SIGNS)}
+        product = GenericOp(
+            "onnx.Mul", [reshape(weight, split), sign_value], [RankedTensorType(split, element)], attributes
+        )
+        return reshape(self.insert(product).results[0], shape)
 
     def quantized_view(self, stored: Value, quant_type: QuantizedType) -> Value:
         """`stored` seen as `quant_type`: the qcast result it came from, or a new storage cast."""

@@ -54,10 +54,12 @@ from onnx import NodeProto, helper
 
 from qconvert.ir.attributes import Attribute, StringAttr
 from qconvert.ir.core import GenericOp, Value
+from qconvert.ir.dialects.quant import DequantizeCastOp
 from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import RankedTensorType, Type, with_element_type
 
 from . import attributes as attrs
+from .blockwise import needs_signs
 from .dtypes import BY_NAME, ELEMENT_TYPES, UNKNOWN_ELEMENT
 from .load import MICROSOFT_DOMAIN
 from .quant import NodeRef, check_storage, quant_type_of
@@ -240,6 +242,85 @@ def _dynamic_quantize_matmul(q: QOperatorLifter) -> None:
     q.emit("qconvert.dynamic_quantize_matmul", operands, [q.float_result_type()])
 
 
+def _matmul_nbits(q: QOperatorLifter) -> None:
+    """com.microsoft MatMulNBits -> the unpacked integer weight [K, N] (one value per byte) through a blocked
+    `quant.dcast` (blocks along K), block signs where a scale is negative (frontends/onnx/blockwise.py), then
+    a float `onnx.MatMul` and the optional bias `onnx.Add`. onnxruntime's kernel at accuracy_level 0 / 1
+    dequantizes B and runs a float32 GEMM (MLAS, its own summation order), so the product agrees within the
+    float32 bound of a K-term sum, not bit for bit; the dequantized weight itself is exact."""
+    from .blockwise import split_scale_signs, unpack_matmul_nbits
+
+    node, ref, lifter = q.node, q.ref, q.lifter
+    k, n = int(_int_attr(node, "K", 0)), int(_int_attr(node, "N", 0))  # type: ignore[call-overload]
+    bits = int(_int_attr(node, "bits", 4))  # type: ignore[call-overload]
+    block_size = int(_int_attr(node, "block_size", 0))  # type: ignore[call-overload]
+    accuracy_level = int(_int_attr(node, "accuracy_level", 0))  # type: ignore[call-overload]
+    if bits not in (4, 8):
+        raise ref.error(f"bits {bits} is not supported (4 and 8 are)")
+    if k <= 0 or n <= 0 or block_size < 16 or block_size & (block_size - 1):
+        raise ref.error(
+            f"K {k}, N {n}, block_size {block_size}: K, N > 0 and a power-of-two block_size >= 16"
+        )
+    if accuracy_level == 4:
+        raise ref.error(
+            "accuracy_level 4 is not supported: onnxruntime then quantizes A to int8 per block and sums "
+            "integer products (a different result from the float32 product qconvert computes)"
+        )
+    if _present(node, 4):
+        raise ref.error("g_idx (act-order group indices) is not supported")
+    zero_name = _present(node, 3)
+    if zero_name is not None and q.lifter.onnx_type(zero_name) != onnx.TensorProto.UINT8:
+        raise ref.error("zero points of a float type are not supported (packed uint8 zero points are)")
+    packed = lifter.constant_array(ref, node.input[1], "B")
+    scales = lifter.constant_array(ref, node.input[2], "scales")
+    zeros = None if zero_name is None else lifter.constant_array(ref, zero_name, "zero points")
+    blocks = -(-k // block_size)
+    if packed.size != n * blocks * block_size * bits // 8 or scales.size != n * blocks:
+        raise ref.error(
+            f"B of shape {list(packed.shape)} and scales of shape {list(scales.shape)} do not fit K {k}, "
+            f"N {n}, bits {bits}, block_size {block_size}"
+        )
+    weight, scale, zero = unpack_matmul_nbits(packed, scales, zeros, k, n, bits, block_size)
+    signs = None
+    if needs_signs(scale):
+        scale, signs = split_scale_signs(scale)
+    scale_entry = ELEMENT_TYPES.get(lifter.onnx_type(node.input[2])) or BY_NAME["float"]
+    storage = BY_NAME["uint8"]
+    quant = quant_type_of(
+        ref,
+        scale=scale,
+        scale_type=scale_entry,
+        zero_point=zero,
+        storage=storage,
+        expressed=scale_entry.ir_type,  # type: ignore[arg-type]
+        input_shape=(k, n),
+        axis=0,
+        block_size=block_size,
+    )
+    stored = lifter.constant(weight, storage.onnx_type, f"{node.input[1]}_unpacked")
+    dequantized = lifter.insert(
+        DequantizeCastOp(
+            lifter.quantized_view(stored, quant),
+            RankedTensorType((k, n), scale_entry.ir_type),
+            attributes={"onnx.node_name": StringAttr(node.name)},
+        )
+    ).results[0]
+    if signs is not None:
+        dequantized = lifter.apply_block_signs(
+            dequantized, signs, 0, block_size, scale_entry.onnx_type, node.name
+        )
+    name = StringAttr(node.name)
+    result_type = q.float_result_type()
+    product = lifter.insert(
+        GenericOp("onnx.MatMul", [q.plain(0), dequantized], [result_type], {"onnx.node_name": name})
+    )
+    result = product.results[0]
+    if _present(node, 5):
+        added = GenericOp("onnx.Add", [result, q.plain(5)], [result_type], {"onnx.node_name": name})
+        result = lifter.insert(added).results[0]
+    lifter.values[node.output[0]] = result
+
+
 def _dynamic_quantize_linear(q: QOperatorLifter) -> None:
     types = [q.lifter.ir_type(o) for o in q.node.output if o]
     op = q.emit("qconvert.dynamic_quantize_linear", [q.plain(0)], types)
@@ -268,6 +349,7 @@ LIFTERS: dict[tuple[str, str], tuple[Callable[[QOperatorLifter], None], tuple[in
     ),
     (MICROSOFT_DOMAIN, "QGemm"): (_qgemm, (1, 2, 4, 5, 7, 8)),
     (MICROSOFT_DOMAIN, "DynamicQuantizeMatMul"): (_dynamic_quantize_matmul, (2, 3)),
+    (MICROSOFT_DOMAIN, "MatMulNBits"): (_matmul_nbits, (1, 2, 3)),
 }
 
 
@@ -399,6 +481,18 @@ def _recurrent_outputs(node: NodeProto, known: dict[str, onnx.TypeProto]) -> lis
     ]
 
 
+def _matmul_nbits_output(node: NodeProto, known: dict[str, onnx.TypeProto]) -> onnx.ValueInfoProto | None:
+    """MatMulNBits' Y: A's element type and dims (symbolic ones kept) with the last one N."""
+    a = known.get(node.input[0]) if node.input else None
+    if a is None or not a.tensor_type.HasField("shape") or not a.tensor_type.shape.dim:
+        return None
+    dims: list[int | str | None] = [
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in a.tensor_type.shape.dim
+    ]
+    dims[-1] = int(_int_attr(node, "N", 0))  # type: ignore[call-overload]
+    return helper.make_tensor_value_info(node.output[0], a.tensor_type.elem_type, dims)
+
+
 def infer_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX's shape inference stops at com.microsoft ops: declare their outputs' types and infer again.
 
@@ -429,6 +523,12 @@ def infer_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
                     added = True
                 continue
             if not node.output or node.output[0] in known:
+                continue
+            if node.op_type == "MatMulNBits":
+                typed_nbits = _matmul_nbits_output(node, known)
+                if typed_nbits is not None:
+                    model.graph.value_info.append(typed_nbits)
+                    added = True
                 continue
             found = _contrib_output(node, known)
             if found is None or not found[0]:

@@ -37,7 +37,6 @@ from qconvert.ir.attributes import OpaqueAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.quant_types import QuantizedType, uniform_params
 from qconvert.ir.types import F32, I32, RankedTensorType, element_type_of
-from qconvert.numerics import UniformParams
 from qconvert.numerics.onnxruntime_kernels import (
     qgemm_multiplier_onnxruntime,
     qlinear_add_constants_mlas,
@@ -90,8 +89,19 @@ def _finish(ctx: LoweringContext, op: Operation, stored: Value, rule: str) -> li
     return [as_result(ctx, stored, ctx.result_type(op), NOTE.format(rule=rule))]
 
 
-def _weight_params(ctx: LoweringContext, value: Value) -> UniformParams:
-    return uniform_params(_quant_type(ctx, value))
+def _requantized(
+    ctx: LoweringContext,
+    op: Operation,
+    accumulator: Value,
+    multiplier: np.ndarray,
+    axis: int,
+    output: tuple[QuantizedType, float, int],
+) -> list[Value]:
+    """The op's result from its i32 accumulator: numerics `requantize_mlas` with a per-tensor or per-`axis`
+    f32 multiplier, to the output's (quant type, scale, zero point)."""
+    y_type, _, y_zero = output
+    factor = along(ctx, multiplier, F32, hlo.tensor_type(accumulator).shape, axis)
+    return _finish(ctx, op, requantize_mlas(ctx, accumulator, factor, y_zero, y_type), "requantize_mlas")
 
 
 # The quantized form's contractions ------------------------------------------------------------------------
@@ -117,7 +127,7 @@ def quantized_dot(
     try:
         lhs_type = quant_fusion._per_tensor_signed_8bit(op.operands[0].type, "A")
         output_type = quant_fusion._per_tensor_signed_8bit(op.results[0].type, "the output")
-        rhs_type = _quant_type(ctx, op.operands[1])
+        _quant_type(ctx, op.operands[1])  # B must be quantized (else unsupported)
         if len(hlo.tensor_type(rhs).shape) != 2 or len(hlo.tensor_type(lhs).shape) < 2:
             return None
         if transposes[0]:
@@ -127,7 +137,6 @@ def quantized_dot(
         scales, per_axis = quant_fusion._weight_scales(element_type_of(rhs.type), 1, "B")  # type: ignore[arg-type]
     except quant_fusion.NotFused:
         return None
-    del rhs_type
     lhs_shape, rhs_shape = hlo.tensor_type(lhs).shape, hlo.tensor_type(rhs).shape
     result_shape = (*lhs_shape[:-1], rhs_shape[1])
     axis = len(result_shape) - 1
@@ -154,15 +163,14 @@ def lower_qlinear_matmul(ctx: LoweringContext, op: Operation) -> list[Value]:
     a, b = static_operands(ctx, op)
     a_type, a_scale, _ = _per_tensor(ctx, op.operands[0], "QLinearMatMul's input a")
     b_type = _quant_type(ctx, op.operands[1])
-    y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "QLinearMatMul's output")
+    output = _per_tensor(ctx, op.results[0], "QLinearMatMul's output")
     fused = quantized_dot(ctx, op, a, b, None, (False, False))
     if fused is not None:
         return [fused]
     accumulator = matmul(ctx, centered_quantized(ctx, a, a_type), centered_quantized(ctx, b, b_type))
-    shape = hlo.tensor_type(accumulator).shape
-    multiplier = numerics.requantize_scale_onnxruntime(a_scale, uniform_params(b_type).scale, y_scale)
-    factor = along(ctx, multiplier, F32, shape, len(shape) - 1)
-    return _finish(ctx, op, requantize_mlas(ctx, accumulator, factor, y_zero, y_type), "requantize_mlas")
+    multiplier = numerics.requantize_scale_onnxruntime(a_scale, uniform_params(b_type).scale, output[1])
+    last = len(hlo.tensor_type(accumulator).shape) - 1
+    return _requantized(ctx, op, accumulator, multiplier, last, output)  # per-column B scales: last axis
 
 
 @lowers("qconvert.qlinear_conv")
@@ -170,7 +178,7 @@ def lower_qlinear_conv(ctx: LoweringContext, op: Operation) -> list[Value]:
     operands = static_operands(ctx, op)
     x_type, x_scale, _ = _per_tensor(ctx, op.operands[0], "QLinearConv's input")
     w_type = _quant_type(ctx, op.operands[1])
-    y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "QLinearConv's output")
+    output = _per_tensor(ctx, op.results[0], "QLinearConv's output")
     x_centered = centered_quantized(ctx, operands[0], x_type)
     w_centered = centered_quantized(ctx, operands[1], w_type)
     accumulator = integer_convolution(ctx, op, x_centered, w_centered)
@@ -178,9 +186,8 @@ def lower_qlinear_conv(ctx: LoweringContext, op: Operation) -> list[Value]:
     if len(operands) > 2:  # the int32 bias, one per output channel
         bias = ctx.convert(operands[2], I32)
         accumulator = hlo.add(ctx.builder, accumulator, hlo.broadcast_in_dim(ctx.builder, bias, shape, [1]))
-    multiplier = numerics.requantize_scale_onnxruntime(x_scale, uniform_params(w_type).scale, y_scale)
-    factor = along(ctx, multiplier, F32, shape, 1)
-    return _finish(ctx, op, requantize_mlas(ctx, accumulator, factor, y_zero, y_type), "requantize_mlas")
+    multiplier = numerics.requantize_scale_onnxruntime(x_scale, uniform_params(w_type).scale, output[1])
+    return _requantized(ctx, op, accumulator, multiplier, 1, output)  # per-channel W scales: axis 1
 
 
 @lowers("qconvert.qgemm")
@@ -189,17 +196,17 @@ def lower_qgemm(ctx: LoweringContext, op: Operation) -> list[Value]:
     a_type, a_scale, _ = _per_tensor(ctx, op.operands[0], "QGemm's input A")
     b_type = _quant_type(ctx, op.operands[1])
     alpha = float(ctx.attribute(op, "alpha", 1.0))  # type: ignore[arg-type]
+    transposes = (bool(ctx.attribute(op, "transA", 0)), bool(ctx.attribute(op, "transB", 0)))
     if alpha == 1.0 and isinstance(element_type_of(op.results[0].type), QuantizedType):
-        transposes = (bool(ctx.attribute(op, "transA", 0)), bool(ctx.attribute(op, "transB", 0)))
         bias = operands[2] if len(operands) > 2 else None
         fused = quantized_dot(ctx, op, operands[0], operands[1], bias, transposes)
         if fused is not None:
             return [fused]
     a = centered_quantized(ctx, operands[0], a_type)
     b = centered_quantized(ctx, operands[1], b_type)
-    if int(ctx.attribute(op, "transA", 0)):  # type: ignore[arg-type]
+    if transposes[0]:
         a = hlo.transpose(ctx.builder, a, [1, 0])
-    if int(ctx.attribute(op, "transB", 0)):  # type: ignore[arg-type]
+    if transposes[1]:
         b = hlo.transpose(ctx.builder, b, [1, 0])
     accumulator = matmul(ctx, a, b)
     shape = hlo.tensor_type(accumulator).shape
@@ -213,9 +220,9 @@ def lower_qgemm(ctx: LoweringContext, op: Operation) -> list[Value]:
         multiplier = qgemm_multiplier_onnxruntime(alpha, a_scale, b_scale, None)
         factor = along(ctx, multiplier, F32, shape, 1)
         return [rounded_product(ctx, ctx.convert(accumulator, F32), factor)]  # numerics scale_output_mlas
-    y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "QGemm's output")
-    factor = along(ctx, qgemm_multiplier_onnxruntime(alpha, a_scale, b_scale, y_scale), F32, shape, 1)
-    return _finish(ctx, op, requantize_mlas(ctx, accumulator, factor, y_zero, y_type), "requantize_mlas")
+    output = _per_tensor(ctx, op.results[0], "QGemm's output")
+    multiplier = qgemm_multiplier_onnxruntime(alpha, a_scale, b_scale, output[1])
+    return _requantized(ctx, op, accumulator, multiplier, 1, output)  # per-column B scales: axis 1
 
 
 # Element-wise -------------------------------------------------------------------------------------------

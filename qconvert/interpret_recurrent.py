@@ -240,16 +240,8 @@ def run_recurrent_op(
         return None if value is None else np.asarray(value, F32)
 
     lens = by_name.get("sequence_lens")
-    recurrent_inputs = RecurrentInputs(
-        x=x,
-        bias=optional("B"),
-        initial_h=optional("initial_h"),
-        initial_c=optional("initial_c"),
-        peepholes=optional("P"),
-        sequence_lens=None if lens is None else np.asarray(lens).reshape(-1),
-        sequence_length=length,
-        batch_size=batch,
-    )
+    known_lens = None if lens is None else np.asarray(lens).reshape(-1)
+    recurrent_inputs = RecurrentInputs.by_name(x, optional, known_lens, length, batch)
     sequence_output = 0 not in absent_positions(op, "outputs")
     outputs = run_recurrent(
         NumpyMath(), attributes, recurrent_inputs, projections, sequence_output=sequence_output

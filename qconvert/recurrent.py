@@ -259,6 +259,28 @@ class RecurrentInputs(Generic[T]):
     sequence_length: int
     batch_size: int
 
+    @classmethod
+    def by_name(
+        cls,
+        x: T,
+        optional: Callable[[str], T | None],
+        sequence_lens: np.ndarray | T | None,
+        sequence_length: int,
+        batch_size: int,
+    ) -> RecurrentInputs[T]:
+        """The inputs with the optional ones read by their ONNX input name (`optional("B")`, None when
+        absent), so that each executor names them in one place: here."""
+        return cls(
+            x=x,
+            bias=optional("B"),
+            initial_h=optional("initial_h"),
+            initial_c=optional("initial_c"),
+            peepholes=optional("P"),
+            sequence_lens=sequence_lens,
+            sequence_length=sequence_length,
+            batch_size=batch_size,
+        )
+
 
 @dataclass(slots=True)
 class RecurrentOutputs(Generic[T]):

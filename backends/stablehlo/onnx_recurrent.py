@@ -414,16 +414,8 @@ def lower_recurrent(ctx: LoweringContext, op: Operation) -> list[Value]:
         position = positions.get(name)
         return None if position is None else ctx.input(op, position)
 
-    inputs = RecurrentInputs(
-        x=x,
-        bias=optional("B"),
-        initial_h=optional("initial_h"),
-        initial_c=optional("initial_c"),
-        peepholes=optional("P"),
-        sequence_lens=lens.reshape(-1) if isinstance(lens, np.ndarray) else lens,
-        sequence_length=length,
-        batch_size=batch,
-    )
+    known_or_runtime_lens = lens.reshape(-1) if isinstance(lens, np.ndarray) else lens
+    inputs = RecurrentInputs.by_name(x, optional, known_or_runtime_lens, length, batch)
     absent = absent_positions(op, "outputs")
     outputs = run_recurrent(math, attributes, inputs, projections, sequence_output=0 not in absent)
     produced = [outputs.y, outputs.y_h, outputs.y_c]

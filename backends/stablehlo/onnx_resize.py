@@ -28,10 +28,10 @@ from qconvert.ir.core import Operation, Value
 from qconvert.ir.types import F32, I64, FloatType, IntegerType, RankedTensorType, element_type_of
 
 from . import ops as hlo
+from .float32_rounding import rounded_product
 from .lowering import LoweringContext
 from .onnx_fold import constant_input, lowers_folding, static_shape
 from .onnx_nn import opset_version
-from .onnx_recurrent import rounded_product
 
 
 def take(ctx: LoweringContext, x: Value, indices: np.ndarray, axis: int) -> Value:

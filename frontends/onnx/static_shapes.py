@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from onnx import (
@@ -197,7 +198,8 @@ def _evaluate(
     known: Mapping[str, np.ndarray],
     cache: dict[tuple[object, ...], object],
 ) -> list[np.ndarray] | None:
-    """The node's outputs by onnx's reference implementation, or None when it cannot run them."""
+    """The node's outputs by onnx's reference implementation (`cache`: its evaluators, by op, attributes
+    and input dtypes), or None when it cannot run them."""
     if node.op_type == "Constant" and len(node.attribute) == 1:  # read directly: most nodes of an export
         value = helper.get_attribute_value(node.attribute[0])
         if node.attribute[0].name == "value":
@@ -293,143 +295,131 @@ def _lazy_sources(model: ModelProto) -> dict[str, NodeProto | TensorProto]:
     return sources
 
 
-def _read_inputs(
-    model: ModelProto,
-    node: NodeProto,
-    known: dict[str, np.ndarray],
-    sources: Mapping[str, NodeProto | TensorProto],
-    detached: Mapping[str, RawData],
-    cache: dict[tuple[object, ...], object],
-) -> bool:
-    """Make known the Constant and initializer values `node` takes; False when one cannot be (too large,
-    a type we do not fold)."""
-    for name in node.input:
-        if not name or name in known:
-            continue
-        source = sources[name]
-        if isinstance(source, NodeProto):
-            values = _evaluate(model, source, known, cache)
-            value = values[0] if values else None
-        else:
-            value = _small_array(source, detached.get(name))
-        if value is None:
-            return False
-        known[name] = value
-    return True
+@dataclass(slots=True)
+class _Folding:
+    """What the fold / infer rounds of `infer_static_types` over one model share: the values made known
+    so far and where the others come from."""
 
+    model: ModelProto
+    detached: Mapping[str, RawData]  # raw data load_model took off the initializers
+    sources: Mapping[str, NodeProto | TensorProto]  # `_lazy_sources`: Constant nodes, small initializers
+    known: dict[str, np.ndarray] = field(default_factory=dict)  # value name -> its folded array
+    folded: set[int] = field(default_factory=set)  # indices of the nodes whose outputs are known
+    protos: dict[str, TensorProto] = field(default_factory=dict)  # known values as initializers, made once
+    cache: dict[tuple[object, ...], object] = field(default_factory=dict)  # `_evaluate`'s evaluators
 
-def _fold_round(
-    model: ModelProto,
-    known: dict[str, np.ndarray],
-    folded: set[int],
-    types: Mapping[str, TypeProto],
-    sources: Mapping[str, NodeProto | TensorProto],
-    detached: Mapping[str, RawData],
-    cache: dict[tuple[object, ...], object],
-) -> set[str]:
-    """Make known every node whose value the types and known values determine; returns their outputs.
-    Constant nodes are not folded themselves (onnx's inference reads them): their values, like those of
-    small initializers, are read when a node to fold takes them."""
-    progress: set[str] = set()
-    for index, node in enumerate(model.graph.node):
-        op_type = node.op_type
-        if index in folded or op_type == "Constant" or not node.output or not node.output[0]:
-            continue
-        if op_type in ("Shape", "Size"):
-            if not node.input or node.domain not in DEFAULT_DOMAINS:
+    def read_inputs(self, node: NodeProto) -> bool:
+        """Make known the Constant and initializer values `node` takes; False when one cannot be (too
+        large, a type we do not fold)."""
+        for name in node.input:
+            if not name or name in self.known:
                 continue
-            value = _shape_value(node, types.get(node.input[0]))
+            source = self.sources[name]
+            if isinstance(source, NodeProto):
+                values = _evaluate(self.model, source, self.known, self.cache)
+                value = values[0] if values else None
+            else:
+                value = _small_array(source, self.detached.get(name))
             if value is None:
-                continue
-            arrays: list[np.ndarray] | None = [value]
-        else:
-            # Cheapest test first: most nodes of a model have an input that is not known.
-            if not node.input or any(
-                name and name not in known and name not in sources for name in node.input
-            ):
-                continue
-            if node.domain not in DEFAULT_DOMAINS or op_type in NONDETERMINISTIC or _has_subgraph(node):
-                continue
-            if not all(_is_integral(types.get(name)) for name in node.output if name):
-                continue  # shape computations are integers: float values (weights, activations) stay
-            if not _read_inputs(model, node, known, sources, detached, cache):
-                continue  # a value too large or of a type we do not fold
-            arrays = _evaluate(model, node, known, cache)
-        outputs = [name for name in node.output if name]
-        if arrays is None or len(arrays) != len(outputs):
-            continue
-        for name, array in zip(outputs, arrays):
-            known[name] = array
-            progress.add(name)
-        folded.add(index)
-    return progress
+                return False
+            self.known[name] = value
+        return True
 
+    def fold_round(self, types: Mapping[str, TypeProto]) -> set[str]:
+        """Make known every node whose value the types and known values determine; returns their outputs.
+        Constant nodes are not folded themselves (onnx's inference reads them): their values, like those
+        of small initializers, are read when a node to fold takes them."""
+        progress: set[str] = set()
+        for index, node in enumerate(self.model.graph.node):
+            op_type = node.op_type
+            if index in self.folded or op_type == "Constant" or not node.output or not node.output[0]:
+                continue
+            if op_type in ("Shape", "Size"):
+                if not node.input or node.domain not in DEFAULT_DOMAINS:
+                    continue
+                value = _shape_value(node, types.get(node.input[0]))
+                if value is None:
+                    continue
+                arrays: list[np.ndarray] | None = [value]
+            else:
+                # Cheapest test first: most nodes of a model have an input that is not known.
+                if not node.input or any(
+                    name and name not in self.known and name not in self.sources for name in node.input
+                ):
+                    continue
+                if node.domain not in DEFAULT_DOMAINS or op_type in NONDETERMINISTIC or _has_subgraph(node):
+                    continue
+                if not all(_is_integral(types.get(name)) for name in node.output if name):
+                    continue  # shape computations are integers: float values (weights, activations) stay
+                if not self.read_inputs(node):
+                    continue  # a value too large or of a type we do not fold
+                arrays = _evaluate(self.model, node, self.known, self.cache)
+            outputs = [name for name in node.output if name]
+            if arrays is None or len(arrays) != len(outputs):
+                continue
+            for name, array in zip(outputs, arrays):
+                self.known[name] = array
+                progress.add(name)
+            self.folded.add(index)
+        return progress
 
-def _types_can_improve(
-    model: ModelProto, new: set[str], folded: set[int], types: Mapping[str, TypeProto]
-) -> bool:
-    """True when a value newly known by folding feeds a node that is not folded and whose outputs are not
-    all static yet, or are integers (onnx's data propagation may then carry the value on): only then can
-    another round of inference type more. A float model without pinned inputs stops after one round."""
-    if not new:
+    def types_can_improve(self, new: set[str], types: Mapping[str, TypeProto]) -> bool:
+        """True when a value newly known by folding feeds a node that is not folded and whose outputs are
+        not all static yet, or are integers (onnx's data propagation may then carry the value on): only
+        then can another round of inference type more. A float model without pinned inputs stops after
+        one round."""
+        if not new:
+            return False
+        for index, node in enumerate(self.model.graph.node):
+            if index in self.folded or not any(name in new for name in node.input):
+                continue
+            outputs = [name for name in node.output if name]
+            if not all(is_static(types.get(name)) for name in outputs):
+                return True
+            if all(_is_integral(types.get(name)) for name in outputs):
+                return True
         return False
-    for index, node in enumerate(model.graph.node):
-        if index in folded or not any(name in new for name in node.input):
-            continue
-        outputs = [name for name in node.output if name]
-        if not all(is_static(types.get(name)) for name in outputs):
-            return True
-        if all(_is_integral(types.get(name)) for name in outputs):
-            return True
-    return False
 
-
-def _scratch_model(
-    model: ModelProto,
-    known: Mapping[str, np.ndarray],
-    folded: set[int],
-    protos: dict[str, TensorProto],
-    detached: Mapping[str, RawData],
-    carried: Sequence[ValueInfoProto] = (),
-) -> ModelProto:
-    """The model for one inference round: folded nodes gone and their values initializers (Constant
-    nodes, never folded, stay nodes), small initializers as they are, the others typed graph inputs (so
-    no weight is copied), and the value_info of the last round (`carried`, else the declared one), so that
-    types the com.microsoft inference found need not be found again."""
-    graph = GraphProto(name=model.graph.name)
-    graph.node.extend(node for index, node in enumerate(model.graph.node) if index not in folded)
-    folded_values = {name for index in folded for name in model.graph.node[index].output if name}
-    # Small initializers go in whole (copying them costs less than typing them), and not as graph inputs
-    # (exports with initializers listed as inputs): inference then reads their values.
-    small = {t.name for t in model.graph.initializer if _is_small(t) and t.name not in detached}
-    listed = set()
-    for info in model.graph.input:
-        if info.name not in folded_values and info.name not in small:
-            graph.input.append(info)
-            listed.add(info.name)
-    for tensor in model.graph.initializer:
-        if tensor.name in folded_values:
-            continue
-        if tensor.name in small:
-            graph.initializer.append(tensor)
-        elif tensor.name not in listed:
-            graph.input.append(
-                helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
-            )
-            listed.add(tensor.name)
-    graph.sparse_initializer.extend(model.graph.sparse_initializer)
-    for name in folded_values:
-        if name not in protos:  # made once: the rounds reuse it
-            protos[name] = numpy_helper.from_array(known[name], name)
-        graph.initializer.append(protos[name])
-    graph.output.extend(model.graph.output)
-    graph.value_info.extend(
-        info for info in carried or model.graph.value_info if info.name not in folded_values
-    )
-    scratch = ModelProto(ir_version=model.ir_version, producer_name=model.producer_name, graph=graph)
-    scratch.opset_import.extend(model.opset_import)
-    scratch.functions.extend(model.functions)
-    return scratch
+    def scratch_model(self, carried: Sequence[ValueInfoProto] = ()) -> ModelProto:
+        """The model for one inference round: folded nodes gone and their values initializers (Constant
+        nodes, never folded, stay nodes), small initializers as they are, the others typed graph inputs
+        (so no weight is copied), and the value_info of the last round (`carried`, else the declared
+        one), so that types the com.microsoft inference found need not be found again."""
+        model, folded, detached = self.model, self.folded, self.detached
+        graph = GraphProto(name=model.graph.name)
+        graph.node.extend(node for index, node in enumerate(model.graph.node) if index not in folded)
+        folded_values = {name for index in folded for name in model.graph.node[index].output if name}
+        # Small initializers go in whole (copying them costs less than typing them), and not as graph
+        # inputs (exports with initializers listed as inputs): inference then reads their values.
+        small = {t.name for t in model.graph.initializer if _is_small(t) and t.name not in detached}
+        listed = set()
+        for info in model.graph.input:
+            if info.name not in folded_values and info.name not in small:
+                graph.input.append(info)
+                listed.add(info.name)
+        for tensor in model.graph.initializer:
+            if tensor.name in folded_values:
+                continue
+            if tensor.name in small:
+                graph.initializer.append(tensor)
+            elif tensor.name not in listed:
+                graph.input.append(
+                    helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+                )
+                listed.add(tensor.name)
+        graph.sparse_initializer.extend(model.graph.sparse_initializer)
+        for name in folded_values:
+            if name not in self.protos:  # made once: the rounds reuse it
+                self.protos[name] = numpy_helper.from_array(self.known[name], name)
+            graph.initializer.append(self.protos[name])
+        graph.output.extend(model.graph.output)
+        graph.value_info.extend(
+            info for info in carried or model.graph.value_info if info.name not in folded_values
+        )
+        scratch = ModelProto(ir_version=model.ir_version, producer_name=model.producer_name, graph=graph)
+        scratch.opset_import.extend(model.opset_import)
+        scratch.functions.extend(model.functions)
+        return scratch
 
 
 def infer_static_types(
@@ -439,24 +429,18 @@ def infer_static_types(
     input shapes and the shape computations allow. `infer` is one round of shape inference (onnx's, plus
     the com.microsoft ops'); its exception in the first round propagates (the caller reports it), a
     later round's ends the folding with the types found so far. The model is modified in place."""
-    detached = detached or {}
-    known: dict[str, np.ndarray] = {}
-    protos: dict[str, TensorProto] = {}
-    folded: set[int] = set()
-    sources = _lazy_sources(model)
-    cache: dict[tuple[object, ...], object] = {}  # reference evaluators, by op and attributes
-    inferred = infer(_scratch_model(model, known, folded, protos, detached))
-    types = _Types(inferred, known)
+    folding = _Folding(model, detached or {}, _lazy_sources(model))
+    inferred = infer(folding.scratch_model())
+    types = _Types(inferred, folding.known)
     for _ in range(MAX_ROUNDS):
-        new = _fold_round(model, known, folded, types, sources, detached, cache)
-        if not _types_can_improve(model, new, folded, types):
+        new = folding.fold_round(types)
+        if not folding.types_can_improve(new, types):
             break
         try:
-            scratch = _scratch_model(model, known, folded, protos, detached, inferred.graph.value_info)
-            inferred = infer(scratch)
+            inferred = infer(folding.scratch_model(inferred.graph.value_info))
         except Exception:  # onnx raises InferenceError, ValidationError or RuntimeError
             break
-        types = _Types(inferred, known)
+        types = _Types(inferred, folding.known)
     _write_types(model, inferred, types)  # `types` reads `known` as it is now: the last folds included
     return model
 

@@ -18,8 +18,11 @@ that child's own ru_maxrss); `failed` / `timeout` never show a time:
 - `qconvert check` with the interpreter and with `--backend stablehlo --engine xla` on the same data; the
   note gives the verdict's last line and check's seconds over onnxruntime's run alone (`x ort`).
 
-Usage: python benchmarks/real_models.py [--model PATH --data NPZ ...] [--repeat K] [--timeout S] [--keep DIR]
-       [--json PATH]
+The conv decoder (`--built conv-decoder`): 87 Conv1d layers of 544 channels, 82 M parameters, quantized by
+`quantize_dynamic` into 87 ConvInteger: the size of the TTS model on which `check` once took 406 s and 3.9 GB.
+
+Usage: python benchmarks/real_models.py [--built minilm,conv-decoder | --model PATH --data NPZ ...]
+       [--repeat K] [--timeout S] [--keep DIR] [--json PATH]
 """
 
 from __future__ import annotations
@@ -188,11 +191,65 @@ def corpus_models(folder: Path) -> list[tuple[Path, Path]]:
     return [(folder / f"{name}.onnx", folder / "minilm.inputs.npz") for name in names]
 
 
+def conv_decoder_model(
+    folder: Path, layers: int = 87, channels: int = 544, frames: int = 256
+) -> tuple[Path, Path]:
+    """A TTS-decoder-sized 1-D conv stack (82 M parameters at the defaults: 87 Conv k=3 with residual Adds and
+    Relus, 80 mel channels in and out), quantized by onnxruntime's `quantize_dynamic` (uint8 weights, as
+    its ConvInteger requires): 87 ConvInteger with DynamicQuantizeLinear, the shape of the model in which
+    issue 18 saw `check` take 406 s and 3.9 GB. Weights are seeded random: speed does not depend on them."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    nodes, initializers = [], []
+    previous, width = "mel", 80
+    for index in range(layers):
+        out_width = 80 if index == layers - 1 else channels
+        weight = (rng.standard_normal((out_width, width, 3)) / np.sqrt(3 * width)).astype(np.float32)
+        initializers += [
+            numpy_helper.from_array(weight, f"w{index}"),
+            numpy_helper.from_array(np.zeros(out_width, np.float32), f"b{index}"),
+        ]
+        conv = f"conv{index}"
+        nodes.append(
+            helper.make_node("Conv", [previous, f"w{index}", f"b{index}"], [conv], pads=[1, 1], name=conv)
+        )
+        if 0 < index < layers - 1:  # residual blocks between the projections in and out
+            nodes.append(helper.make_node("Relu", [conv], [f"relu{index}"], name=f"relu{index}"))
+            nodes.append(
+                helper.make_node("Add", [previous, f"relu{index}"], [f"add{index}"], name=f"add{index}")
+            )
+            conv = f"add{index}"
+        previous, width = conv, out_width
+    graph = helper.make_graph(
+        nodes,
+        "conv_decoder",
+        [helper.make_tensor_value_info("mel", TensorProto.FLOAT, ["batch", 80, "frames"])],
+        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, ["batch", 80, "frames"])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    float_path, quantized_path = folder / "conv_decoder.onnx", folder / "conv_decoder.dynamic.onnx"
+    onnx.save(model, float_path)
+    quantize_dynamic(str(float_path), str(quantized_path), weight_type=QuantType.QUInt8)
+    data = folder / "conv_decoder.inputs.npz"
+    np.savez(data, mel=rng.standard_normal((1, 80, frames)).astype(np.float32))
+    return quantized_path, data
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--model", type=Path, action="append", default=[], help="an ONNX model (repeatable)")
     parser.add_argument("--data", type=Path, action="append", default=[], help="its inputs .npz (paired)")
     parser.add_argument("--keep", type=Path, help="build the corpus models into this folder and keep them")
+    parser.add_argument(
+        "--built",
+        default="minilm,conv-decoder",
+        help="models to build when no --model is given: minilm (the corpus's dynamic and QDQ MiniLM), "
+        "conv-decoder (82 M parameters, 87 ConvInteger: issue 18's TTS case); comma-separated",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs per row (median seconds, max peak)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per run")
     parser.add_argument("--json", type=Path, help="write every sample here")
@@ -205,11 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         work = Path(scratch.name)
         pairs = list(zip(arguments.model, arguments.data))
-        if not pairs:
-            folder = arguments.keep.resolve() if arguments.keep else work / "corpus"
-            folder.mkdir(parents=True, exist_ok=True)
+        built = set(arguments.built.split(",")) if not pairs else set()
+        folder = arguments.keep.resolve() if arguments.keep else work / "models"
+        folder.mkdir(parents=True, exist_ok=True)
+        if "minilm" in built:
             print(f"building the corpus's MiniLM models in {folder} ...", file=sys.stderr)
-            pairs = corpus_models(folder)
+            pairs += corpus_models(folder)
+        if "conv-decoder" in built:
+            print(f"building the 82 M-parameter ConvInteger decoder in {folder} ...", file=sys.stderr)
+            pairs.append(conv_decoder_model(folder))
         _, _, floor_mb, _, _ = launcher.run(["/bin/true"])
         for model, data in pairs:
             print(f"benchmarking {model.name} ...", file=sys.stderr)

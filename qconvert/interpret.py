@@ -45,6 +45,7 @@ import numpy as np
 
 from qconvert import numerics
 from qconvert.errors import InputError
+from qconvert.interpret_integer_to_float import INTEGER_TO_FLOAT_KERNELS
 from qconvert.interpret_recurrent import RECURRENT_KERNELS
 from qconvert.ir.attributes import (
     ArrayAttr,
@@ -87,6 +88,8 @@ from qconvert.onnx_kernels import KERNELS, OnnxKernel, attribute, integer_convol
 ONNX_KERNELS: dict[str, OnnxKernel] = dict(KERNELS)
 # LSTM, GRU, com.microsoft DynamicQuantizeLSTM: qconvert/recurrent.py's semantics, onnxruntime's rules.
 ONNX_KERNELS.update(RECURRENT_KERNELS)
+# com.microsoft MatMulIntegerToFloat (onnxruntime's optimized dynamic models): onnxruntime's rule.
+ONNX_KERNELS.update(INTEGER_TO_FLOAT_KERNELS)
 
 FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the float-storage scast of frontends/onnx/lift.py
 ONNX_DTYPES: dict[str, np.dtype] = {

@@ -481,16 +481,24 @@ def _recurrent_outputs(node: NodeProto, known: dict[str, onnx.TypeProto]) -> lis
     ]
 
 
-def _matmul_nbits_output(node: NodeProto, known: dict[str, onnx.TypeProto]) -> onnx.ValueInfoProto | None:
-    """MatMulNBits' Y: A's element type and dims (symbolic ones kept) with the last one N."""
+def _matmul_like_output(node: NodeProto, known: dict[str, onnx.TypeProto]) -> onnx.ValueInfoProto | None:
+    """Y of MatMulNBits (A's element type) or MatMulIntegerToFloat with a 2-D B (a_scale's element type):
+    A's dims (symbolic ones kept) with the last one N (the attribute, or B's last dim)."""
     a = known.get(node.input[0]) if node.input else None
     if a is None or not a.tensor_type.HasField("shape") or not a.tensor_type.shape.dim:
         return None
     dims: list[int | str | None] = [
         d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in a.tensor_type.shape.dim
     ]
-    dims[-1] = int(_int_attr(node, "N", 0))  # type: ignore[call-overload]
-    return helper.make_tensor_value_info(node.output[0], a.tensor_type.elem_type, dims)
+    if node.op_type == "MatMulNBits":
+        dims[-1] = int(_int_attr(node, "N", 0))  # type: ignore[call-overload]
+        return helper.make_tensor_value_info(node.output[0], a.tensor_type.elem_type, dims)
+    b = _dims(known.get(node.input[1]))
+    scale = known.get(node.input[2]) if len(node.input) > 2 else None
+    if b is None or len(b) != 2 or len(dims) < 2 or scale is None:
+        return None
+    dims[-1] = b[1]
+    return helper.make_tensor_value_info(node.output[0], scale.tensor_type.elem_type, dims)
 
 
 def infer_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -503,7 +511,10 @@ def infer_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         n
         for n in model.graph.node
         if n.domain == MICROSOFT_DOMAIN
-        and ((MICROSOFT_DOMAIN, n.op_type) in LIFTERS or n.op_type == "DynamicQuantizeLSTM")
+        and (
+            (MICROSOFT_DOMAIN, n.op_type) in LIFTERS
+            or n.op_type in ("DynamicQuantizeLSTM", "MatMulIntegerToFloat")
+        )
     ]
     for _ in range(len(contrib)):
         known = _known_types(model)
@@ -522,13 +533,19 @@ def infer_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
                         model.graph.value_info.append(typed)
                     added = True
                 continue
-            if not node.output or node.output[0] in known:
-                continue
-            if node.op_type == "MatMulNBits":
-                typed_nbits = _matmul_nbits_output(node, known)
-                if typed_nbits is not None:
-                    model.graph.value_info.append(typed_nbits)
+            if node.op_type in ("MatMulNBits", "MatMulIntegerToFloat") and node.output:
+                # Typed from A's dims, symbolic ones kept: retyped when a later round makes them static.
+                typed_matmul = _matmul_like_output(node, known)
+                if typed_matmul is not None and typed_matmul.type != known.get(node.output[0]):
+                    for output in model.graph.output:
+                        if output.name == typed_matmul.name:
+                            output.type.CopyFrom(typed_matmul.type)
+                    for info in [v for v in model.graph.value_info if v.name == typed_matmul.name]:
+                        model.graph.value_info.remove(info)
+                    model.graph.value_info.append(typed_matmul)
                     added = True
+                continue
+            if not node.output or node.output[0] in known:
                 continue
             found = _contrib_output(node, known)
             if found is None or not found[0]:

@@ -259,6 +259,11 @@ class LoweringContext:
         attribute = op.attributes.get(name)
         return default if attribute is None else python_value(attribute)
 
+    def integer_list(self, op: Operation, name: str, default: Sequence[int]) -> list[int]:
+        """ONNX ints attribute `name` of `op` (kernel_shape, strides, pads...) as a list, or `default`."""
+        value = self.attribute(op, name)
+        return list(default) if value is None else [int(v) for v in value]  # type: ignore[union-attr]
+
     # Builders ---------------------------------------------------------------------------------
     def constant(self, array: np.ndarray | float | int, element_type: Type) -> Value:
         """A `stablehlo.constant` holding `array` (converted to `element_type`'s numpy dtype)."""

@@ -32,7 +32,7 @@ from .integer_arithmetic import (
     static_operands,
 )
 from .lowering import LoweringContext, lowers
-from .onnx_nn import _ints, matmul, window_padding
+from .onnx_nn import matmul, window_padding
 
 NOTE_RUNTIME_SCALE = (
     "dynamic quantization written out as integer / f32 arithmetic in every form: its scale and zero point "
@@ -45,8 +45,8 @@ def integer_convolution(ctx: LoweringContext, op: Operation, x: Value, w: Value)
     x_shape, w_shape = hlo.tensor_type(x).shape, hlo.tensor_type(w).shape
     spatial = len(x_shape) - 2
     kernel = list(w_shape[2:])
-    strides = _ints(ctx, op, "strides", [1] * spatial)
-    dilations = _ints(ctx, op, "dilations", [1] * spatial)
+    strides = ctx.integer_list(op, "strides", [1] * spatial)
+    dilations = ctx.integer_list(op, "dilations", [1] * spatial)
     padding = window_padding(ctx, op, x_shape[2:], kernel, strides, dilations)
     return hlo.convolution(
         ctx.builder,

@@ -61,7 +61,7 @@ from .integer_arithmetic import (
 )
 from .lowering import Form, LoweringContext, lowers, storage_element_type
 from .onnx_integer import integer_convolution
-from .onnx_nn import _ints, matmul
+from .onnx_nn import matmul
 
 NOTE = (
     "written out as onnxruntime's integer kernel ({rule}): no StableHLO quantized op rounds as it does "
@@ -349,10 +349,10 @@ def lower_qlinear_average_pool(ctx: LoweringContext, op: Operation) -> list[Valu
     if channels_last:
         stored = hlo.transpose(b, stored, [0, rank - 1, *range(1, rank - 1)])
     shape = hlo.tensor_type(stored).shape
-    kernel = _ints(ctx, op, "kernel_shape", [])
+    kernel = ctx.integer_list(op, "kernel_shape", [])
     spatial = len(kernel)
-    strides = _ints(ctx, op, "strides", [1] * spatial)
-    pads = _ints(ctx, op, "pads", [0] * (2 * spatial))
+    strides = ctx.integer_list(op, "strides", [1] * spatial)
+    pads = ctx.integer_list(op, "pads", [0] * (2 * spatial))
     if str(ctx.attribute(op, "auto_pad", "NOTSET")) == "VALID":
         pads = [0] * (2 * spatial)
     ceil_mode = bool(ctx.attribute(op, "ceil_mode", 0))

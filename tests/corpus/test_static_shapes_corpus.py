@@ -12,10 +12,7 @@ from qconvert.errors import InputError
 from qconvert.ir.types import RankedTensorType
 
 # What stays dynamic today, and why (strict: a fix makes the case XPASS and fail until its line goes).
-STILL_DYNAMIC: dict[str, str] = {
-    "minilm.nbits": "com.microsoft MatMulNBits is not typed at load (qoperator.py types the ops it lifts)",
-    "minilm.nbits_qdq": "lift refuses the int4 blocked DequantizeLinear's negative scales (quant.py)",
-}
+STILL_DYNAMIC: dict[str, str] = {}
 
 
 def entries() -> list[object]:

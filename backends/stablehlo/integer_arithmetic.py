@@ -1,6 +1,6 @@
 """onnxruntime's integer-kernel rules emitted as plain StableHLO ops: the run-time half of
 qconvert/numerics/onnxruntime_kernels.py, for the lowerings of the QOperator, *Integer and dynamic
-quantization ops (onnx_integer.py, onnx_qoperator.py).
+quantization ops (onnx_integer.py, onnx_qoperator.py) and of DynamicQuantizeLSTM (onnx_recurrent.py).
 
 Everything known at conversion time (multipliers, QLinearAdd's constants, lookup tables) is computed by
 `qconvert.numerics` and emitted as constants; what depends on the data (int32 accumulations, the
@@ -27,7 +27,7 @@ from . import ops as hlo
 from .lowering import LoweringContext, storage_element_type
 from .onnx_fold import static_shape
 
-U8 = IntegerType(8, Signedness.UNSIGNED)
+U8 = IntegerType(8, Signedness.UNSIGNED)  # DynamicQuantizeLinear's storage, lookup tables' byte index
 
 
 # Operands ------------------------------------------------------------------------------------------

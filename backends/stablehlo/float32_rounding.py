@@ -35,7 +35,8 @@ def round_to_float32(ctx: LoweringContext, value: Value) -> Value:
     """An f64 tensor rounded to the nearest f32 (ties to even), as an f32 tensor: `reduce_precision` to
     f32's format, then a conversion that is exact. Unlike `convert` alone, it stays one rounding when
     the f64 value is a product of f32 operands and an add follows (see the module docstring). Exact for
-    results in f32's normal range; XLA's `reduce_precision` flushes results below 2**-126 to zero."""
+    results in f32's normal range; below 2**-126 `reduce_precision` flushes to (signed) zero where a
+    conversion would give a subnormal (measured on XLA:CPU and StableHLO's interpreter alike)."""
     narrowed = hlo.reduce_precision(ctx.builder, value, F32_EXPONENT_BITS, F32_MANTISSA_BITS)
     return ctx.convert(narrowed, F32)
 

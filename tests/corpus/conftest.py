@@ -77,6 +77,9 @@ def corpus_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         except OSError:  # another run renamed its own build there first
             if not (folder / "manifest.json").exists():
                 raise
+        for stale in cache.iterdir():  # corpora of earlier scripts or packages (~60 MB each)
+            if stale.is_dir() and stale != folder and not stale.name.startswith("building-"):
+                shutil.rmtree(stale, ignore_errors=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return folder

@@ -46,6 +46,8 @@ def cases() -> list[object]:
         for operation in OPERATIONS:
             reason = EXPECTED_FAILURES.get((entry.name, operation))
             marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            if operation == "check:xla":  # XLA compiles every per-node case: 4-100 s each
+                marks.append(pytest.mark.slow)
             case_id = f"{entry.name}-{operation.replace(':', '-')}"
             params.append(pytest.param(entry, operation, id=case_id, marks=marks))
     return params

@@ -108,6 +108,14 @@ def _parse_input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _check_output(output: str, model: str) -> None:
+    """Refuse an -o that cannot be written (missing folder, a folder, the model itself) before any work."""
+    from qconvert.calibrate.outputs import check_output_paths
+
+    if output != "-":
+        check_output_paths({"-o": output}, {"MODEL": model})
+
+
 @app.command("import")
 def import_command(
     model: str = typer.Argument(..., help="ONNX model file (external data next to it)"),
@@ -138,6 +146,7 @@ def import_command(
 
     if resource_threshold < 0:
         raise InputError(f"--resource-threshold {resource_threshold}: expected 0 or more elements")
+    _check_output(output, model)
     module = import_onnx(model, _parse_input_shapes(input_shape), resource_threshold=resource_threshold)
     if ranges is not None:
         from qconvert.calibrate.attach import attach_ranges
@@ -183,6 +192,7 @@ def convert_command(
     lowered is listed (exit 2)."""
     from qconvert.convert import convert, write
 
+    _check_output(output, model)
     module = convert(
         model,
         to=to,

@@ -75,3 +75,25 @@ def test_bad_model_exits_2_without_traceback_or_output(
 def test_malformed_input_shape_exits_2(model_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["import", str(model_path), "--input-shape", "x=2xq"]) == 2
     assert "expected NAME=D0xD1x" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ["import", "convert"])
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("missing/out.mlir", "does not exist"),
+        ("m.onnx", "would overwrite MODEL"),
+        (".", "is a folder"),
+    ],
+)
+def test_unwritable_output_exits_2_before_any_work(
+    model_path: Path, verb: str, target: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new user's `-o /no/such/dir/x.mlir` was an internal error (exit 3) after the whole conversion."""
+    before = model_path.read_bytes()
+    output = model_path.parent / target
+    assert main([verb, str(model_path), "--input-shape", "x=2x4", "-o", str(output)]) == 2
+    error = capsys.readouterr().err
+    assert message in error and "internal error" not in error
+    assert model_path.read_bytes() == before
+    assert sorted(p.name for p in model_path.parent.iterdir()) == ["m.onnx"]

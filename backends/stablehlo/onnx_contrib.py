@@ -20,10 +20,10 @@ from qconvert.ir.types import F32, element_type_of
 from qconvert.onnx_attributes import absent_positions
 
 from . import ops as hlo
+from .float32_rounding import rounded_product
 from .lowering import LoweringContext
 from .onnx_elementwise import chlo_unary
 from .onnx_fold import lowers_folding, static_shape
-from .onnx_math import rounded_product
 from .onnx_recurrent import HloMath
 from .onnx_reduce import reduce_sum
 

@@ -18,21 +18,13 @@ from collections.abc import Callable
 import numpy as np
 
 from qconvert.ir.core import GenericOp, Operation, Value
-from qconvert.ir.types import F32, FloatType, IntegerType, element_type_of
+from qconvert.ir.types import FloatType, IntegerType, element_type_of
 
 from . import ops as hlo
-from .float32_rounding import rounded_product as rounded_f32_product
+from .float32_rounding import rounded_product
 from .lowering import LoweringContext
 from .onnx_elementwise import chlo_unary
 from .onnx_fold import lowers_folding
-
-
-def rounded_product(ctx: LoweringContext, a: Value, b: Value) -> Value:
-    """a * b for a product that feeds an add: in f32 rounded once and kept from fusing into the add
-    (float32_rounding's `rounded_product`), other types a plain multiply."""
-    if element_type_of(a.type) == F32:
-        return rounded_f32_product(ctx, a, b)
-    return hlo.multiply(ctx.builder, a, b)
 
 
 def _float_input(ctx: LoweringContext, op: Operation) -> Value:

@@ -29,10 +29,10 @@ from qconvert.ir.core import Operation, Value
 from qconvert.ir.types import I64, FloatType, RankedTensorType, element_type_of
 
 from . import ops as hlo
+from .float32_rounding import rounded_product
 from .lowering import LoweringContext
 from .onnx_fold import lowers_folding, static_shape
 from .onnx_index import first_index_of_extreme
-from .onnx_math import rounded_product
 from .onnx_nn import opset_version
 from .onnx_reduce import reduce_max, reduce_sum
 from .onnx_shape import normalize_axis

@@ -50,6 +50,9 @@ QUANTIZATION_OPS = frozenset(
     }
 )
 Q_DQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+# Float nodes whose packed weight, scales and zero points the lifter unpacks at lift time
+# (frontends/onnx/blockwise.py): those inputs stay constants, never fed as weights.
+BLOCK_WEIGHT_OPS = frozenset({"MatMulNBits"})
 SHAPE_LIKE_SIZE = 64  # integer inputs of float nodes up to this size (shapes, axes, pads) are constants
 INTEGER_TYPES = frozenset(
     {
@@ -192,9 +195,13 @@ def cut_model(
                 continue
             seen.add(name)
             array = values[name]
-            fed_weight = feed_weights and (
-                (node.op_type in Q_DQ_OPS and position == 0)
-                or (not quantization and array.dtype.kind == "f" and array.size > SHAPE_LIKE_SIZE)
+            fed_weight = (
+                feed_weights
+                and not (node.op_type in BLOCK_WEIGHT_OPS and position > 0)
+                and (
+                    (node.op_type in Q_DQ_OPS and position == 0)
+                    or (not quantization and array.dtype.kind == "f" and array.size > SHAPE_LIKE_SIZE)
+                )
             )
             shape_like = not quantization and array.dtype.kind in "iub" and array.size <= SHAPE_LIKE_SIZE
             if name in initializers and not fed_weight:

@@ -30,6 +30,7 @@ from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper
 
 from qconvert.check.backends import CaseRun, NotRun
 from qconvert.check.nodes import (
+    BLOCK_WEIGHT_OPS,
     Q_DQ_OPS,
     SHAPE_LIKE_SIZE,
     NodeCase,
@@ -270,6 +271,8 @@ def weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
     for node in model.graph.node:
         for position, name in enumerate(node.input):
             if is_quantization_node(node) and not (node.op_type in Q_DQ_OPS and position == 0):
+                quantization_params.add(name)
+            if node.op_type in BLOCK_WEIGHT_OPS and position > 0:  # packed weight, scales, zero points
                 quantization_params.add(name)
             if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
                 quantization_params.add(name)  # control flow: leave its operands alone

@@ -80,6 +80,7 @@ from qconvert.numerics.onnxruntime_kernels import (
     qlinear_softmax_onnxruntime,
 )
 from qconvert.onnx_attributes import absent_positions
+from qconvert.onnx_contrib_kernels import CONTRIB_KERNELS
 from qconvert.onnx_kernels import KERNELS, OnnxKernel, attribute, integer_convolution, window
 
 # Per-op overrides of onnx's reference implementation for generic ops, by IR op name (`onnx.<Op>`,
@@ -90,6 +91,8 @@ ONNX_KERNELS: dict[str, OnnxKernel] = dict(KERNELS)
 ONNX_KERNELS.update(RECURRENT_KERNELS)
 # com.microsoft MatMulIntegerToFloat (onnxruntime's optimized dynamic models): onnxruntime's rule.
 ONNX_KERNELS.update(INTEGER_TO_FLOAT_KERNELS)
+# com.microsoft Gelu / SkipLayerNormalization / Attention ... of onnxruntime's transformer optimizer.
+ONNX_KERNELS.update(CONTRIB_KERNELS)
 
 FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the float-storage scast of frontends/onnx/lift.py
 ONNX_DTYPES: dict[str, np.dtype] = {

@@ -323,3 +323,62 @@ def resize_cubic_taps(
         for row in coefficients:
             sums = (sums + row).astype(np.float32)
     return CubicTaps(np.clip(positions, 0, input_length - 1), coefficients, sums)
+
+
+# com.microsoft transformer ops (onnxruntime's transformer optimizer) -------------------------------------
+# Their attribute defaults and input layouts, as onnxruntime's contrib schemas (bert_defs.cc) and CPU
+# kernels define them; shared by the StableHLO lowerings and the interpreter's numpy kernels.
+
+FAST_GELU_B = 0.7978845608028654  # FastGelu's sqrt(2 / pi), as onnxruntime writes it in float32
+FAST_GELU_C = 0.035677408136300125  # FastGelu's 0.044715 * sqrt(2 / pi)
+QUICK_GELU_ALPHA = 1.702  # QuickGelu's default alpha
+LAYER_NORM_EPSILON = 1e-12  # Skip*/EmbedLayerNormalization's default epsilon (kDefault*Epsilon)
+ATTENTION_MASK_FILTER_VALUE = -10000.0  # Attention's default mask_filter_value
+
+
+def skip_layer_norm_positions(simplified: bool) -> tuple[int | None, int]:
+    """(beta's input position or None, bias's input position) of SkipLayerNormalization /
+    SkipSimplifiedLayerNormalization: (input, skip, gamma, beta, bias) / (input, skip, gamma, bias)."""
+    return (None, 3) if simplified else (3, 4)
+
+
+def attention_scale(scale: float, head_size: int) -> float:
+    """Attention's score scale: the `scale` attribute, or 1 / sqrt(head_size) in float32 when it is 0."""
+    return float(scale) or float(np.float32(1.0) / np.sqrt(np.float32(head_size)))
+
+
+def attention_mask_format(shape: Sequence[int], batch: int, sequence: int, total: int) -> str | None:
+    """Which of onnxruntime's Attention mask_index layouts `shape` is (total = past + sequence length):
+    "end" (batch,): keys at or after mask_index[b] are masked (right padding); "end_start" (2 batch,): also
+    keys before mask_index[batch + b]; "raw2d" (batch, total) and "raw3d" (batch, sequence, total): a
+    key is masked where the value is not positive; None for anything else (4-D Megatron masks)."""
+    shape = tuple(int(d) for d in shape)
+    if shape == (batch,):
+        return "end"
+    if shape == (2 * batch,):
+        return "end_start"
+    if shape == (batch, total):
+        return "raw2d"
+    if shape == (batch, sequence, total):
+        return "raw3d"
+    return None
+
+
+def attention_keep_mask(mask_index: np.ndarray, batch: int, sequence: int, total: int) -> np.ndarray:
+    """The (batch, sequence, total) boolean of keys each query attends to (see `attention_mask_format`);
+    ValueError for a layout onnxruntime's CPU kernel would not read."""
+    layout = attention_mask_format(mask_index.shape, batch, sequence, total)
+    keys = np.arange(total)
+    if layout in ("end", "end_start"):
+        ends = mask_index.reshape(-1)[:batch].astype(np.int64)
+        keep = keys[None, :] < ends[:, None]
+        if layout == "end_start":
+            keep &= keys[None, :] >= mask_index.reshape(-1)[batch:].astype(np.int64)[:, None]
+        return np.broadcast_to(keep[:, None, :], (batch, sequence, total))
+    if layout == "raw2d":
+        return np.broadcast_to((mask_index > 0)[:, None, :], (batch, sequence, total))
+    if layout == "raw3d":
+        return mask_index > 0
+    raise ValueError(
+        f"Attention mask_index of shape {list(mask_index.shape)} is not a layout onnxruntime reads"
+    )

@@ -501,6 +501,70 @@ def _matmul_like_output(node: NodeProto, known: dict[str, onnx.TypeProto]) -> on
     return helper.make_tensor_value_info(node.output[0], scale.tensor_type.elem_type, dims)
 
 
+# Float ops of onnxruntime's transformer optimizer whose outputs a shape rule types (`_transformer_outputs`).
+TRANSFORMER_OPS = frozenset(
+    {
+        "Gelu", "BiasGelu", "FastGelu", "QuickGelu", "SkipLayerNormalization",
+        "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization", "Attention",
+    }
+)  # fmt: skip
+
+
+def _symbolic_dims(type_proto: onnx.TypeProto | None) -> list[int | str | None] | None:
+    """A tensor type's dims, symbolic ones kept (None where unnamed); None when the rank is unknown."""
+    if type_proto is None or not type_proto.tensor_type.HasField("shape"):
+        return None
+    return [
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+        for d in type_proto.tensor_type.shape.dim
+    ]
+
+
+def _transformer_outputs(node: NodeProto, known: dict[str, onnx.TypeProto]) -> list[onnx.ValueInfoProto]:
+    """Typed outputs of a TRANSFORMER_OPS node from its inputs' dims (symbolic ones kept): the elementwise
+    ops and Skip*LayerNormalization (outputs 0 and 3) are shaped like input 0; EmbedLayerNormalization is
+    (batch, sequence, hidden of the word embedding), mask_index int32 (batch,); Attention is (batch,
+    sequence, V's hidden size: qkv_hidden_sizes[2] or weights' columns / 3)."""
+    inputs = [known.get(name) if name else None for name in node.input]
+    first = inputs[0] if inputs else None
+    dims = _symbolic_dims(first)
+    if first is None or dims is None:
+        return []
+    element = first.tensor_type.elem_type
+    outputs: list[tuple[int, int, list[int | str | None]]] = []  # (position, element type, dims)
+    op = node.op_type
+    if op in ("Gelu", "BiasGelu", "FastGelu", "QuickGelu"):
+        outputs = [(0, element, dims)]
+    elif op in ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization"):
+        outputs = [(0, element, dims), (3, element, dims)]
+    elif op == "EmbedLayerNormalization" and len(dims) == 2 and len(inputs) > 2 and inputs[2] is not None:
+        word = _dims(inputs[2])
+        if word is None or len(word) != 2:
+            return []
+        word_type = inputs[2].tensor_type.elem_type
+        outputs = [
+            (0, word_type, [*dims, word[1]]),
+            (1, onnx.TensorProto.INT32, dims[:1]),
+            (2, word_type, [*dims, word[1]]),
+        ]
+    elif op == "Attention" and len(dims) == 3 and len(inputs) > 1:
+        weights = _dims(inputs[1])
+        sizes = _int_attr(node, "qkv_hidden_sizes", None)
+        hidden = (
+            int(sizes[2])
+            if sizes
+            else (weights[1] // 3 if weights is not None and len(weights) == 2 else None)
+        )  # type: ignore[index]
+        if hidden is None:
+            return []
+        outputs = [(0, element, [*dims[:2], hidden])]
+    return [
+        helper.make_tensor_value_info(node.output[position], element_type, shape)
+        for position, element_type, shape in outputs
+        if position < len(node.output) and node.output[position]
+    ]
+
+
 def infer_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX's shape inference stops at com.microsoft ops: declare their outputs' types and infer again.
 
@@ -514,6 +578,7 @@ def infer_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         and (
             (MICROSOFT_DOMAIN, n.op_type) in LIFTERS
             or n.op_type in ("DynamicQuantizeLSTM", "MatMulIntegerToFloat")
+            or n.op_type in TRANSFORMER_OPS
         )
     ]
     for _ in range(len(contrib)):
@@ -543,6 +608,19 @@ def infer_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
                     for info in [v for v in model.graph.value_info if v.name == typed_matmul.name]:
                         model.graph.value_info.remove(info)
                     model.graph.value_info.append(typed_matmul)
+                    added = True
+                continue
+            if node.op_type in TRANSFORMER_OPS:
+                # Typed from the inputs' dims (symbolic kept), retyped when a later round makes them static.
+                for typed in _transformer_outputs(node, known):
+                    if typed.type == known.get(typed.name):
+                        continue
+                    for output in model.graph.output:
+                        if output.name == typed.name:
+                            output.type.CopyFrom(typed.type)
+                    for info in [v for v in model.graph.value_info if v.name == typed.name]:
+                        model.graph.value_info.remove(info)
+                    model.graph.value_info.append(typed)
                     added = True
                 continue
             if not node.output or node.output[0] in known:

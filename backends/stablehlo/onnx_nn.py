@@ -27,11 +27,6 @@ from .onnx_reduce import lowest, reduce_max, reduce_sum
 from .onnx_shape import normalize_axis, reverse
 
 
-def _ints(ctx: LoweringContext, op: Operation, name: str, default: Sequence[int]) -> list[int]:
-    value = ctx.attribute(op, name)
-    return list(default) if value is None else [int(v) for v in value]  # type: ignore[union-attr]
-
-
 def same_padding(
     sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], mode: str
 ) -> list[tuple[int, int]]:
@@ -62,7 +57,7 @@ def window_padding(
         return [(0, 0)] * spatial
     if auto_pad != "NOTSET":
         ctx.unsupported(f"auto_pad={auto_pad!r}")
-    pads = _ints(ctx, op, "pads", [0] * (2 * spatial))
+    pads = ctx.integer_list(op, "pads", [0] * (2 * spatial))
     return list(zip(pads[:spatial], pads[spatial:]))
 
 
@@ -82,8 +77,8 @@ def lower_conv(ctx: LoweringContext, op: Operation) -> list[Value]:
     w_shape = static_shape(ctx, w, "Conv's weight")
     spatial = len(x_shape) - 2
     kernel = list(w_shape[2:])
-    strides = _ints(ctx, op, "strides", [1] * spatial)
-    dilations = _ints(ctx, op, "dilations", [1] * spatial)
+    strides = ctx.integer_list(op, "strides", [1] * spatial)
+    dilations = ctx.integer_list(op, "dilations", [1] * spatial)
     padding = window_padding(ctx, op, x_shape[2:], kernel, strides, dilations)
     y = hlo.convolution(
         ctx.builder,
@@ -107,9 +102,9 @@ def lower_conv_transpose(ctx: LoweringContext, op: Operation) -> list[Value]:
     spatial = len(x_shape) - 2
     group = int(ctx.attribute(op, "group", 1))  # type: ignore[arg-type]
     kernel = list(w_shape[2:])
-    strides = _ints(ctx, op, "strides", [1] * spatial)
-    dilations = _ints(ctx, op, "dilations", [1] * spatial)
-    output_padding = _ints(ctx, op, "output_padding", [0] * spatial)
+    strides = ctx.integer_list(op, "strides", [1] * spatial)
+    dilations = ctx.integer_list(op, "dilations", [1] * spatial)
+    output_padding = ctx.integer_list(op, "output_padding", [0] * spatial)
     auto_pad = str(ctx.attribute(op, "auto_pad", "NOTSET"))
     output_shape = ctx.attribute(op, "output_shape")
     if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
@@ -130,7 +125,9 @@ def lower_conv_transpose(ctx: LoweringContext, op: Operation) -> list[Value]:
                 pads_begin.append(total - half)
                 pads_end.append(half)
     elif auto_pad in ("NOTSET", "VALID"):
-        pads = _ints(ctx, op, "pads", [0] * (2 * spatial)) if auto_pad == "NOTSET" else [0] * (2 * spatial)
+        pads = (
+            ctx.integer_list(op, "pads", [0] * (2 * spatial)) if auto_pad == "NOTSET" else [0] * (2 * spatial)
+        )
         pads_begin, pads_end = pads[:spatial], pads[spatial:]
     else:
         ctx.unsupported(f"auto_pad={auto_pad!r}")
@@ -313,9 +310,9 @@ def pool_geometry(
 ) -> tuple[list[int], list[int], list[int], list[tuple[int, int]], list[int]]:
     """kernel, strides, dilations, explicit padding and the extra high padding ceil_mode adds."""
     spatial = len(shape) - 2
-    kernel = _ints(ctx, op, "kernel_shape", [])
-    strides = _ints(ctx, op, "strides", [1] * spatial)
-    dilations = _ints(ctx, op, "dilations", [1] * spatial)
+    kernel = ctx.integer_list(op, "kernel_shape", [])
+    strides = ctx.integer_list(op, "strides", [1] * spatial)
+    dilations = ctx.integer_list(op, "dilations", [1] * spatial)
     padding = window_padding(ctx, op, shape[2:], kernel, strides, dilations)
     ceil_extra = []
     for i in range(spatial):

@@ -42,7 +42,7 @@ def reduce_min(ctx: LoweringContext, x: Value, axes: Sequence[int]) -> Value:
     return hlo.reduce(ctx.builder, x, ctx.scalar(highest(element), element), sorted(axes), hlo.minimum)
 
 
-def _region(
+def block_region(
     argument_types: Sequence[Type], body: Callable[[Builder, list[Value]], Value | list[Value]]
 ) -> Region:
     """A one-block region whose block returns `body(builder, arguments)` (sort comparators, scatter
@@ -98,7 +98,7 @@ def sort_along(ctx: LoweringContext, operands: Sequence[Value], axis: int, direc
     for value in operands:
         scalar = RankedTensorType((), element_type_of(value.type))
         scalar_types += [scalar, scalar]
-    region = _region(scalar_types, lambda inner, args: hlo.compare(inner, direction, args[0], args[1]))
+    region = block_region(scalar_types, lambda inner, args: hlo.compare(inner, direction, args[0], args[1]))
     attributes: dict[str, Attribute] = {
         "dimension": IntegerAttr(axis, I64),
         "is_stable": OpaqueAttr("true"),
@@ -270,9 +270,11 @@ REDUCTIONS: dict[str, Callable[[Builder, Value, Value], Value] | None] = {
 }
 
 
-def _scatter(
+def scatter(
     ctx: LoweringContext, op: Operation, data: Value, coordinates: Value, updates: Value, **numbers: object
 ) -> Value:
+    """A `stablehlo.scatter` of `updates` into `data` at `coordinates`, combined by `op`'s `reduction`
+    attribute; `numbers` are its scatter dimension numbers."""
     reduction = str(ctx.attribute(op, "reduction", "none"))
     if reduction not in REDUCTIONS:
         ctx.unsupported(f"{op.name} reduction={reduction!r}")
@@ -287,13 +289,15 @@ def _scatter(
         "indices_are_sorted": OpaqueAttr("false"),
         "unique_indices": OpaqueAttr("false"),
     }
-    region = _region([scalar, scalar], body)
+    region = block_region([scalar, scalar], body)
     # StableHLO's reference interpreter (jaxlib 0.10.2) writes the scatter's result into its operand's
     # buffer, so other users of `data` saw the updates (measured); the scatter gets a copy of its own.
     # XLA folds the select away.
     data = hlo.select(ctx.builder, ctx.scalar(True, I1), data, data)
-    scatter = GenericOp("stablehlo.scatter", [data, coordinates, updates], [data.type], attributes, [region])
-    return ctx.builder.insert(scatter).result
+    scatter_op = GenericOp(
+        "stablehlo.scatter", [data, coordinates, updates], [data.type], attributes, [region]
+    )
+    return ctx.builder.insert(scatter_op).result
 
 
 @lowers_folding("onnx.ScatterND")
@@ -305,7 +309,7 @@ def lower_scatter_nd(ctx: LoweringContext, op: Operation) -> list[Value]:
     coordinate_shape = hlo.tensor_type(coordinates).shape
     k, batch_rank = coordinate_shape[-1], len(coordinate_shape) - 1
     return [
-        _scatter(
+        scatter(
             ctx,
             op,
             data,
@@ -329,7 +333,7 @@ def lower_scatter_elements(ctx: LoweringContext, op: Operation) -> list[Value]:
     indices = _index_operand(ctx, op, 1, shape[axis])
     coordinates = _full_coordinates(ctx, indices, axis)
     return [
-        _scatter(
+        scatter(
             ctx,
             op,
             data,

@@ -22,7 +22,7 @@ from qconvert.ir.types import I64, RankedTensorType, element_type_of
 from . import ops as hlo
 from .lowering import LoweringContext
 from .onnx_fold import constant_input, lowers_folding, static_shape
-from .onnx_index import _region, _scatter
+from .onnx_index import block_region, scatter
 from .onnx_reduce import lowest
 
 
@@ -82,7 +82,7 @@ def max_pool_with_indices(
         "base_dilations": hlo.i64_array([1] * rank),
         "padding": DenseElementsAttr(pads, RankedTensorType((rank, 2), I64)),
     }
-    region = _region([scalar, scalar_index, scalar, scalar_index], pick)
+    region = block_region([scalar, scalar_index, scalar, scalar_index], pick)
     op = b.insert(
         GenericOp(
             "stablehlo.reduce_window",
@@ -128,7 +128,7 @@ def lower_max_unpool(ctx: LoweringContext, op: Operation) -> list[Value]:
     flat_values = hlo.reshape(b, x, [count])
     flat_targets = hlo.reshape(b, ctx.convert(indices, I64), [count, 1])
     zeros = ctx.splat(0, element, [total])
-    scattered = _scatter(
+    scattered = scatter(
         ctx, op, zeros, flat_targets, flat_values,
         update_window_dims=[], inserted_window_dims=[0], scatter_dims_to_operand_dims=[0], index_vector_dim=1,
     )  # fmt: skip

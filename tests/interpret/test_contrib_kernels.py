@@ -1,0 +1,265 @@
+"""The interpreter's com.microsoft kernels (qconvert/onnx_contrib_kernels.py) against onnxruntime: each op on
+seeded inputs (bit-exact where onnxruntime's steps are reproduced one rounding at a time, else within
+check's float32 bound of qconvert/check/bounds.py), and `check` of a BERT optimized by onnxruntime's
+transformer optimizer PASSED with nothing not run, on the interpreter and (where lowered) on XLA."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from conftest import require_module
+from onnx import helper, numpy_helper
+
+from qconvert.check import check
+from qconvert.check.bounds import family, float_bound
+from qconvert.frontends.onnx import import_onnx
+from qconvert.interpret import interpret
+
+MS = "com.microsoft"
+RNG = np.random.default_rng(18)
+
+
+def rand(*shape: int, scale: float = 2.0) -> np.ndarray:
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def run_both(
+    node: onnx.NodeProto, inputs: dict[str, np.ndarray], weights: dict[str, np.ndarray]
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The one-node model on the interpreter and on onnxruntime (optimizations off), outputs in order."""
+    ort = require_module("onnxruntime")
+    outputs = [o for o in node.output if o]
+    graph = helper.make_graph(
+        [node],
+        "contrib",
+        [
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+            for k, v in inputs.items()
+        ],
+        [onnx.ValueInfoProto(name=o) for o in outputs],
+        initializer=[numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    expected = session.run(outputs, inputs)
+    ours = interpret(import_onnx(model), inputs)
+    return [np.asarray(ours[o]) for o in outputs], expected
+
+
+@pytest.mark.parametrize(
+    ("op", "inputs", "attributes"),
+    [
+        ("FastGelu", ["x"], {}),
+        ("FastGelu", ["x", "bias"], {}),
+        ("BiasGelu", ["x", "bias"], {}),
+        ("Gelu", ["x"], {}),
+        ("QuickGelu", ["x"], {"alpha": 1.5}),
+        ("QuickGelu", ["x"], {}),
+    ],
+)
+def test_gelu_family_is_bit_exact(op: str, inputs: list[str], attributes: dict[str, float]) -> None:
+    x = np.concatenate([rand(2, 7, 32), np.linspace(-12, 12, 2 * 7 * 32, dtype=np.float32).reshape(2, 7, 32)])
+    node = helper.make_node(op, inputs, ["y"], domain=MS, **attributes)
+    ours, expected = run_both(node, {"x": x}, {"bias": rand(32)} if "bias" in inputs else {})
+    np.testing.assert_array_equal(ours[0], expected[0])
+
+
+def within_check_bound(
+    node: onnx.NodeProto, inputs: list[np.ndarray | None], ours: np.ndarray, ref: np.ndarray
+) -> None:
+    """|ours - ref| within the per-node bound `qconvert check` applies to this node's float output."""
+    bound, rule = float_bound(node, family(node), inputs, ref, None)
+    difference = np.abs(ours.astype(np.float64) - ref.astype(np.float64))
+    assert ours.shape == ref.shape
+    assert np.all(difference <= bound), f"{node.op_type}: max |diff| {difference.max()} over {rule}"
+
+
+@pytest.mark.parametrize("simplified", [False, True])
+def test_skip_layer_normalization_within_the_bound_and_its_sum_output_exact(simplified: bool) -> None:
+    op = "SkipSimplifiedLayerNormalization" if simplified else "SkipLayerNormalization"
+    names = ["x", "skip", "gamma", "bias"] if simplified else ["x", "skip", "gamma", "beta", "bias"]
+    weights = {"gamma": rand(64), "beta": rand(64), "bias": rand(64)}
+    weights = {k: v for k, v in weights.items() if k in names}
+    x, skip = rand(2, 6, 64) + np.float32(3.0), rand(2, 6, 64)  # an offset mean: the variance cancels
+    node = helper.make_node(op, names, ["y", "", "", "sum"], domain=MS, epsilon=1e-5)
+    ours, expected = run_both(node, {"x": x, "skip": skip}, weights)
+    within_check_bound(node, [x, skip, *weights.values()], ours[0], expected[0])
+    np.testing.assert_array_equal(ours[1], expected[1])
+
+
+def test_embed_layer_normalization_within_the_bound_and_its_mask_index_exact() -> None:
+    ids = RNG.integers(0, 30, (3, 7)).astype(np.int32)
+    segments = RNG.integers(0, 2, (3, 7)).astype(np.int32)
+    mask = np.ones((3, 7), np.int32)
+    mask[1, 4:] = 0
+    mask[2, 1:] = 0
+    weights = {"word": rand(30, 16), "position": rand(10, 16), "segment": rand(2, 16)}
+    weights |= {"gamma": rand(16), "beta": rand(16)}
+    node = helper.make_node(
+        "EmbedLayerNormalization",
+        ["ids", "segments", "word", "position", "segment", "gamma", "beta", "mask"],
+        ["y", "mask_index", "sum"],
+        domain=MS,
+        epsilon=1e-12,
+    )
+    ours, expected = run_both(node, {"ids": ids, "segments": segments, "mask": mask}, weights)
+    within_check_bound(node, [ids, segments, *weights.values(), mask], ours[0], expected[0])
+    np.testing.assert_array_equal(ours[1], expected[1])
+    np.testing.assert_array_equal(ours[1], [7, 4, 1])
+    within_check_bound(node, [ids, segments, *weights.values(), mask], ours[2], expected[2])
+
+
+@pytest.mark.parametrize(
+    ("mask", "attributes"),
+    [
+        (None, {}),
+        ("raw2d", {}),
+        ("end", {}),
+        ("end_start", {}),
+        ("raw3d", {"mask_filter_value": -1e4}),
+        (None, {"unidirectional": 1}),
+        ("raw2d", {"unidirectional": 1, "scale": 0.3}),
+        (None, {"qkv_hidden_sizes": [16, 16, 8]}),
+    ],
+)
+def test_attention_within_the_bound_for_every_mask_layout(
+    mask: str | None, attributes: dict[str, object]
+) -> None:
+    batch, sequence, hidden = 2, 6, 16
+    x = rand(batch, sequence, hidden, scale=1.0)
+    sizes = attributes.get("qkv_hidden_sizes", [hidden] * 3)
+    weights = {"weights": rand(hidden, sum(sizes), scale=0.4), "bias": rand(sum(sizes), scale=0.1)}  # type: ignore[arg-type]
+    masks = {
+        "raw2d": np.array([[1] * 6, [1, 1, 1, 1, 0, 0]], np.int32),
+        "end": np.array([6, 3], np.int32),
+        "end_start": np.array([5, 6, 1, 2], np.int32),
+        "raw3d": RNG.integers(0, 2, (batch, sequence, sequence)).astype(np.int32) | np.eye(6, dtype=np.int32),
+    }
+    inputs = {"x": x} | ({"mask": masks[mask]} if mask else {})
+    node = helper.make_node(
+        "Attention",
+        ["x", "weights", "bias"] + (["mask"] if mask else []),
+        ["y"],
+        domain=MS,
+        num_heads=4,
+        **attributes,
+    )
+    ours, expected = run_both(node, inputs, weights)
+    within_check_bound(node, [x, *weights.values()], ours[0], expected[0])
+
+
+# check on a BERT optimized by onnxruntime's transformer optimizer --------------------------------------
+
+
+def export_optimized_bert(folder: Path) -> tuple[Path, Path, dict[str, np.ndarray]]:
+    """A 2-layer BERT (Hugging Face's BertModel, random weights) exported by torch with dynamic axes and
+    optimized by onnxruntime's optimizer two ways: the default fusions (EmbedLayerNormalization, Attention
+    on its 1-D mask_index) and without the embedding fusion on the raw 2-D mask; and its data."""
+    torch = require_module("torch")
+    transformers = require_module("transformers")
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=16, attn_implementation="eager",
+    )  # fmt: skip
+    bert = transformers.BertModel(config).eval()
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(
+            self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor
+        ) -> tuple[torch.Tensor, ...]:
+            outputs = self.bert(input_ids=ids, attention_mask=mask, token_type_ids=types, return_dict=False)
+            return outputs[0], outputs[1]
+
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    example = (
+        torch.zeros(2, 8, dtype=torch.long),
+        torch.ones(2, 8, dtype=torch.long),
+        torch.zeros(2, 8, dtype=torch.long),
+    )
+    axes = {0: "batch", 1: "sequence"}
+    exported = folder / "bert.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            Wrapped().eval(), example, str(exported), input_names=names,
+            output_names=["last_hidden_state", "pooler_output"], dynamic_axes=dict.fromkeys(names, axes),
+            opset_version=17, dynamo=False,
+        )  # fmt: skip
+    fused = folder / "bert_fused.onnx"
+    optimize_model(
+        str(exported), model_type="bert", num_heads=2, hidden_size=16, opt_level=1
+    ).save_model_to_file(str(fused))
+    options = FusionOptions("bert")
+    options.enable_embed_layer_norm = False
+    options.use_raw_attention_mask(True)
+    raw = folder / "bert_raw_mask.onnx"
+    optimize_model(
+        str(exported),
+        model_type="bert",
+        num_heads=2,
+        hidden_size=16,
+        opt_level=1,
+        optimization_options=options,
+    ).save_model_to_file(str(raw))
+    mask = np.ones((4, 8), np.int64)
+    mask[1, 5:] = 0
+    mask[3, 3:] = 0
+    data = {
+        "input_ids": np.random.default_rng(0).integers(0, 32, (4, 8)),
+        "attention_mask": mask,
+        "token_type_ids": np.random.default_rng(1).integers(0, 2, (4, 8)),
+    }
+    return fused, raw, data
+
+
+@pytest.fixture(scope="module")
+def optimized_bert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, np.ndarray]]:
+    return export_optimized_bert(tmp_path_factory.mktemp("optimized_bert"))
+
+
+def contrib_ops(path: Path) -> set[str]:
+    return {n.op_type for n in onnx.load(str(path)).graph.node if n.domain == MS}
+
+
+def test_check_of_an_optimized_bert_passes_on_the_interpreter(
+    optimized_bert: tuple[Path, Path, dict[str, np.ndarray]],
+) -> None:
+    fused, raw, data = optimized_bert
+    assert contrib_ops(fused) >= {
+        "EmbedLayerNormalization",
+        "Attention",
+        "SkipLayerNormalization",
+        "BiasGelu",
+    }
+    assert contrib_ops(raw) >= {"Attention", "SkipLayerNormalization", "BiasGelu"}
+    for path in (fused, raw):
+        report = check(path, data)
+        assert report.not_run == 0, path.name
+        assert report.verdict == "PASSED", (path.name, report.verdict_line)
+
+
+def test_check_of_an_optimized_bert_passes_on_xla(
+    optimized_bert: tuple[Path, Path, dict[str, np.ndarray]],
+) -> None:
+    """The raw-mask model: the lowering of onnx_contrib.py reads a 2-D mask, not EmbedLayerNormalization's
+    1-D mask_index (what the fused model has)."""
+    require_module("jax")
+    _, raw, data = optimized_bert
+    report = check(raw, data, backend="stablehlo", engine="xla")
+    assert report.not_run == 0
+    assert report.verdict == "PASSED", report.verdict_line

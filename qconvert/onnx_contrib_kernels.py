@@ -1,6 +1,7 @@
 """Interpreter kernels of the com.microsoft float ops onnxruntime's transformer optimizer writes
 (`onnxruntime.transformers.optimizer.optimize_model`): Gelu, BiasGelu, FastGelu, QuickGelu,
-SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization and Attention.
+SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization and Attention, and
+their quantized forms QAttention and QEmbedLayerNormalization.
 
 onnx's reference implementation knows no com.microsoft op, so without these the interpreter could not
 run an optimized model at all (`check` said INCOMPLETE where `--backend stablehlo` passed). Each kernel
@@ -18,6 +19,10 @@ Attention's mask layouts and scale) are in qconvert/onnx_semantics.py:
   check's normalization bound. Every mask_index layout onnxruntime's CPU kernel reads (right-padding
   end positions, end and start positions, a 2-D or 3-D 0/1 mask), unidirectional, qkv_hidden_sizes and
   an additive attention_bias are run; past state and present outputs are refused (InputError).
+- QAttention, QEmbedLayerNormalization (what quantize_dynamic makes of an optimized model's Attention and
+  EmbedLayerNormalization): the projection is the exact int32 product of the centered operands with
+  MLAS's scale-bias output (`qconvert.numerics`), the tables dequantized as `f32(q - zp) * scale`; the
+  rest is Attention's / EmbedLayerNormalization's kernel, within the same bound.
 
 A kernel takes (op, inputs by ONNX position with None where absent, opset) and returns the outputs by
 ONNX position (`interpret.ONNX_KERNELS`' signature), or None for a non-float32 input (onnxruntime's CPU
@@ -31,7 +36,9 @@ import numpy as np
 from qconvert import onnx_semantics as semantics
 from qconvert.errors import InputError
 from qconvert.ir.core import Operation
+from qconvert.numerics.integer_accumulation import exact_integer_matmul, wrap_int32
 from qconvert.numerics.onnxruntime_elementwise import erf_mlas
+from qconvert.numerics.onnxruntime_kernels import scale_output_mlas
 from qconvert.numerics.onnxruntime_recurrent import logistic_mlas, tanh_mlas
 from qconvert.onnx_attributes import absent_positions
 from qconvert.onnx_kernels import Inputs, OnnxKernel, attribute, node_label
@@ -156,28 +163,19 @@ def embed_layer_norm(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarr
     return [y, mask_index, value]
 
 
-def attention(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
-    """onnxruntime's fused self-attention: QKV = x W + b; per head softmax(scale Q Kᵀ + mask) V, heads
-    concatenated. The additive mask is mask_filter_value where mask_index masks a key (every CPU layout,
-    `semantics.attention_keep_mask`), plus mask_filter_value again above the diagonal when unidirectional,
-    plus attention_bias when given."""
-    del opset
-    x, weights, bias, mask_index = (list(inputs) + [None] * 4)[:4]
-    extra = list(inputs[4:]) + [None] * 4
-    past, attention_bias = extra[0], extra[1]
-    if x is None or weights is None or not _float32(x):
-        return None
-    if past is not None or len(op.results) > 1:
-        raise InputError(f"{node_label(op)}: Attention with past state or present outputs is not run")
+def _attention_of_qkv(
+    op: Operation, qkv: np.ndarray, mask_index: np.ndarray | None, attention_bias: np.ndarray | None
+) -> np.ndarray:
+    """Attention after the QKV projection (B, S, q + k + v hidden): per head softmax(scale Q Kᵀ + mask) V,
+    heads concatenated. The additive mask is mask_filter_value where mask_index masks a key (every CPU
+    layout, `semantics.attention_keep_mask`), plus mask_filter_value again above the diagonal when
+    unidirectional, plus attention_bias when given."""
     heads = int(attribute(op, "num_heads", 0))  # type: ignore[arg-type]
     sizes = attribute(op, "qkv_hidden_sizes", None)
-    q_size, k_size, v_size = [int(s) for s in sizes] if sizes else [int(weights.shape[1]) // 3] * 3  # type: ignore[union-attr]
+    q_size, k_size, v_size = [int(s) for s in sizes] if sizes else [int(qkv.shape[-1]) // 3] * 3  # type: ignore[union-attr]
     if heads <= 0 or q_size != k_size or q_size % heads or v_size % heads:
         raise InputError(f"{node_label(op)}: num_heads {heads} does not divide the Q/K/V sizes")
-    batch, sequence, _ = x.shape
-    qkv = (x @ weights).astype(F32)
-    if bias is not None:
-        qkv = (qkv + bias).astype(F32)
+    batch, sequence, _ = qkv.shape
 
     def head_view(start: int, size: int) -> np.ndarray:
         part = qkv[..., start : start + size]
@@ -204,7 +202,78 @@ def attention(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | No
     exponentials = np.exp(shifted).astype(F32)
     probabilities = (exponentials / np.sum(exponentials, axis=-1, dtype=F32, keepdims=True)).astype(F32)
     context = (probabilities @ value).astype(F32)  # (B, N, S, h_v)
-    return [context.transpose(0, 2, 1, 3).reshape(batch, sequence, v_size)]
+    return context.transpose(0, 2, 1, 3).reshape(batch, sequence, v_size)
+
+
+def attention(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """onnxruntime's fused self-attention: QKV = x W + b, then `_attention_of_qkv`."""
+    del opset
+    x, weights, bias, mask_index = (list(inputs) + [None] * 4)[:4]
+    extra = list(inputs[4:]) + [None] * 4
+    past, attention_bias = extra[0], extra[1]
+    if x is None or weights is None or not _float32(x):
+        return None
+    if past is not None or len(op.results) > 1:
+        raise InputError(f"{node_label(op)}: Attention with past state or present outputs is not run")
+    qkv = (x @ weights).astype(F32)
+    if bias is not None:
+        qkv = (qkv + bias).astype(F32)
+    return [_attention_of_qkv(op, qkv, mask_index, attention_bias)]
+
+
+def _scalar_or_columns(values: np.ndarray | None, columns: int, what: str, op: Operation) -> np.ndarray:
+    """A scalar or one value per column, as a flat array (0 when absent)."""
+    flat = np.zeros(1) if values is None else np.asarray(values).reshape(-1)
+    if flat.size not in (1, columns):
+        raise InputError(f"{node_label(op)}: {what} has {flat.size} values, not 1 or {columns}")
+    return flat
+
+
+def quantized_attention(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """QAttention (what quantize_dynamic makes of an optimized model's Attention): the exact int32 product
+    of `input - input_zero_point` and `weight - weight_zero_point` (scalar or per column), MLAS's
+    scale-bias output `f32(acc) * f32(input_scale * weight_scale) + bias`, then `_attention_of_qkv`."""
+    del opset
+    x, weights, bias, x_scale, w_scale, mask_index, x_zero, w_zero = (list(inputs) + [None] * 8)[:8]
+    past = inputs[8] if len(inputs) > 8 else None
+    if x is None or weights is None or bias is None or x_scale is None or w_scale is None:
+        return None
+    if past is not None or len(op.results) > 1:
+        raise InputError(f"{node_label(op)}: QAttention with past state or present outputs is not run")
+    columns = int(weights.shape[-1])
+    lhs = x.astype(np.int64) - int(_scalar_or_columns(x_zero, 1, "input_zero_point", op)[0])
+    rhs = weights.astype(np.int64) - _scalar_or_columns(w_zero, columns, "weight_zero_point", op).astype(
+        np.int64
+    )
+    accumulator = wrap_int32(exact_integer_matmul(lhs, rhs))
+    multiplier = (
+        F32(np.asarray(x_scale).reshape(-1)[0])
+        * _scalar_or_columns(w_scale, columns, "weight_scale", op).astype(F32)
+    ).astype(F32)
+    qkv = (scale_output_mlas(accumulator, multiplier) + bias).astype(F32)
+    return [_attention_of_qkv(op, qkv, mask_index, None)]
+
+
+def quantized_embed_layer_norm(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | None:
+    """QEmbedLayerNormalization: the uint8 tables and gamma / beta dequantized as onnxruntime's kernel does,
+    `f32(q - zero_point) * scale`, then `embed_layer_norm` (no embedding_sum output)."""
+    padded = list(inputs) + [None] * 18
+    ids, segment_ids, mask = padded[0], padded[1], padded[7]
+    tables = padded[2:7]  # word, position, segment, gamma, beta
+    scales, zero_points = padded[8:13], padded[13:18]
+    if ids is None or any(tables[i] is None or scales[i] is None for i in (0, 1, 3, 4)):
+        return None
+    dequantized = [
+        None
+        if table is None
+        else (
+            (table.astype(np.int32) - (0 if zero is None else np.asarray(zero).astype(np.int32))).astype(F32)
+            * F32(np.asarray(scale).reshape(-1)[0])
+        ).astype(F32)
+        for table, scale, zero in zip(tables, scales, zero_points)
+    ]
+    results = embed_layer_norm(op, [ids, segment_ids, *dequantized, mask], opset)
+    return None if results is None else results[:2]
 
 
 CONTRIB_KERNELS: dict[str, OnnxKernel] = {
@@ -216,4 +285,6 @@ CONTRIB_KERNELS: dict[str, OnnxKernel] = {
     "onnx.com.microsoft.SkipSimplifiedLayerNormalization": skip_layer_norm,
     "onnx.com.microsoft.EmbedLayerNormalization": embed_layer_norm,
     "onnx.com.microsoft.Attention": attention,
+    "onnx.com.microsoft.QAttention": quantized_attention,
+    "onnx.com.microsoft.QEmbedLayerNormalization": quantized_embed_layer_norm,
 }

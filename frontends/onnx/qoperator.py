@@ -505,7 +505,8 @@ def _matmul_like_output(node: NodeProto, known: dict[str, onnx.TypeProto]) -> on
 TRANSFORMER_OPS = frozenset(
     {
         "Gelu", "BiasGelu", "FastGelu", "QuickGelu", "SkipLayerNormalization",
-        "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization", "Attention",
+        "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization", "Attention", "QAttention",
+        "QEmbedLayerNormalization",
     }
 )  # fmt: skip
 
@@ -524,7 +525,8 @@ def _transformer_outputs(node: NodeProto, known: dict[str, onnx.TypeProto]) -> l
     """Typed outputs of a TRANSFORMER_OPS node from its inputs' dims (symbolic ones kept): the elementwise
     ops and Skip*LayerNormalization (outputs 0 and 3) are shaped like input 0; EmbedLayerNormalization is
     (batch, sequence, hidden of the word embedding), mask_index int32 (batch,); Attention is (batch,
-    sequence, V's hidden size: qkv_hidden_sizes[2] or weights' columns / 3)."""
+    sequence, V's hidden size: qkv_hidden_sizes[2] or weights' columns / 3). QAttention and
+    QEmbedLayerNormalization (quantize_dynamic of an optimized model) likewise, with float results."""
     inputs = [known.get(name) if name else None for name in node.input]
     first = inputs[0] if inputs else None
     dims = _symbolic_dims(first)
@@ -537,25 +539,31 @@ def _transformer_outputs(node: NodeProto, known: dict[str, onnx.TypeProto]) -> l
         outputs = [(0, element, dims)]
     elif op in ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization"):
         outputs = [(0, element, dims), (3, element, dims)]
-    elif op == "EmbedLayerNormalization" and len(dims) == 2 and len(inputs) > 2 and inputs[2] is not None:
+    elif op in ("EmbedLayerNormalization", "QEmbedLayerNormalization") and len(dims) == 2 and len(inputs) > 2:
         word = _dims(inputs[2])
-        if word is None or len(word) != 2:
+        quantized = op == "QEmbedLayerNormalization"  # the float result is typed like the word table's scale
+        typed_by = (inputs[8] if len(inputs) > 8 else None) if quantized else inputs[2]
+        if word is None or len(word) != 2 or typed_by is None:
             return []
-        word_type = inputs[2].tensor_type.elem_type
+        word_type = typed_by.tensor_type.elem_type
         outputs = [
             (0, word_type, [*dims, word[1]]),
             (1, onnx.TensorProto.INT32, dims[:1]),
             (2, word_type, [*dims, word[1]]),
         ]
-    elif op == "Attention" and len(dims) == 3 and len(inputs) > 1:
+    elif op in ("Attention", "QAttention") and len(dims) == 3 and len(inputs) > 1:
+        bias = inputs[2] if len(inputs) > 2 else None
+        if bias is not None:  # the result is typed like the bias (QAttention's input is quantized)
+            element = bias.tensor_type.elem_type
+        elif op == "QAttention":
+            return []
         weights = _dims(inputs[1])
-        sizes = _int_attr(node, "qkv_hidden_sizes", None)
-        hidden = (
-            int(sizes[2])
-            if sizes
-            else (weights[1] // 3 if weights is not None and len(weights) == 2 else None)
-        )  # type: ignore[index]
-        if hidden is None:
+        sizes: list[int] | None = _int_attr(node, "qkv_hidden_sizes", None)  # type: ignore[assignment]
+        if sizes:
+            hidden = int(sizes[2])
+        elif weights is not None and len(weights) == 2:
+            hidden = weights[1] // 3
+        else:
             return []
         outputs = [(0, element, [*dims[:2], hidden])]
     return [

@@ -155,6 +155,51 @@ def test_attention_within_the_bound_for_every_mask_layout(
     within_check_bound(node, [x, *weights.values()], ours[0], expected[0])
 
 
+@pytest.mark.parametrize("per_column", [False, True])
+def test_quantized_attention_within_the_bound(per_column: bool) -> None:
+    """QAttention (quantize_dynamic of an optimized model): uint8 input, int8 weights with a scalar or a
+    per-column scale and zero point, a 1-D mask_index."""
+    x = RNG.integers(0, 256, (2, 6, 16)).astype(np.uint8)
+    columns = 48 if per_column else 1
+    weights = {
+        "weights": RNG.integers(-128, 128, (16, 48)).astype(np.int8),
+        "bias": rand(48, scale=0.1),
+        "x_scale": np.array(0.02, np.float32),
+        "w_scale": (RNG.uniform(0.001, 0.01, columns).astype(np.float32)).reshape(
+            () if columns == 1 else (48,)
+        ),
+        "x_zero": np.array(128, np.uint8),
+        "w_zero": RNG.integers(-3, 4, columns).astype(np.int8).reshape(() if columns == 1 else (48,)),
+    }
+    mask = np.array([6, 4], np.int32)
+    names = ["x", "weights", "bias", "x_scale", "w_scale", "mask", "x_zero", "w_zero"]
+    node = helper.make_node("QAttention", names, ["y"], domain=MS, num_heads=2)
+    ours, expected = run_both(node, {"x": x, "mask": mask}, weights)
+    within_check_bound(node, [x, *weights.values(), mask], ours[0], expected[0])
+
+
+def test_quantized_embed_layer_normalization_within_the_bound() -> None:
+    ids = RNG.integers(0, 30, (2, 7)).astype(np.int32)
+    segments = RNG.integers(0, 2, (2, 7)).astype(np.int32)
+    mask = np.array([[1] * 7, [1, 1, 1, 0, 0, 0, 0]], np.int32)
+    tables = {"word": (30, 16), "position": (10, 16), "segment": (2, 16), "gamma": (16,), "beta": (16,)}
+    weights = {name: RNG.integers(0, 256, shape).astype(np.uint8) for name, shape in tables.items()}
+    weights |= {f"{name}_scale": np.array(RNG.uniform(0.005, 0.02), np.float32) for name in tables}
+    weights |= {f"{name}_zero": np.array(RNG.integers(100, 156), np.uint8) for name in tables}
+    names = [
+        "ids",
+        "segments",
+        *tables,
+        "mask",
+        *(f"{t}_scale" for t in tables),
+        *(f"{t}_zero" for t in tables),
+    ]
+    node = helper.make_node("QEmbedLayerNormalization", names, ["y", "mask_index"], domain=MS, epsilon=1e-12)
+    ours, expected = run_both(node, {"ids": ids, "segments": segments, "mask": mask}, weights)
+    within_check_bound(node, [ids, segments, *weights.values()], ours[0], expected[0])
+    np.testing.assert_array_equal(ours[1], expected[1])
+
+
 # check on a BERT optimized by onnxruntime's transformer optimizer --------------------------------------
 
 
@@ -263,3 +308,36 @@ def test_check_of_an_optimized_bert_passes_on_xla(
     report = check(raw, data, backend="stablehlo", engine="xla")
     assert report.not_run == 0
     assert report.verdict == "PASSED", report.verdict_line
+
+
+def test_optimized_bert_lifts_with_static_types_when_its_inputs_are_pinned(
+    optimized_bert: tuple[Path, Path, dict[str, np.ndarray]],
+) -> None:
+    """The frontend's shape rules (frontends/onnx/qoperator.py) type every contrib output: nothing after
+    them is left unranked."""
+    from qconvert.ir.types import RankedTensorType
+
+    fused, _, data = optimized_bert
+    module = import_onnx(fused, {name: array.shape for name, array in data.items()})
+    function = next(op for op in module.body.ops if op.name == "func.func")
+    contrib = [op for op in function.body.ops if op.name.startswith("onnx.com.microsoft.")]
+    assert len(contrib) == 9
+    results = [r.type for op in function.body.ops for r in op.results]
+    assert all(isinstance(t, RankedTensorType) and t.has_static_shape() for t in results)
+
+
+def test_check_of_an_optimized_then_quantized_bert_passes_on_the_interpreter(
+    optimized_bert: tuple[Path, Path, dict[str, np.ndarray]], tmp_path: Path
+) -> None:
+    """Optimize, then quantize_dynamic (as users do): QAttention and QEmbedLayerNormalization appear."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    fused, raw, data = optimized_bert
+    for path in (fused, raw):
+        quantized = tmp_path / f"{path.stem}_dynamic.onnx"
+        extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}  # the contrib outputs carry no type for it
+        quantize_dynamic(str(path), str(quantized), weight_type=QuantType.QInt8, extra_options=extra)
+        assert "QAttention" in contrib_ops(quantized)
+        report = check(quantized, data)
+        assert report.not_run == 0, path.name
+        assert report.verdict == "PASSED", (path.name, report.verdict_line)

@@ -18,25 +18,11 @@ from conftest import require_module
 from corpus_checks import OPERATIONS, judge_report, run_check, run_convert
 from corpus_manifest import ENTRIES, CorpusEntry
 
-NBITS = "com.microsoft.MatMulNBits: no lifting or StableHLO lowering"
-NEGATIVE_SCALE = (
-    "int4 DequantizeLinear: onnxruntime's symmetric MatMulNBits QDQ writes negative scales, refused"
-)
 EXPECTED_FAILURES: dict[tuple[str, str], str] = {
     (
         "minilm.qdq",
         "check:interpreter",
     ): "interpreter cascade: 51 elements up to 9 steps off, 30.8 dB vs exact floor",
-    ("minilm.nbits", "convert:quantized"): NBITS,
-    ("minilm.nbits", "convert:integer"): NBITS,
-    ("minilm.nbits", "convert:qdq"): NBITS,
-    ("minilm.nbits", "check:interpreter"): NBITS,
-    ("minilm.nbits", "check:xla"): NBITS,
-    ("minilm.nbits_qdq", "convert:quantized"): NEGATIVE_SCALE,
-    ("minilm.nbits_qdq", "convert:integer"): NEGATIVE_SCALE,
-    ("minilm.nbits_qdq", "convert:qdq"): NEGATIVE_SCALE,
-    ("minilm.nbits_qdq", "check:interpreter"): NEGATIVE_SCALE,
-    ("minilm.nbits_qdq", "check:xla"): NEGATIVE_SCALE,
 }
 
 

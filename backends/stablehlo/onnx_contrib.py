@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from qconvert import onnx_semantics as semantics
 from qconvert.ir.core import Operation, Value
-from qconvert.ir.types import F32, element_type_of
+from qconvert.ir.types import F32, I32, RankedTensorType, element_type_of
 from qconvert.onnx_attributes import absent_positions
 
 from . import ops as hlo
@@ -28,8 +29,8 @@ from .onnx_recurrent import HloMath
 from .onnx_reduce import reduce_sum
 
 # FastGelu's constants as onnxruntime writes them (float32): sqrt(2 / pi) and 0.044715 * sqrt(2 / pi).
-FAST_GELU_B = 0.7978845608028654
-FAST_GELU_C = 0.035677408136300125
+FAST_GELU_B = semantics.FAST_GELU_B
+FAST_GELU_C = semantics.FAST_GELU_C
 
 
 def _f32_input(ctx: LoweringContext, op: Operation, position: int = 0) -> Value:
@@ -78,7 +79,7 @@ def lower_bias_gelu(ctx: LoweringContext, op: Operation) -> list[Value]:
 def lower_quick_gelu(ctx: LoweringContext, op: Operation) -> list[Value]:
     """y = x * logistic(alpha * x) (MLAS logistic)."""
     x = _f32_input(ctx, op)
-    alpha = float(ctx.attribute(op, "alpha", 1.702))  # type: ignore[arg-type]
+    alpha = float(ctx.attribute(op, "alpha", semantics.QUICK_GELU_ALPHA))  # type: ignore[arg-type]
     scaled = hlo.multiply(ctx.builder, x, _splat(ctx, alpha, x))
     return [hlo.multiply(ctx.builder, x, HloMath(ctx, mlas_activations=True).sigmoid(scaled))]
 
@@ -121,12 +122,12 @@ def lower_skip_layer_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
     simplified = op.name.endswith("SkipSimplifiedLayerNormalization")
     gamma = ctx.input(op, 2)
     assert gamma is not None
-    beta = None if simplified else ctx.input(op, 3)
-    bias_position = 3 if simplified else 4
+    beta_position, bias_position = semantics.skip_layer_norm_positions(simplified)
+    beta = None if beta_position is None else ctx.input(op, beta_position)
     shape = static_shape(ctx, x, f"{op.name}'s input")
     value = hlo.add(ctx.builder, x, ctx.broadcast_to(skip, shape))
     value = _with_bias(ctx, op, value, bias_position)
-    epsilon = float(ctx.attribute(op, "epsilon", 1e-12))  # type: ignore[arg-type]
+    epsilon = float(ctx.attribute(op, "epsilon", semantics.LAYER_NORM_EPSILON))  # type: ignore[arg-type]
     y = _scale_and_shift(ctx, _normalize_last(ctx, value, epsilon, simplified), gamma, beta)
     return _with_sum_output(ctx, op, [y], value)
 
@@ -158,8 +159,8 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> list[Value]:
     heads = int(ctx.attribute(op, "num_heads"))  # type: ignore[arg-type]
     hidden = hlo.tensor_type(weights).shape[1] // 3
     head_size = hidden // heads
-    scale = float(ctx.attribute(op, "scale", 0.0)) or float(1.0 / np.sqrt(np.float32(head_size)))  # type: ignore[arg-type]
-    filter_value = float(ctx.attribute(op, "mask_filter_value", -10000.0))  # type: ignore[arg-type]
+    scale = semantics.attention_scale(float(ctx.attribute(op, "scale", 0.0)), head_size)  # type: ignore[arg-type]
+    filter_value = float(ctx.attribute(op, "mask_filter_value", semantics.ATTENTION_MASK_FILTER_VALUE))  # type: ignore[arg-type]
     qkv = hlo.dot_general(b, x, weights, lhs_contracting=[2], rhs_contracting=[0])  # (B, S, 3H)
     if bias is not None:
         qkv = hlo.add(b, qkv, ctx.broadcast_to(bias, (batch, sequence, 3 * hidden)))
@@ -176,16 +177,12 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> list[Value]:
     scores = hlo.multiply(b, scores, ctx.splat(scale, F32, score_shape))
     mask = ctx.input(op, 3)
     if mask is not None:
-        mask_shape = hlo.tensor_type(mask).shape
-        if mask_shape != (batch, sequence):
-            ctx.unsupported(
-                f"Attention mask_index of shape {list(mask_shape)} (a (batch, sequence) 0/1 mask is lowered)"
-            )
-        masked = hlo.compare(b, "EQ", mask, ctx.splat(0, element_type_of(mask.type), mask_shape))
+        keep = _attention_keep(ctx, mask, batch, sequence)  # (B, S, S)
+        keep_shape = (batch, sequence, sequence)
         additive = hlo.select(
-            b, masked, ctx.splat(filter_value, F32, mask_shape), ctx.splat(0.0, F32, mask_shape)
+            b, keep, ctx.splat(0.0, F32, keep_shape), ctx.splat(filter_value, F32, keep_shape)
         )
-        scores = hlo.add(b, scores, hlo.broadcast_in_dim(b, additive, score_shape, [0, 3]))
+        scores = hlo.add(b, scores, hlo.broadcast_in_dim(b, additive, score_shape, [0, 2, 3]))
     if int(ctx.attribute(op, "unidirectional", 0)):  # type: ignore[arg-type]
         later = np.triu(np.ones((sequence, sequence), dtype=bool), k=1)
         causal = np.where(later, np.float32(filter_value), np.float32(0.0)).astype(np.float32)
@@ -204,3 +201,25 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> list[Value]:
     )  # (B, N, S, h)
     merged = hlo.transpose(b, context, [0, 2, 1, 3])
     return [hlo.reshape(b, merged, [batch, sequence, hidden])]
+
+
+def _attention_keep(ctx: LoweringContext, mask: Value, batch: int, sequence: int) -> Value:
+    """The (batch, sequence, keys) i1 of keys each query attends to, for each mask_index layout
+    onnxruntime's CPU kernel reads (`semantics.attention_mask_format`): end positions (right padding), end
+    and start positions, a 2-D or 3-D mask kept where positive."""
+    b = ctx.builder
+    shape = hlo.tensor_type(mask).shape
+    full = (batch, sequence, sequence)
+    layout = semantics.attention_mask_format(shape, batch, sequence, sequence)
+    if layout is None or element_type_of(mask.type) != I32:
+        ctx.unsupported(f"Attention mask_index of shape {list(shape)} and {element_type_of(mask.type)}")
+    if layout in ("raw2d", "raw3d"):
+        positive = hlo.compare(b, "GT", mask, ctx.splat(0, I32, shape), "SIGNED")
+        return positive if layout == "raw3d" else hlo.broadcast_in_dim(b, positive, full, [0, 2])
+    keys = hlo.iota(b, RankedTensorType(full, I32), 2)
+    ends = hlo.slice_(b, mask, [0], [batch], [1])
+    keep = hlo.compare(b, "LT", keys, hlo.broadcast_in_dim(b, ends, full, [0]), "SIGNED")
+    if layout == "end_start":
+        starts = hlo.broadcast_in_dim(b, hlo.slice_(b, mask, [batch], [2 * batch], [1]), full, [0])
+        keep = hlo.and_(b, keep, hlo.compare(b, "GE", keys, starts, "SIGNED"))
+    return keep

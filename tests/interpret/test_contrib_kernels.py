@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper
 
 from qconvert.check import check
 from qconvert.check.bounds import family, float_bound
+from qconvert.errors import InputError
 from qconvert.frontends.onnx import import_onnx
 from qconvert.interpret import interpret
 
@@ -27,12 +28,9 @@ def rand(*shape: int, scale: float = 2.0) -> np.ndarray:
     return (RNG.standard_normal(shape) * scale).astype(np.float32)
 
 
-def run_both(
+def one_node_model(
     node: onnx.NodeProto, inputs: dict[str, np.ndarray], weights: dict[str, np.ndarray]
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The one-node model on the interpreter and on onnxruntime (optimizations off), outputs in order."""
-    ort = require_module("onnxruntime")
-    outputs = [o for o in node.output if o]
+) -> onnx.ModelProto:
     graph = helper.make_graph(
         [node],
         "contrib",
@@ -40,11 +38,21 @@ def run_both(
             helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
             for k, v in inputs.items()
         ],
-        [onnx.ValueInfoProto(name=o) for o in outputs],
+        [onnx.ValueInfoProto(name=o) for o in node.output if o],
         initializer=[numpy_helper.from_array(v, k) for k, v in weights.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
     model.ir_version = 8
+    return model
+
+
+def run_both(
+    node: onnx.NodeProto, inputs: dict[str, np.ndarray], weights: dict[str, np.ndarray]
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The one-node model on the interpreter and on onnxruntime (optimizations off), outputs in order."""
+    ort = require_module("onnxruntime")
+    outputs = [o for o in node.output if o]
+    model = one_node_model(node, inputs, weights)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
@@ -153,6 +161,19 @@ def test_attention_within_the_bound_for_every_mask_layout(
     )
     ours, expected = run_both(node, inputs, weights)
     within_check_bound(node, [x, *weights.values()], ours[0], expected[0])
+    # The StableHLO lowering (backends/stablehlo/onnx_contrib.py) reads the same layouts, on XLA.
+    require_module("jax")
+    from qconvert.backends.stablehlo import run
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+
+    module = import_onnx(one_node_model(node, inputs, weights))
+    if "qkv_hidden_sizes" in attributes:  # the interpreter runs it; the lowering refuses it by name
+        with pytest.raises(InputError, match="qkv_hidden_sizes"):
+            stablehlo_text(module, form="qdq", inline_weights=True)
+        return
+    text = stablehlo_text(module, form="qdq", inline_weights=True)
+    lowered = np.asarray(run.run(text, list(inputs.values()), engine="xla")[0])
+    within_check_bound(node, [x, *weights.values()], lowered, expected[0])
 
 
 @pytest.mark.parametrize("per_column", [False, True])

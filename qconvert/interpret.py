@@ -527,16 +527,11 @@ def _qlinear_average_pool(op: Operation, operands: list[np.ndarray]) -> list[np.
         raise InputError(f"{node_name(op)}: QLinearAveragePool auto_pad SAME_* is not supported yet")
     kernel = [int(k) for k in _attr(op, "kernel_shape", [])]  # type: ignore[union-attr]
     spatial = len(kernel)
-    strides = list(_attr(op, "strides", None) or [1] * spatial)  # type: ignore[arg-type]
-    pads = list(_attr(op, "pads", None) or [0] * (2 * spatial))  # type: ignore[arg-type]
-    ceil_mode = bool(_attr(op, "ceil_mode", 0))
+    geometry = window(op, x.shape[2:], kernel, ceil_mode=bool(_attr(op, "ceil_mode", 0)))
+    strides, pads, out_shape = geometry.strides, geometry.pads, geometry.output
     include_pad = bool(_attr(op, "count_include_pad", 0))
     real = (np.float32(x_scale) * (x.astype(np.int64) - x_zero).astype(np.float32)).astype(np.float32)
     sizes = x.shape[2:]
-    out_shape = []
-    for i in range(spatial):
-        span = sizes[i] + pads[i] + pads[i + spatial] - kernel[i]
-        out_shape.append((-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1)
     starts = [np.arange(n) * s - p for n, s, p in zip(out_shape, strides, pads)]
     windows = []
     for offsets in itertools.product(*[range(k) for k in kernel]):

@@ -54,7 +54,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -99,58 +98,26 @@ def node_label(op: Operation) -> str:
 
 
 # Sliding-window geometry (Conv, ConvInteger, pools) ---------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Window:
-    """Where the kernel windows of a Conv or pool sit along the spatial axes of the input."""
-
-    kernel: tuple[int, ...]
-    strides: tuple[int, ...]
-    dilations: tuple[int, ...]
-    pads: tuple[int, ...]  # begin of each spatial axis, then end of each (ONNX's layout)
-    output: tuple[int, ...]
-
-    @property
-    def extents(self) -> tuple[int, ...]:
-        """The span of one dilated window along each axis."""
-        return tuple((k - 1) * d + 1 for k, d in zip(self.kernel, self.dilations))
+Window = semantics.Window
 
 
 def window(
     op: Operation, spatial_shape: Sequence[int], kernel: Sequence[int], ceil_mode: bool = False
 ) -> Window:
-    """The window geometry of `op` over an input of `spatial_shape` (auto_pad, pads, strides, dilations).
-
-    SAME_UPPER / SAME_LOWER: `output = ceil(size / stride)`, the total padding split with the odd unit at
-    the end (UPPER) or the beginning (LOWER). With `ceil_mode`, a last window that would start in the end
-    padding is dropped (ONNX opset 19's rule, which onnxruntime follows).
-    """
-    spatial = len(spatial_shape)
-    strides = _ints(op, "strides", [1] * spatial)
-    dilations = _ints(op, "dilations", [1] * spatial)
-    pads = _ints(op, "pads", [0] * (2 * spatial))
-    auto_pad = str(attribute(op, "auto_pad", "NOTSET"))
-    extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        for axis, size in enumerate(spatial_shape):
-            out = -(-size // strides[axis])
-            total = max(0, (out - 1) * strides[axis] + extents[axis] - size)
-            small = total // 2
-            upper = auto_pad == "SAME_UPPER"
-            pads[axis], pads[axis + spatial] = (small, total - small) if upper else (total - small, small)
-    elif auto_pad == "VALID":
-        pads = [0] * (2 * spatial)
-    output = []
-    for axis, size in enumerate(spatial_shape):
-        span = size + pads[axis] + pads[axis + spatial] - extents[axis]
-        if span < 0:
-            raise InputError(
-                f"{node_label(op)}: the kernel ({extents[axis]}) is larger than the padded input"
-            )
-        out = (-(-span // strides[axis]) if ceil_mode else span // strides[axis]) + 1
-        if ceil_mode and (out - 1) * strides[axis] >= size + pads[axis]:
-            out -= 1
-        output.append(out)
-    return Window(tuple(kernel), tuple(strides), tuple(dilations), tuple(pads), tuple(output))
+    """The window geometry of `op` over an input of `spatial_shape` (auto_pad, pads, strides, dilations),
+    by onnx_semantics' `window_geometry`."""
+    try:
+        return semantics.window_geometry(
+            spatial_shape,
+            kernel,
+            strides=_ints(op, "strides", []),
+            dilations=_ints(op, "dilations", []),
+            pads=_ints(op, "pads", []),
+            auto_pad=str(attribute(op, "auto_pad", "NOTSET")),
+            ceil_mode=ceil_mode,
+        )
+    except ValueError as error:
+        raise InputError(f"{node_label(op)}: {error}") from None
 
 
 def _pad_for_windows(x: np.ndarray, geometry: Window, value: float | int) -> np.ndarray:

@@ -1,5 +1,6 @@
 """What ONNX ops mean, as pure numpy functions shared by the backends and the interpreter: axis and
-padding normalization, Resize's coordinate transforms and neighbour rules, Einsum equations.
+padding normalization, Conv and pool windows (auto_pad, ceil_mode), Resize's coordinate transforms
+and neighbour rules, Einsum equations.
 
 Each rule is written once here (DESIGN.md: "what an ONNX op means is written once"); a lowering calls
 these at conversion time with static shapes and emits only the data movement and arithmetic that
@@ -47,6 +48,94 @@ def pad_amounts(pads: Sequence[int], rank: int, axes: Sequence[int] | None = Non
     for index, axis in enumerate(axes_list):
         amounts[axis] = (int(pads[index]), int(pads[count + index]))
     return amounts
+
+
+# Sliding windows (Conv, ConvTranspose's SAME padding aside, ConvInteger, QLinearConv, pools) ---------------
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Where the kernel windows of a Conv or pool sit along the spatial axes of the input."""
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]  # begin of each spatial axis, then end of each (ONNX's layout)
+    output: tuple[int, ...]
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        """The span of one dilated window along each axis."""
+        return tuple((k - 1) * d + 1 for k, d in zip(self.kernel, self.dilations))
+
+    @property
+    def padding(self) -> list[tuple[int, int]]:
+        """(begin, end) padding per spatial axis."""
+        spatial = len(self.kernel)
+        return list(zip(self.pads[:spatial], self.pads[spatial:]))
+
+    def overhang(self, spatial_shape: Sequence[int]) -> list[int]:
+        """Per axis, how far the last window reaches past the end padding (a ceil_mode window), else 0."""
+        spatial = len(self.kernel)
+        return [
+            max(0, (out - 1) * stride + extent - (size + self.pads[axis] + self.pads[axis + spatial]))
+            for axis, (out, stride, extent, size) in enumerate(
+                zip(self.output, self.strides, self.extents, spatial_shape)
+            )
+        ]
+
+
+AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
+
+
+def same_padding(size: int, stride: int, extent: int, auto_pad: str) -> tuple[int, int]:
+    """auto_pad SAME_UPPER / SAME_LOWER along one axis: `output = ceil(size / stride)`, the total padding
+    split with the odd unit at the end (UPPER) or the beginning (LOWER)."""
+    out = -(-size // stride)
+    total = max(0, (out - 1) * stride + extent - size)
+    small = total // 2
+    return (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
+
+
+def window_geometry(
+    spatial_shape: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int] | None = None,
+    dilations: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    auto_pad: str = "NOTSET",
+    ceil_mode: bool = False,
+) -> Window:
+    """The windows of a Conv or pool over an input of `spatial_shape` (absent attributes: strides and
+    dilations 1, pads 0). With `ceil_mode` the output rounds up, but a last window that would start in
+    the end padding is dropped (ONNX opset 19's rule, onnxruntime's PoolAttributes). ValueError on an
+    unknown auto_pad or a window larger than the padded input."""
+    spatial = len(spatial_shape)
+    strides = list(strides) if strides else [1] * spatial
+    dilations = list(dilations) if dilations else [1] * spatial
+    padding = list(pads) if pads else [0] * (2 * spatial)
+    if auto_pad not in AUTO_PADS:
+        raise ValueError(f"auto_pad {auto_pad!r} is not one of {', '.join(AUTO_PADS)}")
+    extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        for axis, size in enumerate(spatial_shape):
+            padding[axis], padding[axis + spatial] = same_padding(
+                size, strides[axis], extents[axis], auto_pad
+            )
+    elif auto_pad == "VALID":
+        padding = [0] * (2 * spatial)
+    output = []
+    for axis, size in enumerate(spatial_shape):
+        span = size + padding[axis] + padding[axis + spatial] - extents[axis]
+        if span < 0:
+            raise ValueError(
+                f"the kernel ({extents[axis]}) is larger than the padded input ({span + extents[axis]})"
+            )
+        out = (-(-span // strides[axis]) if ceil_mode else span // strides[axis]) + 1
+        if ceil_mode and (out - 1) * strides[axis] >= size + padding[axis]:
+            out -= 1
+        output.append(out)
+    return Window(tuple(kernel), tuple(strides), tuple(dilations), tuple(padding), tuple(output))
 
 
 # Resize ----------------------------------------------------------------------------------------------

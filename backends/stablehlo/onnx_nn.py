@@ -19,6 +19,7 @@ from qconvert.ir.attributes import DictionaryAttr, IntegerAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.types import element_type_of
 from qconvert.onnx_attributes import absent_positions
+from qconvert.onnx_semantics import Window, window_geometry
 
 from . import ops as hlo
 from .lowering import LoweringContext
@@ -27,17 +28,26 @@ from .onnx_reduce import lowest, reduce_max, reduce_sum
 from .onnx_shape import normalize_axis, reverse
 
 
-def same_padding(
-    sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], mode: str
-) -> list[tuple[int, int]]:
-    """auto_pad SAME_UPPER / SAME_LOWER: output = ceil(in / stride), the odd pad at the end / start."""
-    pads = []
-    for size, k, s, d in zip(sizes, kernel, strides, dilations):
-        out = -(-size // s)
-        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-        small, large = total // 2, total - total // 2
-        pads.append((small, large) if mode == "SAME_UPPER" else (large, small))
-    return pads
+def window_of(
+    ctx: LoweringContext,
+    op: Operation,
+    spatial_shape: Sequence[int],
+    kernel: Sequence[int],
+    ceil_mode: bool = False,
+) -> Window:
+    """onnx_semantics' window geometry of `op` (its strides, dilations, pads and auto_pad attributes)."""
+    try:
+        return window_geometry(
+            spatial_shape,
+            kernel,
+            strides=ctx.integer_list(op, "strides", []),
+            dilations=ctx.integer_list(op, "dilations", []),
+            pads=ctx.integer_list(op, "pads", []),
+            auto_pad=str(ctx.attribute(op, "auto_pad", "NOTSET")),
+            ceil_mode=ceil_mode,
+        )
+    except ValueError as error:
+        ctx.unsupported(str(error))
 
 
 def window_padding(
@@ -48,17 +58,13 @@ def window_padding(
     strides: Sequence[int],
     dilations: Sequence[int],
 ) -> list[tuple[int, int]]:
-    """(low, high) padding per spatial dim from `pads` or `auto_pad`."""
+    """(low, high) padding per spatial dim from `pads` or `auto_pad` (onnx_semantics' rule)."""
     auto_pad = str(ctx.attribute(op, "auto_pad", "NOTSET"))
-    spatial = len(sizes)
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        return same_padding(sizes, kernel, strides, dilations, auto_pad)
-    if auto_pad == "VALID":
-        return [(0, 0)] * spatial
-    if auto_pad != "NOTSET":
-        ctx.unsupported(f"auto_pad={auto_pad!r}")
-    pads = ctx.integer_list(op, "pads", [0] * (2 * spatial))
-    return list(zip(pads[:spatial], pads[spatial:]))
+    pads = ctx.integer_list(op, "pads", [])
+    try:
+        return window_geometry(sizes, kernel, strides, dilations, pads, auto_pad).padding
+    except ValueError as error:
+        ctx.unsupported(str(error))
 
 
 def add_channel_bias(ctx: LoweringContext, y: Value, bias: Value | None) -> Value:
@@ -309,24 +315,11 @@ def pool_geometry(
     ctx: LoweringContext, op: Operation, shape: Sequence[int]
 ) -> tuple[list[int], list[int], list[int], list[tuple[int, int]], list[int]]:
     """kernel, strides, dilations, explicit padding and the extra high padding ceil_mode adds."""
-    spatial = len(shape) - 2
     kernel = ctx.integer_list(op, "kernel_shape", [])
-    strides = ctx.integer_list(op, "strides", [1] * spatial)
-    dilations = ctx.integer_list(op, "dilations", [1] * spatial)
-    padding = window_padding(ctx, op, shape[2:], kernel, strides, dilations)
-    ceil_extra = []
-    for i in range(spatial):
-        size = shape[2 + i] + padding[i][0] + padding[i][1]
-        window = (kernel[i] - 1) * dilations[i] + 1
-        if int(ctx.attribute(op, "ceil_mode", 0)):  # type: ignore[arg-type]
-            out = -(-(size - window) // strides[i]) + 1
-            # A last window that would start in the end padding or beyond is dropped (onnxruntime).
-            if (out - 1) * strides[i] >= shape[2 + i] + padding[i][0]:
-                out -= 1
-        else:
-            out = (size - window) // strides[i] + 1
-        ceil_extra.append(max(0, (out - 1) * strides[i] + window - size))
-    return kernel, strides, dilations, padding, ceil_extra
+    ceil_mode = bool(ctx.attribute(op, "ceil_mode", 0))
+    geometry = window_of(ctx, op, shape[2:], kernel, ceil_mode)
+    padding, extra = geometry.padding, geometry.overhang(shape[2:])
+    return list(geometry.kernel), list(geometry.strides), list(geometry.dilations), padding, extra
 
 
 @lowers_folding("onnx.MaxPool")

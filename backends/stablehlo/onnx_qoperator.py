@@ -61,7 +61,7 @@ from .integer_arithmetic import (
 )
 from .lowering import Form, LoweringContext, lowers, storage_element_type
 from .onnx_integer import integer_convolution
-from .onnx_nn import matmul
+from .onnx_nn import matmul, window_of
 
 NOTE = (
     "written out as onnxruntime's integer kernel ({rule}): no StableHLO quantized op rounds as it does "
@@ -351,17 +351,10 @@ def lower_qlinear_average_pool(ctx: LoweringContext, op: Operation) -> list[Valu
     shape = hlo.tensor_type(stored).shape
     kernel = ctx.integer_list(op, "kernel_shape", [])
     spatial = len(kernel)
-    strides = ctx.integer_list(op, "strides", [1] * spatial)
-    pads = ctx.integer_list(op, "pads", [0] * (2 * spatial))
-    if str(ctx.attribute(op, "auto_pad", "NOTSET")) == "VALID":
-        pads = [0] * (2 * spatial)
-    ceil_mode = bool(ctx.attribute(op, "ceil_mode", 0))
-    include_pad = bool(ctx.attribute(op, "count_include_pad", 0))
     sizes = shape[2:]
-    out_shape = []
-    for i in range(spatial):
-        span = sizes[i] + pads[i] + pads[i + spatial] - kernel[i]
-        out_shape.append((-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1)
+    geometry = window_of(ctx, op, sizes, kernel, ceil_mode=bool(ctx.attribute(op, "ceil_mode", 0)))
+    strides, pads, out_shape = list(geometry.strides), list(geometry.pads), list(geometry.output)
+    include_pad = bool(ctx.attribute(op, "count_include_pad", 0))
     # real = f32(s_x * f32(q - zp)) (one rounding, not fused into the sums), zeros around it.
     centered_values = ctx.convert(
         hlo.subtract(b, ctx.convert(stored, I32), ctx.splat(x_zero, I32, shape)), F32

@@ -388,6 +388,41 @@ def test_qlinear_average_pool(
         check_node(node, {"x": x}, initializers, "qconvert.qlinear_average_pool")
 
 
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_qlinear_average_pool_drops_a_ceil_mode_window_that_starts_in_the_end_padding(
+    count_include_pad: int,
+) -> None:
+    """kernel 3, stride 3, pads (1, 2) over 8 and 7: ceil mode gives 3 windows per axis, not 4
+    (onnxruntime's PoolAttributes rule, qconvert/onnx_semantics.window_geometry); the interpreter is
+    checked too, since check_node's forms compare with onnxruntime only."""
+    from qconvert.interpret import Interpreter
+
+    rng = np.random.default_rng(11)
+    x = random_q(rng, np.uint8, (2, 3, 8, 7))
+    node = helper.make_node(
+        "QLinearAveragePool",
+        ["x", "xs", "xz", "ys", "yz"],
+        ["y"],
+        domain=MS,
+        kernel_shape=[3, 3],
+        strides=[3, 3],
+        pads=[1, 1, 2, 2],
+        count_include_pad=count_include_pad,
+        ceil_mode=1,
+    )
+    initializers = {
+        "xs": np.float32(0.1),
+        "xz": np.array(3, np.uint8),
+        "ys": np.float32(0.013),
+        "yz": np.array(5, np.uint8),
+    }
+    check_node(node, {"x": x}, initializers, "qconvert.qlinear_average_pool", engines=("xla", "interpreter"))
+    model = build(node, {"x": x}, initializers)
+    (expected,) = onnxruntime_outputs(model, {"x": x})
+    (interpreted,) = Interpreter(import_onnx(model)).run({"x": x}).values()
+    assert_bit_exact("qconvert's interpreter", interpreted, np.asarray(expected))
+
+
 # Whole models --------------------------------------------------------------------------------------------
 JUDGED_OP_TYPES = (
     "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul", "QLinearAdd",

@@ -1,6 +1,9 @@
 """Lowerings of the com.microsoft float ops onnxruntime's transformer optimizer writes into the models
 people then quantize: Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization,
-SkipSimplifiedLayerNormalization and Attention (its common form: no past state, a 0/1 mask).
+SkipSimplifiedLayerNormalization, EmbedLayerNormalization and Attention (its common form: no past state,
+every mask_index layout onnxruntime's CPU kernel reads). The attribute defaults, input positions and
+Attention's mask layouts are qconvert/onnx_semantics.py's, shared with the interpreter's kernels
+(qconvert/onnx_contrib_kernels.py).
 (onnxruntime's SimplifiedLayerNormalization sits in the onnx domain, where the frontend refuses ops ONNX
 does not define.)
 
@@ -17,7 +20,7 @@ import numpy as np
 
 from qconvert import onnx_semantics as semantics
 from qconvert.ir.core import Operation, Value
-from qconvert.ir.types import F32, I32, RankedTensorType, element_type_of
+from qconvert.ir.types import F32, I32, I64, RankedTensorType, element_type_of
 from qconvert.onnx_attributes import absent_positions
 
 from . import ops as hlo
@@ -223,3 +226,60 @@ def _attention_keep(ctx: LoweringContext, mask: Value, batch: int, sequence: int
         starts = hlo.broadcast_in_dim(b, hlo.slice_(b, mask, [batch], [2 * batch], [1]), full, [0])
         keep = hlo.and_(b, keep, hlo.compare(b, "GE", keys, starts, "SIGNED"))
     return keep
+
+
+def _rows(ctx: LoweringContext, table: Value, indices: Value) -> Value:
+    """table[indices] for a (rows, hidden) table and (batch, sequence) indices: (batch, sequence, hidden).
+    An index out of range is clamped (stablehlo.gather) where onnxruntime's kernel refuses it."""
+    batch, sequence = hlo.tensor_type(indices).shape
+    hidden = hlo.tensor_type(table).shape[1]
+    coordinates = hlo.reshape(ctx.builder, ctx.convert(indices, I64), [batch, sequence, 1])
+    result_type = RankedTensorType((batch, sequence, hidden), element_type_of(table.type))
+    return hlo.gather(
+        ctx.builder,
+        table,
+        coordinates,
+        result_type,
+        offset_dims=[2],
+        collapsed_slice_dims=[0],
+        start_index_map=[0],
+        index_vector_dim=2,
+        slice_sizes=[1, hidden],
+    )
+
+
+@lowers_folding("onnx.com.microsoft.EmbedLayerNormalization")
+def lower_embed_layer_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
+    """v = word[ids] + position[position_ids or s] (+ segment[segment_ids]); y = norm(v) * gamma + beta;
+    mask_index[b] = the count of 1s in mask row b (0 without a mask); optional embedding_sum output v."""
+    ids, word, position = ctx.input(op, 0), _f32_input(ctx, op, 2), ctx.input(op, 3)
+    gamma, beta = ctx.input(op, 5), ctx.input(op, 6)
+    assert ids is not None and position is not None and gamma is not None and beta is not None
+    b = ctx.builder
+    batch, sequence = static_shape(ctx, ids, "EmbedLayerNormalization's input_ids")
+    position_ids = ctx.input(op, 8)
+    if position_ids is None:
+        positions = ctx.constant(
+            np.broadcast_to(np.arange(sequence), (batch, sequence)).astype(np.int64), I64
+        )
+    else:
+        position_shape = static_shape(ctx, position_ids, "EmbedLayerNormalization's position_ids")
+        flat = hlo.reshape(b, position_ids, [int(np.prod(position_shape)) // sequence, sequence])
+        positions = (
+            flat if position_shape[0] == batch else hlo.broadcast_in_dim(b, flat, (batch, sequence), [0, 1])
+        )
+    value = hlo.add(b, _rows(ctx, word, ids), _rows(ctx, position, positions))
+    segment_ids, segment = ctx.input(op, 1), ctx.input(op, 4)
+    if segment_ids is not None and segment is not None:
+        value = hlo.add(b, value, _rows(ctx, segment, segment_ids))
+    epsilon = float(ctx.attribute(op, "epsilon", semantics.LAYER_NORM_EPSILON))  # type: ignore[arg-type]
+    y = _scale_and_shift(ctx, _normalize_last(ctx, value, epsilon, simplified=False), gamma, beta)
+    mask = ctx.input(op, 7)
+    if mask is None:
+        mask_index = ctx.splat(0, I32, (batch,))
+    else:
+        ones = hlo.compare(b, "EQ", mask, ctx.splat(1, element_type_of(mask.type), (batch, sequence)))
+        mask_index = reduce_sum(ctx, ctx.convert(ones, I32), [1])
+    absent = absent_positions(op, "outputs")
+    outputs = {0: y, 1: mask_index, 2: value}
+    return [outputs[p] for p in range(len(op.results) + len(absent)) if p not in absent]

@@ -122,6 +122,19 @@ def test_embed_layer_normalization_within_the_bound_and_its_mask_index_exact() -
     np.testing.assert_array_equal(ours[1], expected[1])
     np.testing.assert_array_equal(ours[1], [7, 4, 1])
     within_check_bound(node, [ids, segments, *weights.values(), mask], ours[2], expected[2])
+    # The StableHLO lowering, on XLA.
+    require_module("jax")
+    from qconvert.backends.stablehlo import run
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+
+    model = one_node_model(node, {"ids": ids, "segments": segments, "mask": mask}, weights)
+    text = stablehlo_text(import_onnx(model), form="qdq", inline_weights=True)
+    lowered = [np.asarray(a) for a in run.run(text, [ids, segments, mask], engine="xla")]
+    for position in (0, 2):
+        within_check_bound(
+            node, [ids, segments, *weights.values(), mask], lowered[position], expected[position]
+        )
+    np.testing.assert_array_equal(lowered[1], expected[1])
 
 
 @pytest.mark.parametrize(
@@ -322,13 +335,13 @@ def test_check_of_an_optimized_bert_passes_on_the_interpreter(
 def test_check_of_an_optimized_bert_passes_on_xla(
     optimized_bert: tuple[Path, Path, dict[str, np.ndarray]],
 ) -> None:
-    """The raw-mask model: the lowering of onnx_contrib.py reads a 2-D mask, not EmbedLayerNormalization's
-    1-D mask_index (what the fused model has)."""
+    """Both fusions: EmbedLayerNormalization with Attention on its 1-D mask_index, and the raw 2-D mask."""
     require_module("jax")
-    _, raw, data = optimized_bert
-    report = check(raw, data, backend="stablehlo", engine="xla")
-    assert report.not_run == 0
-    assert report.verdict == "PASSED", report.verdict_line
+    fused, raw, data = optimized_bert
+    for path in (fused, raw):
+        report = check(path, data, backend="stablehlo", engine="xla")
+        assert report.not_run == 0, path.name
+        assert report.verdict == "PASSED", (path.name, report.verdict_line)
 
 
 def test_optimized_bert_lifts_with_static_types_when_its_inputs_are_pinned(

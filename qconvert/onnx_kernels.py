@@ -323,17 +323,24 @@ def conv_transpose(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray
     ):
         return None  # SAME_* and output_shape derive the pads: the reference does it
     spatial = x.ndim - 2
+    sizes = x.shape[2:]
     kernel = _ints(op, "kernel_shape", list(w.shape[2:]))
     strides = _ints(op, "strides", [1] * spatial)
     dilations = _ints(op, "dilations", [1] * spatial)
-    pads = [0] * (2 * spatial)
-    if str(attribute(op, "auto_pad", "NOTSET")) == "NOTSET":
-        pads = _ints(op, "pads", pads)
     output_padding = _ints(op, "output_padding", [0] * spatial)
+    padding = semantics.conv_transpose_padding(
+        sizes,
+        kernel,
+        strides,
+        dilations,
+        output_padding,
+        _ints(op, "pads", []),
+        str(attribute(op, "auto_pad", "NOTSET")),
+    )
+    pads = [begin for begin, _ in padding] + [end for _, end in padding]
     group = int(attribute(op, "group", 1))  # type: ignore[arg-type]
     batch, channels = x.shape[:2]
     per_group_in, per_group_out = channels // group, w.shape[1]
-    sizes = x.shape[2:]
     extents = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
     output = [
         s * (n - 1) + p + e - pads[a] - pads[a + spatial]

@@ -138,6 +138,39 @@ def window_geometry(
     return Window(tuple(kernel), tuple(strides), tuple(dilations), tuple(padding), tuple(output))
 
 
+def conv_transpose_padding(
+    spatial_shape: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    output_padding: Sequence[int],
+    pads: Sequence[int] | None = None,
+    auto_pad: str = "NOTSET",
+    output_shape: Sequence[int] | None = None,
+) -> list[tuple[int, int]]:
+    """ConvTranspose's (begin, end) padding per spatial axis. With `output_shape` or SAME_*: the ONNX
+    spec's total padding `stride * (in - 1) + output_padding + extent - wanted` (wanted: `output_shape`,
+    else `in * stride`), its larger half at the end for SAME_UPPER, at the beginning otherwise. Else the
+    `pads` attribute (zeros for VALID). ValueError on an unknown auto_pad."""
+    spatial = len(spatial_shape)
+    if auto_pad not in AUTO_PADS:
+        raise ValueError(f"auto_pad {auto_pad!r} is not one of {', '.join(AUTO_PADS)}")
+    if output_shape is None and auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        given = list(pads) if pads and auto_pad == "NOTSET" else [0] * (2 * spatial)
+        return list(zip(given[:spatial], given[spatial:]))
+    if output_shape is not None:
+        wanted = [int(v) for v in output_shape][-spatial:]
+    else:
+        wanted = [size * stride for size, stride in zip(spatial_shape, strides)]
+    padding = []
+    for axis, size in enumerate(spatial_shape):
+        extent = (kernel[axis] - 1) * dilations[axis] + 1
+        total = strides[axis] * (size - 1) + output_padding[axis] + extent - wanted[axis]
+        half = total // 2
+        padding.append((half, total - half) if auto_pad == "SAME_UPPER" else (total - half, half))
+    return padding
+
+
 # Resize ----------------------------------------------------------------------------------------------
 
 COORDINATE_MODES = (

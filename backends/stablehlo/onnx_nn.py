@@ -19,7 +19,7 @@ from qconvert.ir.attributes import DictionaryAttr, IntegerAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.types import element_type_of
 from qconvert.onnx_attributes import absent_positions
-from qconvert.onnx_semantics import Window, window_geometry
+from qconvert.onnx_semantics import Window, conv_transpose_padding, window_geometry
 
 from . import ops as hlo
 from .lowering import LoweringContext
@@ -111,32 +111,21 @@ def lower_conv_transpose(ctx: LoweringContext, op: Operation) -> list[Value]:
     strides = ctx.integer_list(op, "strides", [1] * spatial)
     dilations = ctx.integer_list(op, "dilations", [1] * spatial)
     output_padding = ctx.integer_list(op, "output_padding", [0] * spatial)
-    auto_pad = str(ctx.attribute(op, "auto_pad", "NOTSET"))
     output_shape = ctx.attribute(op, "output_shape")
-    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        # The ONNX spec's rule: total padding from the requested output size.
-        if output_shape is not None:
-            wanted = [int(v) for v in output_shape][-spatial:]  # type: ignore[union-attr]
-        else:
-            wanted = [size * s for size, s in zip(x_shape[2:], strides)]
-        pads_begin, pads_end = [], []
-        for i in range(spatial):
-            total = strides[i] * (x_shape[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
-            total -= wanted[i]
-            half = total // 2
-            if auto_pad == "SAME_UPPER":
-                pads_begin.append(half)
-                pads_end.append(total - half)
-            else:
-                pads_begin.append(total - half)
-                pads_end.append(half)
-    elif auto_pad in ("NOTSET", "VALID"):
-        pads = (
-            ctx.integer_list(op, "pads", [0] * (2 * spatial)) if auto_pad == "NOTSET" else [0] * (2 * spatial)
+    try:
+        pads = conv_transpose_padding(
+            x_shape[2:],
+            kernel,
+            strides,
+            dilations,
+            output_padding,
+            ctx.integer_list(op, "pads", []),
+            str(ctx.attribute(op, "auto_pad", "NOTSET")),
+            None if output_shape is None else [int(v) for v in output_shape],  # type: ignore[union-attr]
         )
-        pads_begin, pads_end = pads[:spatial], pads[spatial:]
-    else:
-        ctx.unsupported(f"auto_pad={auto_pad!r}")
+    except ValueError as error:
+        ctx.unsupported(str(error))
+    pads_begin, pads_end = [begin for begin, _ in pads], [end for _, end in pads]
     # Kernel (C, M/g, k...) -> (M, C/g, k...), flipped spatially.
     channels, per_group_out = w_shape[0], w_shape[1]
     b = ctx.builder

@@ -14,6 +14,9 @@ Facts about jaxlib 0.10.2 this module relies on (see ../shared/engines/README.md
   operands behind an `optimization_barrier` (`_divide_as_specified`), so XLA:CPU executes the program's
   StableHLO semantics (divide correctly rounded, as the interpreter and onnxruntime); whoever compiles
   our output with XLA directly gets XLA's reciprocal rewrite wherever the program has no barrier.
+- XLA:CPU has no fast kernel for integer convolutions (a 512-channel ConvInteger layer: seconds per run).
+  `run_xla` runs an integer `convolution` / `dot_general` in f64 when its sums provably stay below 2**53
+  (`_integer_products_in_f64`: exact, the same i32 result); the artifact keeps its i32 arithmetic.
 - `DenseElementsAttr` converts to numpy only for byte-sized integers and f16/f32/f64; other element
   types (i4, i2, bf16, f8…) go through their printed form and qconvert's attribute parser.
 - Quant storage spelled `u8` (`!quant.uniform<u8:f32, ...>`) is parsed as signless i8, so both the
@@ -246,6 +249,146 @@ def _divide_as_specified(module: Any) -> None:
             op.operands[index] = value
 
 
+# --- XLA: integer products through f64 ----------------------------------------------------------------
+
+# Below 2**53 every partial sum of integer products is an integer f64 holds exactly, in any order.
+_F64_EXACT = 2**53
+_I32_MAX = 2**31 - 1
+# Ops whose result's values are some of their operands' values (the bound carries over unchanged).
+_VALUE_PRESERVING = frozenset(
+    {
+        "stablehlo.broadcast_in_dim",
+        "stablehlo.reshape",
+        "stablehlo.transpose",
+        "stablehlo.slice",
+        "stablehlo.reverse",
+        "stablehlo.pad",
+        "stablehlo.concatenate",
+        "stablehlo.convert",
+        "stablehlo.dynamic_slice",
+        "stablehlo.gather",
+        "stablehlo.select",
+    }
+)
+
+
+def _type_bound(element_type: Any) -> int | None:
+    """The largest magnitude an integer element type holds (None: not an integer)."""
+    jx = _jax()
+    if not isinstance(element_type, jx.ir.IntegerType):
+        return None
+    integer = jx.ir.IntegerType(element_type)
+    return 2**integer.width - 1 if integer.is_unsigned else 2 ** (integer.width - 1)
+
+
+def _magnitude_bound(value: Any, memo: dict[Any, int | None]) -> int | None:
+    """An upper bound of |x| over the integer tensor `value`, from its producers: the storage type of what
+    was widened (`convert` of an i8), a constant's values, sums of bounds through add / subtract, and
+    unchanged through ops that move values around; else its element type's range. None: not an integer."""
+    jx = _jax()
+    if value in memo:
+        return memo[value]
+    memo[value] = None  # a cycle cannot occur in SSA, but a re-entry must not recurse forever
+    bound = _type_bound(jx.ir.ShapedType(value.type).element_type)
+    owner = value.owner
+    if bound is not None and isinstance(owner, jx.ir.OpView | jx.ir.Operation):
+        operation = owner.operation
+        name = operation.name
+        operands = list(operation.operands)
+        if name == "stablehlo.constant":
+            array = np.abs(np.asarray(attribute_to_numpy(operation.attributes["value"]), np.int64))
+            bound = min(bound, int(array.max(initial=0)))
+        elif name in _VALUE_PRESERVING:
+            if name in ("stablehlo.select",):
+                operands = operands[1:]  # the predicate is not a value of the result
+            elif name in ("stablehlo.dynamic_slice", "stablehlo.gather"):
+                operands = operands[:1]  # indices are not values of the result
+            bounds = [_magnitude_bound(operand, memo) for operand in operands]
+            if bounds and all(b is not None for b in bounds):
+                bound = min(bound, max(bounds))  # type: ignore[type-var]
+        elif name in ("stablehlo.add", "stablehlo.subtract"):
+            bounds = [_magnitude_bound(operand, memo) for operand in operands]
+            if all(b is not None for b in bounds):
+                bound = min(bound, sum(bounds))  # type: ignore[arg-type]
+    memo[value] = bound
+    return bound
+
+
+def _reduction_length(op: Any) -> int:
+    """How many products one result element of an integer convolution / dot_general sums."""
+    jx = _jax()
+    lhs_shape = jx.ir.RankedTensorType(op.operands[0].type).shape
+    rhs_shape = jx.ir.RankedTensorType(op.operands[1].type).shape
+    if op.name == "stablehlo.convolution":
+        numbers = jx.stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+        # input features per group x kernel window: the kernel's size over its output features
+        return int(np.prod(rhs_shape, dtype=np.int64)) // rhs_shape[numbers.kernel_output_feature_dimension]
+    numbers = jx.stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+    return int(np.prod([lhs_shape[d] for d in numbers.lhs_contracting_dimensions], dtype=np.int64))
+
+
+def _integer_products_in_f64(module: Any) -> int:
+    """Run each static-shaped integer `convolution` / `dot_general` (i32 result) as convert to f64 -> the
+    same op in f64 -> convert back, when the sum of products stays below 2**53 in magnitude (reduction
+    length x bound(|lhs|) x bound(|rhs|), the bounds read from the producers: `_magnitude_bound`).
+
+    Exact, not approximate: every product and partial sum is an integer below 2**53, which f64 represents
+    exactly whatever the summation order, so the f64 result is the mathematical sum; when that can exceed
+    i32, it is converted through i64 so that it wraps as the i32 accumulation does. Why: XLA:CPU has no
+    fast kernel for integer convolutions (a 512-channel k3 ConvInteger layer takes seconds), while its f64
+    convolution and dot go through Eigen. The artifact keeps its i32 arithmetic; only XLA's copy changes.
+    Returns how many ops were rewritten."""
+    jx = _jax()
+    candidates: list[Any] = []
+
+    def collect(op: Any) -> Any:
+        if op.name in ("stablehlo.convolution", "stablehlo.dot_general"):
+            candidates.append(op)
+        return jx.ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    memo: dict[Any, int | None] = {}
+    rewritten = 0
+    for op in candidates:
+        values = [*op.operands, op.results[0]]
+        if len(op.operands) != 2 or not all(
+            isinstance(v.type, jx.ir.RankedTensorType) and v.type.has_static_shape for v in values
+        ):
+            continue
+        result_type = jx.ir.RankedTensorType(op.results[0].type)
+        if _type_bound(result_type.element_type) is None:
+            continue  # a float product: XLA's own kernels already
+        bounds = [_magnitude_bound(operand, memo) for operand in op.operands]
+        if any(b is None for b in bounds):
+            continue
+        largest_sum = _reduction_length(op) * bounds[0] * bounds[1]  # type: ignore[operator]
+        if largest_sum >= _F64_EXACT:
+            continue
+        with jx.ir.InsertionPoint(op), op.location:
+            f64 = jx.ir.F64Type.get()
+            operands = [
+                jx.stablehlo.ConvertOp(
+                    jx.ir.RankedTensorType.get(jx.ir.RankedTensorType(o.type).shape, f64), o
+                ).result
+                for o in op.operands
+            ]
+            product = jx.ir.Operation.create(
+                op.name,
+                results=[jx.ir.RankedTensorType.get(result_type.shape, f64)],
+                operands=operands,
+                attributes={name: op.attributes[name] for name in op.attributes},
+            ).result
+            if largest_sum > _I32_MAX and jx.ir.IntegerType(result_type.element_type).width < 64:
+                # f64 -> i64 is exact here; i64 -> i32 truncates, i.e. wraps like an i32 accumulator
+                wide = jx.ir.RankedTensorType.get(result_type.shape, jx.ir.IntegerType.get_signless(64))
+                product = jx.stablehlo.ConvertOp(wide, product).result
+            result = jx.stablehlo.ConvertOp(result_type, product).result
+        op.results[0].replace_all_uses_with(result)
+        op.erase()
+        rewritten += 1
+    return rewritten
+
+
 # --- numpy <-> MLIR attributes (the interpreter's values) ---------------------------------------------
 
 
@@ -382,6 +525,7 @@ def xla_text(text: str) -> str:
         if uses_quant_types(text):
             _run_pass(module, QUANT_TO_MATH, "stablehlo-legalize-quant-to-math")
         _divide_as_specified(module)
+        _integer_products_in_f64(module)
         return str(module)
 
 

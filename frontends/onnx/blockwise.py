@@ -5,8 +5,8 @@ Two forms reach here, both `real = (q - zero_point) * scale` per block of `block
 - com.microsoft MatMulNBits (onnxruntime's MatMulNBitsQuantizer, QOperator format): B packed as uint8
   `[N, K/block_size, block_size * bits / 8]` (low bits first), scales `[N * blocks]`, optional zero points
   packed the same way per row of N (`[N * ceil(blocks * bits / 8)]`), default `2**(bits - 1)`.
-  `unpack_matmul_nbits` returns the weight as the `[K, N]` integer tensor MatMul reads, with `[blocks, N]`
-  scales and zero points.
+  `unpack_matmul_nbits` returns the weight as the `[K, N]` integer tensor MatMul reads (rounded up to whole
+  blocks), with `[blocks, N]` scales and zero points.
 - DequantizeLinear with `block_size` (opset 21, the same quantizer's QDQ format) of a constant.
 
 Symmetric quantization there divides a block's signed largest-magnitude value by -2**(bits - 1), so a
@@ -59,9 +59,10 @@ def unpack_matmul_nbits(
     bits: int,
     block_size: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """MatMulNBits' B, scales, zero points -> q [K, N] uint8, scales and zero points [blocks, N]."""
+    """MatMulNBits' B, scales, zero points -> q [blocks * block_size, N] uint8 (a ragged last block keeps
+    its padding rows, which the caller slices off after dequantizing), scales and zero points [blocks, N]."""
     blocks = -(-k // block_size)
-    q = _unpack_rows(packed.reshape(n, blocks * (block_size * bits // 8)), bits, k)  # [N, K]
+    q = _unpack_rows(packed.reshape(n, blocks * (block_size * bits // 8)), bits, blocks * block_size)
     scale = scales.reshape(n, blocks)
     if zero_points is None:
         zero = np.full((n, blocks), 1 << (bits - 1), np.uint8)

@@ -281,6 +281,7 @@ def _matmul_nbits(q: QOperatorLifter) -> None:
             f"N {n}, bits {bits}, block_size {block_size}"
         )
     weight, scale, zero = unpack_matmul_nbits(packed, scales, zeros, k, n, bits, block_size)
+    padded = weight.shape[0]  # K rounded up to whole blocks: the blocked type needs them
     signs = None
     if needs_signs(scale):
         scale, signs = split_scale_signs(scale)
@@ -293,7 +294,7 @@ def _matmul_nbits(q: QOperatorLifter) -> None:
         zero_point=zero,
         storage=storage,
         expressed=scale_entry.ir_type,  # type: ignore[arg-type]
-        input_shape=(k, n),
+        input_shape=(padded, n),
         axis=0,
         block_size=block_size,
     )
@@ -301,7 +302,7 @@ def _matmul_nbits(q: QOperatorLifter) -> None:
     dequantized = lifter.insert(
         DequantizeCastOp(
             lifter.quantized_view(stored, quant),
-            RankedTensorType((k, n), scale_entry.ir_type),
+            RankedTensorType((padded, n), scale_entry.ir_type),
             attributes={"onnx.node_name": StringAttr(node.name)},
         )
     ).results[0]
@@ -309,6 +310,15 @@ def _matmul_nbits(q: QOperatorLifter) -> None:
         dequantized = lifter.apply_block_signs(
             dequantized, signs, 0, block_size, scale_entry.onnx_type, node.name
         )
+    if padded != k:  # a ragged last block: its padding rows go
+        bounds = [lifter.constant(np.array([v], np.int64), onnx.TensorProto.INT64) for v in (0, k, 0)]
+        sliced = GenericOp(
+            "onnx.Slice",
+            [dequantized, *bounds],
+            [RankedTensorType((k, n), scale_entry.ir_type)],
+            {"onnx.node_name": StringAttr(node.name)},
+        )
+        dequantized = lifter.insert(sliced).results[0]
     name = StringAttr(node.name)
     result_type = q.float_result_type()
     product = lifter.insert(

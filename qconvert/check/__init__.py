@@ -28,6 +28,7 @@ something was not run (unless `allow_not_run`); FAILED when anything failed.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +38,14 @@ import numpy as np
 from onnx import ModelProto, NodeProto, numpy_helper
 
 from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
-from qconvert.check.backends import BACKENDS, CheckBackend, NotRun, make_backend
+from qconvert.check.backends import (
+    BACKENDS,
+    CheckBackend,
+    InterpreterBackend,
+    NotRun,
+    make_backend,
+    quiet_float_warnings,
+)
 from qconvert.check.nodes import (
     NodeCase,
     broadcast_scale,
@@ -329,13 +337,20 @@ class _EndToEnd:
         self.outputs: list[str] = []
         self.shapes: _Shapes | None = None
         self.pinned = 0
+        # the interpreter's lockstep replay (check/lockstep.py): per output, merged over the batches
+        self.lockstep: dict[str, Comparison] = {}
+        self.tie_flips = 0
+        self.tie_nodes: dict[str, None] = {}  # the QuantizeLinear nodes that flipped, in order, once each
+        self.lift_model: ModelProto | None = None  # the model the interpreter lifted, for its replay
 
     def _pin(
         self, model: ModelProto, values: Mapping[str, np.ndarray], arrays: Mapping[str, np.ndarray]
     ) -> _Shapes:
         label = self.report.model
+        lift_model = typed_for_lift(model, values, self.types)
+        self.lift_model = lift_model if isinstance(self.runner, InterpreterBackend) else None
         try:
-            ours: Any = self.runner.prepare_model(typed_for_lift(model, values, self.types))
+            ours: Any = self.runner.prepare_model(lift_model)
         except NotRun as error:
             ours = error
         self.pinned += 1
@@ -361,7 +376,7 @@ class _EndToEnd:
                 self.scales[name] = (producer, np.asarray(values[producer.input[1]]))
         self.shapes = self._pin(model, values, first.arrays)
         reference = {name: values[name] for name in self.outputs}
-        self._compare(first, reference)
+        self._compare(first, reference, values)
 
     def add(self, feed: Feed) -> bool:
         """One more batch; False when there is no point reading more (ours cannot run)."""
@@ -377,14 +392,36 @@ class _EndToEnd:
             values.update(feed.arrays)
             self.shapes = self._pin(model, values, feed.arrays)
             reference = {name: values[name] for name in self.outputs}
-            del values, model
-        else:
-            reference = run_session(self.shapes.reference_session(self.report.model), feed.arrays)
-        reference = float8_views(reference, self.types)
-        self._compare(feed, reference)
+            self._compare(feed, float8_views(reference, self.types), values)
+            return self.reason is None
+        reference = run_session(self.shapes.reference_session(self.report.model), feed.arrays)
+        self._compare(feed, float8_views(reference, self.types))
         return self.reason is None
 
-    def _compare(self, feed: Feed, reference: Mapping[str, np.ndarray]) -> None:
+    def _replay(self, feed: Feed, oracle: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:
+        """The interpreter's run of this batch in lockstep with onnxruntime (check/lockstep.py)."""
+        from qconvert.check.lockstep import replay
+        from qconvert.frontends.onnx import import_onnx
+
+        model = self.lift_model
+        if model is None:
+            return None
+        if oracle is None:  # a later batch of the same shapes: its every value, as the first batch's
+            oracle, _ = run_oracle(model, feed.arrays, self.types, self.report.model)
+            oracle.update(feed.arrays)
+            oracle.update({t.name: numpy_helper.to_array(t) for t in model.graph.initializer})
+        try:
+            with quiet_float_warnings():
+                lockstep = replay(import_onnx(model), model, feed.arrays, oracle)
+        except InputError:
+            return None
+        self.tie_flips += lockstep.flips
+        self.tie_nodes.update(dict.fromkeys(lockstep.nodes))
+        return lockstep.outputs
+
+    def _compare(
+        self, feed: Feed, reference: Mapping[str, np.ndarray], oracle: Mapping[str, np.ndarray] | None = None
+    ) -> None:
         assert self.shapes is not None
         optimized = float8_views(run_session(self.shapes.optimized, feed.arrays), self.types)
         ours: dict[str, np.ndarray] | None = None
@@ -396,6 +433,9 @@ class _EndToEnd:
             except NotRun as error:
                 self.reason = str(error)
         self.report.samples += feed.samples
+        replayed: dict[str, np.ndarray] | None = None
+        if ours is not None and any(not np.array_equal(reference[n], ours[n]) for n in self.outputs):
+            replayed = self._replay(feed, oracle)
         for name in self.outputs:
             ref = reference[name]
             lsb = None
@@ -415,6 +455,12 @@ class _EndToEnd:
                 self.ours[name] = comparison
             elif (previous := self.ours[name]) is not None:
                 self.ours[name] = previous.merged(comparison)
+            if replayed is not None:
+                comparison = compare(ref, np.asarray(replayed[name]), lsb)
+            previous_replay = self.lockstep.get(name)
+            self.lockstep[name] = (
+                comparison if previous_replay is None else previous_replay.merged(comparison)
+            )
 
     def finish(self) -> None:
         for name in self.outputs:
@@ -428,12 +474,31 @@ class _EndToEnd:
             )
             if comparison is not None:
                 result.failed_tolerances = tolerance_failures(comparison, self.tolerances)
+                if self.tie_flips:
+                    result.lockstep, result.tie_flips = self.lockstep.get(name), self.tie_flips
             self.report.outputs[name] = result
+            if result.explained_by_ties:
+                assert result.lockstep is not None
+                nodes = list(self.tie_nodes)
+                listed = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+                self.report.notes.append(
+                    f"end to end: output '{name}' ({_sqnr(comparison)} against onnxruntime) differs by "
+                    f"{self.tie_flips} near-tie quantization flip(s) in {len(nodes)} QuantizeLinear node(s) "
+                    f"({listed}): replayed with onnxruntime's step there, it is at {_sqnr(result.lockstep)}, "
+                    "within the noise floor's rule (float summation order decides a near-tie; see "
+                    "qconvert/check/lockstep.py)"
+                )
         if self.pinned > 1:
             self.report.notes.append(
                 f"end to end: the model was pinned to {self.pinned} sets of input shapes (batches of "
                 "other shapes: each set is lifted and compiled anew)"
             )
+
+
+def _sqnr(comparison: Comparison | None) -> str:
+    if comparison is None:
+        return "not run"
+    return "exact" if comparison.sqnr_db == math.inf else f"SQNR {comparison.sqnr_db:.1f} dB"
 
 
 def _int_attribute(node: NodeProto, name: str, default: int) -> int:

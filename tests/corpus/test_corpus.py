@@ -18,12 +18,7 @@ from conftest import require_module
 from corpus_checks import OPERATIONS, judge_report, run_check, run_convert
 from corpus_manifest import ENTRIES, CorpusEntry
 
-EXPECTED_FAILURES: dict[tuple[str, str], str] = {
-    (
-        "minilm.qdq",
-        "check:interpreter",
-    ): "interpreter cascade: 51 elements up to 9 steps off, 30.8 dB vs exact floor",
-}
+EXPECTED_FAILURES: dict[tuple[str, str], str] = {}
 
 
 def cases() -> list[object]:

@@ -108,12 +108,12 @@ def _parse_input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _check_output(output: str, model: str) -> None:
-    """Refuse an -o that cannot be written (missing folder, a folder, the model itself) before any work."""
+def _check_output(output: str | None, model: str, option: str = "-o") -> None:
+    """Refuse an output that cannot be written (no such folder, a folder, the model itself) before work."""
     from qconvert.calibrate.outputs import check_output_paths
 
-    if output != "-":
-        check_output_paths({"-o": output}, {"MODEL": model})
+    if output is not None and output != "-":
+        check_output_paths({option: output}, {"MODEL": model})
 
 
 @app.command("import")
@@ -266,6 +266,7 @@ def check_command(
     from qconvert.check.render import render
     from qconvert.stdout_console import stdout_console
 
+    _check_output(json_path, model, "--json")
     tolerances = Tolerances(
         atol=atol, rtol=rtol, max_lsb=max_lsb, max_mismatch_fraction=max_mismatch_fraction, min_sqnr=min_sqnr
     )

@@ -322,3 +322,17 @@ def test_broadcast_scale_per_axis_and_blocked() -> None:
     assert broadcast_scale(np.array([1.0, 2.0]), (3, 2), axis=1, block_size=0).shape == (1, 2)
     blocked = broadcast_scale(np.array([[1.0, 2.0]]), (1, 5), axis=1, block_size=3)
     np.testing.assert_array_equal(blocked, [[1.0, 1.0, 1.0, 2.0, 2.0]])
+
+
+@pytest.mark.parametrize(
+    ("target", "message"), [("missing/report.json", "does not exist"), (".", "is a folder")]
+)
+def test_check_unwritable_json_exits_2_before_any_work(
+    target: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--json /no/such/dir/r.json` was an internal error (exit 3) after the whole check had run."""
+    model, data = sample("digits_cnn", "qdq")
+    assert main(["check", model, "--data", data, "--quiet", "--json", str(tmp_path / target)]) == 2
+    error = capsys.readouterr().err
+    assert message in error and "internal error" not in error
+    assert list(tmp_path.iterdir()) == []

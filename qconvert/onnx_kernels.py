@@ -420,12 +420,12 @@ def gather_elements(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarra
     an axis longer than that (BERT's token-type buffer of 512 positions)."""
     data, indices = inputs[0], inputs[1]
     assert data is not None and indices is not None
-    axis = int(attribute(op, "axis", 0))  # type: ignore[arg-type]
-    if indices.ndim != data.ndim or not -data.ndim <= axis < data.ndim:
-        raise InputError(
-            f"{node_label(op)}: indices of rank {indices.ndim}, data of rank {data.ndim}, axis {axis}"
-        )
-    axis %= data.ndim
+    if indices.ndim != data.ndim:
+        raise InputError(f"{node_label(op)}: indices of rank {indices.ndim}, data of rank {data.ndim}")
+    try:
+        axis = semantics.normalize_axis(int(attribute(op, "axis", 0)), data.ndim)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise InputError(f"{node_label(op)}: {error}") from None
     length = data.shape[axis]
     index = indices.astype(np.int64)
     if index.size and (index.min() < -length or index.max() >= length):

@@ -33,6 +33,7 @@ import itertools
 import numpy as np
 
 from qconvert import numerics
+from qconvert import onnx_semantics as semantics
 from qconvert.ir.attributes import OpaqueAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.quant_types import QuantizedType, uniform_params
@@ -290,6 +291,14 @@ def lower_qlinear_leaky_relu(ctx: LoweringContext, op: Operation) -> list[Value]
     return _table_op(ctx, op, leaky_relu, "lookup_table_onnxruntime of leaky relu")
 
 
+def _axis(ctx: LoweringContext, op: Operation, default: int, rank: int) -> int:
+    """`op`'s axis attribute (else `default`) made non-negative by onnx_semantics' rule."""
+    try:
+        return semantics.normalize_axis(int(ctx.attribute(op, "axis", default)), rank)  # type: ignore[arg-type]
+    except ValueError as error:
+        ctx.unsupported(str(error))
+
+
 @lowers("qconvert.qlinear_concat")
 def lower_qlinear_concat(ctx: LoweringContext, op: Operation) -> list[Value]:
     """Inputs with the output's scale and zero point are copied, the others requantized by table."""
@@ -307,8 +316,7 @@ def lower_qlinear_concat(ctx: LoweringContext, op: Operation) -> list[Value]:
         )
         parts.append(lookup(ctx, stored, table, y_type))
     rank = len(hlo.tensor_type(parts[0]).shape)
-    axis = int(ctx.attribute(op, "axis", 0))  # type: ignore[arg-type]
-    joined = hlo.concatenate(ctx.builder, parts, axis % rank)
+    joined = hlo.concatenate(ctx.builder, parts, _axis(ctx, op, 0, rank))
     return _finish(ctx, op, joined, "lookup_table_onnxruntime")
 
 
@@ -409,7 +417,7 @@ def lower_qlinear_softmax(ctx: LoweringContext, op: Operation) -> list[Value]:
     y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "QLinearSoftmax's output")
     shape = tuple(hlo.tensor_type(x).shape)
     rank = len(shape)
-    axis = int(ctx.attribute(op, "axis", -1)) % rank  # type: ignore[arg-type]
+    axis = _axis(ctx, op, -1, rank)
     opset = int(ctx.attribute(op, "opset", 13))  # type: ignore[arg-type]
     table = qlinear_softmax_table_onnxruntime(x_scale, shape[axis])
     wide = ctx.convert(storage(ctx, x), I32)

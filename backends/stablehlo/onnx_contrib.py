@@ -149,8 +149,9 @@ def _with_sum_output(ctx: LoweringContext, op: Operation, results: list[Value], 
 def lower_attention(ctx: LoweringContext, op: Operation) -> list[Value]:
     """onnxruntime's fused self-attention (what its transformer optimizer writes for BERT): QKV = input @
     weights + bias, per head softmax(Q Kᵀ * scale + mask) V, heads concatenated. The common form is
-    lowered: equal Q/K/V sizes, no past state, a 2-D (batch, sequence) 0/1 mask_index or none, where a
-    0 adds mask_filter_value (default -10000); unidirectional adds the causal mask the same way."""
+    lowered: equal Q/K/V sizes, no past state, any mask_index layout onnxruntime's CPU kernel reads
+    (`_attention_keep`), a masked key adding mask_filter_value (default -10000); unidirectional adds the
+    causal mask the same way."""
     x, weights, bias = _f32_input(ctx, op, 0), ctx.input(op, 1), ctx.input(op, 2)
     assert weights is not None
     b = ctx.builder
@@ -159,14 +160,24 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> list[Value]:
     if ctx.attribute(op, "qkv_hidden_sizes") is not None:
         ctx.unsupported("Attention with qkv_hidden_sizes")
     batch, sequence, _ = static_shape(ctx, x, "Attention's input")
-    heads = int(ctx.attribute(op, "num_heads"))  # type: ignore[arg-type]
     hidden = hlo.tensor_type(weights).shape[1] // 3
-    head_size = hidden // heads
-    scale = semantics.attention_scale(float(ctx.attribute(op, "scale", 0.0)), head_size)  # type: ignore[arg-type]
-    filter_value = float(ctx.attribute(op, "mask_filter_value", semantics.ATTENTION_MASK_FILTER_VALUE))  # type: ignore[arg-type]
     qkv = hlo.dot_general(b, x, weights, lhs_contracting=[2], rhs_contracting=[0])  # (B, S, 3H)
     if bias is not None:
         qkv = hlo.add(b, qkv, ctx.broadcast_to(bias, (batch, sequence, 3 * hidden)))
+    return [attention_of_qkv(ctx, op, qkv)]
+
+
+def attention_of_qkv(ctx: LoweringContext, op: Operation, qkv: Value, mask_position: int = 3) -> Value:
+    """Attention after its QKV projection (batch, sequence, 3 hidden), shared with QAttention's lowering:
+    per head softmax(Q Kᵀ * scale + mask) V, heads concatenated; mask_index is the op's input
+    `mask_position` (Attention's 3, QAttention's 5)."""
+    b = ctx.builder
+    batch, sequence, three_hidden = hlo.tensor_type(qkv).shape
+    hidden = three_hidden // 3
+    heads = int(ctx.attribute(op, "num_heads"))  # type: ignore[arg-type]
+    head_size = hidden // heads
+    scale = semantics.attention_scale(float(ctx.attribute(op, "scale", 0.0)), head_size)  # type: ignore[arg-type]
+    filter_value = float(ctx.attribute(op, "mask_filter_value", semantics.ATTENTION_MASK_FILTER_VALUE))  # type: ignore[arg-type]
 
     def head_view(index: int) -> Value:
         part = hlo.slice_(b, qkv, [0, 0, index * hidden], [batch, sequence, (index + 1) * hidden], [1, 1, 1])
@@ -178,7 +189,7 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> list[Value]:
     )  # (B, N, S, S)
     score_shape = (batch, heads, sequence, sequence)
     scores = hlo.multiply(b, scores, ctx.splat(scale, F32, score_shape))
-    mask = ctx.input(op, 3)
+    mask = ctx.input(op, mask_position)
     if mask is not None:
         keep = _attention_keep(ctx, mask, batch, sequence)  # (B, S, S)
         keep_shape = (batch, sequence, sequence)
@@ -203,7 +214,7 @@ def lower_attention(ctx: LoweringContext, op: Operation) -> list[Value]:
         rhs_contracting=[2],
     )  # (B, N, S, h)
     merged = hlo.transpose(b, context, [0, 2, 1, 3])
-    return [hlo.reshape(b, merged, [batch, sequence, hidden])]
+    return hlo.reshape(b, merged, [batch, sequence, hidden])
 
 
 def _attention_keep(ctx: LoweringContext, mask: Value, batch: int, sequence: int) -> Value:
@@ -252,12 +263,27 @@ def _rows(ctx: LoweringContext, table: Value, indices: Value) -> Value:
 def lower_embed_layer_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
     """v = word[ids] + position[position_ids or s] (+ segment[segment_ids]); y = norm(v) * gamma + beta;
     mask_index[b] = the count of 1s in mask row b (0 without a mask); optional embedding_sum output v."""
-    ids, word, position = ctx.input(op, 0), _f32_input(ctx, op, 2), ctx.input(op, 3)
-    gamma, beta = ctx.input(op, 5), ctx.input(op, 6)
-    assert ids is not None and position is not None and gamma is not None and beta is not None
+    _f32_input(ctx, op, 2)
+    tables = [ctx.input(op, p) for p in range(2, 7)]  # word, position, segment, gamma, beta
+    return embed_layer_norm(ctx, op, tables, mask_position=7, position_ids_position=8)
+
+
+def embed_layer_norm(
+    ctx: LoweringContext,
+    op: Operation,
+    tables: list[Value | None],
+    mask_position: int,
+    position_ids_position: int | None,
+) -> list[Value]:
+    """EmbedLayerNormalization's outputs from its float tables (word, position, segment, gamma, beta),
+    shared with QEmbedLayerNormalization's lowering (which dequantizes them first)."""
+    ids = ctx.input(op, 0)
+    word, position, segment, gamma, beta = tables
+    assert ids is not None and word is not None and position is not None
+    assert gamma is not None and beta is not None
     b = ctx.builder
     batch, sequence = static_shape(ctx, ids, "EmbedLayerNormalization's input_ids")
-    position_ids = ctx.input(op, 8)
+    position_ids = None if position_ids_position is None else ctx.input(op, position_ids_position)
     if position_ids is None:
         positions = ctx.constant(
             np.broadcast_to(np.arange(sequence), (batch, sequence)).astype(np.int64), I64
@@ -269,12 +295,12 @@ def lower_embed_layer_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
             flat if position_shape[0] == batch else hlo.broadcast_in_dim(b, flat, (batch, sequence), [0, 1])
         )
     value = hlo.add(b, _rows(ctx, word, ids), _rows(ctx, position, positions))
-    segment_ids, segment = ctx.input(op, 1), ctx.input(op, 4)
+    segment_ids = ctx.input(op, 1)
     if segment_ids is not None and segment is not None:
         value = hlo.add(b, value, _rows(ctx, segment, segment_ids))
     epsilon = float(ctx.attribute(op, "epsilon", semantics.LAYER_NORM_EPSILON))  # type: ignore[arg-type]
     y = _scale_and_shift(ctx, _normalize_last(ctx, value, epsilon, simplified=False), gamma, beta)
-    mask = ctx.input(op, 7)
+    mask = ctx.input(op, mask_position)
     if mask is None:
         mask_index = ctx.splat(0, I32, (batch,))
     else:

@@ -79,6 +79,20 @@ def test_gelu_family_is_bit_exact(op: str, inputs: list[str], attributes: dict[s
     np.testing.assert_array_equal(ours[0], expected[0])
 
 
+def lowered_on_xla(
+    node: onnx.NodeProto, inputs: dict[str, np.ndarray], weights: dict[str, np.ndarray]
+) -> list[np.ndarray]:
+    """The one-node model converted to StableHLO (backends/stablehlo) and run on XLA."""
+    require_module("jax")
+    from qconvert.backends.stablehlo import run
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+
+    text = stablehlo_text(
+        import_onnx(one_node_model(node, inputs, weights)), form="quantized", inline_weights=True
+    )
+    return [np.asarray(a) for a in run.run(text, list(inputs.values()), engine="xla")]
+
+
 def within_check_bound(
     node: onnx.NodeProto, inputs: list[np.ndarray | None], ours: np.ndarray, ref: np.ndarray
 ) -> None:
@@ -210,6 +224,8 @@ def test_quantized_attention_within_the_bound(per_column: bool) -> None:
     node = helper.make_node("QAttention", names, ["y"], domain=MS, num_heads=2)
     ours, expected = run_both(node, {"x": x, "mask": mask}, weights)
     within_check_bound(node, [x, *weights.values(), mask], ours[0], expected[0])
+    lowered = lowered_on_xla(node, {"x": x, "mask": mask}, weights)
+    within_check_bound(node, [x, *weights.values(), mask], lowered[0], expected[0])
 
 
 def test_quantized_embed_layer_normalization_within_the_bound() -> None:
@@ -232,6 +248,9 @@ def test_quantized_embed_layer_normalization_within_the_bound() -> None:
     ours, expected = run_both(node, {"ids": ids, "segments": segments, "mask": mask}, weights)
     within_check_bound(node, [ids, segments, *weights.values()], ours[0], expected[0])
     np.testing.assert_array_equal(ours[1], expected[1])
+    lowered = lowered_on_xla(node, {"ids": ids, "segments": segments, "mask": mask}, weights)
+    within_check_bound(node, [ids, segments, *weights.values()], lowered[0], expected[0])
+    np.testing.assert_array_equal(lowered[1], expected[1])
 
 
 # check on a BERT optimized by onnxruntime's transformer optimizer --------------------------------------
@@ -360,18 +379,35 @@ def test_optimized_bert_lifts_with_static_types_when_its_inputs_are_pinned(
     assert all(isinstance(t, RankedTensorType) and t.has_static_shape() for t in results)
 
 
-def test_check_of_an_optimized_then_quantized_bert_passes_on_the_interpreter(
-    optimized_bert: tuple[Path, Path, dict[str, np.ndarray]], tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def quantized_bert(
+    optimized_bert: tuple[Path, Path, dict[str, np.ndarray]], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[Path], dict[str, np.ndarray]]:
     """Optimize, then quantize_dynamic (as users do): QAttention and QEmbedLayerNormalization appear."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     fused, raw, data = optimized_bert
+    folder = tmp_path_factory.mktemp("quantized_bert")
+    paths = []
     for path in (fused, raw):
-        quantized = tmp_path / f"{path.stem}_dynamic.onnx"
+        quantized = folder / f"{path.stem}_dynamic.onnx"
         extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}  # the contrib outputs carry no type for it
         quantize_dynamic(str(path), str(quantized), weight_type=QuantType.QInt8, extra_options=extra)
-        assert "QAttention" in contrib_ops(quantized)
-        report = check(quantized, data)
+        paths.append(quantized)
+    assert "QEmbedLayerNormalization" in contrib_ops(paths[0])
+    assert all("QAttention" in contrib_ops(p) for p in paths)
+    return paths, data
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "stablehlo"])
+def test_check_of_an_optimized_then_quantized_bert_passes(
+    quantized_bert: tuple[list[Path], dict[str, np.ndarray]], backend: str
+) -> None:
+    """On the interpreter and on XLA (backends/stablehlo/onnx_quantized_transformer.py)."""
+    if backend == "stablehlo":
+        require_module("jax")
+    paths, data = quantized_bert
+    for path in paths:
+        report = check(path, data, backend=backend, engine="xla" if backend == "stablehlo" else None)
         assert report.not_run == 0, path.name
         assert report.verdict == "PASSED", (path.name, report.verdict_line)

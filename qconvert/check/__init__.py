@@ -143,9 +143,22 @@ def check(
     first = next(feeds)
     dynamic = _dynamic_inputs(header)
     del header  # the weights again come with `load`
-    model, inference_error = load(model_path, _shapes_for(first.arrays, dynamic, input_shapes))
+    pinned = _shapes_for(first.arrays, dynamic, input_shapes)
+    model, inference_error = load(model_path, pinned)
     types = element_types(model)
-    values, unreturnable = run_oracle(model, first.arrays, types, str(model_path))
+    try:
+        values, unreturnable = run_oracle(model, first.arrays, types, str(model_path))
+    except InputError as error:
+        from_data = {
+            name: shape for name, shape in (pinned or {}).items() if name not in (input_shapes or {})
+        }
+        if not from_data:
+            raise
+        shapes = ", ".join(f"{name}={'x'.join(map(str, shape))}" for name, shape in from_data.items())
+        raise InputError(
+            f"{error.message}\n(the model's dynamic inputs were pinned to the shapes of the data's arrays, "
+            f"{shapes}: does the data fit the model, e.g. a sequence longer than its positions?)"
+        ) from None
     values.update(first.arrays)
     values.update({t.name: numpy_helper.to_array(t) for t in model.graph.initializer})
     constants = {n.output[0] for n in model.graph.node if n.op_type == "Constant"}

@@ -336,3 +336,19 @@ def test_check_unwritable_json_exits_2_before_any_work(
     error = capsys.readouterr().err
     assert message in error and "internal error" not in error
     assert list(tmp_path.iterdir()) == []
+
+
+def test_data_that_does_not_fit_a_dynamic_model_is_named(tmp_path: Path) -> None:
+    """onnxruntime refuses the model once pinned to the data's shapes: the message says the data did it."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "table"], ["y"], name="add")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "positions"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        [numpy_helper.from_array(np.zeros((1, 4), np.float32), "table")],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    data = write_npz(tmp_path / "in.npz", x=np.zeros((2, 5), np.float32))
+    with pytest.raises(InputError, match=r"pinned to the shapes of the data's arrays, x=2x5"):
+        check(str(path), data)

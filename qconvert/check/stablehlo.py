@@ -46,6 +46,8 @@ SEMANTICS_EXPLANATION = (
 )
 FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16})
 ENGINE_NAMES = {"interpreter": "the StableHLO interpreter", "xla": "XLA:CPU"}
+# Integer ops whose integer data inputs (positions 0 and 1) may be weights; their zero points stay constants.
+INTEGER_WEIGHT_OPS = frozenset({"ConvInteger", "MatMulInteger"})
 
 
 def _convert_counting(
@@ -92,10 +94,11 @@ class StableHLOBackend:
         return run(text, list(arrays), engine=self.engine)
 
     def _lower(self, case: NodeCase) -> str | NotRun:
-        """The case's StableHLO text, or why it cannot be lowered."""
+        """The case's StableHLO text (integer weights as arguments: `_case_model`), or why it cannot be
+        lowered."""
         assert case.model is not None
         try:
-            return _convert(case.model, self.form, self.semantics, self.fuse_arithmetic)
+            return _convert(_case_model(case)[0], self.form, self.semantics, self.fuse_arithmetic)
         except QConvertError as error:
             return NotRun(f"the backend cannot lower it: {error.message}")
         except Exception as error:  # a converter bug: never a pass, and the rest of the report still runs
@@ -103,9 +106,10 @@ class StableHLOBackend:
 
     def _run_one(self, case: NodeCase, text: str) -> CaseRun | NotRun:
         assert case.model is not None
-        inputs = [i.name for i in case.model.graph.input]
+        model, feeds = _case_model(case)
+        inputs = [i.name for i in model.graph.input]
         try:
-            results = self._run_text(text, [case.feeds[name] for name in inputs])
+            results = self._run_text(text, [feeds[name] for name in inputs])
         except QConvertError as error:
             return NotRun(f"{ENGINE_NAMES[self.engine]} cannot run it: {error.message}")
         names = [o.name for o in case.model.graph.output]
@@ -115,6 +119,7 @@ class StableHLOBackend:
         """Every case in one module (converted here unless `text` is given), or None when the batch cannot
         be converted or run."""
         model, feeds = side_by_side(cases)
+        feeds.update(integer_weights_as_inputs(model))
         inputs = [i.name for i in model.graph.input]
         try:
             if text is None:
@@ -193,6 +198,7 @@ class StableHLOBackend:
     def _converts(self, cases: Sequence[NodeCase]) -> bool:
         """Whether `cases` side by side convert to StableHLO."""
         model, _ = side_by_side(cases)
+        integer_weights_as_inputs(model)
         try:
             _convert(model, self.form, self.semantics, self.fuse_arithmetic)
         except Exception:  # any failure: the cases are lowered one by one
@@ -233,6 +239,7 @@ class StableHLOBackend:
     def prepare_model(self, model: ModelProto) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
         """The whole model converted once, its weights fed as arguments (`weights_as_inputs`)."""
         weights = weights_as_inputs(model)
+        weights.update(integer_weights_as_inputs(model))
         try:
             text = _convert(model, self.form, self.semantics, self.fuse_arithmetic)
         except QConvertError as error:
@@ -299,3 +306,45 @@ def weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
     for index in reversed(moved):
         del model.graph.initializer[index]
     return weights
+
+
+def integer_weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
+    """Move the initializers that ConvInteger / MatMulInteger read as data (inputs 0 and 1: quantize_dynamic's
+    int8 weights) into graph inputs, in place, and return their arrays. Inlined, an 82M-parameter
+    ConvInteger model's weights are printed element by element into the module text and parsed back by
+    jaxlib (minutes); as arguments they cost nothing, and the lowering reads them as run-time tensors
+    already. An initializer some node reads in another role (a zero point) stays a constant."""
+    data: set[str] = set()
+    other: set[str] = set()
+    for node in model.graph.node:
+        for position, name in enumerate(node.input):
+            if node.op_type in INTEGER_WEIGHT_OPS and position < 2:
+                data.add(name)
+            else:
+                other.add(name)
+    listed = {i.name for i in model.graph.input}
+    weights: dict[str, np.ndarray] = {}
+    moved = []
+    for index, tensor in enumerate(model.graph.initializer):
+        if tensor.name not in data or tensor.name in other:
+            continue
+        weights[tensor.name] = numpy_helper.to_array(tensor)
+        moved.append(index)
+        if tensor.name not in listed:
+            model.graph.input.append(
+                helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+            )
+    for index in reversed(moved):
+        del model.graph.initializer[index]
+    return weights
+
+
+def _case_model(case: NodeCase) -> tuple[ModelProto, dict[str, np.ndarray]]:
+    """The case's model and feeds with its integer weights as inputs (a copy when any moves)."""
+    assert case.model is not None
+    if not any(node.op_type in INTEGER_WEIGHT_OPS for node in case.model.graph.node):
+        return case.model, dict(case.feeds)
+    model = ModelProto()
+    model.CopyFrom(case.model)
+    weights = integer_weights_as_inputs(model)
+    return model, {**case.feeds, **weights}

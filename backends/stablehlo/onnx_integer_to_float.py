@@ -19,7 +19,7 @@ from .onnx_integer import NOTE_RUNTIME_SCALE
 from .onnx_nn import matmul
 
 
-def _per_column(ctx: LoweringContext, value: Value, shape: list[int], what: str) -> Value:
+def per_column(ctx: LoweringContext, value: Value, shape: list[int], what: str) -> Value:
     """A scalar / one-element f32 value, or one per column (the last dimension), broadcast to `shape`."""
     count = int(np.prod(hlo.tensor_type(value).shape, dtype=np.int64))
     wide = ctx.convert(value, F32)
@@ -45,8 +45,8 @@ def lower_matmul_integer_to_float(ctx: LoweringContext, op: Operation) -> list[V
     b_zero = runtime_zero_point(ctx, static_input(ctx, op, 5), b_shape, len(b_shape) - 1, "b_zero_point")
     accumulator = matmul(ctx, centered(ctx, a, a_zero), centered(ctx, b, b_zero))
     shape = list(hlo.tensor_type(accumulator).shape)
-    a_scale_wide = _per_column(ctx, a_scale, shape, "a_scale")
-    multiplier = hlo.multiply(ctx.builder, a_scale_wide, _per_column(ctx, b_scale, shape, "b_scale"))
+    a_scale_wide = per_column(ctx, a_scale, shape, "a_scale")
+    multiplier = hlo.multiply(ctx.builder, a_scale_wide, per_column(ctx, b_scale, shape, "b_scale"))
     y = rounded_product(ctx, ctx.convert(accumulator, F32), multiplier)
     ctx.note(y, NOTE_RUNTIME_SCALE)
     bias = static_input(ctx, op, 6)

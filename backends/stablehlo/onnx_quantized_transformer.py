@@ -23,7 +23,7 @@ from .integer_arithmetic import centered, runtime_zero_point, static_input
 from .lowering import LoweringContext, lowers
 from .onnx_contrib import attention_of_qkv, embed_layer_norm
 from .onnx_integer import NOTE_RUNTIME_SCALE
-from .onnx_integer_to_float import _per_column
+from .onnx_integer_to_float import per_column
 from .onnx_nn import matmul
 
 
@@ -50,8 +50,8 @@ def lower_quantized_attention(ctx: LoweringContext, op: Operation) -> list[Value
     shape = list(hlo.tensor_type(accumulator).shape)
     multiplier = hlo.multiply(
         ctx.builder,
-        _per_column(ctx, x_scale, shape, "input_scale"),
-        _per_column(ctx, w_scale, shape, "weight_scale"),
+        per_column(ctx, x_scale, shape, "input_scale"),
+        per_column(ctx, w_scale, shape, "weight_scale"),
     )
     qkv = rounded_product(ctx, ctx.convert(accumulator, F32), multiplier)
     ctx.note(qkv, NOTE_RUNTIME_SCALE)
@@ -74,5 +74,5 @@ def lower_quantized_embed_layer_norm(ctx: LoweringContext, op: Operation) -> lis
         shape = list(hlo.tensor_type(stored).shape)
         zero = runtime_zero_point(ctx, zero_point, shape, 0, "QEmbedLayerNormalization's zero point")
         wide = ctx.convert(centered(ctx, stored, zero), F32)  # exact: |q - zp| < 2**16
-        tables.append(hlo.multiply(ctx.builder, wide, _per_column(ctx, scale, shape, "scale")))
+        tables.append(hlo.multiply(ctx.builder, wide, per_column(ctx, scale, shape, "scale")))
     return embed_layer_norm(ctx, op, tables, mask_position=7, position_ids_position=None)

@@ -401,6 +401,27 @@ def _int_attr(node: NodeProto, name: str, default: object) -> object:
     return default if found is None else helper.get_attribute_value(found)
 
 
+# contrib QOperator ops whose output has the element type of one input: (op type, that input's position)
+SAME_TYPE_OUTPUTS = {
+    "QLinearAdd": 0,
+    "QLinearMul": 0,
+    "QLinearSigmoid": 0,
+    "QLinearLeakyRelu": 0,
+    "QLinearSoftmax": 0,
+    "QLinearGlobalAveragePool": 0,
+    "QLinearAveragePool": 0,
+    "QLinearConcat": 1,  # Y_zero_point
+}
+
+
+def _same_type_output(node: NodeProto, known: dict[str, onnx.TypeProto]) -> int:
+    """The element type of a contrib QOperator node's output when its dims are not known, or 0."""
+    position = SAME_TYPE_OUTPUTS.get(node.op_type)
+    if position is None or len(node.input) <= position or node.input[position] not in known:
+        return 0
+    return known[node.input[position]].tensor_type.elem_type
+
+
 def _contrib_output(node: NodeProto, known: dict[str, onnx.TypeProto]) -> tuple[int, list[int]] | None:
     """(element type, static shape) of a contrib QOperator node's output, None if not inferable."""
     inputs = [known.get(name) if name else None for name in node.input]
@@ -641,11 +662,21 @@ def infer_contrib_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
                     model.graph.value_info.append(typed)
                     added = True
                 continue
-            if not node.output or node.output[0] in known:
+            if not node.output or _dims(known.get(node.output[0])) is not None:
                 continue
             found = _contrib_output(node, known)
             if found is None or not found[0]:
+                # Dynamic dims: declare the element type alone, so that ops downstream (a Transpose, a
+                # DequantizeLinear) are typed; the shape comes when the dims are pinned.
+                elem_type = _same_type_output(node, known)
+                if elem_type and node.output[0] not in known:
+                    model.graph.value_info.append(
+                        helper.make_tensor_value_info(node.output[0], elem_type, None)
+                    )
+                    added = True
                 continue
+            for info in [v for v in model.graph.value_info if v.name == node.output[0]]:
+                model.graph.value_info.remove(info)  # an element type declared alone before
             model.graph.value_info.append(helper.make_tensor_value_info(node.output[0], found[0], found[1]))
             added = True
         if not added:

@@ -440,3 +440,42 @@ def test_qoperator_sample_models_lift_fully_typed_and_round_trip(name: str) -> N
     parsed = parse_module(text, options=ParserOptions(allow_unregistered_dialect=True))
     again = print_module(parsed)
     assert print_module(parse_module(again, options=ParserOptions(allow_unregistered_dialect=True))) == again
+
+
+def test_contrib_output_with_dynamic_dims_still_types_what_follows() -> None:
+    """A QOperator ViT with a dynamic batch: QLinearAdd -> Transpose -> DequantizeLinear failed to lift
+    ('the element type of input ... is unknown'); the element type flows without the dims, and the
+    pinned model runs as onnxruntime does."""
+    scale = numpy_helper.from_array(np.array(0.05, np.float32), "s")
+    zero = numpy_helper.from_array(np.array(128, np.uint8), "z")
+    nodes = [
+        helper.make_node(
+            "QLinearAdd",
+            ["a", "s", "z", "b", "s", "z", "s", "z"],
+            ["sum"],
+            domain="com.microsoft",
+            name="add",
+        ),
+        helper.make_node("Transpose", ["sum"], ["t"], perm=[1, 0], name="transpose"),
+        helper.make_node("DequantizeLinear", ["t", "s", "z"], ["y"], name="dq"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("a", onnx.TensorProto.UINT8, ["batch", 3]),
+            helper.make_tensor_value_info("b", onnx.TensorProto.UINT8, ["batch", 3]),
+        ],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [scale, zero],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    )
+    model.ir_version = 10
+    import_onnx(model)  # raised before: the DequantizeLinear's input had no element type
+    rng = np.random.default_rng(0)
+    feeds = {name: rng.integers(0, 256, (2, 3), dtype=np.uint8) for name in ("a", "b")}
+    ours = interpret(import_onnx(model, {"a": (2, 3), "b": (2, 3)}), feeds)["y"]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(ours, session.run(None, feeds)[0])

@@ -55,7 +55,9 @@ class ModuleSummary:
         out.append("ops:")
         out += [f"  {name}: {count}" for name, count in sorted(self.ops.items())]
         out.append("quantized tensors by scheme (quant.qcast / quant.dcast):")
-        out += [f"  {name}: {count}" for name, count in sorted(self.schemes.items())] or ["  none"]
+        # dynamic and weight-only quantization scale at run time or by float ops: no quant-typed tensor
+        none = "  none (the style above types no tensor)" if self.styles else "  none"
+        out += [f"  {name}: {count}" for name, count in sorted(self.schemes.items())] or [none]
         out.append("storage types:")
         out += [f"  {name}: {count}" for name, count in sorted(self.storage_types.items())] or ["  none"]
         return out

@@ -320,6 +320,44 @@ def test_pools() -> None:
     check(nodes, {"x": x}, outputs)
 
 
+def test_pools_with_ceil_mode_drop_a_last_window_that_starts_in_the_end_padding() -> None:
+    """kernel 3, stride 3, pads (1, 2) over 7 and 8: ceil mode counts 4 windows, the 4th starting in the
+    end padding; onnxruntime drops it (3x3, qconvert/onnx_semantics.window_geometry). onnx 1.23's shape
+    inference says 4x4, so the outputs are declared as onnxruntime computes them, without inference."""
+    require_module("jax")
+    import onnxruntime as ort
+
+    from qconvert.backends.stablehlo import run
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+    from qconvert.frontends.onnx import import_onnx
+
+    # its own generator: drawing from RNG would change the inputs of every test after this one
+    x = np.random.default_rng(19).uniform(-2.0, 2.0, (1, 2, 7, 8)).astype(np.float32)
+    geometry = {"kernel_shape": [3, 3], "strides": [3, 3], "pads": [1, 1, 2, 2], "ceil_mode": 1}
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["max"], **geometry),
+        helper.make_node("AveragePool", ["x"], ["avg"], **geometry),
+        helper.make_node("AveragePool", ["x"], ["avg_incl"], count_include_pad=1, **geometry),
+    ]
+    outputs = [Output("max"), Output("avg", "accumulation"), Output("avg_incl", "accumulation")]
+    graph = helper.make_graph(
+        nodes,
+        "ceil_mode_end_padding",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info(o.name, TensorProto.FLOAT, [1, 2, 3, 3]) for o in outputs],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 10
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run([o.name for o in outputs], {"x": x})
+    assert all(np.asarray(e).shape == (1, 2, 3, 3) for e in expected)
+    text = stablehlo_text(import_onnx(model), form="qdq", inline_weights=True)
+    for engine in ("xla", "interpreter"):
+        actual = run.run(text, [x], engine=engine)
+        for output, a, e in zip(outputs, actual, expected):
+            assert_matches(f"{engine}: {output.name}", output.match, np.asarray(a), np.asarray(e))
+
+
 def test_reductions() -> None:
     n = helper.make_node
     x = rand(2, 3, 4)

@@ -1,8 +1,9 @@
-"""run.py's `_integer_products_in_f64`: before XLA:CPU compiles, an integer convolution / dot_general whose
-sums stay below 2**53 runs in f64 (XLA:CPU has no fast integer convolution). Exactness is checked
+"""run.py's `_fast_integer_products`: before XLA:CPU compiles, an integer convolution runs as f32
+convolutions of base-2**b digits (each digit's sums below 2**24) and an integer dot_general whose sums stay
+below 2**53 runs in f64 (XLA:CPU has no fast integer nor f64 convolution). Exactness is checked
 against onnxruntime's ConvInteger / MatMulInteger, bit for bit, on large reductions with operands at
-their extremes (the largest sums 8-bit operands can make), and the rewrite is shown to happen (f64 in the
-text XLA compiles) or not to happen when the operands' range is unknown (i32 arguments)."""
+their extremes (the largest sums 8-bit operands can make), and the rewrite is shown to happen (f32 / f64
+in the text XLA compiles) or not to happen when the operands' range is unknown (i32 arguments)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _extremes(rng: np.random.Generator, dtype: type, shape: tuple[int, ...]) -> 
     return values.astype(dtype)
 
 
-def test_conv_integer_large_reduction_runs_in_f64_bit_exact() -> None:
+def test_conv_integer_large_reduction_runs_in_f32_digits_bit_exact() -> None:
     """512 input channels x kernel 3 (1536 products per output, |sum| up to 1536 * 255 * 255): exact."""
     rng = np.random.default_rng(7)
     x = np.full((1, 512, 40), 255, np.uint8)
@@ -50,7 +51,8 @@ def test_conv_integer_large_reduction_runs_in_f64_bit_exact() -> None:
     (expected,) = onnxruntime_outputs(model, inputs)
     assert np.abs(expected).max() > 2**24, "the test should need more than f32's exact integers"
     text, (actual,) = _xla_text_and_outputs(model, inputs)
-    assert "tensor<64x512x3xf64>" in text, "the convolution was not rewritten to f64"
+    assert "tensor<64x512x3xf32>" in text, "the convolution was not rewritten to f32"
+    assert "xi32>) -> tensor<1x64x40xi32>" not in text, "an i32 convolution is left"
     assert actual.dtype == np.int32
     np.testing.assert_array_equal(actual, expected)
 
@@ -86,3 +88,18 @@ def test_i32_arguments_keep_the_integer_product() -> None:
     b = np.array([[3, 1], [2, -1], [4, 2**30]], np.int32)
     expected = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)  # numpy's cast wraps
     np.testing.assert_array_equal(run.run_xla(text, [a, b])[0], expected)
+
+
+def test_conv_integer_needing_three_digits_bit_exact() -> None:
+    """2048 channels x k3, groups of 2: each digit's f32 sums must stay below 2**24, so the centered input
+    (up to 510 in magnitude) is split into three digits; the i32 recombination is exact."""
+    rng = np.random.default_rng(5)
+    x = _extremes(rng, np.uint8, (1, 4096, 12))
+    inputs = {"x": x, "xz": np.array(255, np.uint8)}  # x - xz down to -255
+    node = helper.make_node("ConvInteger", ["x", "w", "xz"], ["y"], name="ci", pads=[1, 1], group=2)
+    model = build(node, inputs, {"w": _extremes(rng, np.int8, (8, 2048, 3))})
+    (expected,) = onnxruntime_outputs(model, inputs)
+    text, (actual,) = _xla_text_and_outputs(model, inputs)
+    assert text.count("stablehlo.convolution") == 3, "expected three f32 digit convolutions"
+    assert "tensor<1x4096x12xf32>" in text
+    np.testing.assert_array_equal(actual, expected)

@@ -49,6 +49,7 @@ from qconvert.check.backends import (
 from qconvert.check.nodes import (
     NodeCase,
     broadcast_scale,
+    case_batches,
     cut_model,
     is_quantization_node,
     judge,
@@ -183,24 +184,27 @@ def check(
     )
     runnable = [case for case in cases if case.reason is None]
     _magnitudes(runnable, str(model_path))
+    # Judged batch by batch (`case_batches`): the backend's outputs of one batch are alive at a time.
+    judged: dict[str, LayerResult] = {}
     with _progress(show_progress) as bar:
         task = bar.add_task("per node", total=len(runnable))
-        runs = runner.run_cases(runnable, lambda done: bar.advance(task, done))
+        for batch in case_batches(runnable):
+            runs = runner.run_cases(batch, lambda done: bar.advance(task, done))
+            for case in batch:
+                run = runs.get(case.name)
+                if isinstance(run, NotRun):
+                    judged[case.name] = case.result()
+                    judged[case.name].reason = str(run)
+                elif run is not None:
+                    predicted = runner.predicted_mismatches(case, values) if case.quantization else None
+                    judged[case.name] = judge(case, run.outputs, values, run.evaluated_by, predicted)
+            del runs
     for case in cases:
-        if not runner.keep_case(case):
-            continue
-        run = runs.get(case.name)
-        if run is None or isinstance(run, NotRun):
-            result = case.result()
-            if run is not None:
-                result.reason = str(run)
-            report.layers[case.name] = result
-            continue
-        predicted = runner.predicted_mismatches(case, values) if case.quantization else None
-        report.layers[case.name] = judge(case, run.outputs, values, run.evaluated_by, predicted)
+        if runner.keep_case(case):
+            report.layers[case.name] = judged.get(case.name) or case.result()
     if fuse_arithmetic:
         report.notes.append(_arithmetic_note(cases, report))
-    del cases, runs, runnable
+    del cases, runnable, judged
 
     end_to_end = _EndToEnd(report, runner, model_path, types, tolerances, dynamic, input_shapes)
     end_to_end.start(model, first, values)

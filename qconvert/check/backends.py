@@ -141,6 +141,17 @@ class InterpreterBackend:
     def run_cases(
         self, cases: Sequence[NodeCase], advance: Callable[[int], None]
     ) -> dict[str, CaseRun | NotRun]:
+        """The cases side by side in batches of bounded inputs (`case_batches`): one lift and run each."""
+        from qconvert.check.nodes import case_batches
+
+        runs: dict[str, CaseRun | NotRun] = {}
+        for batch in case_batches(cases):
+            runs.update(self._run_batch(batch, advance))
+        return runs
+
+    def _run_batch(
+        self, cases: Sequence[NodeCase], advance: Callable[[int], None]
+    ) -> dict[str, CaseRun | NotRun]:
         from qconvert.check.nodes import side_by_side, split_outputs
         from qconvert.frontends.onnx import import_onnx
         from qconvert.interpret import Interpreter

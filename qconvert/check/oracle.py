@@ -148,6 +148,9 @@ def ort_session(model: ModelProto, optimized: bool, label: str) -> Any:
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
     options.log_severity_level = 3
+    # Without onnxruntime's arena, the memory of the every-intermediate oracle run goes back when the run
+    # ends (an 82 M-parameter model: 0.3 GB less at the check's peak); it costs no measurable time here.
+    options.enable_cpu_mem_arena = False
     if not optimized:
         # The spec oracle runs on one thread: onnxruntime's DynamicQuantizeLSTM quantizes its hidden state
         # per chunk of batch rows when it has more, so its numbers depend on the thread count.

@@ -31,9 +31,11 @@ from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper
 from qconvert.check.backends import CaseRun, NotRun
 from qconvert.check.nodes import (
     BLOCK_WEIGHT_OPS,
+    CASE_BATCH_BYTES,
     Q_DQ_OPS,
     SHAPE_LIKE_SIZE,
     NodeCase,
+    case_batches,
     is_quantization_node,
     side_by_side,
     split_outputs,
@@ -49,7 +51,7 @@ ENGINE_NAMES = {"interpreter": "the StableHLO interpreter", "xla": "XLA:CPU"}
 # Inputs per side-by-side module: an 82M-parameter model's 779 cases in one XLA module took 0.8 GB of
 # buffers on top of the check's own (peak 1.94 GB); in modules of this size 1.74 GB, as fast (32 MB: 25%
 # slower, one compile per module, and no lower peak: the whole-model run sets it then).
-BATCH_BYTES = 128 * 2**20
+BATCH_BYTES = CASE_BATCH_BYTES
 # Integer ops whose integer data inputs (positions 0 and 1) may be weights; their zero points stay constants.
 INTEGER_WEIGHT_OPS = frozenset({"ConvInteger", "MatMulInteger"})
 
@@ -122,9 +124,9 @@ class StableHLOBackend:
     def _run_batch(self, cases: Sequence[NodeCase], text: str | None = None) -> dict[str, CaseRun] | None:
         """Every case in one module (converted here unless `text` is given), or None when the batch cannot
         be converted or run. Cases whose inputs exceed `BATCH_BYTES` together run in consecutive modules
-        of about that size (`_chunks`), so that XLA's buffers for them stay bounded."""
+        of about that size (`case_batches`), so that XLA's buffers for them stay bounded."""
         if text is None:
-            chunks = _chunks(cases)
+            chunks = case_batches(cases, BATCH_BYTES)
             if len(chunks) > 1:
                 runs: dict[str, CaseRun] = {}
                 for chunk in chunks:
@@ -363,23 +365,3 @@ def _case_model(case: NodeCase) -> tuple[ModelProto, dict[str, np.ndarray]]:
     model.CopyFrom(case.model)
     weights = integer_weights_as_inputs(model)
     return model, {**case.feeds, **weights}
-
-
-def _chunks(cases: Sequence[NodeCase]) -> list[list[NodeCase]]:
-    """`cases` in consecutive runs whose feeds (what each case reads; a weight shared by cases counted once
-    per run) hold about `BATCH_BYTES`; a case larger than that runs alone."""
-    chunks: list[list[NodeCase]] = [[]]
-    held: set[int] = set()
-    size = 0
-    for case in cases:
-        arrays = [array for array in case.feeds.values() if id(array) not in held]
-        case_bytes = sum(array.nbytes for array in arrays)
-        if chunks[-1] and size + case_bytes > BATCH_BYTES:
-            chunks.append([])
-            held, size = set(), 0
-            arrays = list(case.feeds.values())
-            case_bytes = sum(array.nbytes for array in arrays)
-        chunks[-1].append(case)
-        held.update(id(array) for array in arrays)
-        size += case_bytes
-    return chunks

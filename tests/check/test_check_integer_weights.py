@@ -74,9 +74,11 @@ def test_check_passes_on_xla_with_weights_as_arguments_in_small_batches(
 
     monkeypatch.setattr(stablehlo, "BATCH_BYTES", 1)
     splits: list[int] = []
-    chunks = stablehlo._chunks
+    batches = stablehlo.case_batches
     monkeypatch.setattr(
-        stablehlo, "_chunks", lambda cases: splits.append(len(chunks(cases))) or chunks(cases)
+        stablehlo,
+        "case_batches",
+        lambda cases, limit: splits.append(len(batches(cases, limit))) or batches(cases, limit),
     )
     rng = np.random.default_rng(1)
     path = tmp_path / "dynamic.onnx"

@@ -23,7 +23,12 @@ import numpy as np
 from onnx import ModelProto
 
 from qconvert.check.nodes import NodeCase
-from qconvert.check.report import EVALUATED_BY_FOLDING, EVALUATED_BY_NUMERICS, EVALUATED_BY_REFERENCE
+from qconvert.check.report import (
+    BUG_MARKER,
+    EVALUATED_BY_FOLDING,
+    EVALUATED_BY_NUMERICS,
+    EVALUATED_BY_REFERENCE,
+)
 from qconvert.errors import InputError
 
 BACKENDS = ("interpreter", "stablehlo")
@@ -189,7 +194,8 @@ class InterpreterBackend:
             except InputError as error:
                 runs[case.name] = NotRun(f"the backend cannot run it: {error.message}")
             except Exception as error:  # a bug of ours: never a pass, and the rest of the report still runs
-                runs[case.name] = NotRun(f"the backend failed on it (a bug): {type(error).__name__}: {error}")
+                failure = f"{type(error).__name__}: {error}"
+                runs[case.name] = NotRun(f"the backend failed on it {BUG_MARKER}: {failure}")
             advance(1)
         return runs
 

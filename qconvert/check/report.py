@@ -49,6 +49,8 @@ EVALUATED_BY_REFERENCE = "generic onnx.* op (the interpreter's kernel, or onnx's
 EVALUATED_BY_FOLDING = "folded to a constant when lifted (no op left to run)"
 
 PASS, FAIL, NOT_RUN = "pass", "fail", "not run"
+# In a not-run reason: the backend raised something other than an input error, a bug of ours (exit 3).
+BUG_MARKER = "(a bug)"
 PASSED, FAILED, INCOMPLETE = "PASSED", "FAILED", "INCOMPLETE"
 FLOOR_MARGIN_DB = 10.0
 FLOAT_OUTPUT_LEVEL_DB = 40.0
@@ -360,6 +362,13 @@ class CheckReport:
     @property
     def passed(self) -> bool:
         return self.verdict == PASSED
+
+    @property
+    def bugs(self) -> list[str]:
+        """The not-run reasons that are bugs of ours (`BUG_MARKER`), one per node or output."""
+        reasons = [layer.reason or "" for layer in self.layers.values() if layer.verdict == NOT_RUN]
+        reasons += [o.reason or "" for o in self.outputs.values() if o.ours is None]
+        return [reason for reason in reasons if BUG_MARKER in reason]
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -40,6 +40,7 @@ from qconvert.check.nodes import (
     side_by_side,
     split_outputs,
 )
+from qconvert.check.report import BUG_MARKER
 from qconvert.errors import QConvertError
 
 SEMANTICS_EXPLANATION = (
@@ -108,7 +109,8 @@ class StableHLOBackend:
         except QConvertError as error:
             return NotRun(f"the backend cannot lower it: {error.message}")
         except Exception as error:  # a converter bug: never a pass, and the rest of the report still runs
-            return NotRun(f"the backend failed while lowering it (a bug): {type(error).__name__}: {error}")
+            failure = f"{type(error).__name__}: {error}"
+            return NotRun(f"the backend failed while lowering it {BUG_MARKER}: {failure}")
 
     def _run_one(self, case: NodeCase, text: str) -> CaseRun | NotRun:
         assert case.model is not None
@@ -263,7 +265,7 @@ class StableHLOBackend:
             raise NotRun(f"the backend cannot lower the whole model: {error.message}") from None
         except Exception as error:  # a converter bug: reported, never a pass
             raise NotRun(
-                f"the backend failed while lowering the model (a bug): {type(error).__name__}: {error}"
+                f"the backend failed while lowering the model {BUG_MARKER}: {type(error).__name__}: {error}"
             ) from None
         outputs = [o.name for o in model.graph.output]
         arguments = [i.name for i in model.graph.input]

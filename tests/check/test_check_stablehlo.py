@@ -423,3 +423,36 @@ def test_dynamic_inputs_take_static_shapes_from_the_data_on_xla() -> None:
     report = check(str(MODELS / "bert_mask.onnx"), str(MODELS / "bert_mask.inputs.npz"), backend="stablehlo")
     assert report.verdict == "PASSED", [(g.what, g.example_reason) for g in report.not_run_groups()]
     assert all(output.ours is not None for output in report.outputs.values())
+
+
+def test_a_bug_in_a_lowering_is_exit_3_after_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lowering that raises (not an InputError) is a bug of ours: the report still shows what ran, the
+    node and the outputs are 'not run (a bug)', and the exit code is 3, not INCOMPLETE's 1 (new-user report:
+    a script keyed on exit codes could not tell a bug from an unsupported op)."""
+    require_module("jax")
+    from qconvert.backends.stablehlo import convert as stablehlo_convert
+    from qconvert.backends.stablehlo import lowering
+
+    stablehlo_convert.load_lowerings()
+
+    def broken(*arguments: object, **keywords: object) -> object:
+        raise RuntimeError("a deliberately broken lowering")
+
+    monkeypatch.setitem(lowering.LOWERINGS, "onnx.Relu", broken)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("Neg", ["r"], ["y"], name="neg"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    assert main(["check", str(path), "--backend", "stablehlo", "--quiet"]) == 3
+    captured = capsys.readouterr()
+    assert "INCOMPLETE" in captured.out
+    assert "internal error" in captured.err and "a deliberately broken lowering" in captured.err

@@ -261,7 +261,7 @@ def check_command(
     float32 bound), every output beside the noise floor.
 
     Exit 0 when PASSED, 1 when FAILED or INCOMPLETE (something not run; --allow-not-run accepts it),
-    2 on bad input."""
+    2 on bad input, 3 when a bug of ours kept a node or output from running (after the report)."""
     from qconvert.check import Tolerances, check
     from qconvert.check.render import render
     from qconvert.stdout_console import stdout_console

@@ -56,6 +56,7 @@ from qconvert.check.nodes import (
     magnitude_cases,
     node_cases,
     node_names,
+    node_scale,
     side_by_side,
     split_outputs,
 )
@@ -463,9 +464,7 @@ class _EndToEnd:
             lsb = None
             if name in self.scales:
                 node, scale = self.scales[name]
-                lsb = broadcast_scale(
-                    scale, ref.shape, _int_attribute(node, "axis", 1), _int_attribute(node, "block_size", 0)
-                )
+                lsb = node_scale(node, scale, ref.shape)
             floor = compare(ref, optimized[name], lsb)
             self.floor[name] = self.floor[name].merged(floor) if name in self.floor else floor
             if ours is None:
@@ -521,11 +520,6 @@ def _sqnr(comparison: Comparison | None) -> str:
     if comparison is None:
         return "not run"
     return "exact" if comparison.sqnr_db == math.inf else f"SQNR {comparison.sqnr_db:.1f} dB"
-
-
-def _int_attribute(node: NodeProto, name: str, default: int) -> int:
-    found = next((a for a in node.attribute if a.name == name), None)
-    return default if found is None else int(found.i)
 
 
 ARITHMETIC_OPS = frozenset({"Conv", "MatMul", "Gemm", "Add"})  # what --fuse-arithmetic fuses

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from onnx import ModelProto, NodeProto
+from onnx import ModelProto
 
-from qconvert.check.nodes import broadcast_scale
+from qconvert.check.nodes import node_scale
 from qconvert.interpret import Interpreter
 from qconvert.ir.attributes import StringAttr
 from qconvert.ir.core import Operation
@@ -40,11 +40,6 @@ class Lockstep:
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     flips: int = 0
     nodes: list[str] = field(default_factory=list)  # the QuantizeLinear nodes that flipped, in run order
-
-
-def _attribute(node: NodeProto, name: str, default: int) -> int:
-    found = next((a for a in node.attribute if a.name == name), None)
-    return default if found is None else int(found.i)
 
 
 class _LockstepInterpreter(Interpreter):
@@ -71,9 +66,7 @@ class _LockstepInterpreter(Interpreter):
         flipped = steps != 0
         if not flipped.any():
             return results
-        step = broadcast_scale(
-            scale, ours.shape, _attribute(node, "axis", 1), _attribute(node, "block_size", 0)
-        )
+        step = node_scale(node, scale, ours.shape)
         drift = np.abs(np.asarray(operands[0], np.float64) - np.asarray(their_input, np.float64))
         near_tie = (np.abs(steps) == 1) & (drift <= TIE_WINDOW * np.broadcast_to(step, drift.shape))
         taken = flipped & near_tie

@@ -126,14 +126,18 @@ def _attribute(node: NodeProto, name: str, default: int) -> int:
     return default if found is None else int(helper.get_attribute_value(found))
 
 
+def node_scale(node: NodeProto, scale: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """A QuantizeLinear / DequantizeLinear node's scale, shaped by its axis and block_size to `shape`."""
+    return broadcast_scale(scale, shape, _attribute(node, "axis", 1), _attribute(node, "block_size", 0))
+
+
 def dequantize_lsb(
     node: NodeProto, values: Mapping[str, np.ndarray], shape: Sequence[int]
 ) -> np.ndarray | None:
     """The quantization step of a DequantizeLinear's output (its scale, broadcast) when the scale is known."""
     if node.op_type != "DequantizeLinear" or len(node.input) < 2 or node.input[1] not in values:
         return None
-    scale = values[node.input[1]]
-    return broadcast_scale(scale, shape, _attribute(node, "axis", 1), _attribute(node, "block_size", 0))
+    return node_scale(node, values[node.input[1]], shape)
 
 
 # Per node ------------------------------------------------------------------------------------------

@@ -303,28 +303,17 @@ def weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
             if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
                 quantization_params.add(name)  # control flow: leave its operands alone
     dequantized = {n.input[0] for n in model.graph.node if n.op_type in Q_DQ_OPS and n.input}
-    listed = {i.name for i in model.graph.input}
-    weights: dict[str, np.ndarray] = {}
-    moved = []
-    for index, tensor in enumerate(model.graph.initializer):
-        movable = tensor.name not in quantization_params and (
+
+    def movable(tensor: TensorProto) -> bool:
+        return tensor.name not in quantization_params and (
             tensor.name in dequantized
             or (
                 tensor.data_type in FLOAT_TYPES
                 and int(np.prod(tensor.dims, dtype=np.int64)) > SHAPE_LIKE_SIZE
             )
         )
-        if not movable:
-            continue
-        weights[tensor.name] = numpy_helper.to_array(tensor)
-        moved.append(index)
-        if tensor.name not in listed:
-            model.graph.input.append(
-                helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
-            )
-    for index in reversed(moved):
-        del model.graph.initializer[index]
-    return weights
+
+    return _move_to_inputs(model, movable)
 
 
 def integer_weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
@@ -341,11 +330,16 @@ def integer_weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
                 data.add(name)
             else:
                 other.add(name)
+    return _move_to_inputs(model, lambda tensor: tensor.name in data and tensor.name not in other)
+
+
+def _move_to_inputs(model: ModelProto, chosen: Callable[[TensorProto], bool]) -> dict[str, np.ndarray]:
+    """Move the `chosen` initializers into graph inputs, in place, and return their arrays by name."""
     listed = {i.name for i in model.graph.input}
     weights: dict[str, np.ndarray] = {}
     moved = []
     for index, tensor in enumerate(model.graph.initializer):
-        if tensor.name not in data or tensor.name in other:
+        if not chosen(tensor):
             continue
         weights[tensor.name] = numpy_helper.to_array(tensor)
         moved.append(index)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from qconvert.errors import InputError
 from qconvert.ir.core import Operation
+from qconvert.options import options_from_text
 
 # MLIR pass name -> module that defines it (imported on first use).
 PASS_MODULES: dict[str, str] = {
@@ -52,28 +52,4 @@ def get_pass(name: str, options: dict[str, str] | None = None) -> ModulePass:
             raise InputError(f"unknown pass '{name}'")
         importlib.import_module(PASS_MODULES[name])
     cls = PASS_REGISTRY[name]
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    values: dict[str, Any] = {}
-    for key, text in (options or {}).items():
-        field_name = key.replace("-", "_")
-        if field_name not in fields:
-            raise InputError(f"pass '{name}' has no option '{key}' (options: {', '.join(fields) or 'none'})")
-        default = fields[field_name].default
-        try:
-            if isinstance(default, bool):  # a unit option (`canonicalize{test-convergence}`) means true
-                values[field_name] = parse_bool_option(text)
-            else:
-                values[field_name] = type(default)(text) if default is not dataclasses.MISSING else text
-        except ValueError as error:
-            raise InputError(f"pass '{name}': bad value '{text}' for option '{key}': {error}") from None
-    return cls(**values)
-
-
-def parse_bool_option(text: str) -> bool:
-    """An MLIR boolean pass option: empty (given without a value), true/false, 1/0."""
-    lowered = text.lower()
-    if lowered in ("", "true", "1"):
-        return True
-    if lowered in ("false", "0"):
-        return False
-    raise ValueError("expected true or false")
+    return cls(**options_from_text(cls, options or {}, f"pass '{name}'"))

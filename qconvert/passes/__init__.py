@@ -13,6 +13,7 @@ from qconvert.options import options_from_text
 # MLIR pass name -> module that defines it (imported on first use).
 PASS_MODULES: dict[str, str] = {
     "canonicalize": "qconvert.passes.canonicalize",
+    "dce": "qconvert.passes.dce",
     "inline": "qconvert.passes.inline",
     "lower-quant-ops": "qconvert.passes.lower_quant_ops",
     "normalize-quant-types": "qconvert.passes.normalize_quant_types",

@@ -71,7 +71,6 @@ and with `--lower-quant-ops=rounding=onnx` the body becomes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, TypeVar
 
@@ -109,16 +108,13 @@ from qconvert.ir.types import (
 )
 from qconvert.numerics import Rounding
 from qconvert.passes import ModulePass, PassResult, register_pass
-from qconvert.passes.conversion import walk_in_conversion_order
+from qconvert.passes.rewrite import ConversionPattern, ConversionRewriter, apply_partial_conversion
 
 __all__ = [
-    "ConversionPattern",
-    "ConversionRewriter",
     "DequantizeCastLowering",
     "LowerQuantOpsPass",
     "QuantizeCastLowering",
     "SUPPORTED_ROUNDINGS",
-    "apply_partial_conversion",
     "lower_quant_ops_patterns",
 ]
 
@@ -136,103 +132,6 @@ class OpInserter(Protocol):
     """Anything that inserts new ops at a point: `Builder`, `ConversionRewriter`."""
 
     def insert(self, op: OpT) -> OpT: ...
-
-
-# Rewriting ------------------------------------------------------------------------------------------
-class ConversionRewriter:
-    """What a pattern may do to the IR, as MLIR's ConversionPatternRewriter allows it.
-
-    New ops go before the op being converted; `replace_op` records a replacement that takes effect only
-    when the conversion commits, so every fold and pattern sees the original IR (operands of later ops
-    still name the original results). `rollback` removes everything inserted, leaving the IR untouched.
-    """
-
-    def __init__(self) -> None:
-        self._builder: Builder | None = None
-        self._inserted: list[Operation] = []
-        self._replacements: list[tuple[Operation, list[Value]]] = []
-
-    def set_insertion_point_before(self, op: Operation) -> None:
-        self._builder = Builder.before(op)
-
-    def insert(self, op: OpT) -> OpT:
-        assert self._builder is not None, "no insertion point"
-        self._inserted.append(op)
-        return self._builder.insert(op)
-
-    def replace_op(self, op: Operation, values: Sequence[Value]) -> None:
-        assert len(values) == len(op.results), f"{op.name} has {len(op.results)} results"
-        self._replacements.append((op, list(values)))
-
-    def commit(self) -> None:
-        """Apply the replacements (following chains: a fold may return a value that is itself replaced)."""
-        replacement_of: dict[Value, Value] = {}
-        for op, values in self._replacements:
-            replacement_of.update(zip(op.results, values, strict=True))
-
-        def resolve(value: Value) -> Value:
-            while value in replacement_of:
-                value = replacement_of[value]
-            return value
-
-        for op, _ in self._replacements:
-            for result in op.results:
-                result.replace_all_uses_with(resolve(result))
-        for op, _ in reversed(self._replacements):
-            op.erase()
-        self._reset()
-
-    def rollback(self) -> None:
-        """Erase every inserted op (their results are used only by each other) and forget replacements."""
-        for op in reversed(self._inserted):
-            op.erase()
-        self._reset()
-
-    def _reset(self) -> None:
-        self._builder = None
-        self._inserted.clear()
-        self._replacements.clear()
-
-
-class ConversionPattern(Protocol):
-    """Rewrites one op class: inserts ops through the rewriter, replaces the op, returns True."""
-
-    root: ClassVar[type[Operation]]
-
-    def match_and_rewrite(self, op: Operation, rewriter: ConversionRewriter) -> bool: ...
-
-
-def apply_partial_conversion(root: Operation, patterns: Sequence[ConversionPattern]) -> bool:
-    """Make every op of a pattern's root class disappear, as MLIR's `applyPartialConversion` does.
-
-    Ops are visited in upstream's order (pre-order; blocks no branch reaches are skipped). Each is first
-    folded (its `fold()`), else rewritten by the first pattern that matches. Replacements take effect at
-    the end, so folds and patterns see the original IR. Returns whether anything changed.
-
-    Raises `VerifyError` at an op nothing can convert (upstream's "failed to legalize operation" text) or
-    that a pattern rejects; the IR is then left as it was.
-    """
-    roots = tuple(pattern.root for pattern in patterns)
-    targets = [op for op in walk_in_conversion_order(root) if isinstance(op, roots)]
-    if not targets:
-        return False
-    rewriter = ConversionRewriter()
-    try:
-        for op in targets:
-            rewriter.set_insertion_point_before(op)
-            folded = op.fold() if isinstance(op, QuantCastOp) else None
-            if folded is not None:
-                rewriter.replace_op(op, [folded])
-                continue
-            if not any(p.match_and_rewrite(op, rewriter) for p in patterns if isinstance(op, p.root)):
-                raise op.emit_error(
-                    f"failed to legalize operation '{op.name}' that was explicitly marked illegal"
-                )
-    except BaseException:
-        rewriter.rollback()
-        raise
-    rewriter.commit()
-    return True
 
 
 # Scalar-or-tensor helpers ---------------------------------------------------------------------------
@@ -639,6 +538,11 @@ def lower_quant_ops_patterns(rounding: Rounding = Rounding.MLIR_LOWERING) -> tup
     return (DequantizeCastLowering(), QuantizeCastLowering(Rounding(rounding)))
 
 
+def fold_quant_cast(op: Operation) -> Value | None:
+    """The cast's folder (upstream's dialect conversion folds before it converts); None for other ops."""
+    return op.fold() if isinstance(op, QuantCastOp) else None
+
+
 # The pass -------------------------------------------------------------------------------------------
 @register_pass
 @dataclass(frozen=True, kw_only=True)
@@ -671,5 +575,5 @@ class LowerQuantOpsPass(ModulePass):
         changed = False
         for function in functions:
             if isinstance(function, FuncOp) and not function.is_declaration:
-                changed |= apply_partial_conversion(function, patterns)
+                changed |= apply_partial_conversion(function, patterns, fold_quant_cast)
         return PassResult(changed)

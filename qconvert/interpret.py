@@ -53,13 +53,23 @@ from qconvert.ir.attributes import (
     DenseElementsAttr,
     DenseResourceAttr,
     DictionaryAttr,
-    IntegerAttr,
     StringAttr,
 )
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
+from qconvert.ir.dialects.onnx import (
+    DEFAULT_OPSET,
+    ELEMENT_TYPES_BY_NAME,
+    absent_positions,
+    by_position,
+    elem_type_name,
+    main_function,
+    node_label,
+    op_domain,
+    opset_imports,
+)
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
 from qconvert.ir.quant_types import (
     QuantizedType,
@@ -79,7 +89,6 @@ from qconvert.numerics.onnxruntime_kernels import (
     qlinear_binary_swaps_inputs,
     qlinear_softmax_onnxruntime,
 )
-from qconvert.onnx_attributes import absent_positions
 from qconvert.onnx_contrib_kernels import CONTRIB_KERNELS
 from qconvert.onnx_kernels import KERNELS, OnnxKernel, attribute, integer_convolution, window
 
@@ -95,13 +104,9 @@ ONNX_KERNELS.update(INTEGER_TO_FLOAT_KERNELS)
 ONNX_KERNELS.update(CONTRIB_KERNELS)
 
 FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the float-storage scast of frontends/onnx/lift.py
+# The unsigned types an `onnx.elem_type` restores on a constant, by ONNX name.
 ONNX_DTYPES: dict[str, np.dtype] = {
-    "uint8": np.dtype(np.uint8),
-    "uint16": np.dtype(np.uint16),
-    "uint32": np.dtype(np.uint32),
-    "uint64": np.dtype(np.uint64),
-    "uint4": np.dtype(ml_dtypes.uint4),
-    "uint2": np.dtype(ml_dtypes.uint2),
+    name: entry.dtype for name, entry in ELEMENT_TYPES_BY_NAME.items() if entry.is_unsigned_integer
 }
 
 
@@ -119,13 +124,7 @@ def _names(function: FuncOp, key: str, count: int, prefix: str) -> list[str]:
 
 
 def _main(module: ModuleOp) -> FuncOp:
-    functions = [op for op in module.body.ops if isinstance(op, FuncOp)]
-    for function in functions:
-        if function.sym_name == "main":
-            return function
-    if len(functions) == 1:
-        return functions[0]
-    raise InputError("the module has no func.func @main to interpret")
+    return main_function(module, "to interpret")
 
 
 def input_names(module: ModuleOp) -> list[str]:
@@ -144,12 +143,7 @@ class Interpreter:
     def __init__(self, module: ModuleOp) -> None:
         self.module = module
         self.function = _main(module)
-        opsets = module.attributes.get("onnx.opset_import")
-        self.opsets: dict[str, int] = {}
-        if isinstance(opsets, DictionaryAttr):
-            for domain, version in opsets.entries:  # the default domain is spelled `ai.onnx`
-                if isinstance(version, IntegerAttr):
-                    self.opsets["" if domain == "ai.onnx" else domain] = version.value
+        self.opsets: dict[str, int] = opset_imports(module)
         self._evaluators: dict[int, object] = {}
         self._input_names = input_names(module)
         self._output_names = output_names(module)
@@ -201,15 +195,14 @@ class Interpreter:
 
     # onnx.* ops --------------------------------------------------------------------------------
     def opset_of(self, op: Operation) -> int:
-        """The opset version of the op's domain in the module's `onnx.opset_import` (21 when absent)."""
-        _, _, qualified = op.name.partition(".")
-        domain = qualified.rpartition(".")[0]
-        return self.opsets.get("" if domain == "ai.onnx" else domain, 21)
+        """The opset version of the op's domain in the module's `onnx.opset_import` (DEFAULT_OPSET when
+        absent)."""
+        return self.opsets.get(op_domain(op), DEFAULT_OPSET)
 
     def run_onnx(self, op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
         kernel = ONNX_KERNELS.get(op.name)
         if kernel is not None:
-            results = kernel(op, _by_position(op, operands), self.opset_of(op))
+            results = kernel(op, by_position(op, operands), self.opset_of(op))
             if results is not None:
                 absent = absent_positions(op, "outputs")
                 count = len(op.results) + len(absent)
@@ -227,7 +220,7 @@ class Interpreter:
         try:
             results = evaluator.run(None, feeds)  # type: ignore[attr-defined]
         except Exception as error:  # the reference raises any exception type for bad inputs
-            raise InputError(f"'{op.name}' ({node_name(op)}): onnx reference failed: {error}") from None
+            raise InputError(f"'{op.name}' ({node_label(op)}): onnx reference failed: {error}") from None
         return [np.asarray(r) for r in results]
 
     def make_evaluator(self, op: Operation, operands: list[np.ndarray]) -> object:
@@ -250,13 +243,14 @@ class Interpreter:
             ],
             [onnx.ValueInfoProto(name=name) for name in output_names],
         )
-        opsets = [helper.make_opsetid(d, v) for d, v in self.opsets.items()] or [helper.make_opsetid("", 21)]
+        opsets = [helper.make_opsetid(d, v) for d, v in self.opsets.items()]
+        opsets = opsets or [helper.make_opsetid("", DEFAULT_OPSET)]
         model = helper.make_model(graph, opset_imports=opsets)
         try:
             return ReferenceEvaluator(model)
         except Exception as error:
             raise InputError(
-                f"'{op.name}' ({node_name(op)}): no onnx reference implementation ({error})"
+                f"'{op.name}' ({node_label(op)}): no onnx reference implementation ({error})"
             ) from None
 
 
@@ -301,18 +295,6 @@ def _schedule(function: FuncOp) -> list[tuple[Operation, list[Value]]]:
     return list(zip(ops, dead))
 
 
-def _by_position(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray | None]:
-    """The op's operands at their ONNX input positions, None at the absent optional ones."""
-    absent = absent_positions(op)
-    present = iter(operands)
-    return [None if p in absent else next(present) for p in range(len(operands) + len(absent))]
-
-
-def node_name(op: Operation) -> str:
-    name = op.attributes.get("onnx.node_name")
-    return f"node '{name.value}'" if isinstance(name, StringAttr) else "unnamed node"
-
-
 def constant_array(op: ConstantOp) -> np.ndarray:
     value = op.value
     if isinstance(value, DenseElementsAttr):
@@ -321,9 +303,9 @@ def constant_array(op: ConstantOp) -> np.ndarray:
         array = value.elements.get()
     else:
         raise InputError(f"the interpreter cannot read constant {value} (elided or without data)")
-    elem_type = op.attributes.get("onnx.elem_type")
-    if isinstance(elem_type, StringAttr) and elem_type.value in ONNX_DTYPES:
-        array = _wrap(array, ONNX_DTYPES[elem_type.value])
+    elem_type = elem_type_name(op)
+    if elem_type in ONNX_DTYPES:
+        array = _wrap(array, ONNX_DTYPES[elem_type])
     return array
 
 
@@ -524,7 +506,7 @@ def _qlinear_average_pool(op: Operation, operands: list[np.ndarray]) -> list[np.
     if channels_last:
         x = np.moveaxis(x, -1, 1)
     if str(_attr(op, "auto_pad", "NOTSET")) not in ("NOTSET", "VALID"):
-        raise InputError(f"{node_name(op)}: QLinearAveragePool auto_pad SAME_* is not supported yet")
+        raise InputError(f"{node_label(op)}: QLinearAveragePool auto_pad SAME_* is not supported yet")
     kernel = [int(k) for k in _attr(op, "kernel_shape", [])]  # type: ignore[union-attr]
     spatial = len(kernel)
     geometry = window(op, x.shape[2:], kernel, ceil_mode=bool(_attr(op, "ceil_mode", 0)))

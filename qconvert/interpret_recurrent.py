@@ -25,8 +25,8 @@ import numpy as np
 
 from qconvert.errors import InputError
 from qconvert.ir.core import Operation
+from qconvert.ir.dialects.onnx import absent_positions
 from qconvert.numerics.onnxruntime_recurrent import dynamic_quantized_gemm_mlas, logistic_mlas, tanh_mlas
-from qconvert.onnx_attributes import absent_positions
 from qconvert.recurrent import OP_TYPES, RecurrentInputs, op_attributes, run_recurrent
 
 F32 = np.float32

@@ -3,7 +3,8 @@ ONNX backend (frontends and backends may not import each other, DESIGN.md; both 
 where a generic `onnx.*` op's operands and results sit among its node's ONNX inputs and outputs.
 
 The forward direction and the table of kinds live in frontends/onnx/attributes.py, which re-exports
-`to_onnx_attribute` from here.
+`to_onnx_attribute` from here. Which positions are absent is the lifted-ONNX contract's
+(qconvert/ir/dialects/onnx.py); `absent_positions` is re-exported from there.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from qconvert.ir.attributes import (
     StringAttr,
 )
 from qconvert.ir.core import Operation
+from qconvert.ir.dialects.onnx import absent_positions, by_position
 from qconvert.ir.types import FloatType
 
 
@@ -51,23 +53,9 @@ def to_onnx_attribute(name: str, attribute: Attribute) -> AttributeProto:
     raise TypeError(f"attribute '{name}' = {attribute} has no ONNX equivalent")
 
 
-def absent_positions(op: Operation, kind: str = "inputs") -> set[int]:
-    """The ONNX positions of the node's absent optional inputs (or outputs), which the frontend lists in
-    `onnx.absent_inputs` / `onnx.absent_outputs`: the op has operands (results) for the others only."""
-    attribute = op.attributes.get(f"onnx.absent_{kind}")
-    return {int(v) for v in attribute.values} if isinstance(attribute, DenseArrayAttr) else set()
-
-
-def input_positions(op: Operation) -> list[int]:
-    """The ONNX input position of each of the op's operands (absent optional inputs skipped)."""
-    absent = absent_positions(op)
-    return [p for p in range(len(op.operands) + len(absent)) if p not in absent]
-
-
-def _with_absent(names: list[str], absent: set[int]) -> list[str]:
+def _with_absent(op: Operation, names: list[str], kind: str) -> list[str]:
     """`names` of the present positions, with "" at the absent ones."""
-    present = iter(names)
-    return ["" if position in absent else next(present) for position in range(len(names) + len(absent))]
+    return [name or "" for name in by_position(op, names, kind)]
 
 
 def onnx_node(op: Operation, input_names: list[str], output_names: list[str], name: str = "") -> NodeProto:
@@ -77,8 +65,8 @@ def onnx_node(op: Operation, input_names: list[str], output_names: list[str], na
     domain, _, op_type = qualified.rpartition(".")
     node = helper.make_node(
         op_type,
-        _with_absent(input_names, absent_positions(op)),
-        _with_absent(output_names, absent_positions(op, "outputs")),
+        _with_absent(op, input_names, "inputs"),
+        _with_absent(op, output_names, "outputs"),
         name=name,
         domain=domain,
     )
@@ -86,3 +74,6 @@ def onnx_node(op: Operation, input_names: list[str], output_names: list[str], na
         to_onnx_attribute(key, value) for key, value in op.attributes.items() if not key.startswith("onnx.")
     )
     return node
+
+
+__all__ = ["absent_positions", "onnx_node", "to_onnx_attribute"]

@@ -36,11 +36,11 @@ import numpy as np
 from qconvert import onnx_semantics as semantics
 from qconvert.errors import InputError
 from qconvert.ir.core import Operation
+from qconvert.ir.dialects.onnx import absent_positions
 from qconvert.numerics.integer_accumulation import exact_integer_matmul, wrap_int32
 from qconvert.numerics.onnxruntime_elementwise import erf_mlas
 from qconvert.numerics.onnxruntime_kernels import scale_output_mlas
 from qconvert.numerics.onnxruntime_recurrent import logistic_mlas, tanh_mlas
-from qconvert.onnx_attributes import absent_positions
 from qconvert.onnx_kernels import Inputs, OnnxKernel, attribute, node_label
 
 F32 = np.float32

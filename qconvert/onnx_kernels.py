@@ -61,6 +61,7 @@ from qconvert import onnx_semantics as semantics
 from qconvert.errors import InputError
 from qconvert.ir.attributes import ArrayAttr, DenseArrayAttr, FloatAttr, IntegerAttr, StringAttr
 from qconvert.ir.core import Operation
+from qconvert.ir.dialects.onnx import absent_positions, node_name
 from qconvert.ir.types import FloatType
 from qconvert.numerics.integer_accumulation import float64_is_exact, max_magnitude, wrap_int32
 from qconvert.numerics.onnxruntime_elementwise import erf_mlas
@@ -93,8 +94,8 @@ def _ints(op: Operation, name: str, default: list[int]) -> list[int]:
 
 
 def node_label(op: Operation) -> str:
-    name = op.attributes.get("onnx.node_name")
-    return f"'{op.name}' (node '{name.value}')" if isinstance(name, StringAttr) else f"'{op.name}'"
+    name = node_name(op)
+    return f"'{op.name}' (node '{name}')" if name is not None else f"'{op.name}'"
 
 
 # Sliding-window geometry (Conv, ConvInteger, pools) ---------------------------------------------------
@@ -408,8 +409,6 @@ def batch_normalization(op: Operation, inputs: Inputs, opset: int) -> list[np.nd
 
 
 def _absent_outputs(op: Operation) -> set[int]:
-    from qconvert.onnx_attributes import absent_positions
-
     return absent_positions(op, "outputs")
 
 

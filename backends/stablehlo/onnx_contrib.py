@@ -20,8 +20,8 @@ import numpy as np
 
 from qconvert import onnx_semantics as semantics
 from qconvert.ir.core import Operation, Value
+from qconvert.ir.dialects.onnx import absent_positions
 from qconvert.ir.types import F32, I32, I64, RankedTensorType, element_type_of
-from qconvert.onnx_attributes import absent_positions
 
 from . import ops as hlo
 from .float32_rounding import rounded_product

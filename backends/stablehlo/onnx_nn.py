@@ -17,8 +17,8 @@ import numpy as np
 
 from qconvert.ir.attributes import DictionaryAttr, IntegerAttr
 from qconvert.ir.core import Operation, Value
+from qconvert.ir.dialects.onnx import absent_positions
 from qconvert.ir.types import element_type_of
-from qconvert.onnx_attributes import absent_positions
 from qconvert.onnx_semantics import Window, conv_transpose_padding, window_geometry
 
 from . import ops as hlo

@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from qconvert.ir.core import Block, Builder, GenericOp, Operation, Region, Value
+from qconvert.ir.dialects.onnx import absent_positions
 from qconvert.ir.types import F32, I32, I64, RankedTensorType, element_type_of
 from qconvert.numerics.onnxruntime_recurrent import LOGISTIC_MLAS, TANH_MLAS
-from qconvert.onnx_attributes import absent_positions
 from qconvert.recurrent import OP_TYPES, RecurrentInputs, op_attributes, run_recurrent
 
 from . import ops as hlo

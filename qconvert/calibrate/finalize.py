@@ -39,6 +39,7 @@ from qconvert.ir.attributes import DenseElementsAttr, FloatAttr, IntegerAttr, St
 from qconvert.ir.core import GenericOp, Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
+from qconvert.ir.dialects.onnx import FLOAT16, recorded_default_opset
 from qconvert.ir.dialects.quant import DequantizeCastOp, StorageCastOp
 from qconvert.ir.quant_types import (
     QuantizedType,
@@ -61,7 +62,6 @@ from qconvert.ir.verify import verify
 from qconvert.numerics import calibration as numerics
 
 FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the frontend's storage cast for float8 storage
-ONNX_FLOAT16 = 10  # TensorProto.FLOAT16, the `to` of the Cast after a widened f16 bias
 _STORAGE_WIDTHS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int4": 4, "uint4": 4}
 
 
@@ -535,7 +535,7 @@ class _Finalizer:
                 "onnx.Cast",
                 [result],
                 [bias.value.type],
-                {"to": IntegerAttr(ONNX_FLOAT16, I64), "onnx.node_name": StringAttr(f"{name}_Cast")},
+                {"to": IntegerAttr(FLOAT16, I64), "onnx.node_name": StringAttr(f"{name}_Cast")},
             )
             self.edit.insert_after(result.owner_op(), cast)
             result = cast.results[0]
@@ -690,7 +690,7 @@ def required_opset(scheme: Scheme, uses_per_axis: bool) -> int:
 
 def _raise_opset(module: ModuleOp, scheme: Scheme, uses_per_axis: bool) -> None:
     """Raise the module's opset to what the Q/DQ need, converting the other ops on the way (opset_raise)."""
-    version = opset_raise.module_opset(module) or 0
+    version = recorded_default_opset(module) or 0
     needed = max(required_opset(scheme, uses_per_axis), 11 if version < 10 else version)
     if needed != version:
         opset_raise.raise_opset(module, needed, _opset_reason(scheme, uses_per_axis, needed))

@@ -21,7 +21,7 @@ import onnx
 from onnx import helper, version_converter
 
 from qconvert.backends.onnx.types import UnwritableType, data_type, shape_of
-from qconvert.calibrate.tensor_names import CONSTANT_NAME_ATTR, main_function
+from qconvert.calibrate.tensor_names import CONSTANT_NAME_ATTR
 from qconvert.errors import InputError
 from qconvert.frontends.onnx import import_onnx
 from qconvert.interpret import input_names, output_names
@@ -36,24 +36,21 @@ from qconvert.ir.core import BlockArgument, Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
+from qconvert.ir.dialects.onnx import (
+    DEFAULT_DOMAIN_KEY,
+    ELEM_TYPE,
+    main_function,
+    node_name,
+    present_positions,
+    recorded_default_opset,
+)
 from qconvert.ir.types import I64, element_type_of
-from qconvert.onnx_attributes import input_positions, onnx_node
+from qconvert.onnx_attributes import onnx_node
 
-DEFAULT_DOMAIN_KEY = "ai.onnx"  # how `onnx.opset_import` spells the default domain
 # Converted without a word but wrongly by onnx.version_converter (checked for the 18 -> 21 step).
 _SILENTLY_MISCONVERTED = frozenset({"GroupNormalization"})
 # Set by the lifter from the one-node model; the original op's own values are kept instead.
 _LIFTED_BOOKKEEPING = ("onnx.absent_inputs", "onnx.absent_outputs")
-
-
-def module_opset(module: ModuleOp) -> int | None:
-    """The default domain's version in `onnx.opset_import`, None when the module has none."""
-    opsets = module.attributes.get("onnx.opset_import")
-    if isinstance(opsets, DictionaryAttr):
-        version = dict(opsets.entries).get(DEFAULT_DOMAIN_KEY)
-        if isinstance(version, IntegerAttr):
-            return int(version.value)
-    return None
 
 
 def raise_opset(module: ModuleOp, target: int, reason: str) -> None:
@@ -63,7 +60,7 @@ def raise_opset(module: ModuleOp, target: int, reason: str) -> None:
     be converted. A module without an opset_import entry, or already at `target` or newer, only gets
     the entry.
     """
-    base = module_opset(module)
+    base = recorded_default_opset(module)
     if base is not None and base < target:
         function = main_function(module)
         ops = [
@@ -107,8 +104,7 @@ def _changes_between(op_type: str, base: int, target: int) -> bool:
 
 
 def _node_name(op: Operation) -> str:
-    name = op.attributes.get("onnx.node_name")
-    return name.value if isinstance(name, StringAttr) else ""
+    return node_name(op) or ""
 
 
 def _label(op: Operation) -> str:
@@ -201,13 +197,13 @@ def _elem_type_attribute(value: Value, function: FuncOp) -> Attribute | None:
     """The ONNX element type the lifter recorded for a value (signless IR integers hide uint8)."""
     producer = value.owner_op()
     if isinstance(producer, ConstantOp):
-        return producer.attributes.get("onnx.elem_type")
+        return producer.attributes.get(ELEM_TYPE)
     if isinstance(value, BlockArgument) and value.owner is function.body:
         entries = function.attributes.get("arg_attrs")
         elements = entries.elements if isinstance(entries, ArrayAttr) else ()
         entry = elements[value.index] if value.index < len(elements) else None
         if isinstance(entry, DictionaryAttr):
-            return dict(entry.entries).get("onnx.elem_type")
+            return dict(entry.entries).get(ELEM_TYPE)
     return None
 
 
@@ -285,7 +281,7 @@ def _name_constant(constant: ConstantOp, node_name: str, opset: int) -> None:
     """`<node>_<input>` (`rmean_axes`) for a constant the converter made of an attribute: the ONNX writer
     names the initializer after it."""
     for user, index in constant.result.uses:
-        position = input_positions(user)[index]
+        position = present_positions(user)[index]
         op_type = _default_domain_op_type(user)
         if op_type is None:
             continue

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qconvert.calibrate.scheme import Scheme
-from qconvert.calibrate.tensor_names import CONSTANT_NAME_ATTR, TENSOR_NAME_ATTR, main_function
+from qconvert.calibrate.tensor_names import CONSTANT_NAME_ATTR, TENSOR_NAME_ATTR
 from qconvert.errors import InputError
 from qconvert.interpret import input_names
 from qconvert.ir.attributes import FloatAttr, IntegerAttr, StringAttr
@@ -51,10 +51,10 @@ from qconvert.ir.core import BlockArgument, Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import ReturnOp
+from qconvert.ir.dialects.onnx import default_opset, main_function, node_name, present_positions
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
 from qconvert.ir.quant_types import CalibratedQuantizedType
 from qconvert.ir.types import F16, F32, element_type_of
-from qconvert.onnx_attributes import input_positions
 
 DIRECT_8BIT = frozenset(
     {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "AveragePool", "Slice", "TopK"}
@@ -79,7 +79,7 @@ class Node:
 
 def _onnx_input(node: Node, position: int) -> Value | None:
     """The node's ONNX input at `position`, None when absent (the IR lists present inputs only)."""
-    positions = input_positions(node.op)
+    positions = present_positions(node.op)
     return node.inputs[positions.index(position)] if position in positions else None
 
 
@@ -150,11 +150,10 @@ class Graph:
         return value
 
     def _node(self, op: Operation) -> Node:
-        name = op.attributes.get("onnx.node_name")
         return Node(
             op,
             op.name.removeprefix("onnx."),
-            name.value if isinstance(name, StringAttr) else "",
+            node_name(op) or "",
             [self.source(v) for v in op.operands],
             list(op.results),
         )
@@ -558,12 +557,4 @@ def plan_quantization(
     """Mark the tensors onnxruntime's QDQ quantizer would quantize, on a module with calibrated pairs
     (`value_names`: ONNX names of values the module does not name, for messages)."""
     graph = Graph(module, value_names)
-    return graph, Planner(graph, scheme, model_opset(module)).run()
-
-
-def model_opset(module: ModuleOp) -> int:
-    opsets = module.attributes.get("onnx.opset_import")
-    for key, value in getattr(opsets, "entries", ()):
-        if key in ("ai.onnx", "") and isinstance(value, IntegerAttr):
-            return value.value
-    return 21
+    return graph, Planner(graph, scheme, default_opset(module)).run()

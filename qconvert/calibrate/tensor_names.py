@@ -22,6 +22,7 @@ from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
+from qconvert.ir.dialects.onnx import DEFAULT_DOMAINS, main_function
 
 TENSOR_NAME_ATTR = "onnx.tensor_name"
 """On a calibrated/quantized `quant.qcast`: the ONNX name of the tensor it quantizes."""
@@ -29,14 +30,7 @@ TENSOR_NAME_ATTR = "onnx.tensor_name"
 CONSTANT_NAME_ATTR = "onnx.name"
 """On an `arith.constant`: the ONNX initializer (or Constant output) it came from."""
 
-_DEFAULT_DOMAINS = ("", "ai.onnx")
-
-
-def main_function(module: ModuleOp) -> FuncOp:
-    for op in module.body.ops:
-        if isinstance(op, FuncOp) and op.sym_name == "main":
-            return op
-    raise InputError("the module has no func.func @main (was it lifted from ONNX?)")
+_DEFAULT_DOMAINS = DEFAULT_DOMAINS
 
 
 def _names(function: FuncOp, key: str) -> list[str]:

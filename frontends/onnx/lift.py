@@ -5,7 +5,7 @@ Mapping (`import_onnx`):
 - QuantizeLinear (opsets 10-25) becomes `quant.qcast` (float -> `!quant.uniform` tensor) then a storage
   cast to the ONNX-visible storage tensor. DequantizeLinear becomes the storage cast back then
   `quant.dcast`. The storage cast is `quant.scast` for integer storage (`tensor<4xi8>`), and the
-  generic op `"qconvert.storage_cast"` for float8 / float4 storage (`tensor<4xf8E4M3FN>`), because
+  `qconvert.storage_cast` (FloatStorageCastOp) for float8 / float4 storage (`tensor<4xf8E4M3FN>`), because
   upstream's `quant.scast` admits signless integers only; both are pure reinterpretations. A
   DequantizeLinear whose input comes straight from a lifted QuantizeLinear with the same quantized type
   uses the quantized value directly (no scast pair in between).
@@ -58,6 +58,7 @@ from qconvert.ir.core import Block, GenericOp, Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
+from qconvert.ir.dialects.qconvert import STORAGE_CASTS, FloatStorageCastOp
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
 from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import (
@@ -88,9 +89,6 @@ from .qoperator import lift_qoperator
 from .quant import NodeRef, check_storage, normalize_axis, quant_type_of
 from .weights import RESOURCE_THRESHOLD, ResourceNames, as_resource, initializer_array, lazy_elements
 from .wire import RawData
-
-FLOAT_STORAGE_CAST = "qconvert.storage_cast"
-"""Generic op name of the storage cast for float storage types (`quant.scast` takes integers only)."""
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -347,7 +345,7 @@ class Lifter:
             results.append(self.value(NodeProto(name="<graph output>"), output.name))
         self.insert(ReturnOp(results))
         for op in reversed(list(block.ops)):  # storage casts a folded Q -> DQ pair left unused
-            if _is_storage_cast(op) and not op.results[0].uses:
+            if isinstance(op, STORAGE_CASTS) and not op.results[0].uses:
                 op.erase()
         function.function_type = FunctionType(tuple(argument_types), tuple(v.type for v in results))
         function.attributes["arg_attrs"] = ArrayAttr(
@@ -555,22 +553,18 @@ class Lifter:
         """`stored` seen as `quant_type`: the qcast result it came from, or a new storage cast."""
         target = with_element_type(stored.type, quant_type)
         producer = stored.owner_op()
-        if _is_storage_cast(producer) and producer.operands[0].type == target:  # type: ignore[union-attr]
+        if isinstance(producer, STORAGE_CASTS) and producer.operands[0].type == target:
             return producer.operands[0]  # type: ignore[union-attr]
         return self.insert(storage_cast(stored, target)).result
 
 
 def storage_cast(value: Value, result_type: Type) -> Operation:
-    """`quant.scast` for integer storage, `"qconvert.storage_cast"` for float storage (either way)."""
+    """`quant.scast` for integer storage, `qconvert.storage_cast` for float storage (either way)."""
     elements = [getattr(t, "element_type", t) for t in (value.type, result_type)]
     storages = [e.storage_type if isinstance(e, QuantizedType) else e for e in elements]
     if any(isinstance(s, FloatType) for s in storages):
-        return GenericOp(FLOAT_STORAGE_CAST, [value], [result_type])
+        return FloatStorageCastOp(value, result_type)
     return StorageCastOp(value, result_type)
-
-
-def _is_storage_cast(op: Operation | None) -> bool:
-    return isinstance(op, StorageCastOp) or (op is not None and op.name == FLOAT_STORAGE_CAST)
 
 
 def display_name(node: NodeProto) -> str:

@@ -1,14 +1,15 @@
 """QOperator nodes (QLinear*, *Integer, dynamic quantization) -> quant-typed `qconvert.*` ops.
 
-Design: each QOperator node becomes one generic op in the `qconvert` namespace whose operands and
-result carry `!quant.uniform` types, so that the scale / zero-point inputs disappear into the types
-(exactly as `quant.qcast` does for QuantizeLinear). The `qconvert.` name (not `onnx.QLinearMatMul`)
+Design: each QOperator node becomes one op of the `qconvert` dialect (qconvert/ir/dialects/qconvert.py)
+whose operands and result carry `!quant.uniform` types, so that the scale / zero-point inputs disappear into
+the types (exactly as `quant.qcast` does for QuantizeLinear). The `qconvert.` name (not `onnx.QLinearMatMul`)
 says that the op is *lifted*: its semantics are the integer kernels of onnxruntime's CPU EP, run by
 qconvert/interpret.py on qconvert/numerics/ (`requantize_mlas`, `qlinear_add_mlas`, ...), not the
 ONNX reference implementation that generic `onnx.*` ops run on. Each data operand is the ONNX storage
 tensor seen through `quant.scast` (`quantized_view`: a Q -> QLinear chain needs no cast pair), each
 quantized result is cast back to its storage tensor with `quant.scast`. ONNX attributes are kept as
-they are (`pads`, `group`, `alpha`, `transB`, `channels_last`, ...) plus `onnx.node_name`.
+they are (`pads`, `group`, `alpha`, `transB`, `channels_last`, ...) plus `onnx.node_name`. Which node input
+is an operand's data, scale or zero point is each op class's `ONNX_INPUTS` (the ONNX writer reads the same).
 
 | ONNX node (ms: com.microsoft) | IR op `qconvert.` | operands -> result               |
 |-------------------------------|-------------------|----------------------------------|
@@ -54,6 +55,27 @@ from onnx import NodeProto, helper
 
 from qconvert.ir.attributes import Attribute, StringAttr
 from qconvert.ir.core import GenericOp, Value
+from qconvert.ir.dialects.qconvert import (
+    RESULT,
+    SCALE_SUFFIX,
+    ZERO_POINT_SUFFIX,
+    ConvIntegerOp,
+    DynamicQuantizeLinearOp,
+    DynamicQuantizeMatMulOp,
+    MatMulIntegerOp,
+    QGemmOp,
+    QLinearAddOp,
+    QLinearAveragePoolOp,
+    QLinearConcatOp,
+    QLinearConvOp,
+    QLinearGlobalAveragePoolOp,
+    QLinearLeakyReluOp,
+    QLinearMatMulOp,
+    QLinearMulOp,
+    QLinearSigmoidOp,
+    QLinearSoftmaxOp,
+    QOperatorOp,
+)
 from qconvert.ir.dialects.quant import DequantizeCastOp
 from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import RankedTensorType, Type, with_element_type
@@ -68,6 +90,7 @@ if TYPE_CHECKING:
     from .lift import Lifter
 
 F32 = BY_NAME["float"].ir_type
+PARAMETERS = (SCALE_SUFFIX, ZERO_POINT_SUFFIX)
 
 
 def _present(node: NodeProto, index: int) -> str | None:
@@ -134,6 +157,15 @@ class QOperatorLifter:
         quant = self.quant_type(name, scale_name, zero_name, shape, axis)
         return self.lifter.quantized_view(value, quant)
 
+    def named(self, op_class: type[QOperatorOp], name: str, axis: int = 1) -> Value:
+        """Operand `name` of `op_class`, read from the node inputs its ONNX layout gives (data, scale, zp)."""
+        return self.operand(*op_class.onnx_positions(name), axis=axis)
+
+    def optional(self, op_class: type[QOperatorOp], name: str) -> Value | None:
+        """The plain optional operand `name` (a bias, QGemm's C), None when the node leaves it out."""
+        position = op_class.ONNX_INPUTS.index(name)
+        return self.plain(position) if _present(self.node, position) else None
+
     def result_type(self, scale: int, zero_point: int, storage_like: str) -> Type:
         output = self.node.output[0]
         shape_type = self.lifter.ir_type(output)
@@ -142,10 +174,12 @@ class QOperatorLifter:
         return with_element_type(shape_type, quant)
 
     # Emission -----------------------------------------------------------------------------------
-    def emit(self, name: str, operands: list[Value], result_types: list[Type]) -> GenericOp:
+    def emit(
+        self, op_class: type[QOperatorOp], operands: list[Value], result_types: list[Type]
+    ) -> QOperatorOp:
         attributes: dict[str, Attribute] = {a.name: attrs.from_onnx_attribute(a) for a in self.node.attribute}
         attributes["onnx.node_name"] = StringAttr(self.node.name)
-        op = GenericOp(name, operands, result_types, attributes)
+        op = op_class(operands, result_types, attributes)
         self.lifter.insert(op)
         present = [o for o in self.node.output if o]
         for output, result in zip(present, op.results):
@@ -178,68 +212,75 @@ class QOperatorLifter:
     def plain(self, index: int) -> Value:
         return self.lifter.value(self.node, self.node.input[index])
 
-    def quantized_output(self, name: str, operands: list[Value], scale: int, zero_point: int) -> None:
+    def quantized_output(self, op_class: type[QOperatorOp], operands: list[Value]) -> None:
+        scale, zero_point = (op_class.ONNX_INPUTS.index(f"{RESULT}{suffix}") for suffix in PARAMETERS)
         storage_like = _present(self.node, zero_point) or self.node.input[0]
-        self.emit(name, operands, [self.result_type(scale, zero_point, storage_like)])
+        self.emit(op_class, operands, [self.result_type(scale, zero_point, storage_like)])
+
+
+def _with_optional(
+    q: QOperatorLifter, op_class: type[QOperatorOp], operands: list[Value], name: str
+) -> list[Value]:
+    optional = q.optional(op_class, name)
+    return operands if optional is None else [*operands, optional]
 
 
 def _qlinear_conv(q: QOperatorLifter) -> None:
-    operands = [q.operand(0, 1, 2), q.operand(3, 4, 5, axis=0)]
-    if _present(q.node, 8):
-        operands.append(q.plain(8))
-    q.quantized_output("qconvert.qlinear_conv", operands, 6, 7)
+    operands = [q.named(QLinearConvOp, "x"), q.named(QLinearConvOp, "w", axis=0)]
+    q.quantized_output(QLinearConvOp, _with_optional(q, QLinearConvOp, operands, "bias"))
 
 
 def _qlinear_matmul(q: QOperatorLifter) -> None:
-    q.quantized_output(
-        "qconvert.qlinear_matmul", [q.operand(0, 1, 2, axis=-2), q.operand(3, 4, 5, axis=-1)], 6, 7
-    )
+    operands = [q.named(QLinearMatMulOp, "a", axis=-2), q.named(QLinearMatMulOp, "b", axis=-1)]
+    q.quantized_output(QLinearMatMulOp, operands)
 
 
-def _integer(name: str, b_axis: int) -> Callable[[QOperatorLifter], None]:
+def _integer(op_class: type[QOperatorOp], axes: tuple[int, int]) -> Callable[[QOperatorLifter], None]:
+    """MatMulInteger (rows of a, columns of b) / ConvInteger (x per tensor, w per output channel)."""
+
     def lift(q: QOperatorLifter) -> None:
-        operands = [q.operand(0, None, 2, axis=-2 if b_axis == -1 else 1), q.operand(1, None, 3, axis=b_axis)]
-        q.emit(name, operands, [q.lifter.ir_type(q.node.output[0])])
+        names = [d.name for d in op_class.operand_defs()]
+        operands = [q.named(op_class, name, axis=axis) for name, axis in zip(names, axes, strict=True)]
+        q.emit(op_class, operands, [q.lifter.ir_type(q.node.output[0])])
 
     return lift
 
 
-def _binary(name: str) -> Callable[[QOperatorLifter], None]:
+def _binary(op_class: type[QOperatorOp]) -> Callable[[QOperatorLifter], None]:
     def lift(q: QOperatorLifter) -> None:
-        q.quantized_output(name, [q.operand(0, 1, 2), q.operand(3, 4, 5)], 6, 7)
+        q.quantized_output(op_class, [q.named(op_class, "a"), q.named(op_class, "b")])
 
     return lift
 
 
-def _unary(name: str) -> Callable[[QOperatorLifter], None]:
+def _unary(op_class: type[QOperatorOp]) -> Callable[[QOperatorLifter], None]:
     def lift(q: QOperatorLifter) -> None:
-        q.quantized_output(name, [q.operand(0, 1, 2)], 3, 4)
+        q.quantized_output(op_class, [q.named(op_class, "x")])
 
     return lift
 
 
 def _qlinear_concat(q: QOperatorLifter) -> None:
-    count = (len(q.node.input) - 2) // 3
-    operands = [q.operand(2 + 3 * i, 3 + 3 * i, 4 + 3 * i) for i in range(count)]
-    q.quantized_output("qconvert.qlinear_concat", operands, 0, 1)
+    first = len(QLinearConcatOp.ONNX_INPUTS)  # then data, scale, zero point per input
+    count = (len(q.node.input) - first) // 3
+    operands = [q.operand(first + 3 * i, first + 1 + 3 * i, first + 2 + 3 * i) for i in range(count)]
+    q.quantized_output(QLinearConcatOp, operands)
 
 
 def _qgemm(q: QOperatorLifter) -> None:
     trans_b = next((a.i for a in q.node.attribute if a.name == "transB"), 0)
-    operands = [q.operand(0, 1, 2), q.operand(3, 4, 5, axis=0 if trans_b else 1)]
-    if _present(q.node, 6):
-        operands.append(q.plain(6))
-    if _present(q.node, 7):
-        q.quantized_output("qconvert.qgemm", operands, 7, 8)
+    operands = [q.named(QGemmOp, "a"), q.named(QGemmOp, "b", axis=0 if trans_b else 1)]
+    operands = _with_optional(q, QGemmOp, operands, "c")
+    if _present(q.node, QGemmOp.ONNX_INPUTS.index(f"{RESULT}{SCALE_SUFFIX}")):
+        q.quantized_output(QGemmOp, operands)
     else:
-        q.emit("qconvert.qgemm", operands, [q.float_result_type()])
+        q.emit(QGemmOp, operands, [q.float_result_type()])
 
 
 def _dynamic_quantize_matmul(q: QOperatorLifter) -> None:
-    operands = [q.plain(0), q.operand(1, 2, 3, axis=-1)]
-    if _present(q.node, 4):
-        operands.append(q.plain(4))
-    q.emit("qconvert.dynamic_quantize_matmul", operands, [q.float_result_type()])
+    op_class = DynamicQuantizeMatMulOp
+    operands = [q.plain(op_class.ONNX_INPUTS.index("a")), q.named(op_class, "b", axis=-1)]
+    q.emit(op_class, _with_optional(q, op_class, operands, "bias"), [q.float_result_type()])
 
 
 def _matmul_nbits(q: QOperatorLifter) -> None:
@@ -333,32 +374,36 @@ def _matmul_nbits(q: QOperatorLifter) -> None:
 
 def _dynamic_quantize_linear(q: QOperatorLifter) -> None:
     types = [q.lifter.ir_type(o) for o in q.node.output if o]
-    op = q.emit("qconvert.dynamic_quantize_linear", [q.plain(0)], types)
+    op = q.emit(DynamicQuantizeLinearOp, [q.plain(0)], types)
     for output in [o for o in q.node.output if o][0::2]:  # y and y_zero_point are uint8
         q.lifter.onnx_types[output] = BY_NAME["uint8"].onnx_type
     del op
 
 
+QOPERATOR_LIFTERS: dict[type[QOperatorOp], Callable[[QOperatorLifter], None]] = {
+    QLinearConvOp: _qlinear_conv,
+    QLinearMatMulOp: _qlinear_matmul,
+    MatMulIntegerOp: _integer(MatMulIntegerOp, (-2, -1)),
+    ConvIntegerOp: _integer(ConvIntegerOp, (1, 0)),
+    DynamicQuantizeLinearOp: _dynamic_quantize_linear,
+    QLinearAddOp: _binary(QLinearAddOp),
+    QLinearMulOp: _binary(QLinearMulOp),
+    QLinearConcatOp: _qlinear_concat,
+    QLinearSigmoidOp: _unary(QLinearSigmoidOp),
+    QLinearLeakyReluOp: _unary(QLinearLeakyReluOp),
+    QLinearSoftmaxOp: _unary(QLinearSoftmaxOp),
+    QLinearAveragePoolOp: _unary(QLinearAveragePoolOp),
+    QLinearGlobalAveragePoolOp: _unary(QLinearGlobalAveragePoolOp),
+    QGemmOp: _qgemm,
+    DynamicQuantizeMatMulOp: _dynamic_quantize_matmul,
+}
+
 LIFTERS: dict[tuple[str, str], tuple[Callable[[QOperatorLifter], None], tuple[int, ...]]] = {
     # (domain, op_type) -> (lift function, indices of scale / zero-point inputs that must be constant)
-    ("", "QLinearConv"): (_qlinear_conv, (1, 2, 4, 5, 6, 7)),
-    ("", "QLinearMatMul"): (_qlinear_matmul, (1, 2, 4, 5, 6, 7)),
-    ("", "MatMulInteger"): (_integer("qconvert.matmul_integer", -1), (2, 3)),
-    ("", "ConvInteger"): (_integer("qconvert.conv_integer", 0), (2, 3)),
-    ("", "DynamicQuantizeLinear"): (_dynamic_quantize_linear, ()),
-    (MICROSOFT_DOMAIN, "QLinearAdd"): (_binary("qconvert.qlinear_add"), (1, 2, 4, 5, 6, 7)),
-    (MICROSOFT_DOMAIN, "QLinearMul"): (_binary("qconvert.qlinear_mul"), (1, 2, 4, 5, 6, 7)),
-    (MICROSOFT_DOMAIN, "QLinearConcat"): (_qlinear_concat, ()),
-    (MICROSOFT_DOMAIN, "QLinearSigmoid"): (_unary("qconvert.qlinear_sigmoid"), (1, 2, 3, 4)),
-    (MICROSOFT_DOMAIN, "QLinearLeakyRelu"): (_unary("qconvert.qlinear_leaky_relu"), (1, 2, 3, 4)),
-    (MICROSOFT_DOMAIN, "QLinearSoftmax"): (_unary("qconvert.qlinear_softmax"), (1, 2, 3, 4)),
-    (MICROSOFT_DOMAIN, "QLinearAveragePool"): (_unary("qconvert.qlinear_average_pool"), (1, 2, 3, 4)),
-    (MICROSOFT_DOMAIN, "QLinearGlobalAveragePool"): (
-        _unary("qconvert.qlinear_global_average_pool"),
-        (1, 2, 3, 4),
-    ),
-    (MICROSOFT_DOMAIN, "QGemm"): (_qgemm, (1, 2, 4, 5, 7, 8)),
-    (MICROSOFT_DOMAIN, "DynamicQuantizeMatMul"): (_dynamic_quantize_matmul, (2, 3)),
+    **{
+        (op_class.ONNX_DOMAIN, op_class.ONNX_OP_TYPE): (lift, op_class.onnx_parameter_positions())
+        for op_class, lift in QOPERATOR_LIFTERS.items()
+    },
     (MICROSOFT_DOMAIN, "MatMulNBits"): (_matmul_nbits, (1, 2, 3)),
 }
 

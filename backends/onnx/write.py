@@ -48,7 +48,8 @@ from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
-from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
+from qconvert.ir.dialects.qconvert import STORAGE_CASTS
+from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
 from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import Type, element_type_of
 from qconvert.onnx_attributes import absent_positions, to_onnx_attribute
@@ -65,7 +66,6 @@ from .types import (
     shape_of,
 )
 
-FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the float-storage scast of frontends/onnx/lift.py
 DEFAULT_DOMAIN_KEY = "ai.onnx"  # how `onnx.opset_import` spells the default domain
 CONTRIB_DOMAINS = {"com.microsoft": 1}
 PROTOBUF_LIMIT = 2**31  # a serialized ModelProto cannot reach 2 GiB
@@ -249,7 +249,7 @@ class Writer:
             self.constant(op)
         elif isinstance(op, QuantizeCastOp | DequantizeCastOp):
             self.quant_cast(op)
-        elif isinstance(op, StorageCastOp) or op.name == FLOAT_STORAGE_CAST:
+        elif isinstance(op, STORAGE_CASTS):
             self.values[op.results[0]] = self.values[op.operands[0]]  # same bytes, same ONNX value
         elif op.name.startswith("onnx."):
             self.generic(op)
@@ -483,7 +483,7 @@ def storage_view(value: Value) -> StringAttr | None:
     if not is_signless_narrow_integer(value.type):
         return None
     for user, _ in value.uses:
-        if isinstance(user, StorageCastOp) or user.name == FLOAT_STORAGE_CAST:
+        if isinstance(user, STORAGE_CASTS):
             quantized = element_type_of(user.results[0].type)
             if isinstance(quantized, QuantizedType):
                 return StringAttr(data_type(quantized).name.lower())

@@ -14,8 +14,8 @@ import onnx_ir as ir
 from onnx import version_converter
 
 from qconvert.errors import InputError
+from qconvert.ir.dialects.onnx import DEFAULT_OPSET
 
-DEFAULT_OPSET = 21
 MAX_QDQ_OPSET = 25
 
 

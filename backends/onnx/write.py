@@ -48,11 +48,12 @@ from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
+from qconvert.ir.dialects.onnx import ELEM_TYPE, absent_positions, main_function, node_name, opset_imports
 from qconvert.ir.dialects.qconvert import STORAGE_CASTS
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
 from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import Type, element_type_of
-from qconvert.onnx_attributes import absent_positions, to_onnx_attribute
+from qconvert.onnx_attributes import to_onnx_attribute
 
 from .opset import choose_opset, convert_opset
 from .qdq import FLOAT_STORAGE, QdqParameters, qdq_parameters
@@ -66,31 +67,8 @@ from .types import (
     shape_of,
 )
 
-DEFAULT_DOMAIN_KEY = "ai.onnx"  # how `onnx.opset_import` spells the default domain
 CONTRIB_DOMAINS = {"com.microsoft": 1}
 PROTOBUF_LIMIT = 2**31  # a serialized ModelProto cannot reach 2 GiB
-
-
-def main_function(module: ModuleOp) -> FuncOp:
-    functions = [op for op in module.body.ops if isinstance(op, FuncOp)]
-    main = [f for f in functions if f.sym_name == "main"]
-    if len(main) == 1 and not main[0].is_declaration:
-        return main[0]
-    if len(functions) == 1 and not functions[0].is_declaration:
-        return functions[0]
-    names = ", ".join(f"@{f.sym_name}" for f in functions) or "none"
-    raise InputError(f"the module needs one func.func @main to write as ONNX (functions: {names})")
-
-
-def module_opsets(module: ModuleOp) -> dict[str, int]:
-    """`onnx.opset_import` as ONNX spells it: the default domain is ""."""
-    entries = module.attributes.get("onnx.opset_import")
-    opsets: dict[str, int] = {}
-    if isinstance(entries, DictionaryAttr):
-        for domain, version in entries.entries:
-            if isinstance(version, IntegerAttr):
-                opsets["" if domain == DEFAULT_DOMAIN_KEY else domain] = int(version.value)
-    return opsets
 
 
 def _attribute_dicts(function: FuncOp, key: str, count: int) -> list[dict[str, Attribute]]:
@@ -143,9 +121,9 @@ class Writer:
 
     def __init__(self, module: ModuleOp, opset: int | None) -> None:
         self.module = module
-        self.function = main_function(module)
+        self.function = main_function(module, "to write as ONNX")
         self.requested_opset = opset
-        self.opsets = module_opsets(module)
+        self.opsets = opset_imports(module)
         self.values: dict[Value, ir.Value] = {}
         self.value_names = Names()
         self.node_names = Names()
@@ -179,7 +157,7 @@ class Writer:
         for index, (argument, name) in enumerate(zip(body.arguments, input_names)):
             where = f"argument {index} ('{name}') of @{function.sym_name}"
             value = ir.Value(name=name)
-            elem_type = argument_attrs[index].get("onnx.elem_type") or storage_view(argument)
+            elem_type = argument_attrs[index].get(ELEM_TYPE) or storage_view(argument)
             self._set_type(value, argument.type, elem_type, where)
             self.values[argument] = value
             inputs.append(value)
@@ -232,7 +210,7 @@ class Writer:
             if name not in self.input_names:  # an input keeps its own (input) type
                 value.name = name
                 where = f"result {index} ('{name}') of @{self.function.sym_name}"
-                self._set_type(value, operand.type, attributes[index].get("onnx.elem_type"), where)
+                self._set_type(value, operand.type, attributes[index].get(ELEM_TYPE), where)
             outputs.append(value)
         return outputs
 
@@ -276,9 +254,10 @@ class Writer:
         return node
 
     def node_name(self, op: Operation, op_type: str) -> str:
-        name = op.attributes.get("onnx.node_name")
-        if isinstance(name, StringAttr) and name.value:
-            return self.node_names.unique(name.value)
+        """The op's ONNX node name, made unique; `<op_type>_<i>` for an unnamed op."""
+        name = node_name(op)
+        if name:
+            return self.node_names.unique(name)
         count = self.counters[op_type] = self.counters.get(op_type, -1) + 1
         return self.node_names.unique(f"{op_type}_{count}")
 
@@ -383,7 +362,7 @@ class Writer:
 
     @staticmethod
     def constant_data_type(op: ConstantOp, element: Type) -> ir.DataType:
-        return data_type(element, op.attributes.get("onnx.elem_type") or storage_view(op.result))
+        return data_type(element, op.attributes.get(ELEM_TYPE) or storage_view(op.result))
 
     def quant_cast(self, op: QuantizeCastOp | DequantizeCastOp) -> None:
         quantize = isinstance(op, QuantizeCastOp)

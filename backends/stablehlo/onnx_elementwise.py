@@ -14,28 +14,30 @@ import math
 import numpy as np
 
 from qconvert.ir.core import GenericOp, Operation, Value
-from qconvert.ir.types import F32, I1, FloatType, IntegerType, Signedness, Type, element_type_of
+from qconvert.ir.dialects.onnx import ELEMENT_TYPES_BY_NAME, OnnxElement
+from qconvert.ir.types import F32, I1, IntegerType, Signedness, Type, element_type_of
 
 from . import ops as hlo
 from .lowering import LoweringContext
 from .onnx_fold import constant_input, lowers_folding
 from .onnx_recurrent import HloMath
 
+# The ONNX element types Cast / CastLike / EyeLike lower to (numeric, no float8, no sub-byte integers).
+CAST_TARGETS = ("float", "uint8", "int8", "uint16", "int16", "int32", "int64", "bool", "float16", "double")
+CAST_TARGETS += ("uint32", "uint64", "bfloat16")
+
+
+def stablehlo_element(entry: OnnxElement) -> Type:
+    """An ONNX element type's StableHLO element type: the IR's, with unsigned integers as `ui*`."""
+    if entry.is_unsigned_integer and isinstance(entry.ir_type, IntegerType):
+        return IntegerType(entry.ir_type.width, Signedness.UNSIGNED)
+    return entry.ir_type
+
+
 # ONNX TensorProto data types -> StableHLO element types, for Cast's `to`.
 ONNX_ELEMENT_TYPES: dict[int, Type] = {
-    1: FloatType("f32"),
-    2: IntegerType(8, Signedness.UNSIGNED),
-    3: IntegerType(8),
-    4: IntegerType(16, Signedness.UNSIGNED),
-    5: IntegerType(16),
-    6: IntegerType(32),
-    7: IntegerType(64),
-    9: I1,
-    10: FloatType("f16"),
-    11: FloatType("f64"),
-    12: IntegerType(32, Signedness.UNSIGNED),
-    13: IntegerType(64, Signedness.UNSIGNED),
-    16: FloatType("bf16"),
+    entry.onnx_type: stablehlo_element(entry)
+    for entry in (ELEMENT_TYPES_BY_NAME[name] for name in CAST_TARGETS)
 }
 
 

@@ -15,9 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from qconvert.ir.attributes import DictionaryAttr, IntegerAttr
 from qconvert.ir.core import Operation, Value
-from qconvert.ir.dialects.onnx import absent_positions
+from qconvert.ir.dialects.onnx import absent_positions, op_default_opset
 from qconvert.ir.types import element_type_of
 from qconvert.onnx_semantics import Window, conv_transpose_padding, window_geometry
 
@@ -234,7 +233,7 @@ def lower_softmax(ctx: LoweringContext, op: Operation) -> list[Value]:
     (x,) = ctx.operands(op)
     shape = static_shape(ctx, x, "Softmax's input")
     rank = len(shape)
-    opset = opset_version(op)
+    opset = op_default_opset(op)
     default_axis = -1 if opset >= 13 else 1
     axis = normalize_axis(int(ctx.attribute(op, "axis", default_axis)), rank)  # type: ignore[arg-type]
     if opset >= 13 or axis == rank - 1:
@@ -243,19 +242,6 @@ def lower_softmax(ctx: LoweringContext, op: Operation) -> list[Value]:
     b = ctx.builder
     flat = hlo.reshape(b, x, [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))])
     return [hlo.reshape(b, softmax_last(ctx, flat, 1), shape)]
-
-
-def opset_version(op: Operation) -> int:
-    """The default-domain opset of the module holding `op` (21 when the module does not say)."""
-    parent = op.parent_op()
-    while parent is not None:
-        opsets = parent.attributes.get("onnx.opset_import")
-        if isinstance(opsets, DictionaryAttr):
-            for domain, version in opsets.entries:
-                if domain in ("", "ai.onnx") and isinstance(version, IntegerAttr):
-                    return version.value
-        parent = parent.parent_op()
-    return 21
 
 
 @lowers_folding("onnx.LayerNormalization")

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from qconvert.ir.core import Operation, Value
+from qconvert.ir.dialects.onnx import op_default_opset
 from qconvert.ir.types import I64, FloatType, RankedTensorType, element_type_of
 
 from . import ops as hlo
@@ -33,7 +34,6 @@ from .float32_rounding import rounded_product
 from .lowering import LoweringContext
 from .onnx_fold import lowers_folding, static_shape
 from .onnx_index import first_index_of_extreme
-from .onnx_nn import opset_version
 from .onnx_reduce import reduce_max, reduce_sum
 from .onnx_shape import normalize_axis
 
@@ -138,7 +138,7 @@ def lower_group_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
     if parameter_size == channels:
         y = hlo.reshape(b, normalized, shape)
         return [_scale_and_shift(ctx, y, scale, bias, shape)]
-    if parameter_size == groups and opset_version(op) < 21:
+    if parameter_size == groups and op_default_opset(op) < 21:
         # Opset 18: one scale and bias per group.
         y = hlo.add(
             b,
@@ -156,7 +156,7 @@ def along_axis(
     on x coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])] (default axis 1), as Softmax does."""
     shape = static_shape(ctx, x, f"{op.name}'s input")
     rank = len(shape)
-    opset = opset_version(op)
+    opset = op_default_opset(op)
     axis = normalize_axis(int(ctx.attribute(op, "axis", -1 if opset >= 13 else 1)), rank)  # type: ignore[arg-type]
     if opset >= 13 or axis == rank - 1:
         return function(x, axis)

@@ -25,13 +25,13 @@ import numpy as np
 
 from qconvert import onnx_semantics as semantics
 from qconvert.ir.core import Operation, Value
+from qconvert.ir.dialects.onnx import op_default_opset
 from qconvert.ir.types import F32, I64, FloatType, IntegerType, RankedTensorType, element_type_of
 
 from . import ops as hlo
 from .float32_rounding import rounded_product
 from .lowering import LoweringContext
 from .onnx_fold import constant_input, lowers_folding, static_shape
-from .onnx_nn import opset_version
 
 
 def take(ctx: LoweringContext, x: Value, indices: np.ndarray, axis: int) -> Value:
@@ -209,7 +209,7 @@ def lower_resize(ctx: LoweringContext, op: Operation) -> list[Value]:
     assert x is not None
     input_shape = static_shape(ctx, x, f"{op.name}'s input")
     rank = len(input_shape)
-    opset = opset_version(op)
+    opset = op_default_opset(op)
     is_resize = op.name == "onnx.Resize"
     mode = str(ctx.attribute(op, "mode", "nearest"))
     if mode == "bilinear":  # Upsample-7 spelled linear this way in some exporters

@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 
 from qconvert.ir.core import Operation, Value
+from qconvert.ir.dialects.onnx import op_default_opset
 from qconvert.ir.types import F32, I64, RankedTensorType, element_type_of
 
 from . import ops as hlo
 from .lowering import LoweringContext
 from .onnx_fold import constant_input, lowers_folding, static_shape
-from .onnx_nn import opset_version
 from .onnx_shape import normalize_axis
 
 
@@ -94,7 +94,7 @@ def lower_dft(ctx: LoweringContext, op: Operation) -> list[Value]:
     if element_type_of(x.type) != F32:
         ctx.unsupported(f"DFT of {element_type_of(x.type)}")
     rank = len(shape)
-    if opset_version(op) >= 20:
+    if op_default_opset(op) >= 20:
         given = _constant_int(ctx, op, 2, "DFT's axis")
         axis = normalize_axis(-2 if given is None else given, rank)
     else:

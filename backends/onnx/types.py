@@ -14,6 +14,7 @@ import onnx_ir as ir
 
 from qconvert.errors import InputError
 from qconvert.ir.attributes import Attribute, StringAttr
+from qconvert.ir.dialects.onnx import ELEMENT_TYPES
 from qconvert.ir.quant_types import CalibratedQuantizedType, QuantizedType
 from qconvert.ir.types import (
     DYNAMIC,
@@ -26,22 +27,22 @@ from qconvert.ir.types import (
     element_type_of,
 )
 
+# The contract's element-type table (qconvert/ir/dialects/onnx.py) read backwards, as onnx_ir enums.
 FLOAT_TYPES: dict[str, ir.DataType] = {
-    "f32": ir.DataType.FLOAT,
-    "f16": ir.DataType.FLOAT16,
-    "bf16": ir.DataType.BFLOAT16,
-    "f64": ir.DataType.DOUBLE,
-    "f8E4M3FN": ir.DataType.FLOAT8E4M3FN,
-    "f8E4M3FNUZ": ir.DataType.FLOAT8E4M3FNUZ,
-    "f8E5M2": ir.DataType.FLOAT8E5M2,
-    "f8E5M2FNUZ": ir.DataType.FLOAT8E5M2FNUZ,
-    "f4E2M1FN": ir.DataType.FLOAT4E2M1,
-    "f8E8M0FNU": ir.DataType.FLOAT8E8M0,
+    e.ir_type.name: ir.DataType(e.onnx_type)
+    for e in ELEMENT_TYPES.values()
+    if isinstance(e.ir_type, FloatType)
 }
-SIGNED_INTEGERS = {2: ir.DataType.INT2, 4: ir.DataType.INT4, 8: ir.DataType.INT8, 16: ir.DataType.INT16}
-SIGNED_INTEGERS |= {32: ir.DataType.INT32, 64: ir.DataType.INT64}
-UNSIGNED_INTEGERS = {2: ir.DataType.UINT2, 4: ir.DataType.UINT4, 8: ir.DataType.UINT8}
-UNSIGNED_INTEGERS |= {16: ir.DataType.UINT16, 32: ir.DataType.UINT32, 64: ir.DataType.UINT64}
+SIGNED_INTEGERS: dict[int, ir.DataType] = {
+    e.ir_type.width: ir.DataType(e.onnx_type)
+    for e in ELEMENT_TYPES.values()
+    if isinstance(e.ir_type, IntegerType) and e.name.startswith("int")
+}
+UNSIGNED_INTEGERS: dict[int, ir.DataType] = {
+    e.ir_type.width: ir.DataType(e.onnx_type)
+    for e in ELEMENT_TYPES.values()
+    if isinstance(e.ir_type, IntegerType) and e.is_unsigned_integer
+}
 
 
 SUB_BYTE_INTEGER_DTYPES = frozenset(

@@ -11,10 +11,7 @@ is our IR, printed by our printer (`print_module` / `write_module`); jaxlib pars
 
 from __future__ import annotations
 
-import functools
 import importlib
-import os
-import pkgutil
 from dataclasses import dataclass
 from typing import IO
 
@@ -23,18 +20,45 @@ from qconvert.ir.attributes import DenseElementsAttr, DenseResourceAttr, OpaqueA
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.printer import print_module, write_module
 
-from . import quant, quant_fusion
-from .lowering import Form, Semantics, find_main, lower_module
+from . import onnx_fold, quant, quant_fusion
+from .lowering import Form, LoweringTable, Semantics, find_main, lower_module
+
+LOWERING_MODULES = (
+    "quant",
+    "onnx_contrib",
+    "onnx_einsum",
+    "onnx_elementwise",
+    "onnx_fold",
+    "onnx_grid_sample",
+    "onnx_index",
+    "onnx_integer",
+    "onnx_integer_to_float",
+    "onnx_layout",
+    "onnx_logic",
+    "onnx_math",
+    "onnx_misc",
+    "onnx_nn",
+    "onnx_norm",
+    "onnx_pool_indices",
+    "onnx_qoperator",
+    "onnx_quantized_transformer",
+    "onnx_recurrent",
+    "onnx_reduce",
+    "onnx_reduce_more",
+    "onnx_resize",
+    "onnx_shape",
+    "onnx_spectral",
+)
+"""The modules of this package whose `@lowers` / `@lowers_folding` functions make the StableHLO table (a
+new lowering module is one line here; a test checks that every `onnx_*.py` is listed)."""
 
 
-@functools.cache  # `check` converts one small model per node: list the package once, not each time
-def load_lowerings() -> None:
-    """Import every `onnx_*.py` module of this package, so that their `@lowers` registrations exist."""
-    package = __name__.rpartition(".")[0]
-    folder = os.path.dirname(__file__)
-    for info in pkgutil.iter_modules([folder]):
-        if info.name.startswith("onnx_"):
-            importlib.import_module(f"{package}.{info.name}")
+def stablehlo_lowerings() -> LoweringTable:
+    """A new table of every StableHLO lowering (quant casts, ONNX ops), folding by `onnx_fold.fold`."""
+    table = LoweringTable(folder=onnx_fold.fold)
+    for name in LOWERING_MODULES:
+        table.add_module(importlib.import_module(f"{__package__}.{name}"))
+    return table
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +76,7 @@ def convert_to_stablehlo(
     *,
     inline_weights: bool = False,
     fuse_arithmetic: bool = False,
+    lowerings: LoweringTable | None = None,
 ) -> ModuleOp:
     """A new module holding `@main` as `stablehlo.*` ops in `form` (quantized, integer, qdq).
 
@@ -59,10 +84,16 @@ def convert_to_stablehlo(
     everywhere. `inline_weights=True` writes `dense_resource` weights inline as `dense<"0x...">`, which
     the engines need (XLA refuses dense_resource; the interpreter misreads blobs parsed from text).
     `fuse_arithmetic=True` (quantized form) also fuses add / dot_general / convolution (quant_fusion.py).
+    `lowerings` is the table to lower with (default: `stablehlo_lowerings()`).
     Raises InputError listing every op that cannot be lowered.
     """
     converted, _ = convert_with_stats(
-        module, form, semantics, inline_weights=inline_weights, fuse_arithmetic=fuse_arithmetic
+        module,
+        form,
+        semantics,
+        inline_weights=inline_weights,
+        fuse_arithmetic=fuse_arithmetic,
+        lowerings=lowerings,
     )
     return converted
 
@@ -74,11 +105,12 @@ def convert_with_stats(
     *,
     inline_weights: bool = False,
     fuse_arithmetic: bool = False,
+    lowerings: LoweringTable | None = None,
 ) -> tuple[ModuleOp, ConversionStats]:
     """`convert_to_stablehlo` and what it did."""
-    load_lowerings()
     form, semantics = Form(form), Semantics(semantics)
-    converted, context = lower_module(module, form, semantics, inline_weights=inline_weights)
+    table = lowerings if lowerings is not None else stablehlo_lowerings()
+    converted, context = lower_module(module, table, form, semantics, inline_weights=inline_weights)
     ops = find_main(converted).body.ops
     fused = 0
     if form is Form.QUANTIZED and fuse_arithmetic:
@@ -98,10 +130,16 @@ def stablehlo_text(
     *,
     inline_weights: bool = False,
     fuse_arithmetic: bool = False,
+    lowerings: LoweringTable | None = None,
 ) -> str:
     """The MLIR text of `convert_to_stablehlo(...)` (weights as a `dense_resource` section unless inlined)."""
     converted = convert_to_stablehlo(
-        module, form, semantics, inline_weights=inline_weights, fuse_arithmetic=fuse_arithmetic
+        module,
+        form,
+        semantics,
+        inline_weights=inline_weights,
+        fuse_arithmetic=fuse_arithmetic,
+        lowerings=lowerings,
     )
     return print_module(converted)
 

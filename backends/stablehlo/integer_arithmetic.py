@@ -24,8 +24,7 @@ from qconvert.ir.quant_types import QuantizedType, uniform_params
 from qconvert.ir.types import F32, I32, IntegerType, RankedTensorType, Signedness, Type, element_type_of
 
 from . import ops as hlo
-from .lowering import LoweringContext, storage_element_type
-from .onnx_fold import static_shape
+from .lowering import LoweringContext, static_shape, storage_element_type
 
 U8 = IntegerType(8, Signedness.UNSIGNED)  # DynamicQuantizeLinear's storage, lookup tables' byte index
 

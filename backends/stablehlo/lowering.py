@@ -8,9 +8,11 @@ ops of a new module, and returns the new values that replace the op's results, i
 
     LoweringFn = Callable[[LoweringContext, Operation], Sequence[Value]]
 
-- Register it with `@lowers("onnx.Add", "onnx.Sub", ...)` in a module `backends/stablehlo/onnx_<group>.py`;
-  `convert.py` imports every `onnx_*.py` of this package, so nothing else needs editing. A name
-  registered twice is a bug (AssertionError at import).
+- Mark it with `@lowers("onnx.Add", "onnx.Sub", ...)` (or an op class) in a module
+  `backends/stablehlo/onnx_<group>.py`; `@lowers_folding(...)` for ONNX ops: the driver then first folds
+  the op when its inputs are constants and requires static input shapes. The decorators register
+  nothing: `convert.stablehlo_lowerings()` builds the table from the modules `convert.LOWERING_MODULES`
+  lists (a new module is one line there). A name in the table twice is a bug (AssertionError).
 - Read inputs with `ctx.operands(op)` (the already-lowered values of the present inputs) or
   `ctx.input(op, position)` (by ONNX input position; None for an absent optional input). Read a
   compile-time input (Reshape's shape, Slice's starts, Gather's indices...) with
@@ -38,7 +40,7 @@ ops of a new module, and returns the new values that replace the op's results, i
   calls `qconvert.numerics` for anything evaluated at conversion time.
 
 A complete example (onnx.Add with numpy-style broadcasting; `tests/backends/stablehlo/test_forms.py`
-registers it under a test name and runs it on jaxlib):
+adds it under a test name to a table of its own and runs it on jaxlib):
 
     from qconvert.backends.stablehlo import ops as hlo
     from qconvert.backends.stablehlo.lowering import LoweringContext, lowers
@@ -47,6 +49,10 @@ registers it under a test name and runs it on jaxlib):
     def lower_add(ctx: LoweringContext, op: Operation) -> list[Value]:
         lhs, rhs = ctx.broadcast_operands(ctx.operands(op), ctx.result_type(op).shape)
         return [hlo.add(ctx.builder, lhs, rhs)]
+
+    table = LoweringTable()
+    table.add("test.Add", lower_add)       # or table.add_module(module), as stablehlo_lowerings() does
+    converted, ctx = lower_module(module, table)
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import ModuleType
 from typing import NoReturn
 
 import numpy as np
@@ -75,6 +82,7 @@ from qconvert.ir.attributes import (
 from qconvert.ir.core import Block, Builder, Operation, Value
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
+from qconvert.ir.dialects.onnx import present_positions
 from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import (
     DYNAMIC,
@@ -92,20 +100,77 @@ from qconvert.problem_groups import NAMES_SHOWN, ProblemGroup, group_problems, l
 from . import ops as hlo
 
 LoweringFn = Callable[["LoweringContext", Operation], Sequence[Value]]
-LOWERINGS: dict[str, LoweringFn] = {}
-"""Op name (`"onnx.Conv"`, `"quant.qcast"`) -> its lowering."""
+Folder = Callable[["LoweringContext", Operation], Sequence[Value] | None]
+"""The values an op's results fold to at conversion time (constants), or None when it does not fold."""
+LoweringKey = str | type[Operation]
+"""What a lowering is registered for: an op name (`"onnx.Conv"`), or an op class (its `name` is used)."""
+_MARK = "__stablehlo_lowers__"
 
 
-def lowers(*names: str) -> Callable[[LoweringFn], LoweringFn]:
-    """Decorator: register the function as the lowering of each op name; a duplicate name is a bug."""
+def _key_name(key: LoweringKey) -> str:
+    return key if isinstance(key, str) else key.name
 
-    def register(function: LoweringFn) -> LoweringFn:
-        for name in names:
-            assert name not in LOWERINGS, f"lowering for {name} registered twice"
-            LOWERINGS[name] = function
-        return function
 
-    return register
+def _mark(function: LoweringFn, keys: Sequence[LoweringKey], folds: bool) -> LoweringFn:
+    marks = getattr(function, _MARK, ())
+    setattr(function, _MARK, (*marks, *((_key_name(key), folds) for key in keys)))
+    return function
+
+
+def lowers(*keys: LoweringKey) -> Callable[[LoweringFn], LoweringFn]:
+    """Decorator: mark the function as the lowering of each op name or class. It registers nothing: the
+    table builder (`convert.stablehlo_lowerings`) collects the marked functions of the modules it lists."""
+    return lambda function: _mark(function, keys, folds=False)
+
+
+def lowers_folding(*keys: LoweringKey) -> Callable[[LoweringFn], LoweringFn]:
+    """`@lowers(...)` for onnx lowerings: the driver first tries the table's folder (constant inputs give
+    constant results, no ops), then requires static shapes of the present inputs, then calls the lowering."""
+    return lambda function: _mark(function, keys, folds=True)
+
+
+@dataclass(frozen=True, slots=True)
+class LoweringRule:
+    """One entry of a table: the lowering, and whether the driver folds and checks shapes before it."""
+
+    function: LoweringFn
+    folds: bool = False
+
+
+class LoweringTable:
+    """Op name -> its lowering rule, built explicitly (`add`, `add_module`); a name added twice is a bug.
+
+    `folder` is what `lowers_folding` rules try first (`onnx_fold.fold` in the StableHLO table).
+    """
+
+    def __init__(self, folder: Folder | None = None) -> None:
+        self.folder = folder
+        self._rules: dict[str, LoweringRule] = {}
+
+    def add(self, key: LoweringKey, function: LoweringFn, *, folds: bool = False) -> None:
+        name = _key_name(key)
+        assert name not in self._rules, f"lowering for {name} registered twice"
+        self._rules[name] = LoweringRule(function, folds)
+
+    def add_module(self, module: ModuleType) -> None:
+        """Add every function `module` defines with a `@lowers` / `@lowers_folding` mark."""
+        for value in vars(module).values():
+            if callable(value) and getattr(value, "__module__", None) == module.__name__:
+                for name, folds in getattr(value, _MARK, ()):
+                    self.add(name, value, folds=folds)
+
+    def replace(self, key: LoweringKey, function: LoweringFn, *, folds: bool = False) -> None:
+        """Swap one rule of a table you built (tests: a broken or an example lowering)."""
+        self._rules[_key_name(key)] = LoweringRule(function, folds)
+
+    def rule(self, name: str) -> LoweringRule | None:
+        return self._rules.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._rules)
+
+    def __contains__(self, key: LoweringKey) -> bool:
+        return _key_name(key) in self._rules
 
 
 class Form(StrEnum):
@@ -332,6 +397,30 @@ class LoweringContext:
         return hlo.constant(self.builder, attribute, result_type)  # type: ignore[arg-type]
 
 
+# Shape guards -----------------------------------------------------------------------------------
+def static_shape(ctx: LoweringContext, value: Value, what: str) -> tuple[int, ...]:
+    """The static shape of a lowered value, or `ctx.unsupported` naming the dynamic dims."""
+    type_ = value.type
+    if not isinstance(type_, RankedTensorType) or not type_.has_static_shape():
+        ctx.unsupported(f"{what} has a dynamic shape {type_}")
+    return type_.shape
+
+
+def source_shape(ctx: LoweringContext, op: Operation, position: int) -> tuple[int, ...]:
+    """The static shape of ONNX input `position`: the source's type, or the lowered value's when only
+    lowering knew it (ONNX infers no shape for some ops, e.g. Slice-1). No value is emitted for it."""
+    source = ctx.source_input(op, position)
+    assert source is not None
+    type_ = source.type
+    lowered = ctx.value_map.get(source)
+    if not _is_static(type_) and lowered is not None:
+        type_ = lowered.type
+    if not isinstance(type_, RankedTensorType) or not type_.has_static_shape():
+        where = f"input #{position} of node '{node_name(op)}'"
+        ctx.unsupported(f"{where} has a dynamic shape {type_}")
+    return type_.shape
+
+
 # Constants ------------------------------------------------------------------------------------
 def numpy_dtype(element_type: Type) -> np.dtype:
     """The numpy dtype of a StableHLO element type (i1 -> bool, ui8 -> uint8, bf16 -> ml_dtypes)."""
@@ -530,6 +619,7 @@ def unsupported_report(
 
 def lower_module(
     module: ModuleOp,
+    table: LoweringTable,
     form: Form = Form.QUANTIZED,
     semantics: Semantics = Semantics.ONNX,
     *,
@@ -537,9 +627,10 @@ def lower_module(
 ) -> tuple[ModuleOp, LoweringContext]:
     """Convert `func.func @main` of a lifted module into a new module of `stablehlo.*` ops.
 
-    Every op is dispatched by name to `LOWERINGS`; every op without a lowering or whose lowering calls
-    `ctx.unsupported` is collected, and one InputError lists them all. Argument and result attributes
-    (`onnx.name`) are kept. The source module is not modified; weights are shared, not copied.
+    Every op is dispatched by name to its rule in `table`: a folding rule first tries the table's folder,
+    then requires static input shapes; every op without a rule or whose lowering calls `ctx.unsupported`
+    is collected, and one InputError lists them all. Argument and result attributes (`onnx.name`) are
+    kept. The source module is not modified; weights are shared, not copied.
     """
     source = find_main(module)
     check_static_inputs(source)
@@ -579,12 +670,19 @@ def lower_module(
             ]
             function.function_type = FunctionType(inputs, tuple(known))
             continue
-        lowering = LOWERINGS.get(op.name)
+        rule = table.rule(op.name)
         has_dynamic_type = not all(_is_static(v.type) for v in [*op.operands, *op.results])
         try:
-            if lowering is None:
+            if rule is None:
                 raise CannotLower("no StableHLO lowering for this op")
-            lowered = list(lowering(context, op))
+            folded = table.folder(context, op) if rule.folds and table.folder is not None else None
+            if folded is not None:
+                lowered = list(folded)
+            else:
+                if rule.folds:
+                    for position in present_positions(op):
+                        source_shape(context, op, position)
+                lowered = list(rule.function(context, op))
             if len(lowered) != len(op.results):
                 raise AssertionError(
                     f"lowering of {op.name} returned {len(lowered)} values for {len(op.results)}"
@@ -598,7 +696,7 @@ def lower_module(
         except CannotLower as error:
             failed = UnsupportedOp(op.name, node_name(op), error.reason)
             # An op whose lowering exists but fails on a dynamic shape is one of a kind: reported once.
-            (dynamic_failures if has_dynamic_type and lowering is not None else failures).append(failed)
+            (dynamic_failures if has_dynamic_type and rule is not None else failures).append(failed)
             # Placeholders of the right type let the walk go on, so every unsupported op is reported.
             lowered = [Value(context.convert_type(r.type)) for r in op.results]
         for old, new in zip(op.results, lowered, strict=True):

@@ -14,17 +14,19 @@ compare with onnxruntime's: numpy's transcendental functions would be a third op
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import numpy as np
 
 from qconvert.errors import InputError
 from qconvert.ir.attributes import DenseElementsAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.builtin import ModuleOp
-from qconvert.ir.types import IntegerType, RankedTensorType, Signedness, Type, element_type_of
+from qconvert.ir.dialects.onnx import present_positions
+from qconvert.ir.types import IntegerType, Signedness, Type, element_type_of
 
-from .lowering import LoweringContext, LoweringFn, lowers, node_name
+from .lowering import LoweringContext, lowers, lowers_folding, source_shape, static_shape
+
+# `lowers_folding` and the shape guards moved to lowering.py; the onnx_* modules still import them here.
+__all__ = ["constant_input", "fold", "lowers_folding", "source_shape", "static_shape"]
 
 # Float-valued ops whose reference result is bit-exact (no rounding, or one IEEE operation per element).
 EXACT_FLOAT_FOLDS = frozenset(
@@ -83,16 +85,6 @@ def constant_input(ctx: LoweringContext, op: Operation, position: int) -> np.nda
     return np.asarray(attribute.array) if isinstance(attribute, DenseElementsAttr) else None
 
 
-def present_positions(ctx: LoweringContext, op: Operation) -> list[int]:
-    """The ONNX input positions of `op` that are present."""
-    positions, position = [], 0
-    while len(positions) < len(op.operands):
-        if ctx.source_input(op, position) is not None:
-            positions.append(position)
-        position += 1
-    return positions
-
-
 def _module_of(op: Operation) -> ModuleOp | None:
     parent = op.parent_op()
     while parent is not None and not isinstance(parent, ModuleOp):
@@ -110,7 +102,7 @@ def fold(ctx: LoweringContext, op: Operation) -> list[Value] | None:
     """The op's results as constants when all its inputs are known and folding it is exact, else None."""
     if not _foldable(op):
         return None
-    positions = present_positions(ctx, op)
+    positions = present_positions(op)
     if any(_known_producer(ctx, op, p) is None for p in positions):
         return None  # checked before any weight is read
     arrays = [constant_input(ctx, op, p) for p in positions]
@@ -131,54 +123,6 @@ def fold(ctx: LoweringContext, op: Operation) -> list[Value] | None:
             element = IntegerType(element.width, Signedness.UNSIGNED)
         values.append(ctx.constant(array, element))
     return values
-
-
-def lowers_folding(*names: str) -> Callable[[LoweringFn], LoweringFn]:
-    """`@lowers(...)` for the onnx lowerings of this package: tries `fold` first (constant inputs give
-    constant results, no ops), then requires static operand shapes before calling the lowering."""
-
-    def register(function: LoweringFn) -> LoweringFn:
-        def lowering(ctx: LoweringContext, op: Operation) -> Sequence[Value]:
-            folded = fold(ctx, op)
-            if folded is not None:
-                return folded
-            for position in present_positions(ctx, op):
-                source_shape(ctx, op, position)
-            return function(ctx, op)
-
-        lowering.__name__ = function.__name__
-        lowering.__doc__ = function.__doc__
-        lowers(*names)(lowering)
-        return function
-
-    return register
-
-
-def static_shape(ctx: LoweringContext, value: Value, what: str) -> tuple[int, ...]:
-    """The static shape of a lowered value, or `ctx.unsupported` naming the dynamic dims."""
-    type_ = value.type
-    if not isinstance(type_, RankedTensorType) or not type_.has_static_shape():
-        ctx.unsupported(f"{what} has a dynamic shape {type_}")
-    return type_.shape
-
-
-def _static(type_: object) -> bool:
-    return isinstance(type_, RankedTensorType) and type_.has_static_shape()
-
-
-def source_shape(ctx: LoweringContext, op: Operation, position: int) -> tuple[int, ...]:
-    """The static shape of ONNX input `position`: the source's type, or the lowered value's when only
-    lowering knew it (ONNX infers no shape for some ops, e.g. Slice-1). No value is emitted for it."""
-    source = ctx.source_input(op, position)
-    assert source is not None
-    type_ = source.type
-    lowered = ctx.value_map.get(source)
-    if not _static(type_) and lowered is not None:
-        type_ = lowered.type
-    if not isinstance(type_, RankedTensorType) or not type_.has_static_shape():
-        where = f"input #{position} of node '{node_name(op)}'"
-        ctx.unsupported(f"{where} has a dynamic shape {type_}")
-    return type_.shape
 
 
 # Shape queries: always constant for static shapes ------------------------------------------------

@@ -433,14 +433,18 @@ def test_a_bug_in_a_lowering_is_exit_3_after_the_report(
     a script keyed on exit codes could not tell a bug from an unsupported op)."""
     require_module("jax")
     from qconvert.backends.stablehlo import convert as stablehlo_convert
-    from qconvert.backends.stablehlo import lowering
 
-    stablehlo_convert.load_lowerings()
+    stablehlo_lowerings = stablehlo_convert.stablehlo_lowerings
 
     def broken(*arguments: object, **keywords: object) -> object:
         raise RuntimeError("a deliberately broken lowering")
 
-    monkeypatch.setitem(lowering.LOWERINGS, "onnx.Relu", broken)
+    def broken_relu_table() -> object:
+        table = stablehlo_lowerings()
+        table.replace("onnx.Relu", broken)  # type: ignore[arg-type]
+        return table
+
+    monkeypatch.setattr(stablehlo_convert, "stablehlo_lowerings", broken_relu_table)
     graph = helper.make_graph(
         [
             helper.make_node("Relu", ["x"], ["r"], name="relu"),

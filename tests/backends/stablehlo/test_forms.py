@@ -18,6 +18,7 @@ import pytest
 from conftest import require_module
 from onnx import TensorProto, helper, numpy_helper
 
+from qconvert.backends.stablehlo.lowering import LoweringTable
 from qconvert.errors import InputError
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.parser import ParserOptions, parse_module
@@ -54,18 +55,20 @@ def convert_text(model: onnx.ModelProto, form: str, semantics: str = "onnx") -> 
 
 
 # The framework ------------------------------------------------------------------------------------------
-def register_example_add() -> None:
-    """The example of lowering.py's docstring, registered under a test-only name."""
+def example_table() -> LoweringTable:
+    """The StableHLO table with the example of lowering.py's docstring added under a test-only name (a
+    table of this test's own: nothing is registered anywhere else)."""
     from qconvert.backends.stablehlo import ops as hlo
-    from qconvert.backends.stablehlo.lowering import LOWERINGS, LoweringContext, lowers
+    from qconvert.backends.stablehlo.convert import stablehlo_lowerings
+    from qconvert.backends.stablehlo.lowering import LoweringContext
 
-    if "test.Add" in LOWERINGS:
-        return
-
-    @lowers("test.Add")
     def lower_add(ctx: LoweringContext, op: Operation) -> list[Value]:
         lhs, rhs = ctx.broadcast_operands(ctx.operands(op), ctx.result_type(op).shape)
         return [hlo.add(ctx.builder, lhs, rhs)]
+
+    table = stablehlo_lowerings()
+    table.add("test.Add", lower_add)
+    return table
 
 
 BROADCAST_ADD = """
@@ -83,8 +86,7 @@ func.func @main(%a: tensor<2x3xf32> {onnx.name = "a"}, %b: tensor<3xf32>)
 def test_example_lowering_broadcasts_like_numpy(run: ModuleType, engine: str) -> None:
     from qconvert.backends.stablehlo.convert import convert_to_stablehlo
 
-    register_example_add()
-    text = print_module(convert_to_stablehlo(parse_module(BROADCAST_ADD)))
+    text = print_module(convert_to_stablehlo(parse_module(BROADCAST_ADD), lowerings=example_table()))
     assert '{onnx.name = "a"}' in text and '{onnx.name = "y"}' in text
     assert "tensor<1xi64>" not in text  # a constant no lowering used is not emitted
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -96,7 +98,6 @@ def test_example_lowering_broadcasts_like_numpy(run: ModuleType, engine: str) ->
 def test_every_unsupported_op_is_listed_at_once() -> None:
     from qconvert.backends.stablehlo.convert import convert_to_stablehlo
 
-    register_example_add()
     text = BROADCAST_ADD.replace(
         "  return %1",
         '  %2 = "onnx.NoSuchOp"(%1) {onnx.node_name = "first"} : (tensor<2x3xf32>) -> tensor<2x3xf32>\n'
@@ -104,10 +105,39 @@ def test_every_unsupported_op_is_listed_at_once() -> None:
         "  return %1",
     )
     with pytest.raises(InputError) as error:
-        convert_to_stablehlo(parse_module(text, options=ParserOptions(allow_unregistered_dialect=True)))
+        options = ParserOptions(allow_unregistered_dialect=True)
+        convert_to_stablehlo(parse_module(text, options=options), lowerings=example_table())
     message = str(error.value)
     assert "2 unsupported op(s)" in message
     assert "onnx.NoSuchOp (node 'first')" in message and "onnx.OtherOp (node 'second')" in message
+
+
+def test_tables_are_built_explicitly_from_the_listed_modules() -> None:
+    """Every onnx_*.py of the package is listed (a module left out would silently lower nothing); a table
+    is new each time, so adding to one (the example's) leaves the next one as it was."""
+    from qconvert.backends.stablehlo import convert
+
+    package = Path(convert.__file__).parent
+    on_disk = {path.stem for path in package.glob("onnx_*.py")}
+    assert on_disk <= set(convert.LOWERING_MODULES)
+    assert "test.Add" in example_table()
+    fresh = convert.stablehlo_lowerings()
+    assert "test.Add" not in fresh and "onnx.Conv" in fresh and "quant.qcast" in fresh
+    conv, qcast = fresh.rule("onnx.Conv"), fresh.rule("quant.qcast")
+    assert conv is not None and conv.folds and qcast is not None and not qcast.folds
+
+
+def test_a_table_keys_by_op_class_and_refuses_a_name_twice() -> None:
+    from qconvert.ir.dialects.quant import QuantizeCastOp
+
+    def lowering(ctx: object, op: Operation) -> list[Value]:
+        return []
+
+    table = LoweringTable()
+    table.add(QuantizeCastOp, lowering)
+    assert "quant.qcast" in table and QuantizeCastOp in table
+    with pytest.raises(AssertionError, match="registered twice"):
+        table.add("quant.qcast", lowering)
 
 
 # Quantize / dequantize models ------------------------------------------------------------------------------

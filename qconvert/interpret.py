@@ -6,7 +6,7 @@
   for integer storage, `x / s` in f32 as onnxruntime computes it (f16 / bf16 upcast first); float
   storage honours the op's `saturate` attribute (default true, as ONNX's);
 - `quant.dcast`: `numerics.dequantize(q, params, Rounding.ONNX)`;
-- `quant.scast` and `"qconvert.storage_cast"`: reinterpretation; the array is held in the storage
+- `quant.scast` and `qconvert.storage_cast`: reinterpretation; the array is held in the storage
   container (`numerics.integer_storage_dtype`: uint8 for `u8`, ml_dtypes.int4 for `i4`, ...) while
   quantized, and returned as that container when cast back to the storage tensor;
 - `arith.constant`: its dense array (`onnx.elem_type` restores an unsigned ONNX type the signless IR
@@ -70,7 +70,26 @@ from qconvert.ir.dialects.onnx import (
     op_domain,
     opset_imports,
 )
-from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
+from qconvert.ir.dialects.qconvert import (
+    STORAGE_CASTS,
+    ConvIntegerOp,
+    DynamicQuantizeLinearOp,
+    DynamicQuantizeMatMulOp,
+    MatMulIntegerOp,
+    QGemmOp,
+    QLinearAddOp,
+    QLinearAveragePoolOp,
+    QLinearConcatOp,
+    QLinearConvOp,
+    QLinearGlobalAveragePoolOp,
+    QLinearLeakyReluOp,
+    QLinearMatMulOp,
+    QLinearMulOp,
+    QLinearSigmoidOp,
+    QLinearSoftmaxOp,
+    QOperatorOp,
+)
+from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
 from qconvert.ir.quant_types import (
     QuantizedType,
     uniform_params,
@@ -103,7 +122,6 @@ ONNX_KERNELS.update(INTEGER_TO_FLOAT_KERNELS)
 # com.microsoft Gelu / SkipLayerNormalization / Attention ... of onnxruntime's transformer optimizer.
 ONNX_KERNELS.update(CONTRIB_KERNELS)
 
-FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the float-storage scast of frontends/onnx/lift.py
 # The unsigned types an `onnx.elem_type` restores on a constant, by ONNX name.
 ONNX_DTYPES: dict[str, np.dtype] = {
     name: entry.dtype for name, entry in ELEMENT_TYPES_BY_NAME.items() if entry.is_unsigned_integer
@@ -184,9 +202,9 @@ class Interpreter:
         if isinstance(op, DequantizeCastOp):
             quant_type = element_type_of(op.input.type)
             return [dequantize(operands[0], uniform_params(quant_type), Rounding.ONNX)]  # type: ignore[arg-type]
-        if isinstance(op, StorageCastOp) or op.name == FLOAT_STORAGE_CAST:
+        if isinstance(op, STORAGE_CASTS):
             return [reinterpret(operands[0], op)]
-        kernel = QOPERATOR_KERNELS.get(op.name)
+        kernel = QOPERATOR_KERNELS.get(type(op))  # type: ignore[arg-type]
         if kernel is not None:
             return kernel(op, operands)
         if op.name.startswith("onnx."):
@@ -427,7 +445,7 @@ def _qlinear_binary(op: Operation, operands: list[np.ndarray]) -> list[np.ndarra
     b_scale, b_zero = _scalar(pb, "input B")
     c_scale, c_zero = _scalar(pc, "output C")
     a, b = np.broadcast_arrays(operands[0], operands[1])
-    if op.name == "qconvert.qlinear_mul":
+    if isinstance(op, QLinearMulOp):
         return [
             numerics.qlinear_mul_mlas(
                 a, a_scale, a_zero, b, b_scale, b_zero, c_scale, c_zero, pc.storage_dtype
@@ -581,22 +599,23 @@ def _dynamic_quantize_matmul(op: Operation, operands: list[np.ndarray]) -> list[
     return [y]
 
 
-QOPERATOR_KERNELS: dict[str, Kernel] = {
-    "qconvert.qlinear_conv": _qlinear_conv,
-    "qconvert.conv_integer": _conv_integer,
-    "qconvert.qlinear_matmul": _qlinear_matmul,
-    "qconvert.matmul_integer": _matmul_integer,
-    "qconvert.qlinear_add": _qlinear_binary,
-    "qconvert.qlinear_mul": _qlinear_binary,
-    "qconvert.qlinear_sigmoid": _qlinear_sigmoid,
-    "qconvert.qlinear_leaky_relu": _qlinear_leaky_relu,
-    "qconvert.qlinear_softmax": _qlinear_softmax,
-    "qconvert.qlinear_concat": _qlinear_concat,
-    "qconvert.qlinear_global_average_pool": _qlinear_global_average_pool,
-    "qconvert.qlinear_average_pool": _qlinear_average_pool,
-    "qconvert.qgemm": _qgemm,
-    "qconvert.dynamic_quantize_linear": _dynamic_quantize_linear,
-    "qconvert.dynamic_quantize_matmul": _dynamic_quantize_matmul,
+# The kernel of each op of the qconvert dialect's QOperator ops, by op class.
+QOPERATOR_KERNELS: dict[type[QOperatorOp], Kernel] = {
+    QLinearConvOp: _qlinear_conv,
+    ConvIntegerOp: _conv_integer,
+    QLinearMatMulOp: _qlinear_matmul,
+    MatMulIntegerOp: _matmul_integer,
+    QLinearAddOp: _qlinear_binary,
+    QLinearMulOp: _qlinear_binary,
+    QLinearSigmoidOp: _qlinear_sigmoid,
+    QLinearLeakyReluOp: _qlinear_leaky_relu,
+    QLinearSoftmaxOp: _qlinear_softmax,
+    QLinearConcatOp: _qlinear_concat,
+    QLinearGlobalAveragePoolOp: _qlinear_global_average_pool,
+    QLinearAveragePoolOp: _qlinear_average_pool,
+    QGemmOp: _qgemm,
+    DynamicQuantizeLinearOp: _dynamic_quantize_linear,
+    DynamicQuantizeMatMulOp: _dynamic_quantize_matmul,
 }
 
 

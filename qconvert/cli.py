@@ -9,6 +9,7 @@ import sys
 import typer
 
 from qconvert import opt as opt_command
+from qconvert.backends import REGISTRY, option_help
 from qconvert.errors import QConvertError
 
 INTERNAL_ERROR = 3
@@ -84,6 +85,26 @@ def main(argv: list[str] | None = None) -> int:
         if on_main_thread:
             signal.signal(signal.SIGTERM, previous_handler)
     return 0
+
+
+def _targets_help() -> str:
+    """`--to`'s help, from the backend registry: `target: stablehlo (StableHLO MLIR text), onnx (...)`."""
+    return "target: " + ", ".join(f"{backend.name} ({backend.summary})" for backend in REGISTRY)
+
+
+def _engines_help() -> str:
+    """`check --engine`'s help, from the registry: `stablehlo: interpreter | xla (default xla)`."""
+    return "; ".join(
+        f"{backend.name}: {' | '.join(backend.engines)} (default {backend.default_engine})"
+        for backend in REGISTRY
+        if backend.engines
+    )
+
+
+def _check_backends_help() -> str:
+    """`check --backend`'s help: the interpreter, and every registered backend with engines."""
+    runners = [backend.name for backend in REGISTRY if backend.engines]
+    return "interpreter (the lifted IR, default) or " + " / ".join(runners)
 
 
 def _parse_input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
@@ -175,21 +196,17 @@ def import_command(
 @app.command("convert")
 def convert_command(
     model: str = typer.Argument(..., help="ONNX model file (external data next to it)"),
-    to: str = typer.Option("stablehlo", "--to", help="target: stablehlo, or onnx (a QDQ model; needs -o)"),
-    form: str = typer.Option("quantized", "--form", help="stablehlo: quantized, integer or qdq"),
-    semantics: str = typer.Option("onnx", "--semantics", help="quantize rounding: onnx (exact) or stablehlo"),
+    to: str = typer.Option("stablehlo", "--to", help=_targets_help()),
+    form: str | None = typer.Option(None, "--form", help=option_help("form")),
+    semantics: str | None = typer.Option(None, "--semantics", help=option_help("semantics")),
     output: str = typer.Option("-", "-o", "--output", help="output .mlir file ('-' for stdout)"),
     input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
-    elide_weights: bool = typer.Option(False, "--elide-weights", help="weights as dense_resource<...>"),
-    inline_weights: bool = typer.Option(
-        False, "--inline-weights", help='weights inline as dense<"0x..."> (XLA refuses dense_resource)'
-    ),
-    fuse_arithmetic: bool = typer.Option(
-        False, "--fuse-arithmetic", help="quantized form: also fuse add, dot_general, convolution"
-    ),
+    elide_weights: bool = typer.Option(False, "--elide-weights", help=option_help("elide_weights")),
+    inline_weights: bool = typer.Option(False, "--inline-weights", help=option_help("inline_weights")),
+    fuse_arithmetic: bool = typer.Option(False, "--fuse-arithmetic", help=option_help("fuse_arithmetic")),
 ) -> None:
-    """Convert an ONNX model to StableHLO MLIR text (or write it back as ONNX); every op that cannot be
-    lowered is listed (exit 2)."""
+    """Convert an ONNX model with a backend (`--to`: StableHLO MLIR text, or back to ONNX); every op that
+    cannot be lowered is listed (exit 2). The backend options a backend does not take are refused."""
     from qconvert.convert import convert, write
 
     _check_output(output, model)
@@ -237,14 +254,12 @@ def check_command(
     allow_not_run: bool = typer.Option(
         False, "--allow-not-run", help="accept nodes or outputs not run (else INCOMPLETE, exit 1)"
     ),
-    backend: str = typer.Option("interpreter", "--backend", help="interpreter (the lifted IR) or stablehlo"),
-    engine: str | None = typer.Option(None, "--engine", help="stablehlo: interpreter or xla (default xla)"),
-    form: str | None = typer.Option(None, "--form", help="stablehlo: quantized (default) or integer"),
-    semantics: str | None = typer.Option(
-        None, "--semantics", help="stablehlo: onnx (default) or stablehlo rounding for quantize"
-    ),
+    backend: str = typer.Option("interpreter", "--backend", help=_check_backends_help()),
+    engine: str | None = typer.Option(None, "--engine", help=_engines_help()),
+    form: str | None = typer.Option(None, "--form", help=option_help("form") + " (check: not qdq)"),
+    semantics: str | None = typer.Option(None, "--semantics", help=option_help("semantics")),
     fuse_arithmetic: bool = typer.Option(
-        False, "--fuse-arithmetic", help="stablehlo, quantized form: also fuse and check add/dot/conv groups"
+        False, "--fuse-arithmetic", help=option_help("fuse_arithmetic") + ", each fused group checked"
     ),
     json_path: str | None = typer.Option(None, "--json", help="write the report as JSON to this path"),
     atol: float | None = typer.Option(None, "--atol", help="end to end: |ours - ref| <= atol + rtol |ref|"),

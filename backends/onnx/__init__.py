@@ -17,7 +17,46 @@ ops of other dialects (`stablehlo.add`), storage ONNX lacks (i3, u32, ...), bloc
 elided weights.
 """
 
-from .save import save_onnx
-from .write import build_model, write_onnx
+from __future__ import annotations
 
-__all__ = ["build_model", "save_onnx", "write_onnx"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backend import BACKEND, OnnxBackend, OnnxOptions
+    from .save import save_onnx
+    from .types import UnwritableType, data_type, shape_of
+    from .write import build_model, write_onnx
+
+# Public name -> (module of this package, its name there); loaded on first use, so that the registry
+# and the CLI's help read `BACKEND` without importing onnx.
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "BACKEND": ("backend", "BACKEND"),
+    "OnnxBackend": ("backend", "OnnxBackend"),
+    "OnnxOptions": ("backend", "OnnxOptions"),
+    "save_onnx": ("save", "save_onnx"),
+    "UnwritableType": ("types", "UnwritableType"),
+    "data_type": ("types", "data_type"),
+    "shape_of": ("types", "shape_of"),
+    "build_model": ("write", "build_model"),
+    "write_onnx": ("write", "write_onnx"),
+}
+
+__all__ = [
+    "BACKEND",
+    "OnnxBackend",
+    "OnnxOptions",
+    "UnwritableType",
+    "build_model",
+    "data_type",
+    "save_onnx",
+    "shape_of",
+    "write_onnx",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = _EXPORTS[name]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), attribute)

@@ -1,1 +1,85 @@
-"""StableHLO backend: lower the IR to StableHLO text (quantized, integer or qdq form), run it via jaxlib."""
+"""StableHLO backend: lower the IR to StableHLO text (quantized, integer or qdq form), run it via jaxlib.
+
+The public face of the backend; other packages (and a backend that builds on this one) import only these
+names, never a module of this package:
+
+    from qconvert.backends.stablehlo import convert_to_stablehlo, run_stablehlo, write_stablehlo
+    converted = convert_to_stablehlo(module, Form.INTEGER, Semantics.ONNX, inline_weights=True)
+    outputs = run_stablehlo(print_module(converted), [x], engine="xla")
+
+`BACKEND` is the object `qconvert.backends` registers (options, convert, write, check runner). Importing
+the package is cheap: each name loads its module on first use (jax only with the runner). `run` is
+the runner's module (run.py), so its `run` function is exported as `run_stablehlo`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backend import BACKEND, ENGINE_NAMES, StableHLOBackend, StableHLOOptions
+    from .check import StableHLOCheckRunner
+    from .convert import (
+        ConversionStats,
+        convert_to_stablehlo,
+        convert_with_stats,
+        elide_weights,
+        stablehlo_text,
+        write_stablehlo,
+    )
+    from .lowering import Form, Semantics
+    from .quant import predicted_mismatches
+    from .run import EngineError, legalize_quant_to_math, verify
+    from .run import run as run_stablehlo
+
+# Public name -> (module of this package, its name there).
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "BACKEND": ("backend", "BACKEND"),
+    "ENGINE_NAMES": ("backend", "ENGINE_NAMES"),
+    "StableHLOBackend": ("backend", "StableHLOBackend"),
+    "StableHLOOptions": ("backend", "StableHLOOptions"),
+    "StableHLOCheckRunner": ("check", "StableHLOCheckRunner"),
+    "ConversionStats": ("convert", "ConversionStats"),
+    "convert_to_stablehlo": ("convert", "convert_to_stablehlo"),
+    "convert_with_stats": ("convert", "convert_with_stats"),
+    "elide_weights": ("convert", "elide_weights"),
+    "stablehlo_text": ("convert", "stablehlo_text"),
+    "write_stablehlo": ("convert", "write_stablehlo"),
+    "Form": ("lowering", "Form"),
+    "Semantics": ("lowering", "Semantics"),
+    "predicted_mismatches": ("quant", "predicted_mismatches"),
+    "EngineError": ("run", "EngineError"),
+    "legalize_quant_to_math": ("run", "legalize_quant_to_math"),
+    "run_stablehlo": ("run", "run"),
+    "verify": ("run", "verify"),
+}
+
+__all__ = [
+    "BACKEND",
+    "ConversionStats",
+    "ENGINE_NAMES",
+    "EngineError",
+    "Form",
+    "Semantics",
+    "StableHLOBackend",
+    "StableHLOCheckRunner",
+    "StableHLOOptions",
+    "convert_to_stablehlo",
+    "convert_with_stats",
+    "elide_weights",
+    "legalize_quant_to_math",
+    "predicted_mismatches",
+    "run_stablehlo",
+    "stablehlo_text",
+    "verify",
+    "write_stablehlo",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # A submodule's name (`run`, `ops`) is not an export: `from . import run` still finds the module.
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = _EXPORTS[name]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), attribute)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import helper, version_converter
 
-from qconvert.backends.onnx.types import UnwritableType, data_type, shape_of
+from qconvert.backends.onnx import UnwritableType, data_type, shape_of
 from qconvert.calibrate.tensor_names import CONSTANT_NAME_ATTR
 from qconvert.errors import InputError
 from qconvert.frontends.onnx import import_onnx

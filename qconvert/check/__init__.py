@@ -39,10 +39,10 @@ from onnx import ModelProto, NodeProto, numpy_helper
 
 from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
 from qconvert.check.backends import (
-    BACKENDS,
     CheckBackend,
     InterpreterBackend,
     NotRun,
+    backend_choices,
     make_backend,
     quiet_float_warnings,
 )
@@ -107,12 +107,10 @@ def check(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     show_progress: bool = False,
     engine: str | None = None,
-    form: str | None = None,
-    semantics: str | None = None,
-    fuse_arithmetic: bool = False,
     allow_not_run: bool = False,
     max_samples: int | None = None,
     batch_size: int | None = None,
+    **backend_options: Any,
 ) -> CheckReport:
     """Check `model_path` against onnxruntime: every node per node, and every output end to end.
 
@@ -123,11 +121,13 @@ def check(
     given); or None for seeded random inputs. The per-node check uses the first batch; end to end streams
     every batch, merging the metrics. Dynamic model inputs take their static shapes from the first
     batch's arrays (`input_shapes` fixes them by hand).
-    `engine` (interpreter | xla), `form` (quantized | integer) and `semantics` (onnx | stablehlo) choose
-    how the stablehlo backend runs (defaults xla, quantized, onnx); the interpreter backend takes none.
-    `fuse_arithmetic` (stablehlo, quantized form): the conversion also fuses add / dot_general /
-    convolution, and each such fused `DequantizeLinear* -> Conv/MatMul/Gemm/Add -> QuantizeLinear` group
-    is a layer of its own in the per-node verdict.
+    `backend`: `interpreter`, or a backend of `qconvert.backends` that has engines; `engine` and
+    `backend_options` (None or False: not given) choose how it runs, e.g. stablehlo's `engine`
+    (interpreter | xla), `form` (quantized | integer), `semantics` (onnx | stablehlo), defaults xla,
+    quantized, onnx; the interpreter backend takes none. `fuse_arithmetic` (stablehlo, quantized form):
+    the conversion also fuses add / dot_general / convolution, and each such fused
+    `DequantizeLinear* -> Conv/MatMul/Gemm/Add -> QuantizeLinear` group is a layer of its own in the
+    per-node verdict.
     `allow_not_run`: accept nodes or outputs that were not run (verdict "PASSED (N not run, accepted)"
     instead of INCOMPLETE). `show_progress` draws progress bars on stderr. Raises `InputError` for a bad
     model, bad inputs, an unknown backend or an option the backend does not take.
@@ -135,7 +135,7 @@ def check(
     from qconvert.frontends.onnx.load import load, override_input_shapes, read_model
 
     tolerances = tolerances or Tolerances()
-    runner = make_backend(backend, engine, form, semantics, fuse_arithmetic)
+    runner = make_backend(backend, engine, **backend_options)
     if max_samples is not None and max_samples < 1:
         raise InputError(f"--max-samples {max_samples}: expected 1 or more")
     header, _ = read_model(model_path)
@@ -203,7 +203,7 @@ def check(
     for case in cases:
         if runner.keep_case(case):
             report.layers[case.name] = judged.get(case.name) or case.result()
-    if fuse_arithmetic:
+    if backend_options.get("fuse_arithmetic"):  # the stablehlo runner fused arithmetic groups as cases
         report.notes.append(_arithmetic_note(cases, report))
     del cases, runnable, judged
 
@@ -554,7 +554,6 @@ def _progress(enabled: bool) -> Any:
 
 
 __all__ = [
-    "BACKENDS",
     "EVALUATED_BY_NUMERICS",
     "EVALUATED_BY_REFERENCE",
     "FAIL",
@@ -568,6 +567,7 @@ __all__ = [
     "LayerResult",
     "OutputResult",
     "Tolerances",
+    "backend_choices",
     "broadcast_scale",
     "check",
     "compare",

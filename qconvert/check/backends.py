@@ -7,8 +7,10 @@ reason, never passed.
 - `interpreter`: the lifted IR on qconvert's own interpreter (`qconvert.interpret`): every case side by
   side in one module (one lift, one run; lifting a few hundred one-node models costs more than running
   them); should that module fail, each case runs alone and says why.
-- `stablehlo`: the lifted IR converted to StableHLO (`--form`, `--semantics`) and run on jaxlib's
-  reference interpreter or XLA:CPU (`--engine`); see `stablehlo.py`.
+- every backend of `qconvert.backends` with engines (`stablehlo`: the lifted IR converted to StableHLO,
+  `--form`, `--semantics`, run on jaxlib's reference interpreter or XLA:CPU, `--engine`): its
+  `check_runner`, which lives beside the backend (backends/stablehlo/check.py). Check owns judging;
+  the backends own running.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import contextlib
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from onnx import ModelProto
@@ -31,10 +33,10 @@ from qconvert.check.report import (
 )
 from qconvert.errors import InputError
 
-BACKENDS = ("interpreter", "stablehlo")
-ENGINES = ("interpreter", "xla")
-FORMS = ("quantized", "integer")
-SEMANTICS = ("onnx", "stablehlo")
+if TYPE_CHECKING:
+    from qconvert.ir.dialects.builtin import ModuleOp
+
+INTERPRETER = "interpreter"  # check's own runner: the lifted IR on qconvert.interpret
 
 
 class NotRun(Exception):
@@ -106,13 +108,12 @@ def quiet_float_warnings() -> Iterator[None]:
 
 def evaluated_by_op(module: Any) -> dict[str, str]:
     """Side by side: case prefix (`c12/`) -> what evaluated the case (generic if any op of it is)."""
-    from qconvert.interpret import _main
+    from qconvert.ir.dialects.onnx import main_function, node_name
 
     found: dict[str, str] = {}
-    for op in _main(module).body.ops:
-        name = op.attributes.get("onnx.node_name")
-        text = getattr(name, "value", None)
-        if not isinstance(text, str) or "/" not in text:
+    for op in main_function(module, "to interpret").body.ops:
+        text = node_name(op)
+        if text is None or "/" not in text:
             continue
         prefix = text[: text.index("/") + 1]
         if op.name.startswith("onnx."):
@@ -124,9 +125,9 @@ def evaluated_by_op(module: Any) -> dict[str, str]:
 
 def evaluated_by(module: Any) -> str:
     """Whether the lifted node runs as quant-typed ops, or as a generic `onnx.*` op on onnx's reference."""
-    from qconvert.interpret import _main
+    from qconvert.ir.dialects.onnx import main_function
 
-    generic = any(op.name.startswith("onnx.") for op in _main(module).body.ops)
+    generic = any(op.name.startswith("onnx.") for op in main_function(module, "to interpret").body.ops)
     return EVALUATED_BY_REFERENCE if generic else EVALUATED_BY_NUMERICS
 
 
@@ -226,39 +227,36 @@ class InterpreterBackend:
         return run
 
 
-def make_backend(
-    backend: str,
-    engine: str | None = None,
-    form: str | None = None,
-    semantics: str | None = None,
-    fuse_arithmetic: bool = False,
-) -> CheckBackend:
-    """The backend named `backend`; InputError for an unknown name or an option it does not take
-    (`fuse_arithmetic` only in the stablehlo backend's quantized form: the integer form fuses nothing)."""
-    if backend not in BACKENDS:
-        raise InputError(f"unknown backend '{backend}'; available: {', '.join(BACKENDS)}")
-    if backend == "interpreter":
-        given = [f"--{n} {v}" for n, v in (("engine", engine), ("form", form), ("semantics", semantics)) if v]
-        given += ["--fuse-arithmetic"] if fuse_arithmetic else []
-        if given:
-            raise InputError(f"{', '.join(given)}: only the stablehlo backend takes these options")
-        return InterpreterBackend()
-    for option, value, allowed in (
-        ("engine", engine, ENGINES),
-        ("form", form, FORMS),
-        ("semantics", semantics, SEMANTICS),
-    ):
-        if value is not None and value not in allowed:
-            raise InputError(f"unknown --{option} '{value}'; available: {', '.join(allowed)}")
-    if fuse_arithmetic and form == "integer":
-        raise InputError(
-            "--fuse-arithmetic fuses quantized ops: it takes the quantized form, not --form integer"
-        )
-    from qconvert.check.stablehlo import StableHLOBackend
+def lift_inline(model: ModelProto) -> ModuleOp:
+    """A case's model lifted with every weight inline (`dense<...>`): what a backend's runner converts."""
+    from qconvert.frontends.onnx import import_onnx
 
-    return StableHLOBackend(
-        engine=engine or "xla",
-        form=form or "quantized",
-        semantics=semantics or "onnx",
-        fuse_arithmetic=fuse_arithmetic,
-    )
+    return import_onnx(model, resource_threshold=0)
+
+
+def backend_choices() -> tuple[str, ...]:
+    """What `check --backend` takes: the interpreter, and every registered backend that has engines."""
+    from qconvert.backends import REGISTRY
+
+    return (INTERPRETER, *(backend.name for backend in REGISTRY if backend.engines))
+
+
+def make_backend(backend: str, engine: str | None = None, **options: Any) -> CheckBackend:
+    """The check runner of `backend` on `engine` with the backend's `options` (None and False: not given);
+    InputError for an unknown name or an option the backend does not take (its Options' rules too, e.g.
+    `fuse_arithmetic` only in the stablehlo backend's quantized form)."""
+    from qconvert.backends import described, get_backend, given_options, parse_options
+
+    choices = backend_choices()
+    if backend not in choices:
+        raise InputError(f"unknown backend '{backend}'; available: {', '.join(choices)}")
+    if backend == INTERPRETER:
+        given = given_options({"engine": engine, **options})
+        if given:
+            takers = " / ".join(choices[1:])
+            raise InputError(f"{described(given)}: only the {takers} backend takes these options")
+        return InterpreterBackend()
+    chosen = get_backend(backend)
+    runner = chosen.check_runner(parse_options(chosen, options), engine, lift_inline)
+    assert runner is not None, f"backend {backend} has engines but no check runner"
+    return runner

@@ -12,7 +12,7 @@ judged within the float bound of its op family (bounds.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -54,6 +54,9 @@ Q_DQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 # (frontends/onnx/blockwise.py): those inputs stay constants, never fed as weights.
 BLOCK_WEIGHT_OPS = frozenset({"MatMulNBits"})
 SHAPE_LIKE_SIZE = 64  # integer inputs of float nodes up to this size (shapes, axes, pads) are constants
+# Integer ops whose integer data inputs (positions 0 and 1) may be weights; their zero points stay constants.
+INTEGER_WEIGHT_OPS = frozenset({"ConvInteger", "MatMulInteger"})
+FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16})
 INTEGER_TYPES = frozenset(
     {
         TensorProto.BOOL,
@@ -527,3 +530,68 @@ def split_outputs(
         prefix = f"c{index}/"
         split[case.name] = {o.name: results[prefix + o.name] for o in case.model.graph.output}
     return split
+
+
+def weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
+    """Move `model`'s weights out of it (in place) into graph inputs, and return their arrays: inlined as
+    `dense<...>` text they cost minutes to print and parse on a 20 MB model, as arguments nothing. A weight
+    is a float initializer of more than `SHAPE_LIKE_SIZE` elements, or the data input of a Q/DQ node, that
+    only float ops or Q/DQ data inputs read (the IR needs quantization parameters and the inputs of other
+    quantization ops as constants)."""
+    quantization_params: set[str] = set()
+    for node in model.graph.node:
+        for position, name in enumerate(node.input):
+            if is_quantization_node(node) and not (node.op_type in Q_DQ_OPS and position == 0):
+                quantization_params.add(name)
+            if node.op_type in BLOCK_WEIGHT_OPS and position > 0:  # packed weight, scales, zero points
+                quantization_params.add(name)
+            if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+                quantization_params.add(name)  # control flow: leave its operands alone
+    dequantized = {n.input[0] for n in model.graph.node if n.op_type in Q_DQ_OPS and n.input}
+
+    def movable(tensor: TensorProto) -> bool:
+        return tensor.name not in quantization_params and (
+            tensor.name in dequantized
+            or (
+                tensor.data_type in FLOAT_TYPES
+                and int(np.prod(tensor.dims, dtype=np.int64)) > SHAPE_LIKE_SIZE
+            )
+        )
+
+    return _move_to_inputs(model, movable)
+
+
+def integer_weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
+    """Move the initializers that ConvInteger / MatMulInteger read as data (inputs 0 and 1: quantize_dynamic's
+    int8 weights) into graph inputs, in place, and return their arrays. Inlined, an 82M-parameter
+    ConvInteger model's weights are printed element by element into the module text and parsed back by
+    jaxlib (minutes); as arguments they cost nothing, and the lowering reads them as run-time tensors
+    already. An initializer some node reads in another role (a zero point) stays a constant."""
+    data: set[str] = set()
+    other: set[str] = set()
+    for node in model.graph.node:
+        for position, name in enumerate(node.input):
+            if node.op_type in INTEGER_WEIGHT_OPS and position < 2:
+                data.add(name)
+            else:
+                other.add(name)
+    return _move_to_inputs(model, lambda tensor: tensor.name in data and tensor.name not in other)
+
+
+def _move_to_inputs(model: ModelProto, chosen: Callable[[TensorProto], bool]) -> dict[str, np.ndarray]:
+    """Move the `chosen` initializers into graph inputs, in place, and return their arrays by name."""
+    listed = {i.name for i in model.graph.input}
+    weights: dict[str, np.ndarray] = {}
+    moved = []
+    for index, tensor in enumerate(model.graph.initializer):
+        if not chosen(tensor):
+            continue
+        weights[tensor.name] = numpy_helper.to_array(tensor)
+        moved.append(index)
+        if tensor.name not in listed:
+            model.graph.input.append(
+                helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+            )
+    for index in reversed(moved):
+        del model.graph.initializer[index]
+    return weights

@@ -1,7 +1,9 @@
-"""The stablehlo backend of `qconvert check`: each case lifted, converted to StableHLO and run on jaxlib.
+"""The stablehlo backend's check runner (`qconvert check --backend stablehlo`): cases lifted, converted, run.
 
-Per node: every case (a quantization node, or a `DequantizeLinear* -> op -> QuantizeLinear` group) is
-lifted with `import_onnx`, converted with `convert_to_stablehlo(form, semantics)` and run on the chosen
+It is what `StableHLOBackend.check_runner` returns, behind check's `CheckBackend` interface; check judges
+what it computes. Per node: every case (a quantization node, or a `DequantizeLinear* -> op ->
+QuantizeLinear` group) is lifted with the `lift` check gives it (the ONNX frontend: backends do not
+import frontends), converted with `convert_to_stablehlo(form, semantics)` and run on the chosen
 engine (`interpreter`: `stablehlo.eval_module`; `xla`: XLA:CPU after quant-to-math) on the inputs
 onnxruntime gave it. A group is kept in the report only when the `quantized` form fuses it into one
 quantized StableHLO op (in the `integer` form the same groups run written out in integer ops). With
@@ -24,62 +26,64 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper
+from onnx import ModelProto
 
 from qconvert.check.backends import CaseRun, NotRun
 from qconvert.check.nodes import (
-    BLOCK_WEIGHT_OPS,
     CASE_BATCH_BYTES,
-    Q_DQ_OPS,
-    SHAPE_LIKE_SIZE,
+    INTEGER_WEIGHT_OPS,
     NodeCase,
     case_batches,
-    is_quantization_node,
+    integer_weights_as_inputs,
     side_by_side,
     split_outputs,
+    weights_as_inputs,
 )
 from qconvert.check.report import BUG_MARKER
 from qconvert.errors import QConvertError
+
+from .backend import ENGINE_NAMES
+
+if TYPE_CHECKING:
+    from qconvert.ir.dialects.builtin import ModuleOp
+
+Lift = Callable[[ModelProto], "ModuleOp"]
 
 SEMANTICS_EXPLANATION = (
     "StableHLO uniform_quantize adds the zero point before rounding (rne(x/s + zp)), ONNX after "
     "(rne(x/s) + zp): they differ on ties when the zero point is odd"
 )
-FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16})
-ENGINE_NAMES = {"interpreter": "the StableHLO interpreter", "xla": "XLA:CPU"}
 # Inputs per side-by-side module: an 82M-parameter model's 779 cases in one XLA module took 0.8 GB of
 # buffers on top of the check's own (peak 1.94 GB); in modules of this size 1.74 GB, as fast (32 MB: 25%
 # slower, one compile per module, and no lower peak: the whole-model run sets it then).
 BATCH_BYTES = CASE_BATCH_BYTES
-# Integer ops whose integer data inputs (positions 0 and 1) may be weights; their zero points stay constants.
-INTEGER_WEIGHT_OPS = frozenset({"ConvInteger", "MatMulInteger"})
 
 
 def _convert_counting(
-    model: ModelProto, form: str, semantics: str, fuse_arithmetic: bool = False
+    lift: Lift, model: ModelProto, form: str, semantics: str, fuse_arithmetic: bool = False
 ) -> tuple[str, int]:
     """`model` lifted and converted to StableHLO text that the engines run, and how many quantized ops
     the conversion fused (only the `quantized` form fuses). Weights are inline (`dense<...>`; the engines
-    refuse or misread `dense_resource`), which the small models `check` cuts out afford."""
-    from qconvert.backends.stablehlo.convert import convert_with_stats
-    from qconvert.frontends.onnx import import_onnx
+    refuse or misread `dense_resource`: `lift` inlines them), which the small models `check` cuts out
+    afford."""
     from qconvert.ir.printer import print_module
 
-    module = import_onnx(model, resource_threshold=0)
-    converted, stats = convert_with_stats(module, form, semantics, fuse_arithmetic=fuse_arithmetic)
+    from .convert import convert_with_stats
+
+    converted, stats = convert_with_stats(lift(model), form, semantics, fuse_arithmetic=fuse_arithmetic)
     return print_module(converted), stats.fused_ops
 
 
-def _convert(model: ModelProto, form: str, semantics: str, fuse_arithmetic: bool = False) -> str:
-    return _convert_counting(model, form, semantics, fuse_arithmetic)[0]
-
-
 @dataclass(slots=True)
-class StableHLOBackend:
-    """Cases and the whole model converted to StableHLO and run on jaxlib's interpreter or XLA:CPU."""
+class StableHLOCheckRunner:
+    """Cases and the whole model converted to StableHLO and run on jaxlib's interpreter or XLA:CPU.
 
+    `lift`: ONNX model -> lifted module with its weights inline (check passes the ONNX frontend's)."""
+
+    lift: Lift
     engine: str = "xla"
     form: str = "quantized"
     semantics: str = "onnx"
@@ -95,8 +99,11 @@ class StableHLOBackend:
     def fused_groups(self) -> bool:
         return True
 
+    def _convert(self, model: ModelProto) -> str:
+        return _convert_counting(self.lift, model, self.form, self.semantics, self.fuse_arithmetic)[0]
+
     def _run_text(self, text: str, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        from qconvert.backends.stablehlo.run import run
+        from .run import run
 
         return run(text, list(arrays), engine=self.engine)
 
@@ -105,7 +112,7 @@ class StableHLOBackend:
         lowered."""
         assert case.model is not None
         try:
-            return _convert(_case_model(case)[0], self.form, self.semantics, self.fuse_arithmetic)
+            return self._convert(_case_model(case)[0])
         except QConvertError as error:
             return NotRun(f"the backend cannot lower it: {error.message}")
         except Exception as error:  # a converter bug: never a pass, and the rest of the report still runs
@@ -142,7 +149,7 @@ class StableHLOBackend:
         inputs = [i.name for i in model.graph.input]
         try:
             if text is None:
-                text = _convert(model, self.form, self.semantics, self.fuse_arithmetic)
+                text = self._convert(model)
             results = dict(
                 zip([o.name for o in model.graph.output], self._run_text(text, [feeds[n] for n in inputs]))
             )
@@ -219,7 +226,7 @@ class StableHLOBackend:
         model, _ = side_by_side(cases)
         integer_weights_as_inputs(model)
         try:
-            _convert(model, self.form, self.semantics, self.fuse_arithmetic)
+            self._convert(model)
         except Exception:  # any failure: the cases are lowered one by one
             return False
         return True
@@ -229,7 +236,9 @@ class StableHLOBackend:
         the text of that conversion when it is this check's form (else None)."""
         assert case.model is not None
         try:
-            text, fused = _convert_counting(case.model, "quantized", self.semantics, self.fuse_arithmetic)
+            text, fused = _convert_counting(
+                self.lift, case.model, "quantized", self.semantics, self.fuse_arithmetic
+            )
         except Exception:  # not lowerable: nothing fused, and the end-to-end run says why
             return None, 0
         return (text if self.form == "quantized" else None), fused
@@ -242,13 +251,13 @@ class StableHLOBackend:
     ) -> tuple[int, str] | None:
         if self.semantics != "stablehlo" or case.last.op_type != "QuantizeLinear":
             return None
-        from qconvert.backends.stablehlo.quant import predicted_mismatches
-        from qconvert.frontends.onnx import import_onnx
         from qconvert.ir.dialects.quant import QuantizeCastOp
         from qconvert.ir.types import element_type_of
 
+        from .quant import predicted_mismatches
+
         assert case.model is not None
-        quantizes = [op for op in import_onnx(case.model).walk() if isinstance(op, QuantizeCastOp)]
+        quantizes = [op for op in self.lift(case.model).walk() if isinstance(op, QuantizeCastOp)]
         if not quantizes:
             return None  # kept a generic onnx op (run-time scale): nothing to predict from
         quant_type = element_type_of(quantizes[-1].results[0].type)
@@ -260,7 +269,7 @@ class StableHLOBackend:
         weights = weights_as_inputs(model)
         weights.update(integer_weights_as_inputs(model))
         try:
-            text = _convert(model, self.form, self.semantics, self.fuse_arithmetic)
+            text = self._convert(model)
         except QConvertError as error:
             raise NotRun(f"the backend cannot lower the whole model: {error.message}") from None
         except Exception as error:  # a converter bug: reported, never a pass
@@ -285,71 +294,6 @@ class StableHLOBackend:
             return dict(zip(outputs, results))
 
         return run
-
-
-def weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
-    """Move `model`'s weights out of it (in place) into graph inputs, and return their arrays: inlined as
-    `dense<...>` text they cost minutes to print and parse on a 20 MB model, as arguments nothing. A weight
-    is a float initializer of more than `SHAPE_LIKE_SIZE` elements, or the data input of a Q/DQ node, that
-    only float ops or Q/DQ data inputs read (the IR needs quantization parameters and the inputs of other
-    quantization ops as constants)."""
-    quantization_params: set[str] = set()
-    for node in model.graph.node:
-        for position, name in enumerate(node.input):
-            if is_quantization_node(node) and not (node.op_type in Q_DQ_OPS and position == 0):
-                quantization_params.add(name)
-            if node.op_type in BLOCK_WEIGHT_OPS and position > 0:  # packed weight, scales, zero points
-                quantization_params.add(name)
-            if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
-                quantization_params.add(name)  # control flow: leave its operands alone
-    dequantized = {n.input[0] for n in model.graph.node if n.op_type in Q_DQ_OPS and n.input}
-
-    def movable(tensor: TensorProto) -> bool:
-        return tensor.name not in quantization_params and (
-            tensor.name in dequantized
-            or (
-                tensor.data_type in FLOAT_TYPES
-                and int(np.prod(tensor.dims, dtype=np.int64)) > SHAPE_LIKE_SIZE
-            )
-        )
-
-    return _move_to_inputs(model, movable)
-
-
-def integer_weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
-    """Move the initializers that ConvInteger / MatMulInteger read as data (inputs 0 and 1: quantize_dynamic's
-    int8 weights) into graph inputs, in place, and return their arrays. Inlined, an 82M-parameter
-    ConvInteger model's weights are printed element by element into the module text and parsed back by
-    jaxlib (minutes); as arguments they cost nothing, and the lowering reads them as run-time tensors
-    already. An initializer some node reads in another role (a zero point) stays a constant."""
-    data: set[str] = set()
-    other: set[str] = set()
-    for node in model.graph.node:
-        for position, name in enumerate(node.input):
-            if node.op_type in INTEGER_WEIGHT_OPS and position < 2:
-                data.add(name)
-            else:
-                other.add(name)
-    return _move_to_inputs(model, lambda tensor: tensor.name in data and tensor.name not in other)
-
-
-def _move_to_inputs(model: ModelProto, chosen: Callable[[TensorProto], bool]) -> dict[str, np.ndarray]:
-    """Move the `chosen` initializers into graph inputs, in place, and return their arrays by name."""
-    listed = {i.name for i in model.graph.input}
-    weights: dict[str, np.ndarray] = {}
-    moved = []
-    for index, tensor in enumerate(model.graph.initializer):
-        if not chosen(tensor):
-            continue
-        weights[tensor.name] = numpy_helper.to_array(tensor)
-        moved.append(index)
-        if tensor.name not in listed:
-            model.graph.input.append(
-                helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
-            )
-    for index in reversed(moved):
-        del model.graph.initializer[index]
-    return weights
 
 
 def _case_model(case: NodeCase) -> tuple[ModelProto, dict[str, np.ndarray]]:

@@ -15,9 +15,9 @@ something was not run (unless `allow_not_run`); FAILED when anything failed.
   `qconvert.numerics`; nodes the frontend keeps generic (`onnx.*`) run on the interpreter's kernels, and
   the report says so (`evaluated_by`). With the stablehlo backend the cases are converted to StableHLO
   and run on the chosen engine, and each `DequantizeLinear* -> op -> QuantizeLinear` group the
-  `quantized` form fuses into one quantized op is checked too (its runner, backends/stablehlo/check.py). A node whose inputs
-  onnxruntime's Python API cannot return (int4, bf16, float8 e5m2, ...), or that the backend cannot lower
-  or run, is "not run" with the reason, never passed.
+  `quantized` form fuses into one quantized op is checked too (its runner: backends/stablehlo/check.py).
+  A node whose inputs onnxruntime's Python API cannot return (int4, bf16, float8 e5m2, ...), or that the
+  backend cannot lower or run, is "not run" with the reason, never passed.
 - **End to end.** The whole lifted module runs on every batch of the data (streamed: one batch in memory;
   the metrics are sums and maxima that merge); each graph output is compared with the oracle (elements,
   mismatches, max abs diff, max difference in quantization steps, SQNR, cosine), beside the noise floor:

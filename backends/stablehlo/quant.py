@@ -39,6 +39,7 @@ import numpy as np
 
 from qconvert.ir.attributes import BoolAttr
 from qconvert.ir.core import Operation, Value
+from qconvert.ir.dialects.qconvert import FloatStorageCastOp
 from qconvert.ir.quant_types import (
     UNIFORM_TYPES,
     CalibratedQuantizedType,
@@ -290,7 +291,7 @@ def lower_scast(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [hlo.bitcast_convert(ctx.builder, value, target)]
 
 
-@lowers("qconvert.storage_cast")
+@lowers(FloatStorageCastOp.name)
 def lower_float_storage_cast(ctx: LoweringContext, op: Operation) -> list[Value]:
     """Float8 storage <-> its quant type: the values are the storage in every form, nothing to do."""
     (value,) = ctx.operands(op)

@@ -40,6 +40,7 @@ from qconvert.ir.core import GenericOp, Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.onnx import FLOAT16, recorded_default_opset
+from qconvert.ir.dialects.qconvert import FloatStorageCastOp
 from qconvert.ir.dialects.quant import DequantizeCastOp, StorageCastOp
 from qconvert.ir.quant_types import (
     QuantizedType,
@@ -61,7 +62,6 @@ from qconvert.ir.types import (
 from qconvert.ir.verify import verify
 from qconvert.numerics import calibration as numerics
 
-FLOAT_STORAGE_CAST = "qconvert.storage_cast"  # the frontend's storage cast for float8 storage
 _STORAGE_WIDTHS = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int4": 4, "uint4": 4}
 
 
@@ -453,7 +453,7 @@ class _Finalizer:
             constant.attributes["onnx.elem_type"] = StringAttr(f"uint{storage_type.width}")
         quantized_type = with_element_type(value.type, quant_type)
         if isinstance(storage_type, FloatType):
-            cast: Operation = GenericOp(FLOAT_STORAGE_CAST, [constant.result], [quantized_type])
+            cast: Operation = FloatStorageCastOp(constant.result, quantized_type)
         else:
             cast = StorageCastOp(constant.result, quantized_type)
         dequantize = DequantizeCastOp(

@@ -17,6 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from qconvert.ir.core import Operation, Value
+from qconvert.ir.dialects.qconvert import (
+    ConvIntegerOp,
+    DynamicQuantizeLinearOp,
+    DynamicQuantizeMatMulOp,
+    MatMulIntegerOp,
+)
 from qconvert.ir.quant_types import uniform_params
 from qconvert.ir.types import F32, I32, element_type_of
 
@@ -60,7 +66,7 @@ def integer_convolution(ctx: LoweringContext, op: Operation, x: Value, w: Value)
     )
 
 
-@lowers("qconvert.matmul_integer")
+@lowers(MatMulIntegerOp)
 def lower_matmul_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
     a, b = static_operands(ctx, op)
     lhs = centered_quantized(ctx, a, element_type_of(op.operands[0].type))
@@ -80,7 +86,7 @@ def lower_onnx_matmul_integer(ctx: LoweringContext, op: Operation) -> list[Value
     return [matmul(ctx, centered(ctx, a, a_zero), centered(ctx, b, b_zero))]
 
 
-@lowers("qconvert.conv_integer")
+@lowers(ConvIntegerOp)
 def lower_conv_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
     x, w = static_operands(ctx, op)
     x_centered = centered_quantized(ctx, x, element_type_of(op.operands[0].type))
@@ -102,7 +108,7 @@ def lower_onnx_conv_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [integer_convolution(ctx, op, centered(ctx, x, x_zero), centered(ctx, w, w_zero))]
 
 
-@lowers("qconvert.dynamic_quantize_linear")
+@lowers(DynamicQuantizeLinearOp)
 def lower_dynamic_quantize_linear(ctx: LoweringContext, op: Operation) -> list[Value]:
     (x,) = static_operands(ctx, op)
     if len(op.results) != 3:
@@ -112,7 +118,7 @@ def lower_dynamic_quantize_linear(ctx: LoweringContext, op: Operation) -> list[V
     return [y, scale, zero_point]
 
 
-@lowers("qconvert.dynamic_quantize_matmul")
+@lowers(DynamicQuantizeMatMulOp)
 def lower_dynamic_quantize_matmul(ctx: LoweringContext, op: Operation) -> list[Value]:
     """com.microsoft DynamicQuantizeMatMul: A quantized as DynamicQuantizeLinear does, the int32 product
     with B (constant parameters, per tensor or per column), numerics `scale_output_mlas` with the

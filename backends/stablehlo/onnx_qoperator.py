@@ -36,6 +36,19 @@ from qconvert import numerics
 from qconvert import onnx_semantics as semantics
 from qconvert.ir.attributes import OpaqueAttr
 from qconvert.ir.core import Operation, Value
+from qconvert.ir.dialects.qconvert import (
+    QGemmOp,
+    QLinearAddOp,
+    QLinearAveragePoolOp,
+    QLinearConcatOp,
+    QLinearConvOp,
+    QLinearGlobalAveragePoolOp,
+    QLinearLeakyReluOp,
+    QLinearMatMulOp,
+    QLinearMulOp,
+    QLinearSigmoidOp,
+    QLinearSoftmaxOp,
+)
 from qconvert.ir.quant_types import QuantizedType, uniform_params
 from qconvert.ir.types import F32, I32, RankedTensorType, element_type_of
 from qconvert.numerics.onnxruntime_kernels import (
@@ -159,7 +172,7 @@ def quantized_dot(
 
 
 # Contractions -------------------------------------------------------------------------------------------
-@lowers("qconvert.qlinear_matmul")
+@lowers(QLinearMatMulOp)
 def lower_qlinear_matmul(ctx: LoweringContext, op: Operation) -> list[Value]:
     a, b = static_operands(ctx, op)
     a_type, a_scale, _ = _per_tensor(ctx, op.operands[0], "QLinearMatMul's input a")
@@ -174,7 +187,7 @@ def lower_qlinear_matmul(ctx: LoweringContext, op: Operation) -> list[Value]:
     return _requantized(ctx, op, accumulator, multiplier, last, output)  # per-column B scales: last axis
 
 
-@lowers("qconvert.qlinear_conv")
+@lowers(QLinearConvOp)
 def lower_qlinear_conv(ctx: LoweringContext, op: Operation) -> list[Value]:
     operands = static_operands(ctx, op)
     x_type, x_scale, _ = _per_tensor(ctx, op.operands[0], "QLinearConv's input")
@@ -191,7 +204,7 @@ def lower_qlinear_conv(ctx: LoweringContext, op: Operation) -> list[Value]:
     return _requantized(ctx, op, accumulator, multiplier, 1, output)  # per-channel W scales: axis 1
 
 
-@lowers("qconvert.qgemm")
+@lowers(QGemmOp)
 def lower_qgemm(ctx: LoweringContext, op: Operation) -> list[Value]:
     operands = static_operands(ctx, op)
     a_type, a_scale, _ = _per_tensor(ctx, op.operands[0], "QGemm's input A")
@@ -231,7 +244,7 @@ def _broadcast_f32(ctx: LoweringContext, value: Value, shape: tuple[int, ...]) -
     return ctx.broadcast_to(ctx.convert(storage(ctx, value), F32), shape)
 
 
-@lowers("qconvert.qlinear_add")
+@lowers(QLinearAddOp)
 def lower_qlinear_add(ctx: LoweringContext, op: Operation) -> list[Value]:
     """numerics `qlinear_add_mlas`: `sat(rne(fma(a, r_a, fma(b, r_b, fixed))))` on the raw stored values."""
     a, b = static_operands(ctx, op)
@@ -249,7 +262,7 @@ def lower_qlinear_add(ctx: LoweringContext, op: Operation) -> list[Value]:
     return _finish(ctx, op, saturate_rounded(ctx, value, c_type), "qlinear_add_mlas")
 
 
-@lowers("qconvert.qlinear_mul")
+@lowers(QLinearMulOp)
 def lower_qlinear_mul(ctx: LoweringContext, op: Operation) -> list[Value]:
     """numerics `qlinear_mul_mlas`: `sat(rne(f32((a - zp_a) * (b - zp_b)) * m + zp_c))`, each step rounded."""
     a, b = static_operands(ctx, op)
@@ -276,12 +289,12 @@ def _table_op(ctx: LoweringContext, op: Operation, function: object, rule: str) 
     return _finish(ctx, op, lookup(ctx, storage(ctx, x), table, y_type), rule)
 
 
-@lowers("qconvert.qlinear_sigmoid")
+@lowers(QLinearSigmoidOp)
 def lower_qlinear_sigmoid(ctx: LoweringContext, op: Operation) -> list[Value]:
     return _table_op(ctx, op, numerics.sigmoid_float32, "lookup_table_onnxruntime of sigmoid_float32")
 
 
-@lowers("qconvert.qlinear_leaky_relu")
+@lowers(QLinearLeakyReluOp)
 def lower_qlinear_leaky_relu(ctx: LoweringContext, op: Operation) -> list[Value]:
     alpha = np.float32(ctx.attribute(op, "alpha", 0.01))  # type: ignore[arg-type]
 
@@ -299,7 +312,7 @@ def _axis(ctx: LoweringContext, op: Operation, default: int, rank: int) -> int:
         ctx.unsupported(str(error))
 
 
-@lowers("qconvert.qlinear_concat")
+@lowers(QLinearConcatOp)
 def lower_qlinear_concat(ctx: LoweringContext, op: Operation) -> list[Value]:
     """Inputs with the output's scale and zero point are copied, the others requantized by table."""
     y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "QLinearConcat's output")
@@ -321,7 +334,7 @@ def lower_qlinear_concat(ctx: LoweringContext, op: Operation) -> list[Value]:
 
 
 # Pooling ---------------------------------------------------------------------------------------------------
-@lowers("qconvert.qlinear_global_average_pool")
+@lowers(QLinearGlobalAveragePoolOp)
 def lower_qlinear_global_average_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
     (x,) = static_operands(ctx, op)
     _, x_scale, x_zero = _per_tensor(ctx, op.operands[0], "the input")
@@ -341,7 +354,7 @@ def lower_qlinear_global_average_pool(ctx: LoweringContext, op: Operation) -> li
     return _finish(ctx, op, requantize_mlas(ctx, total, factor, y_zero, y_type), "requantize_mlas")
 
 
-@lowers("qconvert.qlinear_average_pool")
+@lowers(QLinearAveragePoolOp)
 def lower_qlinear_average_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
     """numerics `average_pool_float32` (f32 sums in kernel order, zeros outside the input, one division by
     the count) then `quantize_pool_onnxruntime` (`clamp(rne(y / s + zp))`)."""
@@ -406,7 +419,7 @@ def lower_qlinear_average_pool(ctx: LoweringContext, op: Operation) -> list[Valu
     return _finish(ctx, op, y, "average_pool_float32, quantize_pool_onnxruntime")
 
 
-@lowers("qconvert.qlinear_softmax")
+@lowers(QLinearSoftmaxOp)
 def lower_qlinear_softmax(ctx: LoweringContext, op: Operation) -> list[Value]:
     """numerics `qlinear_softmax_onnxruntime`: per row, `e = table[x - max + 255]` (numerics' table), the
     float32 row sum in order (one add per element: onnxruntime sums sequentially), then

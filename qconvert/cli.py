@@ -107,6 +107,27 @@ def _check_backends_help() -> str:
     return "interpreter (the lifted IR, default) or " + " / ".join(runners)
 
 
+BACKEND_OPTION_HELP = "NAME=VALUE: any option of the backend, flag or not (e.g. form=integer); repeatable"
+
+
+def _backend_options(specs: list[str], flags: dict[str, object]) -> dict[str, object]:
+    """`--backend-option form=integer` and the options' own flags, by field name (the backend parses the
+    text); InputError when malformed or when one option is given both ways."""
+    from qconvert.backends import given_options
+    from qconvert.errors import InputError
+
+    options: dict[str, object] = dict(given_options(flags))
+    for spec in specs:
+        name, equals, value = spec.partition("=")
+        key = name.strip().replace("-", "_")
+        if not equals or not key:
+            raise InputError(f"--backend-option '{spec}': expected NAME=VALUE (e.g. form=integer)")
+        if key in options:
+            raise InputError(f"--backend-option '{spec}': {key} is already given")
+        options[key] = value
+    return options
+
+
 def _parse_input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
     """`["x=1x128", "mask=1,128"]` -> `{"x": (1, 128), "mask": (1, 128)}` (dims split by x or a comma; an
     empty shape is a scalar); InputError when malformed or a name is given twice."""
@@ -204,22 +225,22 @@ def convert_command(
     elide_weights: bool = typer.Option(False, "--elide-weights", help=option_help("elide_weights")),
     inline_weights: bool = typer.Option(False, "--inline-weights", help=option_help("inline_weights")),
     fuse_arithmetic: bool = typer.Option(False, "--fuse-arithmetic", help=option_help("fuse_arithmetic")),
+    backend_option: list[str] = typer.Option([], "--backend-option", help=BACKEND_OPTION_HELP),  # noqa: B008
 ) -> None:
     """Convert an ONNX model with a backend (`--to`: StableHLO MLIR text, or back to ONNX); every op that
     cannot be lowered is listed (exit 2). The backend options a backend does not take are refused."""
     from qconvert.convert import convert, write
 
     _check_output(output, model)
-    module = convert(
-        model,
-        to=to,
-        form=form,
-        semantics=semantics,
-        input_shapes=_parse_input_shapes(input_shape),
-        elide_weights=elide_weights,
-        inline_weights=inline_weights,
-        fuse_arithmetic=fuse_arithmetic,
-    )
+    flags = {
+        "form": form,
+        "semantics": semantics,
+        "elide_weights": elide_weights,
+        "inline_weights": inline_weights,
+        "fuse_arithmetic": fuse_arithmetic,
+    }
+    options = _backend_options(backend_option, flags)
+    module = convert(model, to=to, input_shapes=_parse_input_shapes(input_shape), **options)
     write(module, sys.stdout if output == "-" else output, to=to)
 
 
@@ -261,6 +282,7 @@ def check_command(
     fuse_arithmetic: bool = typer.Option(
         False, "--fuse-arithmetic", help=option_help("fuse_arithmetic") + ", each fused group checked"
     ),
+    backend_option: list[str] = typer.Option([], "--backend-option", help=BACKEND_OPTION_HELP),  # noqa: B008
     json_path: str | None = typer.Option(None, "--json", help="write the report as JSON to this path"),
     atol: float | None = typer.Option(None, "--atol", help="end to end: |ours - ref| <= atol + rtol |ref|"),
     rtol: float | None = typer.Option(None, "--rtol", help="end to end: relative tolerance (with --atol)"),
@@ -290,15 +312,15 @@ def check_command(
         data,
         backend=backend,
         engine=engine,
-        form=form,
-        semantics=semantics,
-        fuse_arithmetic=fuse_arithmetic,
         tolerances=tolerances,
         input_shapes=_parse_input_shapes(input_shape),
         show_progress=not quiet,
         allow_not_run=allow_not_run,
         max_samples=max_samples,
         batch_size=batch_size,
+        **_backend_options(
+            backend_option, {"form": form, "semantics": semantics, "fuse_arithmetic": fuse_arithmetic}
+        ),
     )
     if json_path is not None:
         report.write_json(json_path)

@@ -175,3 +175,21 @@ def test_importing_the_registry_and_the_options_imports_no_engine() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_cli_backend_option_reaches_the_backend(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--backend-option NAME=VALUE` gives any option of the backend (a new backend's needs no flag); given
+    twice, or malformed, it is refused before the model is read."""
+    from qconvert.cli import main
+
+    absent = str(tmp_path / "absent.onnx")
+    assert main(["convert", absent, "--backend-option", "form=fused"]) == 2
+    assert "unknown --form 'fused'" in capsys.readouterr().err
+    assert main(["convert", absent, "--form", "integer", "--backend-option", "form=qdq"]) == 2
+    assert "form is already given" in capsys.readouterr().err
+    assert main(["convert", absent, "--backend-option", "form"]) == 2
+    assert "expected NAME=VALUE" in capsys.readouterr().err
+    assert main(["convert", absent, "--to", "onnx", "--backend-option", "semantics=onnx"]) == 2
+    assert "--semantics onnx: only the stablehlo backend takes these options" in capsys.readouterr().err
+    assert main(["convert", absent, "--backend-option", "fuse-arithmetic=perhaps"]) == 2
+    assert "backend 'stablehlo': bad value 'perhaps' for option 'fuse_arithmetic'" in capsys.readouterr().err

@@ -654,12 +654,13 @@ def lrn(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | 
 
 
 # Softmax, LogSoftmax, Hardmax before opset 13 --------------------------------------------------------
-def _coerced_rows(op: Operation, x: np.ndarray) -> np.ndarray:
+def _coerced_rows(op: Operation, x: np.ndarray, opset: int) -> np.ndarray:
     """Opsets 1-12: the input seen as a 2-D matrix, dims before `axis` (default 1) as rows."""
-    axis = int(attribute(op, "axis", 1))  # type: ignore[arg-type]
-    if not -x.ndim <= axis <= x.ndim:
-        raise InputError(f"{node_label(op)}: axis {axis} is out of range for rank {x.ndim}")
-    axis %= max(x.ndim, 1)
+    given = attribute(op, "axis", None)
+    try:
+        axis = semantics.softmax_axis(None if given is None else int(given), x.ndim, opset)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise InputError(f"{node_label(op)}: {error}") from None
     return x.reshape(math.prod(x.shape[:axis]), -1)
 
 
@@ -671,7 +672,7 @@ def softmax_family(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray
     x = inputs[0]
     if opset >= 13 or x is None or x.dtype not in FLOAT_DTYPES or x.size == 0:
         return None
-    rows = _coerced_rows(op, x)
+    rows = _coerced_rows(op, x, opset)
     if op.name == "onnx.Hardmax":  # one-hot of the first maximum of each row
         result = np.zeros_like(rows)
         result[np.arange(rows.shape[0]), np.argmax(rows, axis=1)] = 1

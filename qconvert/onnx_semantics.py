@@ -20,9 +20,10 @@ import numpy as np
 
 
 def normalize_axis(axis: int, rank: int) -> int:
-    """An ONNX axis in [-rank, rank) as a non-negative one; ValueError when out of range."""
+    """An ONNX axis in [-rank, rank) as a non-negative one (axis 0 of a scalar is 0); ValueError when
+    out of range."""
     if not -rank <= axis < max(rank, 1):
-        raise ValueError(f"axis {axis} is out of range for rank {rank}")
+        raise ValueError(f"axis {axis} is out of range [{-rank}, {max(rank, 1) - 1}] for rank {rank}")
     return axis + rank if axis < 0 else axis
 
 
@@ -32,6 +33,98 @@ def normalize_axes(axes: Sequence[int], rank: int) -> list[int]:
     if len(set(normalized)) != len(normalized):
         raise ValueError(f"axes {list(axes)} repeat an axis")
     return normalized
+
+
+def ints_from(from_input: Sequence[int] | None, from_attribute: Sequence[int] | None) -> list[int] | None:
+    """An int list an op takes as an input in newer opsets and as an attribute in older ones (Squeeze /
+    Unsqueeze `axes` and Split's `split` from 13, Reduce* `axes` from 13 or 18): the input when the node
+    has it, else the attribute, else None."""
+    chosen = from_input if from_input is not None else from_attribute
+    return None if chosen is None else [int(v) for v in chosen]
+
+
+# Shape ops (Reshape, Split, Squeeze, Unsqueeze, Transpose) ------------------------------------------
+
+
+def reshape_target(shape: Sequence[int], target: Sequence[int], allowzero: bool) -> list[int]:
+    """Reshape's output shape: a 0 copies the input's dim at that position (unless `allowzero`), one -1
+    takes what is left. ValueError on two -1s or an element count the input does not have."""
+    result = [int(v) for v in target]
+    if not allowzero:
+        result = [shape[i] if v == 0 and i < len(shape) else v for i, v in enumerate(result)]
+    if result.count(-1) > 1:
+        raise ValueError(f"Reshape's shape {list(target)} has more than one -1")
+    total = int(np.prod(shape, dtype=np.int64))
+    if -1 in result:
+        known = int(np.prod([v for v in result if v != -1], dtype=np.int64))
+        result[result.index(-1)] = total // max(known, 1)
+    if int(np.prod(result, dtype=np.int64)) != total:
+        raise ValueError(f"Reshape cannot make {list(shape)} into {list(target)}")
+    return result
+
+
+def split_sizes(dim: int, count: int, sizes: Sequence[int] | None) -> list[int]:
+    """Split's part sizes along its axis: `sizes` when given, else `count` parts of ceil(dim / count)
+    with the last one smaller (opset 18's num_outputs; equal parts before). ValueError when the parts
+    do not add up to the dim."""
+    if sizes is None:
+        chunk = -(-dim // count)
+        sizes = [min(chunk, dim - i * chunk) for i in range(count)]
+    parts = [int(v) for v in sizes]
+    if any(v < 0 for v in parts) or sum(parts) != dim:
+        raise ValueError(f"Split into {parts} does not add up to the axis' size {dim}")
+    return parts
+
+
+def squeezed_axes(shape: Sequence[int], axes: Sequence[int] | None) -> set[int]:
+    """The dims Squeeze removes: `axes` normalized, or every size-1 dim when there are none."""
+    if axes is None:
+        return {i for i, d in enumerate(shape) if d == 1}
+    return {normalize_axis(int(a), len(shape)) for a in axes}
+
+
+def unsqueezed_shape(shape: Sequence[int], axes: Sequence[int]) -> list[int]:
+    """Unsqueeze's output shape: size-1 dims inserted at `axes`, which count in the output's rank."""
+    rank = len(shape) + len(axes)
+    inserted = {normalize_axis(int(a), rank) for a in axes}
+    dims = iter(shape)
+    return [1 if i in inserted else next(dims) for i in range(rank)]
+
+
+def transpose_permutation(rank: int, perm: Sequence[int] | None) -> list[int]:
+    """Transpose's permutation: `perm`, or the dims reversed when the node has none."""
+    return list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
+
+
+# Reductions and the Softmax family ----------------------------------------------------------------
+
+
+def reduction_axes(rank: int, axes: Sequence[int] | None, noop_with_empty_axes: bool) -> list[int] | None:
+    """The sorted, normalized axes a Reduce* op reduces: all of them when `axes` is absent or empty,
+    unless `noop_with_empty_axes` (then None: nothing is reduced)."""
+    if axes is None or len(axes) == 0:
+        return None if noop_with_empty_axes else list(range(rank))
+    return sorted({normalize_axis(int(a), rank) for a in axes})
+
+
+SOFTMAX_ALONG_AXIS_OPSET = 13  # from opset 13 Softmax / LogSoftmax / Hardmax work along `axis` alone
+
+
+def softmax_axis(axis: int | None, rank: int, opset: int) -> int:
+    """The normalized axis of Softmax / LogSoftmax / Hardmax: the attribute, else -1 from opset 13 and
+    1 before."""
+    if axis is None:
+        axis = -1 if opset >= SOFTMAX_ALONG_AXIS_OPSET else 1
+    return normalize_axis(axis, rank)
+
+
+def softmax_matrix(shape: Sequence[int], axis: int, opset: int) -> tuple[int, int] | None:
+    """Before opset 13 the Softmax family sees its input as the matrix [prod(shape[:axis]),
+    prod(shape[axis:])] and normalizes each row: that matrix's shape, or None when the op works along
+    `axis` alone (opset 13 on, or `axis` the last dim, where both rules agree)."""
+    if opset >= SOFTMAX_ALONG_AXIS_OPSET or axis == len(shape) - 1:
+        return None
+    return int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64))
 
 
 # Pad -----------------------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ def first_index_of_extreme(ctx: LoweringContext, x: Value, axis: int, *, largest
 def lower_arg_extreme(ctx: LoweringContext, op: Operation) -> list[Value]:
     (x,) = ctx.operands(op)
     shape = static_shape(ctx, x, f"{op.name}'s input")
-    axis = normalize_axis(int(ctx.attribute(op, "axis", 0)), len(shape))  # type: ignore[arg-type]
+    axis = normalize_axis(ctx, int(ctx.attribute(op, "axis", 0)), len(shape))  # type: ignore[arg-type]
     last = bool(int(ctx.attribute(op, "select_last_index", 0)))  # type: ignore[arg-type]
     index = first_index_of_extreme(ctx, x, axis, largest=op.name == "onnx.ArgMax", last=last)
     if int(ctx.attribute(op, "keepdims", 1)):  # type: ignore[arg-type]
@@ -114,7 +114,7 @@ def lower_top_k(ctx: LoweringContext, op: Operation) -> list[Value]:
     x = ctx.input(op, 0)
     assert x is not None
     shape = static_shape(ctx, x, "TopK's input")
-    axis = normalize_axis(int(ctx.attribute(op, "axis", -1)), len(shape))  # type: ignore[arg-type]
+    axis = normalize_axis(ctx, int(ctx.attribute(op, "axis", -1)), len(shape))  # type: ignore[arg-type]
     if "k" in op.attributes:  # opset 1
         k = int(ctx.attribute(op, "k"))  # type: ignore[arg-type]
     else:
@@ -193,7 +193,7 @@ def lower_gather_elements(ctx: LoweringContext, op: Operation) -> list[Value]:
     assert x is not None
     shape = static_shape(ctx, x, "GatherElements' data")
     rank = len(shape)
-    axis = normalize_axis(int(ctx.attribute(op, "axis", 0)), rank)  # type: ignore[arg-type]
+    axis = normalize_axis(ctx, int(ctx.attribute(op, "axis", 0)), rank)  # type: ignore[arg-type]
     indices = _index_operand(ctx, op, 1, shape[axis])
     index_shape = hlo.tensor_type(indices).shape
     coordinates = _full_coordinates(ctx, indices, axis)
@@ -329,7 +329,7 @@ def lower_scatter_elements(ctx: LoweringContext, op: Operation) -> list[Value]:
     assert data is not None and updates is not None
     shape = static_shape(ctx, data, f"{op.name}'s data")
     rank = len(shape)
-    axis = normalize_axis(int(ctx.attribute(op, "axis", 0)), rank)  # type: ignore[arg-type]
+    axis = normalize_axis(ctx, int(ctx.attribute(op, "axis", 0)), rank)  # type: ignore[arg-type]
     indices = _index_operand(ctx, op, 1, shape[axis])
     coordinates = _full_coordinates(ctx, indices, axis)
     return [
@@ -357,7 +357,7 @@ def lower_one_hot(ctx: LoweringContext, op: Operation) -> list[Value]:
     depth = int(np.asarray(depth_array).reshape(-1)[0])
     index_shape = static_shape(ctx, indices, "OneHot's indices")
     out_rank = len(index_shape) + 1
-    axis = normalize_axis(int(ctx.attribute(op, "axis", -1)), out_rank)  # type: ignore[arg-type]
+    axis = normalize_axis(ctx, int(ctx.attribute(op, "axis", -1)), out_rank)  # type: ignore[arg-type]
     out_shape = [*index_shape[:axis], depth, *index_shape[axis:]]
     b = ctx.builder
     # Float indices are truncated toward zero, as onnxruntime casts them to int64.
@@ -398,7 +398,7 @@ def lower_cum_sum(ctx: LoweringContext, op: Operation) -> list[Value]:
     rank = len(shape)
     axis_array = required_constant(ctx, op, 1, "CumSum's axis")
     assert axis_array is not None
-    axis = normalize_axis(int(axis_array[0]), rank)
+    axis = normalize_axis(ctx, int(axis_array[0]), rank)
     b = ctx.builder
     element = element_type_of(x.type)
     reversed_ = bool(int(ctx.attribute(op, "reverse", 0)))  # type: ignore[arg-type]

@@ -72,7 +72,7 @@ def lower_compress(ctx: LoweringContext, op: Operation) -> list[Value]:
         x = hlo.reshape(ctx.builder, x, [int(np.prod(shape))])
         axis, length = 0, int(np.prod(shape))
     else:
-        axis = normalize_axis(int(axis_attribute), len(shape))  # type: ignore[arg-type]
+        axis = normalize_axis(ctx, int(axis_attribute), len(shape))  # type: ignore[arg-type]
         length = shape[axis]
     kept = np.nonzero(np.asarray(condition, dtype=bool).reshape(-1)[:length])[0]
     return [take(ctx, x, kept, axis)]

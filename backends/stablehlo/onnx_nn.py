@@ -18,13 +18,19 @@ import numpy as np
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.onnx import absent_positions, op_default_opset
 from qconvert.ir.types import element_type_of
-from qconvert.onnx_semantics import Window, conv_transpose_padding, window_geometry
+from qconvert.onnx_semantics import (
+    Window,
+    conv_transpose_padding,
+    softmax_axis,
+    softmax_matrix,
+    window_geometry,
+)
 
 from . import ops as hlo
 from .lowering import LoweringContext
 from .onnx_fold import lowers_folding, static_shape
 from .onnx_reduce import lowest, reduce_max, reduce_sum
-from .onnx_shape import normalize_axis, reverse
+from .onnx_shape import by_rule, normalize_axis, reverse
 
 
 def window_of(
@@ -234,13 +240,14 @@ def lower_softmax(ctx: LoweringContext, op: Operation) -> list[Value]:
     shape = static_shape(ctx, x, "Softmax's input")
     rank = len(shape)
     opset = op_default_opset(op)
-    default_axis = -1 if opset >= 13 else 1
-    axis = normalize_axis(int(ctx.attribute(op, "axis", default_axis)), rank)  # type: ignore[arg-type]
-    if opset >= 13 or axis == rank - 1:
+    given = ctx.attribute(op, "axis")
+    axis = by_rule(ctx, softmax_axis, None if given is None else int(given), rank, opset)  # type: ignore[arg-type]
+    matrix = softmax_matrix(shape, axis, opset)
+    if matrix is None:
         return [softmax_last(ctx, x, axis)]
     # Opset < 13: the input is coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])].
     b = ctx.builder
-    flat = hlo.reshape(b, x, [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))])
+    flat = hlo.reshape(b, x, list(matrix))
     return [hlo.reshape(b, softmax_last(ctx, flat, 1), shape)]
 
 
@@ -255,7 +262,7 @@ def lower_layer_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
     shape = static_shape(ctx, x, "LayerNormalization's input")
     element = element_type_of(x.type)
     rank = len(shape)
-    axis = normalize_axis(int(ctx.attribute(op, "axis", -1)), rank)  # type: ignore[arg-type]
+    axis = normalize_axis(ctx, int(ctx.attribute(op, "axis", -1)), rank)  # type: ignore[arg-type]
     axes = list(range(axis, rank))
     outer = list(range(axis))
     count = int(np.prod(shape[axis:]))

@@ -28,6 +28,7 @@ import numpy as np
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.onnx import op_default_opset
 from qconvert.ir.types import I64, FloatType, RankedTensorType, element_type_of
+from qconvert.onnx_semantics import softmax_axis, softmax_matrix
 
 from . import ops as hlo
 from .float32_rounding import rounded_product
@@ -35,7 +36,7 @@ from .lowering import LoweringContext
 from .onnx_fold import lowers_folding, static_shape
 from .onnx_index import first_index_of_extreme
 from .onnx_reduce import reduce_max, reduce_sum
-from .onnx_shape import normalize_axis
+from .onnx_shape import by_rule
 
 
 def _per_channel(ctx: LoweringContext, value: Value, shape: Sequence[int]) -> Value:
@@ -157,11 +158,13 @@ def along_axis(
     shape = static_shape(ctx, x, f"{op.name}'s input")
     rank = len(shape)
     opset = op_default_opset(op)
-    axis = normalize_axis(int(ctx.attribute(op, "axis", -1 if opset >= 13 else 1)), rank)  # type: ignore[arg-type]
-    if opset >= 13 or axis == rank - 1:
+    given = ctx.attribute(op, "axis")
+    axis = by_rule(ctx, softmax_axis, None if given is None else int(given), rank, opset)  # type: ignore[arg-type]
+    matrix = softmax_matrix(shape, axis, opset)
+    if matrix is None:
         return function(x, axis)
     b = ctx.builder
-    flat = hlo.reshape(b, x, [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))])
+    flat = hlo.reshape(b, x, list(matrix))
     return hlo.reshape(b, function(flat, 1), shape)
 
 

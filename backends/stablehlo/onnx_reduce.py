@@ -10,12 +10,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from qconvert import onnx_semantics as semantics
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.types import FloatType, IntegerType, Type, element_type_of
 
 from . import ops as hlo
 from .lowering import LoweringContext
 from .onnx_fold import constant_input, lowers_folding
+from .onnx_shape import by_rule
 
 
 def lowest(element: Type) -> float | int:
@@ -50,13 +52,10 @@ def reduction_axes(ctx: LoweringContext, op: Operation, rank: int) -> list[int] 
     axes = constant_input(ctx, op, 1) if ctx.source_input(op, 1) is not None else None
     if ctx.source_input(op, 1) is not None and axes is None:
         ctx.unsupported("axes computed at run time (StableHLO reductions need constant axes)")
-    if axes is None and "axes" in op.attributes:
-        axes = np.asarray(ctx.attribute(op, "axes"), dtype=np.int64)
-    if axes is None or axes.size == 0:
-        if int(ctx.attribute(op, "noop_with_empty_axes", 0)):  # type: ignore[arg-type]
-            return None
-        return list(range(rank))
-    return sorted({int(a) + rank if int(a) < 0 else int(a) for a in axes.reshape(-1)})
+    from_input = None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+    given = semantics.ints_from(from_input, ctx.attribute(op, "axes"))  # type: ignore[arg-type]
+    noop = bool(int(ctx.attribute(op, "noop_with_empty_axes", 0)))  # type: ignore[arg-type]
+    return by_rule(ctx, semantics.reduction_axes, rank, given, noop)
 
 
 @lowers_folding("onnx.ReduceSum", "onnx.ReduceMean", "onnx.ReduceMax")

@@ -6,16 +6,20 @@ when its data input is constant.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
+from qconvert import onnx_semantics as semantics
 from qconvert.ir.core import GenericOp, Operation, Value
 from qconvert.ir.types import I64, RankedTensorType, element_type_of
 
 from . import ops as hlo
 from .lowering import LoweringContext
 from .onnx_fold import constant_input, lowers_folding, static_shape
+
+T = TypeVar("T")
 
 
 def required_constant(ctx: LoweringContext, op: Operation, position: int, what: str) -> np.ndarray | None:
@@ -32,15 +36,21 @@ def ints_from(
     ctx: LoweringContext, op: Operation, position: int, attribute: str, what: str
 ) -> list[int] | None:
     """An int list given as input `position` (newer opsets) or as attribute `attribute` (older)."""
-    array = required_constant(ctx, op, position, what)
-    if array is not None:
-        return [int(v) for v in array]
-    value = ctx.attribute(op, attribute)
-    return None if value is None else [int(v) for v in value]  # type: ignore[union-attr]
+    from_input = required_constant(ctx, op, position, what)
+    return semantics.ints_from(from_input, ctx.attribute(op, attribute))  # type: ignore[arg-type]
 
 
-def normalize_axis(axis: int, rank: int) -> int:
-    return axis + rank if axis < 0 else axis
+def by_rule(ctx: LoweringContext, rule: Callable[..., T], *arguments: object) -> T:
+    """onnx_semantics' `rule(*arguments)`; the ValueError of a malformed node fails the op with its text."""
+    try:
+        return rule(*arguments)
+    except ValueError as error:
+        ctx.unsupported(str(error))
+
+
+def normalize_axis(ctx: LoweringContext, axis: int, rank: int) -> int:
+    """onnx_semantics' `normalize_axis`; an out-of-range axis fails the op, naming the axis and rank."""
+    return by_rule(ctx, semantics.normalize_axis, axis, rank)
 
 
 def data(ctx: LoweringContext, op: Operation) -> tuple[Value, tuple[int, ...]]:
@@ -52,19 +62,16 @@ def data(ctx: LoweringContext, op: Operation) -> tuple[Value, tuple[int, ...]]:
 @lowers_folding("onnx.Reshape")
 def lower_reshape(ctx: LoweringContext, op: Operation) -> list[Value]:
     x, shape = data(ctx, op)
-    target = [int(v) for v in required_constant(ctx, op, 1, "Reshape's shape")]  # type: ignore[union-attr]
-    if not int(ctx.attribute(op, "allowzero", 0)):  # type: ignore[arg-type]
-        target = [shape[i] if v == 0 else v for i, v in enumerate(target)]
-    if -1 in target:
-        known = int(np.prod([v for v in target if v != -1], dtype=np.int64))
-        target[target.index(-1)] = int(np.prod(shape, dtype=np.int64)) // max(known, 1)
+    given = required_constant(ctx, op, 1, "Reshape's shape")
+    allowzero = bool(int(ctx.attribute(op, "allowzero", 0)))  # type: ignore[arg-type]
+    target = by_rule(ctx, semantics.reshape_target, shape, given, allowzero)
     return [hlo.reshape(ctx.builder, x, target)]
 
 
 @lowers_folding("onnx.Flatten")
 def lower_flatten(ctx: LoweringContext, op: Operation) -> list[Value]:
     x, shape = data(ctx, op)
-    axis = normalize_axis(int(ctx.attribute(op, "axis", 1)), len(shape))  # type: ignore[arg-type]
+    axis = normalize_axis(ctx, int(ctx.attribute(op, "axis", 1)), len(shape))  # type: ignore[arg-type]
     outer = int(np.prod(shape[:axis], dtype=np.int64))
     return [hlo.reshape(ctx.builder, x, [outer, int(np.prod(shape[axis:], dtype=np.int64))])]
 
@@ -73,20 +80,14 @@ def lower_flatten(ctx: LoweringContext, op: Operation) -> list[Value]:
 def lower_unsqueeze(ctx: LoweringContext, op: Operation) -> list[Value]:
     x, shape = data(ctx, op)
     axes = ints_from(ctx, op, 1, "axes", "Unsqueeze's axes") or []
-    rank = len(shape) + len(axes)
-    inserted = {normalize_axis(a, rank) for a in axes}
-    dims = iter(shape)
-    return [hlo.reshape(ctx.builder, x, [1 if i in inserted else next(dims) for i in range(rank)])]
+    return [hlo.reshape(ctx.builder, x, by_rule(ctx, semantics.unsqueezed_shape, shape, axes))]
 
 
 @lowers_folding("onnx.Squeeze")
 def lower_squeeze(ctx: LoweringContext, op: Operation) -> list[Value]:
     x, shape = data(ctx, op)
     axes = ints_from(ctx, op, 1, "axes", "Squeeze's axes")
-    if axes is None:
-        removed = {i for i, d in enumerate(shape) if d == 1}
-    else:
-        removed = {normalize_axis(a, len(shape)) for a in axes}
+    removed = by_rule(ctx, semantics.squeezed_axes, shape, axes)
     return [hlo.reshape(ctx.builder, x, [d for i, d in enumerate(shape) if i not in removed])]
 
 
@@ -103,8 +104,7 @@ def lower_expand(ctx: LoweringContext, op: Operation) -> list[Value]:
 @lowers_folding("onnx.Transpose")
 def lower_transpose(ctx: LoweringContext, op: Operation) -> list[Value]:
     x, shape = data(ctx, op)
-    perm = ctx.attribute(op, "perm")
-    permutation = list(range(len(shape)))[::-1] if perm is None else [int(p) for p in perm]  # type: ignore[union-attr]
+    permutation = semantics.transpose_permutation(len(shape), ctx.attribute(op, "perm"))  # type: ignore[arg-type]
     return [hlo.transpose(ctx.builder, x, permutation)]
 
 
@@ -112,20 +112,16 @@ def lower_transpose(ctx: LoweringContext, op: Operation) -> list[Value]:
 def lower_concat(ctx: LoweringContext, op: Operation) -> list[Value]:
     values = ctx.operands(op)
     rank = hlo.tensor_type(values[0]).rank
-    axis = normalize_axis(int(ctx.attribute(op, "axis")), rank)  # type: ignore[arg-type]
+    axis = normalize_axis(ctx, int(ctx.attribute(op, "axis")), rank)  # type: ignore[arg-type]
     return [hlo.concatenate(ctx.builder, values, axis)]
 
 
 @lowers_folding("onnx.Split")
 def lower_split(ctx: LoweringContext, op: Operation) -> list[Value]:
     x, shape = data(ctx, op)
-    axis = normalize_axis(int(ctx.attribute(op, "axis", 0)), len(shape))  # type: ignore[arg-type]
-    sizes = ints_from(ctx, op, 1, "split", "Split's sizes")
-    count = len(op.results)
-    if sizes is None:
-        # num_outputs (opset 18) or equal parts: ceil-sized chunks, the last one smaller.
-        chunk = -(-shape[axis] // count)
-        sizes = [min(chunk, shape[axis] - i * chunk) for i in range(count)]
+    axis = normalize_axis(ctx, int(ctx.attribute(op, "axis", 0)), len(shape))  # type: ignore[arg-type]
+    given = ints_from(ctx, op, 1, "split", "Split's sizes")
+    sizes = by_rule(ctx, semantics.split_sizes, shape[axis], len(op.results), given)
     results, start = [], 0
     for size in sizes:
         begin = [0] * len(shape)
@@ -157,7 +153,9 @@ def lower_slice(ctx: LoweringContext, op: Operation) -> list[Value]:
         axes = required_constant(ctx, op, 3, "Slice's axes")
         step_array = required_constant(ctx, op, 4, "Slice's steps")
         steps = [1] * len(starts) if step_array is None else [int(v) for v in step_array]
-    axes_list = list(range(len(starts))) if axes is None else [normalize_axis(int(a), rank) for a in axes]  # type: ignore[union-attr]
+    axes_list = list(range(len(starts)))
+    if axes is not None:
+        axes_list = [normalize_axis(ctx, int(a), rank) for a in axes]  # type: ignore[union-attr]
     begin, limit, strides = [0] * rank, list(shape), [1] * rank
     reversed_axes = []
     for axis, start, end, step in zip(axes_list, starts, ends, steps):
@@ -182,7 +180,7 @@ def lower_slice(ctx: LoweringContext, op: Operation) -> list[Value]:
 def lower_gather(ctx: LoweringContext, op: Operation) -> list[Value]:
     x, shape = data(ctx, op)
     rank = len(shape)
-    axis = normalize_axis(int(ctx.attribute(op, "axis", 0)), rank)  # type: ignore[arg-type]
+    axis = normalize_axis(ctx, int(ctx.attribute(op, "axis", 0)), rank)  # type: ignore[arg-type]
     constant = constant_input(ctx, op, 1)
     if constant is not None:
         # Negative indices count from the end (ONNX); normalized here, at conversion time.

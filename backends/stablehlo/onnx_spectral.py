@@ -96,9 +96,9 @@ def lower_dft(ctx: LoweringContext, op: Operation) -> list[Value]:
     rank = len(shape)
     if op_default_opset(op) >= 20:
         given = _constant_int(ctx, op, 2, "DFT's axis")
-        axis = normalize_axis(-2 if given is None else given, rank)
+        axis = normalize_axis(ctx, -2 if given is None else given, rank)
     else:
-        axis = normalize_axis(int(ctx.attribute(op, "axis", 1)), rank)  # type: ignore[arg-type]
+        axis = normalize_axis(ctx, int(ctx.attribute(op, "axis", 1)), rank)  # type: ignore[arg-type]
     if axis == rank - 1:
         ctx.unsupported("DFT along the real/imaginary dim")
     inverse = bool(int(ctx.attribute(op, "inverse", 0)))  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qconvert import onnx_semantics as semantics
 from qconvert.errors import InputError, VerifyError
 from qconvert.ir.quant_types import (
     QuantizedType,
@@ -104,9 +105,14 @@ def check_zero_point(node: NodeRef, zero_point: np.ndarray, storage: ElementType
 
 
 def normalize_axis(node: NodeRef, axis: int, rank: int) -> int:
-    if not -rank <= axis < rank:
-        raise node.error(f"axis {axis} is out of range [{-rank}, {rank - 1}] for an input of rank {rank}")
-    return axis % rank
+    """onnx_semantics' rule, the node named when the axis is out of range; a quantization axis needs a
+    dim (a scalar has none)."""
+    if rank == 0:
+        raise node.error(f"axis {axis} of an input of rank 0: a quantization axis needs a dim")
+    try:
+        return semantics.normalize_axis(axis, rank)
+    except ValueError as error:
+        raise node.error(str(error)) from None
 
 
 def quant_type_of(

@@ -68,9 +68,10 @@ def integer_convolution(ctx: LoweringContext, op: Operation, x: Value, w: Value)
 
 @lowers(MatMulIntegerOp)
 def lower_matmul_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
+    assert isinstance(op, MatMulIntegerOp)
     a, b = static_operands(ctx, op)
-    lhs = centered_quantized(ctx, a, element_type_of(op.operands[0].type))
-    rhs = centered_quantized(ctx, b, element_type_of(op.operands[1].type))
+    lhs = centered_quantized(ctx, a, element_type_of(op.a.type))
+    rhs = centered_quantized(ctx, b, element_type_of(op.b.type))
     return [matmul(ctx, lhs, rhs)]
 
 
@@ -88,9 +89,10 @@ def lower_onnx_matmul_integer(ctx: LoweringContext, op: Operation) -> list[Value
 
 @lowers(ConvIntegerOp)
 def lower_conv_integer(ctx: LoweringContext, op: Operation) -> list[Value]:
+    assert isinstance(op, ConvIntegerOp)
     x, w = static_operands(ctx, op)
-    x_centered = centered_quantized(ctx, x, element_type_of(op.operands[0].type))
-    w_centered = centered_quantized(ctx, w, element_type_of(op.operands[1].type))
+    x_centered = centered_quantized(ctx, x, element_type_of(op.x.type))
+    w_centered = centered_quantized(ctx, w, element_type_of(op.w.type))
     return [integer_convolution(ctx, op, x_centered, w_centered)]
 
 
@@ -125,7 +127,8 @@ def lower_dynamic_quantize_matmul(ctx: LoweringContext, op: Operation) -> list[V
     multiplier `f32(s_a) * s_b` (s_a known at run time), then the float bias, each rounded on its own."""
     operands = static_operands(ctx, op)
     a, b = operands[0], operands[1]
-    b_type = element_type_of(op.operands[1].type)
+    assert isinstance(op, DynamicQuantizeMatMulOp)
+    b_type = element_type_of(op.b.type)
     a_stored, a_scale, a_zero = dynamic_quantize_linear(ctx, a)
     a_shape = hlo.tensor_type(a_stored).shape
     a_zero_wide = hlo.broadcast_in_dim(ctx.builder, ctx.convert(a_zero, I32), a_shape, [])

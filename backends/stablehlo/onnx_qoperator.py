@@ -48,6 +48,7 @@ from qconvert.ir.dialects.qconvert import (
     QLinearMulOp,
     QLinearSigmoidOp,
     QLinearSoftmaxOp,
+    QLinearUnaryOp,
 )
 from qconvert.ir.quant_types import QuantizedType, uniform_params
 from qconvert.ir.types import F32, I32, RankedTensorType, element_type_of
@@ -135,13 +136,14 @@ def quantized_dot(
     what StableHLO's quantized ops and quant-to-math accept (then it is written out in integer arithmetic):
     signed i8 per-tensor A and output, signed i8 B with zero points 0, per tensor or per output column,
     2-D B, bias 1-D."""
+    assert isinstance(op, QLinearMatMulOp | QGemmOp)
     if ctx.form is not Form.QUANTIZED:
         return None
     b = ctx.builder
     try:
-        lhs_type = quant_fusion._per_tensor_signed_8bit(op.operands[0].type, "A")
+        lhs_type = quant_fusion._per_tensor_signed_8bit(op.a.type, "A")
         output_type = quant_fusion._per_tensor_signed_8bit(op.results[0].type, "the output")
-        _quant_type(ctx, op.operands[1])  # B must be quantized (else unsupported)
+        _quant_type(ctx, op.b)  # B must be quantized (else unsupported)
         if len(hlo.tensor_type(rhs).shape) != 2 or len(hlo.tensor_type(lhs).shape) < 2:
             return None
         if transposes[0]:
@@ -174,9 +176,10 @@ def quantized_dot(
 # Contractions -------------------------------------------------------------------------------------------
 @lowers(QLinearMatMulOp)
 def lower_qlinear_matmul(ctx: LoweringContext, op: Operation) -> list[Value]:
+    assert isinstance(op, QLinearMatMulOp)
     a, b = static_operands(ctx, op)
-    a_type, a_scale, _ = _per_tensor(ctx, op.operands[0], "QLinearMatMul's input a")
-    b_type = _quant_type(ctx, op.operands[1])
+    a_type, a_scale, _ = _per_tensor(ctx, op.a, "QLinearMatMul's input a")
+    b_type = _quant_type(ctx, op.b)
     output = _per_tensor(ctx, op.results[0], "QLinearMatMul's output")
     fused = quantized_dot(ctx, op, a, b, None, (False, False))
     if fused is not None:
@@ -189,9 +192,10 @@ def lower_qlinear_matmul(ctx: LoweringContext, op: Operation) -> list[Value]:
 
 @lowers(QLinearConvOp)
 def lower_qlinear_conv(ctx: LoweringContext, op: Operation) -> list[Value]:
+    assert isinstance(op, QLinearConvOp)
     operands = static_operands(ctx, op)
-    x_type, x_scale, _ = _per_tensor(ctx, op.operands[0], "QLinearConv's input")
-    w_type = _quant_type(ctx, op.operands[1])
+    x_type, x_scale, _ = _per_tensor(ctx, op.x, "QLinearConv's input")
+    w_type = _quant_type(ctx, op.w)
     output = _per_tensor(ctx, op.results[0], "QLinearConv's output")
     x_centered = centered_quantized(ctx, operands[0], x_type)
     w_centered = centered_quantized(ctx, operands[1], w_type)
@@ -206,9 +210,10 @@ def lower_qlinear_conv(ctx: LoweringContext, op: Operation) -> list[Value]:
 
 @lowers(QGemmOp)
 def lower_qgemm(ctx: LoweringContext, op: Operation) -> list[Value]:
+    assert isinstance(op, QGemmOp)
     operands = static_operands(ctx, op)
-    a_type, a_scale, _ = _per_tensor(ctx, op.operands[0], "QGemm's input A")
-    b_type = _quant_type(ctx, op.operands[1])
+    a_type, a_scale, _ = _per_tensor(ctx, op.a, "QGemm's input A")
+    b_type = _quant_type(ctx, op.b)
     alpha = float(ctx.attribute(op, "alpha", 1.0))  # type: ignore[arg-type]
     transposes = (bool(ctx.attribute(op, "transA", 0)), bool(ctx.attribute(op, "transB", 0)))
     if alpha == 1.0 and isinstance(element_type_of(op.results[0].type), QuantizedType):
@@ -247,9 +252,10 @@ def _broadcast_f32(ctx: LoweringContext, value: Value, shape: tuple[int, ...]) -
 @lowers(QLinearAddOp)
 def lower_qlinear_add(ctx: LoweringContext, op: Operation) -> list[Value]:
     """numerics `qlinear_add_mlas`: `sat(rne(fma(a, r_a, fma(b, r_b, fixed))))` on the raw stored values."""
+    assert isinstance(op, QLinearAddOp)
     a, b = static_operands(ctx, op)
-    _, a_scale, a_zero = _per_tensor(ctx, op.operands[0], "QLinearAdd's input A")
-    _, b_scale, b_zero = _per_tensor(ctx, op.operands[1], "QLinearAdd's input B")
+    _, a_scale, a_zero = _per_tensor(ctx, op.a, "QLinearAdd's input A")
+    _, b_scale, b_zero = _per_tensor(ctx, op.b, "QLinearAdd's input B")
     c_type, c_scale, c_zero = _per_tensor(ctx, op.results[0], "QLinearAdd's output")
     shape = ctx.result_type(op).shape
     if qlinear_binary_swaps_inputs(hlo.tensor_type(a).shape, hlo.tensor_type(b).shape):
@@ -265,9 +271,10 @@ def lower_qlinear_add(ctx: LoweringContext, op: Operation) -> list[Value]:
 @lowers(QLinearMulOp)
 def lower_qlinear_mul(ctx: LoweringContext, op: Operation) -> list[Value]:
     """numerics `qlinear_mul_mlas`: `sat(rne(f32((a - zp_a) * (b - zp_b)) * m + zp_c))`, each step rounded."""
+    assert isinstance(op, QLinearMulOp)
     a, b = static_operands(ctx, op)
-    a_type, a_scale, _ = _per_tensor(ctx, op.operands[0], "QLinearMul's input A")
-    b_type, b_scale, _ = _per_tensor(ctx, op.operands[1], "QLinearMul's input B")
+    a_type, a_scale, _ = _per_tensor(ctx, op.a, "QLinearMul's input A")
+    b_type, b_scale, _ = _per_tensor(ctx, op.b, "QLinearMul's input B")
     c_type, c_scale, c_zero = _per_tensor(ctx, op.results[0], "QLinearMul's output")
     shape = ctx.result_type(op).shape
     lhs = ctx.broadcast_to(centered_quantized(ctx, a, a_type), shape)
@@ -280,8 +287,9 @@ def lower_qlinear_mul(ctx: LoweringContext, op: Operation) -> list[Value]:
 
 
 def _table_op(ctx: LoweringContext, op: Operation, function: object, rule: str) -> list[Value]:
+    assert isinstance(op, QLinearUnaryOp)
     (x,) = static_operands(ctx, op)
-    _, x_scale, x_zero = _per_tensor(ctx, op.operands[0], "the input")
+    _, x_scale, x_zero = _per_tensor(ctx, op.x, "the input")
     y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "the output")
     table = numerics.lookup_table_onnxruntime(
         function, x_scale, x_zero, y_scale, y_zero, uniform_params(y_type).storage_dtype
@@ -336,8 +344,9 @@ def lower_qlinear_concat(ctx: LoweringContext, op: Operation) -> list[Value]:
 # Pooling ---------------------------------------------------------------------------------------------------
 @lowers(QLinearGlobalAveragePoolOp)
 def lower_qlinear_global_average_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
+    assert isinstance(op, QLinearGlobalAveragePoolOp)
     (x,) = static_operands(ctx, op)
-    _, x_scale, x_zero = _per_tensor(ctx, op.operands[0], "the input")
+    _, x_scale, x_zero = _per_tensor(ctx, op.x, "the input")
     y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "the output")
     shape = hlo.tensor_type(x).shape
     channels_last = bool(ctx.attribute(op, "channels_last", 0))
@@ -358,9 +367,10 @@ def lower_qlinear_global_average_pool(ctx: LoweringContext, op: Operation) -> li
 def lower_qlinear_average_pool(ctx: LoweringContext, op: Operation) -> list[Value]:
     """numerics `average_pool_float32` (f32 sums in kernel order, zeros outside the input, one division by
     the count) then `quantize_pool_onnxruntime` (`clamp(rne(y / s + zp))`)."""
+    assert isinstance(op, QLinearAveragePoolOp)
     b = ctx.builder
     (x,) = static_operands(ctx, op)
-    _, x_scale, x_zero = _per_tensor(ctx, op.operands[0], "the input")
+    _, x_scale, x_zero = _per_tensor(ctx, op.x, "the input")
     y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "the output")
     channels_last = bool(ctx.attribute(op, "channels_last", 0))
     if str(ctx.attribute(op, "auto_pad", "NOTSET")) not in ("NOTSET", "VALID"):
@@ -424,9 +434,10 @@ def lower_qlinear_softmax(ctx: LoweringContext, op: Operation) -> list[Value]:
     """numerics `qlinear_softmax_onnxruntime`: per row, `e = table[x - max + 255]` (numerics' table), the
     float32 row sum in order (one add per element: onnxruntime sums sequentially), then
     `min(rne(f32(e * floor(1 / s_y)) / sum) + zp, qmax)`."""
+    assert isinstance(op, QLinearSoftmaxOp)
     b = ctx.builder
     (x,) = static_operands(ctx, op)
-    _, x_scale, _ = _per_tensor(ctx, op.operands[0], "QLinearSoftmax's input")
+    _, x_scale, _ = _per_tensor(ctx, op.x, "QLinearSoftmax's input")
     y_type, y_scale, y_zero = _per_tensor(ctx, op.results[0], "QLinearSoftmax's output")
     shape = tuple(hlo.tensor_type(x).shape)
     rank = len(shape)

@@ -544,5 +544,6 @@ __all__ = [
     "QLinearMulOp",
     "QLinearSigmoidOp",
     "QLinearSoftmaxOp",
+    "QLinearUnaryOp",
     "QOperatorOp",
 ]

@@ -58,6 +58,15 @@ from qconvert.ir.core import Block, GenericOp, Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
+from qconvert.ir.dialects.onnx import (
+    ABSENT_INPUTS,
+    ABSENT_OUTPUTS,
+    DEFAULT_DOMAIN_KEY,
+    DEFAULT_DOMAINS,
+    ELEM_TYPE,
+    NODE_NAME,
+    OPSET_IMPORT,
+)
 from qconvert.ir.dialects.qconvert import STORAGE_CASTS, FloatStorageCastOp
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
 from qconvert.ir.quant_types import QuantizedType
@@ -89,8 +98,6 @@ from .qoperator import lift_qoperator
 from .quant import NodeRef, check_storage, normalize_axis, quant_type_of
 from .weights import RESOURCE_THRESHOLD, ResourceNames, as_resource, initializer_array, lazy_elements
 from .wire import RawData
-
-DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def import_onnx(
@@ -187,7 +194,7 @@ class Lifter:
         entries: list[tuple[str, Attribute]] = [("onnx.name", StringAttr(name))]
         entry = ELEMENT_TYPES.get(self.onnx_type(name))
         if entry is not None and entry.is_unsigned_integer:
-            entries.append(("onnx.elem_type", StringAttr(entry.name)))
+            entries.append((ELEM_TYPE, StringAttr(entry.name)))
         proto = self.type_protos.get(name)
         if dim_names and proto is not None and proto.WhichOneof("value") == "tensor_type":
             # Names of the dynamic dims (`["batch", "sequence"]`, "" for a static or unnamed dim), so that
@@ -222,7 +229,7 @@ class Lifter:
         op = ConstantOp.create(attribute)
         entry = ELEMENT_TYPES.get(onnx_type)
         if entry is not None and entry.is_unsigned_integer:
-            op.attributes["onnx.elem_type"] = StringAttr(entry.name)
+            op.attributes[ELEM_TYPE] = StringAttr(entry.name)
         return self.insert(op).result
 
     def value(self, node: NodeProto, name: str) -> Value:
@@ -322,9 +329,9 @@ class Lifter:
             raise self.inference_error
         module = ModuleOp.create()
         # The default domain is spelled `ai.onnx`: MLIR refuses an empty attribute name (`"" = 17`).
-        module.attributes["onnx.opset_import"] = DictionaryAttr(
+        module.attributes[OPSET_IMPORT] = DictionaryAttr(
             tuple(
-                (domain or "ai.onnx", IntegerAttr(version, I64))
+                (domain or DEFAULT_DOMAIN_KEY, IntegerAttr(version, I64))
                 for domain, version in sorted(self.opsets.items())
             )
         )
@@ -384,13 +391,13 @@ class Lifter:
         operands = [self.value(node, name) for _, name in present_inputs]
         present_outputs = [(i, name) for i, name in enumerate(node.output) if name]
         attributes: dict[str, Attribute] = {a.name: attrs.from_onnx_attribute(a) for a in node.attribute}
-        attributes["onnx.node_name"] = StringAttr(node.name)
+        attributes[NODE_NAME] = StringAttr(node.name)
         if len(present_inputs) != len(node.input):
             absent = tuple(i for i, name in enumerate(node.input) if not name)
-            attributes["onnx.absent_inputs"] = DenseArrayAttr(I64, absent)
+            attributes[ABSENT_INPUTS] = DenseArrayAttr(I64, absent)
         if len(present_outputs) != len(node.output):
             absent = tuple(i for i, name in enumerate(node.output) if not name)
-            attributes["onnx.absent_outputs"] = DenseArrayAttr(I64, absent)
+            attributes[ABSENT_OUTPUTS] = DenseArrayAttr(I64, absent)
         op = GenericOp(
             op_name(domain, node.op_type),
             operands,

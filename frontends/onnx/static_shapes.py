@@ -36,13 +36,13 @@ from onnx import (
 )
 
 from qconvert.errors import InputError
+from qconvert.ir.dialects.onnx import DEFAULT_DOMAINS
 
 from .wire import RawData
 
 FOLD_MAX_ELEMENTS = 4096
 """Values folded at load are shape computations: tiny. Anything larger is data, left to inference."""
 MAX_ROUNDS = 64  # fold / infer rounds; each round makes at least one more node known
-DEFAULT_DOMAINS = ("", "ai.onnx")
 NONDETERMINISTIC = frozenset(
     {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 )

@@ -3,10 +3,11 @@
     from qconvert.backends.stablehlo.convert import convert_to_stablehlo
     stablehlo_module = convert_to_stablehlo(module, form="quantized", semantics="onnx")
 
-`convert_to_stablehlo` lowers `func.func @main` op by op (lowering.py's table: quant casts in quant.py,
-ONNX ops in every `onnx_*.py` of this package), then, in the `quantized` form, fuses
-`uniform_dequantize -> op -> quantize` where that is exact (quant.py), and erases dead ops. The result
-is our IR, printed by our printer (`print_module` / `write_module`); jaxlib parses that text.
+`convert_to_stablehlo` lowers `func.func @main` op by op (the table `stablehlo_lowerings()` builds: quant
+casts in quant.py, ONNX ops in the `onnx_*.py` modules it lists), then, in the `quantized` form, fuses
+`uniform_dequantize -> op -> quantize` where that is exact (the `stablehlo-legalize-qdq-to-quantized-op`
+pass), and erases dead ops (`dce`). The result is our IR, printed by our printer (`print_module` /
+`write_module`); jaxlib parses that text.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from qconvert.atomic_file import atomic_text_file
 from qconvert.ir.attributes import DenseElementsAttr, DenseResourceAttr, OpaqueAttr
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.printer import print_module, write_module
+from qconvert.passes.dce import erase_unused
 
-from . import onnx_fold, quant, quant_fusion
+from . import onnx_fold
+from .legalize_qdq_to_quantized_op import QdqSources, legalize_qdq_to_quantized_op
 from .lowering import Form, LoweringTable, Semantics, find_main, lower_module
 
 LOWERING_MODULES = (
@@ -83,7 +86,7 @@ def convert_to_stablehlo(
     `semantics="onnx"` (default) keeps every quantize ONNX-exact; `"stablehlo"` uses uniform_quantize
     everywhere. `inline_weights=True` writes `dense_resource` weights inline as `dense<"0x...">`, which
     the engines need (XLA refuses dense_resource; the interpreter misreads blobs parsed from text).
-    `fuse_arithmetic=True` (quantized form) also fuses add / dot_general / convolution (quant_fusion.py).
+    `fuse_arithmetic=True` (quantized form) also fuses add / dot_general / convolution.
     `lowerings` is the table to lower with (default: `stablehlo_lowerings()`).
     Raises InputError listing every op that cannot be lowered.
     """
@@ -111,15 +114,12 @@ def convert_with_stats(
     form, semantics = Form(form), Semantics(semantics)
     table = lowerings if lowerings is not None else stablehlo_lowerings()
     converted, context = lower_module(module, table, form, semantics, inline_weights=inline_weights)
-    ops = find_main(converted).body.ops
+    body = find_main(converted).body
     fused = 0
-    if form is Form.QUANTIZED and fuse_arithmetic:
-        # Before the data-movement fusion, which would otherwise claim the quantizes of reshapes that the
-        # contractions' results feed.
-        fused += quant_fusion.fuse_arithmetic_ops(ops, context)
     if form is Form.QUANTIZED:
-        fused += quant.fuse_quantized_ops(ops, context)
-    erased = quant.erase_dead_ops(ops)
+        sources = QdqSources.of(context)
+        fused = legalize_qdq_to_quantized_op(body, sources, fuse_arithmetic=fuse_arithmetic)
+    erased = erase_unused(body, lambda op: True)  # every op a lowering emits is pure
     return converted, ConversionStats(fused, erased)
 
 

@@ -332,9 +332,7 @@ class LoweringContext:
     # Builders ---------------------------------------------------------------------------------
     def constant(self, array: np.ndarray | float | int, element_type: Type) -> Value:
         """A `stablehlo.constant` holding `array` (converted to `element_type`'s numpy dtype)."""
-        values = np.asarray(array, dtype=numpy_dtype(element_type))
-        attribute = DenseElementsAttr(values, RankedTensorType(tuple(values.shape), element_type))
-        return hlo.constant(self.builder, attribute)
+        return dense_constant(self.builder, array, element_type)
 
     def scalar(self, value: float | int, element_type: Type) -> Value:
         """A rank-0 constant `tensor<T>`."""
@@ -373,9 +371,7 @@ class LoweringContext:
 
     def note(self, value: Value, text: str) -> None:
         """Attach `qconvert.note = "..."` to the op that produced `value` (why it was emitted that way)."""
-        producer = value.owner_op()
-        if producer is not None:
-            producer.attributes["qconvert.note"] = StringAttr(text)
+        attach_note(value, text)
 
     def unsupported(self, reason: str) -> NoReturn:
         """Give up on the current op: the driver records `reason` with the op and keeps going."""
@@ -395,6 +391,20 @@ class LoweringContext:
             if self.inline_weights and isinstance(attribute, DenseResourceAttr):
                 return hlo.constant(self.builder, inline_resource(attribute), result_type)  # type: ignore[arg-type]
         return hlo.constant(self.builder, attribute, result_type)  # type: ignore[arg-type]
+
+
+def dense_constant(builder: Builder, array: np.ndarray | float | int, element_type: Type) -> Value:
+    """A `stablehlo.constant` holding `array` (converted to `element_type`'s numpy dtype), at `builder`."""
+    values = np.asarray(array, dtype=numpy_dtype(element_type))
+    attribute = DenseElementsAttr(values, RankedTensorType(tuple(values.shape), element_type))
+    return hlo.constant(builder, attribute)
+
+
+def attach_note(value: Value, text: str) -> None:
+    """`qconvert.note = "..."` on the new op that produced `value` (why it was emitted that way)."""
+    producer = value.owner_op()
+    if producer is not None:
+        producer.attributes["qconvert.note"] = StringAttr(text)
 
 
 # Shape guards -----------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ from qconvert.ir.attributes import (
 from qconvert.ir.core import Block, Builder, GenericOp, Region, Value
 from qconvert.ir.types import I1, I32, I64, RankedTensorType, Type, element_type_of, with_element_type
 
+from .dimension_numbers import ConvDimensionNumbers, DotDimensionNumbers
+
 COMPARISON_DIRECTIONS = ("EQ", "NE", "GE", "GT", "LE", "LT")
 
 
@@ -323,21 +325,11 @@ def dot_general(
     element = result_element_type or element_type_of(lhs.type)
     result_type = RankedTensorType(tuple(batch + lhs_free + rhs_free), element)
 
-    def listed(values: Sequence[int]) -> str:
-        return "[" + ", ".join(str(v) for v in values) + "]"
-
-    parts = []
-    if lhs_batching:
-        parts.append(f"lhs_batching_dimensions = {listed(lhs_batching)}")
-        parts.append(f"rhs_batching_dimensions = {listed(rhs_batching)}")
-    parts.append(f"lhs_contracting_dimensions = {listed(lhs_contracting)}")
-    parts.append(f"rhs_contracting_dimensions = {listed(rhs_contracting)}")
+    numbers = DotDimensionNumbers(
+        tuple(lhs_batching), tuple(rhs_batching), tuple(lhs_contracting), tuple(rhs_contracting)
+    )
     return _one(
-        b,
-        "stablehlo.dot_general",
-        [lhs, rhs],
-        result_type,
-        dot_dimension_numbers=OpaqueAttr(f"#stablehlo.dot<{', '.join(parts)}>"),
+        b, "stablehlo.dot_general", [lhs, rhs], result_type, dot_dimension_numbers=numbers.attribute()
     )
 
 
@@ -369,15 +361,13 @@ def convolution(
         out_spatial.append((size - window) // window_strides[i] + 1 if size >= window else 0)
     shape = (lhs_shape[0] // batch_group_count, rhs_shape[0], *out_spatial)
     element = result_element_type or element_type_of(lhs.type)
-    dims = ", ".join(str(i) for i in range(spatial))
-    numbers = f"#stablehlo.conv<[b, f, {dims}]x[o, i, {dims}]->[b, f, {dims}]>"
     pads = np.asarray(padding, dtype=np.int64).reshape(spatial, 2)
     return _one(
         b,
         "stablehlo.convolution",
         [lhs, rhs],
         RankedTensorType(shape, element),
-        dimension_numbers=OpaqueAttr(numbers),
+        dimension_numbers=ConvDimensionNumbers.onnx(spatial).attribute(),
         window_strides=i64_array(window_strides),
         padding=DenseElementsAttr(pads, RankedTensorType((spatial, 2), I64)),
         lhs_dilation=i64_array(lhs_dilation),

@@ -1,5 +1,5 @@
-"""Lowering of the quant casts (`quant.qcast`, `quant.dcast`, `quant.scast`) in the three forms, and the
-quantized form's fusion.
+"""Lowering of the quant casts (`quant.qcast`, `quant.dcast`, `quant.scast`) in the three forms (the
+quantized form's fusion is the pass of legalize_qdq_to_quantized_op.py).
 
 - `qdq` / `quantized`: `quant.dcast` -> `stablehlo.uniform_dequantize` (its arithmetic,
   `f32(i32(q) - zp) * s`, is onnxruntime's DequantizeLinear bit for bit); `quant.scast` ->
@@ -17,10 +17,6 @@ Decisions, one line each (measured on jaxlib 0.10.2 unless said otherwise):
   axis, and accepts f32 only (`engine_limitation`);
 - sub-channel (blocked) and float8 storage have no StableHLO quantized type: arithmetic in every form,
   block parameters expanded to full constants; f4E2M1FN is refused (no onnxruntime kernel to check it);
-- fusion: data-movement ops (`DATA_MOVEMENT_OPS`, and max pooling for signed storage: the engines
-  compare u8 storage as signed, max(200, 100) = 100); add / dot_general / convolution only on request
-  (`fuse_arithmetic=True`, quant_fusion.py), built through i32 accumulators rather than as
-  `stablehlo-legalize-qdq-to-quantized-op` writes them (see the comment there).
 
 When uniform_quantize equals ONNX's QuantizeLinear: StableHLO computes `rne(clamp(x / s + zp))`, ONNX
 `clamp(rne(x / s) + zp)`. With every zero point 0 the two agree for every non-NaN input (the bounds are
@@ -45,7 +41,6 @@ from qconvert.ir.quant_types import (
     CalibratedQuantizedType,
     QuantizedType,
     UniformQuantizedPerAxisType,
-    UniformQuantizedType,
     uniform_params,
 )
 from qconvert.ir.types import F32, F64, FloatType, IntegerType, RankedTensorType, Type, element_type_of
@@ -299,154 +294,3 @@ def lower_float_storage_cast(ctx: LoweringContext, op: Operation) -> list[Value]
     quantized = source_type if isinstance(element_type_of(source_type), QuantizedType) else result_type
     uniform_type(ctx, quantized)
     return [value]
-
-
-# Fusion (`--form quantized`) -------------------------------------------------------------------------------
-DATA_MOVEMENT_OPS = (
-    "stablehlo.reshape",
-    "stablehlo.transpose",
-    "stablehlo.broadcast_in_dim",
-    "stablehlo.slice",
-    "stablehlo.concatenate",
-    "stablehlo.gather",
-)
-"""Ops fused into their quantized form when every float operand (all but gather's indices) is dequantized
-from, and the result quantized to, one and the same per-tensor type: exact in both semantics, since
-`quantize(dequantize(q)) == q` for equal parameters and these ops only move elements (the engines run
-them on the storage integers)."""
-
-# Not fused here, each for a reason measured or read in quant-to-math (reference §3.4); quant_fusion.py
-# (opt-in) fuses them in a form that avoids these:
-# - add: quant-to-math requantizes each operand to the result scale with its own rounding before adding
-#   in i32 (two roundings: 1 step off in 2 to 31 % of each tiny_encoder add's outputs, measured),
-#   onnxruntime adds the dequantized floats then quantizes once;
-# - dot_general / convolution straight to the i8 result type: quant-to-math requantizes the i32
-#   accumulator by a float multiply and a truncating convert (and assumes |s_l s_r / s_out - 1| <= 1e-3
-#   per axis); onnxruntime rounds half to even; besides, ONNX Conv/Gemm carry a bias add between op and
-#   quantize;
-# - max pooling (reduce_window with a maximum body, -inf init): fused, see `_fuse_max_pool`.
-
-
-def dequantized_source(value: Value, ctx: LoweringContext) -> Value | None:
-    """The quantized value `value` was dequantized from (uniform_dequantize or written out), else None."""
-    producer = value.owner_op()
-    if producer is not None and producer.name == "stablehlo.uniform_dequantize":
-        return producer.operands[0]
-    return ctx.dequantize_sources.get(value)
-
-
-def quantizations(value: Value, ctx: LoweringContext) -> list[Value]:
-    """The quantized values computed from float `value` (uniform_quantize, or ONNX-exact arithmetic)."""
-    found: list[Value] = [
-        owner.result
-        for owner, _ in value.uses
-        if owner.name == "stablehlo.uniform_quantize"
-        and not isinstance(element_type_of(value.type), QuantizedType)
-    ]
-    found.extend(q for q, source in ctx.quantize_sources.items() if source is value)
-    return found
-
-
-def fuse_quantized_ops(block_ops: list[Operation], ctx: LoweringContext) -> int:
-    """Rewrite `uniform_dequantize -> data-movement op -> quantize` into the op on quantized values,
-    as `stablehlo-legalize-qdq-to-quantized-op` matches it (every operand from a dequantize), restricted
-    to what is exact (see DATA_MOVEMENT_OPS). Returns how many ops were fused; dead ops stay for DCE."""
-    from qconvert.ir.core import Builder, GenericOp
-
-    fused = 0
-    for op in list(block_ops):
-        is_max_pool = op.name == "stablehlo.reduce_window" and _is_max_pool(op)
-        if op.name not in DATA_MOVEMENT_OPS and not is_max_pool:
-            continue
-        # Max pooling's init and gather's indices are not data: they are rebuilt or kept as they are.
-        data_operands = op.operands[:1] if is_max_pool or op.name == "stablehlo.gather" else op.operands
-        sources = [dequantized_source(v, ctx) for v in data_operands]
-        if not sources or any(s is None for s in sources):
-            continue
-        quant_types = {element_type_of(s.type) for s in sources}  # type: ignore[union-attr]
-        if len(quant_types) != 1:
-            continue
-        (quant_type,) = quant_types
-        if not isinstance(quant_type, UniformQuantizedType):
-            continue  # per-axis data movement needs axis bookkeeping; not needed by ONNX activations
-        if is_max_pool and not quant_type.is_signed:
-            continue  # quant-to-math compares u8 storage as signed i8 (see NOTE_UNSIGNED)
-        for quantized in quantizations(op.result, ctx):
-            if element_type_of(quantized.type) != quant_type:
-                continue
-            builder = Builder.before(op)
-            result_type = hlo.tensor_type(op.result).with_element_type(quant_type)
-            if is_max_pool:
-                replacement = _fuse_max_pool(ctx, builder, op, sources[0], quant_type)  # type: ignore[arg-type]
-            else:
-                operands = [*sources, *op.operands[len(sources) :]]
-                new_op = builder.insert(
-                    GenericOp(op.name, operands, [result_type], dict(op.attributes))  # type: ignore[arg-type]
-                )
-                replacement = new_op.result
-            quantized.replace_all_uses_with(replacement)
-            fused += 1
-    return fused
-
-
-def _is_max_pool(op: Operation) -> bool:
-    """A reduce_window of one operand whose body is `maximum` and whose init is the constant -inf."""
-    if len(op.operands) != 2 or len(op.regions) != 1:
-        return False
-    body = op.regions[0].entry.ops
-    if len(body) != 2 or body[0].name != "stablehlo.maximum":
-        return False
-    init = op.operands[1].owner_op()
-    if init is None or init.name != "stablehlo.constant":
-        return False
-    value = init.attributes.get("value")
-    array = getattr(value, "array", None)
-    return array is not None and array.size == 1 and bool(np.isneginf(array.reshape(-1)[0]))
-
-
-def _fuse_max_pool(
-    ctx: LoweringContext, builder: object, op: Operation, source: Value, quant_type: UniformQuantizedType
-) -> Value:
-    """The max pooling on quantized values: max commutes with dequantize (scale > 0), and the padding
-    value becomes qmin (every window holds at least one real element, so it never wins)."""
-    from qconvert.ir.core import Builder
-
-    assert isinstance(builder, Builder)
-    storage = storage_element_type(quant_type)
-    saved = ctx.builder
-    ctx.builder = builder
-    try:
-        init_storage = ctx.scalar(quant_type.storage_type_min, storage)
-        init = hlo.bitcast_convert(builder, init_storage, RankedTensorType((), quant_type))
-        attributes = op.attributes
-        window = attributes["window_dimensions"].values  # type: ignore[attr-defined]
-        strides = attributes["window_strides"].values  # type: ignore[attr-defined]
-        dilations = attributes["window_dilations"].values  # type: ignore[attr-defined]
-        padding = [tuple(p) for p in attributes["padding"].array.tolist()]  # type: ignore[attr-defined]
-        return hlo.reduce_window(
-            builder,
-            source,
-            init,
-            window_dimensions=window,
-            window_strides=strides,
-            padding=padding,  # type: ignore[arg-type]
-            window_dilations=dilations,
-            body=hlo.maximum,
-        )
-    finally:
-        ctx.builder = saved
-
-
-def erase_dead_ops(block_ops: list[Operation]) -> int:
-    """Erase ops whose results are unused (every stablehlo op is pure), last to first, from the block's op
-    list (modified in place, in one pass: `list.remove` per op would be quadratic); returns the count."""
-    dead: set[int] = set()
-    for op in reversed(block_ops):
-        if op.is_terminator or not op.results or any(r.uses for r in op.results):
-            continue
-        op.drop_all_references()
-        op.parent = None
-        dead.add(id(op))
-    if dead:
-        block_ops[:] = [op for op in block_ops if id(op) not in dead]
-    return len(dead)

@@ -18,6 +18,8 @@ PASS_MODULES: dict[str, str] = {
     "lower-quant-ops": "qconvert.passes.lower_quant_ops",
     "normalize-quant-types": "qconvert.passes.normalize_quant_types",
     "strip-func-quant-types": "qconvert.passes.strip_func_quant_types",
+    # A backend's pass on its own dialect, run by `qconvert opt` on a module of that dialect.
+    "stablehlo-legalize-qdq-to-quantized-op": "qconvert.backends.stablehlo.legalize_qdq_to_quantized_op",
 }
 PASS_REGISTRY: dict[str, type[ModulePass]] = {}
 

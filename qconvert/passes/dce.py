@@ -2,7 +2,7 @@
 `dead-code-elimination` (xdsl/transforms/dead_code_elimination.py) and MLIR's trivially-dead-op erasure do.
 
 An op is removable when its class says it is pure (`is_pure`), or when it is a generic op of a dialect
-the pass is told is pure (`pure-dialects`, default `stablehlo`: every StableHLO op we emit is pure, and
+the pass is told is pure (`pure-dialects`, default `stablehlo,chlo`: every such op we emit is pure, and
 those ops have no class here). Each block is swept last op to first, so an op used only by dead ops
 goes in the same sweep; nested regions are swept before the op that owns them.
 
@@ -47,7 +47,7 @@ def erase_unused(block: Block, is_removable: Callable[[Operation], bool]) -> int
 @dataclass(frozen=True, kw_only=True)
 class DeadCodeEliminationPass(ModulePass):
     name: ClassVar[str] = "dce"
-    pure_dialects: str = "stablehlo"  # comma-separated dialects whose generic ops are all pure
+    pure_dialects: str = "stablehlo,chlo"  # comma-separated dialects whose generic ops are all pure
 
     def is_removable(self, op: Operation) -> bool:
         if op.is_pure:

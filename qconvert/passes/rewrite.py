@@ -152,18 +152,21 @@ class PatternRewriter(Builder):
     (`backends/stablehlo/ops.py`) insert through it. `changed` records whether anything was done.
     """
 
-    __slots__ = ("changed",)
+    __slots__ = ("_anchor", "changed")
 
     def __init__(self, op: Operation) -> None:
         assert op.parent is not None, f"{op.name} is not in a block"
-        Builder.__init__(self, op.parent, op.parent.ops.index(op))
+        Builder.__init__(self, op.parent, -1)  # the index is found on the first insert: most matches fail
+        self._anchor = op
         self.changed = False
 
     def set_insertion_point_before(self, op: Operation) -> None:
         assert op.parent is not None, f"{op.name} is not in a block"
-        self.block, self.index = op.parent, op.parent.ops.index(op)
+        self.block, self.index, self._anchor = op.parent, -1, op
 
     def insert(self, op: OpT) -> OpT:  # type: ignore[override]
+        if self.index < 0:
+            self.index = self.block.ops.index(self._anchor)
         self.changed = True
         return Builder.insert(self, op)  # type: ignore[return-value]
 
@@ -183,7 +186,7 @@ class PatternRewriter(Builder):
     def erase_op(self, op: Operation) -> None:
         """Remove `op`, whose results must be unused (before the insertion point: the point stays put)."""
         block = op.parent
-        if block is self.block and block is not None and block.ops.index(op) < self.index:
+        if self.index >= 0 and block is self.block and block is not None and block.ops.index(op) < self.index:
             self.index -= 1
         op.erase()
         self.changed = True

@@ -179,8 +179,9 @@ class Graph:
             return producer.attributes[CONSTANT_NAME_ATTR].value  # type: ignore[union-attr]
         if value in self.value_names:
             return self.value_names[value]
-        if isinstance(producer, Operation) and "onnx.node_name" in producer.attributes:
-            return f"{producer.attributes['onnx.node_name'].value}:{value.index}"  # type: ignore[attr-defined,union-attr]
+        name = node_name(producer) if isinstance(producer, Operation) else None
+        if name is not None:
+            return f"{name}:{value.index}"  # type: ignore[attr-defined]
         return self.argument_names[value.index] if isinstance(value, BlockArgument) else "<unnamed>"
 
     def range_of(self, value: Value) -> tuple[np.float32, np.float32] | None:
@@ -192,7 +193,7 @@ class Graph:
 
 
 def _is_onnx_node(op: Operation) -> bool:
-    return op.name.startswith("onnx.") and "onnx.node_name" in op.attributes
+    return op.name.startswith("onnx.") and node_name(op) is not None
 
 
 class Planner:

@@ -22,7 +22,7 @@ from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
-from qconvert.ir.dialects.onnx import DEFAULT_DOMAINS, main_function
+from qconvert.ir.dialects.onnx import DEFAULT_DOMAINS, main_function, node_name
 
 TENSOR_NAME_ATTR = "onnx.tensor_name"
 """On a calibrated/quantized `quant.qcast`: the ONNX name of the tensor it quantizes."""
@@ -74,7 +74,7 @@ def tensor_values(
     if model is None:
         return values
     graph = _load(model).graph
-    ops = [op for op in block.ops if op.name.startswith("onnx.") and "onnx.node_name" in op.attributes]
+    ops = [op for op in block.ops if op.name.startswith("onnx.") and node_name(op) is not None]
     # Generic ops follow their nodes' order; a node lifted to something else (a Constant with a tensor
     # value, Q/DQ with constant parameters, QOperator ops) has no generic op and is skipped.
     position = 0
@@ -99,8 +99,7 @@ def tensor_values(
     if position != len(ops):
         op = ops[position]
         raise InputError(
-            f"the module does not come from this model: op {op.name} "
-            f"('{op.attributes['onnx.node_name'].value}') matches no node"  # type: ignore[attr-defined]
+            f"the module does not come from this model: op {op.name} ('{node_name(op)}') matches no node"
         )
     return values
 
@@ -109,8 +108,7 @@ def _same(node: onnx.NodeProto, op: Operation) -> bool:
     expected = (
         f"onnx.{node.op_type}" if node.domain in _DEFAULT_DOMAINS else f"onnx.{node.domain}.{node.op_type}"
     )
-    node_name = op.attributes["onnx.node_name"]
-    return op.name == expected and isinstance(node_name, StringAttr) and node_name.value == node.name
+    return op.name == expected and node_name(op) == node.name
 
 
 def _stamp_constant(value: Value, name: str) -> None:

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
         stablehlo_text,
         write_stablehlo,
     )
+    from .lower_quant import predicted_mismatches
     from .lowering import Form, Semantics
-    from .quant import predicted_mismatches
     from .run import EngineError, legalize_quant_to_math, verify
     from .run import run as run_stablehlo
 
@@ -48,7 +48,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "write_stablehlo": ("convert", "write_stablehlo"),
     "Form": ("lowering", "Form"),
     "Semantics": ("lowering", "Semantics"),
-    "predicted_mismatches": ("quant", "predicted_mismatches"),
+    "predicted_mismatches": ("lower_quant", "predicted_mismatches"),
     "EngineError": ("run", "EngineError"),
     "legalize_quant_to_math": ("run", "legalize_quant_to_math"),
     "run_stablehlo": ("run", "run"),

@@ -254,7 +254,7 @@ class StableHLOCheckRunner:
         from qconvert.ir.dialects.quant import QuantizeCastOp
         from qconvert.ir.types import element_type_of
 
-        from .quant import predicted_mismatches
+        from .lower_quant import predicted_mismatches
 
         assert case.model is not None
         quantizes = [op for op in self.lift(case.model).walk() if isinstance(op, QuantizeCastOp)]

@@ -4,7 +4,7 @@
     stablehlo_module = convert_to_stablehlo(module, form="quantized", semantics="onnx")
 
 `convert_to_stablehlo` lowers `func.func @main` op by op (the table `stablehlo_lowerings()` builds: quant
-casts in quant.py, ONNX ops in the `onnx_*.py` modules it lists), then, in the `quantized` form, fuses
+casts in lower_quant.py, ONNX ops in the `onnx_*.py` modules it lists), then, in the `quantized` form, fuses
 `uniform_dequantize -> op -> quantize` where that is exact (the `stablehlo-legalize-qdq-to-quantized-op`
 pass), and erases dead ops (`dce`). The result is our IR, printed by our printer (`print_module` /
 `write_module`); jaxlib parses that text.
@@ -27,7 +27,7 @@ from .legalize_qdq_to_quantized_op import QdqSources, legalize_qdq_to_quantized_
 from .lowering import Form, LoweringTable, Semantics, find_main, lower_module
 
 LOWERING_MODULES = (
-    "quant",
+    "lower_quant",
     "onnx_contrib",
     "onnx_einsum",
     "onnx_elementwise",

@@ -29,14 +29,14 @@ ops of a new module, and returns the new values that replace the op's results, i
 - Return exactly one value per result, of type `ctx.result_type(op, i)` (the driver checks it when the
   source type is static). The values between a `quant.dcast` and a `quant.qcast` are plain float
   tensors in every form: lowerings of onnx ops never see quant types, the quant lowerings
-  (`quant.py`) and the fusion (`--form quantized`) take care of them.
+  (`lower_quant.py`) and the fusion (`--form quantized`) take care of them.
 - When an op cannot be lowered (an attribute value StableHLO cannot express, a dynamic shape, ...),
   call `ctx.unsupported("auto_pad=SAME_LOWER with dilations")`: it raises, the driver records the op
   (name, `onnx.node_name`, reason), keeps going with placeholder values, and reports every such op
   at once in one InputError, grouped by op name and reason (so keep node names and types out of the
   reason); ops that fail on a shape known only at run time are one line. Never emit something
   approximately right.
-- Rounding rules are never written inline: quantization arithmetic goes through `quant.py`, which
+- Rounding rules are never written inline: quantization arithmetic goes through `lower_quant.py`, which
   calls `qconvert.numerics` for anything evaluated at conversion time.
 
 A complete example (onnx.Add with numpy-style broadcasting; `tests/backends/stablehlo/test_forms.py`

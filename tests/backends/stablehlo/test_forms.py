@@ -214,7 +214,7 @@ def test_quantize_dequantize_bit_exact_with_onnxruntime(
 def test_stablehlo_semantics_mismatches_match_prediction(
     run: ModuleType, engine: str, form: str, zero_point: int, storage: int, axis: int | None
 ) -> None:
-    from qconvert.backends.stablehlo.quant import predicted_mismatches
+    from qconvert.backends.stablehlo import predicted_mismatches
     from qconvert.frontends.onnx import import_onnx
 
     model = qdq_model(zero_point, storage, axis)

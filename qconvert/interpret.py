@@ -79,6 +79,7 @@ from qconvert.ir.dialects.qconvert import (
     QGemmOp,
     QLinearAddOp,
     QLinearAveragePoolOp,
+    QLinearBinaryOp,
     QLinearConcatOp,
     QLinearConvOp,
     QLinearGlobalAveragePoolOp,
@@ -87,6 +88,7 @@ from qconvert.ir.dialects.qconvert import (
     QLinearMulOp,
     QLinearSigmoidOp,
     QLinearSoftmaxOp,
+    QLinearUnaryOp,
     QOperatorOp,
 )
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
@@ -404,7 +406,8 @@ def _channel_vector(values: np.ndarray, rank: int, axis: int) -> np.ndarray:
 
 
 def _qlinear_conv(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
-    px, pw, py = _params(op.operands[0]), _params(op.operands[1]), _result_params(op)
+    assert isinstance(op, QLinearConvOp)
+    px, pw, py = _params(op.x), _params(op.w), _result_params(op)
     x_scale, _ = _scalar(px, "QLinearConv input")
     y_scale, y_zero = _scalar(py, "QLinearConv output")
     accumulator = _conv_accumulate(_centered(operands[0], px), _centered(operands[1], pw), op)
@@ -416,12 +419,14 @@ def _qlinear_conv(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]
 
 
 def _conv_integer(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
-    px, pw = _params(op.operands[0]), _params(op.operands[1])
+    assert isinstance(op, ConvIntegerOp)
+    px, pw = _params(op.x), _params(op.w)
     return [_int32(_conv_accumulate(_centered(operands[0], px), _centered(operands[1], pw), op))]
 
 
 def _qlinear_matmul(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
-    pa, pb, py = _params(op.operands[0]), _params(op.operands[1]), _result_params(op)
+    assert isinstance(op, QLinearMatMulOp)
+    pa, pb, py = _params(op.a), _params(op.b), _result_params(op)
     a_scale, _ = _scalar(pa, "QLinearMatMul input a")
     y_scale, y_zero = _scalar(py, "QLinearMatMul output")
     accumulator = exact_integer_matmul(_centered(operands[0], pa), _centered(operands[1], pb))
@@ -430,7 +435,8 @@ def _qlinear_matmul(op: Operation, operands: list[np.ndarray]) -> list[np.ndarra
 
 
 def _matmul_integer(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
-    pa, pb = _params(op.operands[0]), _params(op.operands[1])
+    assert isinstance(op, MatMulIntegerOp)
+    pa, pb = _params(op.a), _params(op.b)
     return [_int32(exact_integer_matmul(_centered(operands[0], pa), _centered(operands[1], pb)))]
 
 
@@ -440,7 +446,8 @@ def _scalar_a_span(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> bool:
 
 
 def _qlinear_binary(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
-    pa, pb, pc = _params(op.operands[0]), _params(op.operands[1]), _result_params(op)
+    assert isinstance(op, QLinearBinaryOp)
+    pa, pb, pc = _params(op.a), _params(op.b), _result_params(op)
     a_scale, a_zero = _scalar(pa, "input A")
     b_scale, b_zero = _scalar(pb, "input B")
     c_scale, c_zero = _scalar(pc, "output C")
@@ -461,7 +468,8 @@ def _qlinear_binary(op: Operation, operands: list[np.ndarray]) -> list[np.ndarra
 def _lookup(
     op: Operation, operands: list[np.ndarray], function: Callable[[np.ndarray], np.ndarray]
 ) -> np.ndarray:
-    px, py = _params(op.operands[0]), _result_params(op)
+    assert isinstance(op, QLinearUnaryOp)
+    px, py = _params(op.x), _result_params(op)
     x_scale, x_zero = _scalar(px, "input")
     y_scale, y_zero = _scalar(py, "output")
     table = numerics.lookup_table_onnxruntime(function, x_scale, x_zero, y_scale, y_zero, py.storage_dtype)
@@ -478,7 +486,8 @@ def _qlinear_leaky_relu(op: Operation, operands: list[np.ndarray]) -> list[np.nd
 
 
 def _qlinear_softmax(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
-    px, py = _params(op.operands[0]), _result_params(op)
+    assert isinstance(op, QLinearSoftmaxOp)
+    px, py = _params(op.x), _result_params(op)
     x_scale, _ = _scalar(px, "input")
     y_scale, y_zero = _scalar(py, "output")
     axis, opset = int(_attr(op, "axis", -1)), int(_attr(op, "opset", 13))  # type: ignore[arg-type]
@@ -503,7 +512,8 @@ def _qlinear_concat(op: Operation, operands: list[np.ndarray]) -> list[np.ndarra
 
 
 def _qlinear_global_average_pool(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
-    px, py = _params(op.operands[0]), _result_params(op)
+    assert isinstance(op, QLinearGlobalAveragePoolOp)
+    px, py = _params(op.x), _result_params(op)
     x_scale, x_zero = _scalar(px, "input")
     y_scale, y_zero = _scalar(py, "output")
     x = operands[0]
@@ -516,7 +526,8 @@ def _qlinear_global_average_pool(op: Operation, operands: list[np.ndarray]) -> l
 
 
 def _qlinear_average_pool(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
-    px, py = _params(op.operands[0]), _result_params(op)
+    assert isinstance(op, QLinearAveragePoolOp)
+    px, py = _params(op.x), _result_params(op)
     x_scale, x_zero = _scalar(px, "input")
     y_scale, y_zero = _scalar(py, "output")
     x = operands[0]
@@ -559,7 +570,8 @@ def _qlinear_average_pool(op: Operation, operands: list[np.ndarray]) -> list[np.
 
 
 def _qgemm(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
-    pa, pb = _params(op.operands[0]), _params(op.operands[1])
+    assert isinstance(op, QGemmOp)
+    pa, pb = _params(op.a), _params(op.b)
     a_scale, _ = _scalar(pa, "QGemm input A")
     a = _centered(operands[0], pa)
     b = _centered(operands[1], pb)
@@ -588,7 +600,8 @@ def _dynamic_quantize_linear(op: Operation, operands: list[np.ndarray]) -> list[
 
 
 def _dynamic_quantize_matmul(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
-    pb = _params(op.operands[1])
+    assert isinstance(op, DynamicQuantizeMatMulOp)
+    pb = _params(op.b)
     a_scale, a_zero = numerics.dynamic_quantize_parameters_onnxruntime(operands[0])
     a = numerics.quantize_linear_mlas(operands[0], float(a_scale), a_zero, np.dtype(np.uint8))
     accumulator = exact_integer_matmul(a.astype(np.int64) - a_zero, _centered(operands[1], pb))

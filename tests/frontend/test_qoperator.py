@@ -12,7 +12,8 @@ from onnx import helper, numpy_helper
 
 from qconvert.frontends.onnx import import_onnx
 from qconvert.interpret import interpret
-from qconvert.ir import ParserOptions, parse_module, print_module
+from qconvert.ir import ParserOptions, parse_module, print_module, verify
+from qconvert.ir.dialects.qconvert import QOperatorOp
 from qconvert.ir.quant_types import QuantizedType, UniformQuantizedPerAxisType
 from qconvert.ir.types import element_type_of
 
@@ -73,6 +74,11 @@ def check_bit_exact(
     assert again.count("qconvert.") == text.count("qconvert.")
     names = [op.name for op in module.body.ops[0].body.ops]  # type: ignore[attr-defined]
     assert lifted_as in names and not any(n.startswith("onnx.") for n in names), names
+    # Both the lifted and the parsed ops are the dialect's classes, and pass its verifier.
+    for lifted in (module, parsed):
+        verify(lifted)
+        lifted_op = next(op for op in lifted.walk() if op.name == lifted_as)
+        assert isinstance(lifted_op, QOperatorOp) and lifted_op.name == lifted_as
     ours = interpret(parsed, inputs)  # type: ignore[arg-type]
     for name, reference in zip([o for o in node.output if o], expected):
         result = np.asarray(ours[name])

@@ -17,7 +17,8 @@ from frontend.onnx_cases import (
 
 from qconvert.frontends.onnx import import_onnx
 from qconvert.interpret import interpret
-from qconvert.ir import ParserOptions, parse_module, print_module
+from qconvert.ir import ParserOptions, parse_module, print_module, verify
+from qconvert.ir.dialects.qconvert import FloatStorageCastOp, QOperatorOp
 
 CASES = {name: quantization_cases()[name] for name in qoperator_case_names()}
 
@@ -33,6 +34,9 @@ def test_qoperator_node_case_lifts_and_matches_onnxruntime(case_name: str) -> No
     )
     text = print_module(module)
     parsed = parse_module(text, options=ParserOptions(allow_unregistered_dialect=True))
+    verify(parsed)  # the qconvert dialect's verifier accepts what ONNX's own cases lift to
+    dialect_ops = [op for op in parsed.walk() if op.name.startswith("qconvert.")]
+    assert all(isinstance(op, QOperatorOp | FloatStorageCastOp) for op in dialect_ops), dialect_ops
     ours = interpret(parsed, feed)  # type: ignore[arg-type]
     expected = expected_outputs(case)
     if case_name not in ORT_CANNOT_RUN:

@@ -536,6 +536,7 @@ __all__ = [
     "QGemmOp",
     "QLinearAddOp",
     "QLinearAveragePoolOp",
+    "QLinearBinaryOp",
     "QLinearConcatOp",
     "QLinearConvOp",
     "QLinearGlobalAveragePoolOp",

@@ -124,3 +124,20 @@ def test_main_function_rule() -> None:
     two = parse_module("func.func @f() { return }\nfunc.func @g() { return }")
     with pytest.raises(InputError, match="functions: @f, @g"):
         contract.main_function(two)
+
+
+def test_absent_outputs_of_a_lifted_lstm() -> None:
+    """LSTM(X, W, R) with outputs ("", Y_h, ""): only Y_h is a result, at ONNX output position 1."""
+    rng = np.random.default_rng(0)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1, 3])
+    y_h = helper.make_tensor_value_info("y_h", TensorProto.FLOAT, [1, 1, 4])
+    w = onnx.numpy_helper.from_array(rng.normal(size=(1, 16, 3)).astype(np.float32), "w")
+    r = onnx.numpy_helper.from_array(rng.normal(size=(1, 16, 4)).astype(np.float32), "r")
+    node = helper.make_node("LSTM", ["x", "w", "r"], ["", "y_h", ""], hidden_size=4)
+    module = _lifted(14, node, [x], [y_h], [w, r])
+    op = next(o for o in contract.main_function(module).body.ops if o.name == "onnx.LSTM")
+    assert contract.absent_positions(op, "outputs") == {0, 2}
+    assert contract.present_positions(op, "outputs") == [1]
+    assert contract.by_position(op, ["h"], "outputs") == [None, "h", None]
+    assert contract.absent_positions(op) == set()
+    assert contract.present_positions(op) == [0, 1, 2]

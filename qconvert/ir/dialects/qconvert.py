@@ -19,6 +19,7 @@ writer writes the node back through it, so the layout is written once.
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar, overload
 
 from qconvert.ir.core import Operation, Value, register_op
@@ -122,10 +123,11 @@ STORAGE_CASTS = (StorageCastOp, FloatStorageCastOp)
 class QOperatorOp(Operation):
     """A lifted QOperator node: named operands, its ONNX node's layout, and a verifier of both.
 
-    `quantized` names the operands (and `y` the result) whose element type must be a quant type, `floats`
-    those that must be floating-point, `plain_result` says the results are not quantized (i32, storage
-    tensors); `same_storage` names operands (and `y`) whose ONNX type constraint is one type variable.
-    Every quantized operand and result expresses the same float type (the frontend's f32).
+    `quantized` names the operands whose element type must be a quant type, `floats` those that must be
+    floating-point; the result is quantized unless `plain_result` (i32, storage tensors) or the class says
+    otherwise (`verify_result`); `same_storage` names operands (and `y`, the result) whose ONNX type
+    constraint is one type variable. Every quantized operand and result expresses the same float type (the
+    frontend's f32).
     """
 
     __slots__ = ()
@@ -142,12 +144,9 @@ class QOperatorOp(Operation):
     result_counts: ClassVar[tuple[int, int]] = (1, 1)
 
     @classmethod
-    def operand_defs(cls) -> list[OperandDef]:
+    def operand_defs(cls) -> tuple[OperandDef, ...]:
         """The named operands, by position."""
-        found = {
-            d.index: d for k in reversed(cls.__mro__) for d in vars(k).values() if isinstance(d, OperandDef)
-        }
-        return [found[index] for index in sorted(found)]
+        return _operand_defs(cls)
 
     @classmethod
     def operand_counts(cls) -> tuple[int, int]:
@@ -239,6 +238,15 @@ class QOperatorOp(Operation):
     def verify_result(self, result: Value) -> None:
         if not _is_quantized(result.type):
             raise self.error(f"result must be a tensor of quantized type, but got '{result.type}'")
+
+
+@functools.cache
+def _operand_defs(op_class: type[QOperatorOp]) -> tuple[OperandDef, ...]:
+    """The class's `OperandDef`s (its own and inherited) by index: computed once per class, read per op."""
+    found = {
+        d.index: d for k in reversed(op_class.__mro__) for d in vars(k).values() if isinstance(d, OperandDef)
+    }
+    return tuple(found[index] for index in sorted(found))
 
 
 class QLinearUnaryOp(QOperatorOp):

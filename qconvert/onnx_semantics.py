@@ -63,6 +63,16 @@ def reshape_target(shape: Sequence[int], target: Sequence[int], allowzero: bool)
     return result
 
 
+def flattened_shape(shape: Sequence[int], axis: int) -> list[int]:
+    """Flatten's output [prod(shape[:axis]), prod(shape[axis:])]; its axis may be the rank itself (then
+    [size, 1]), so its range is [-rank, rank]. ValueError outside."""
+    rank = len(shape)
+    if not -rank <= axis <= rank:
+        raise ValueError(f"axis {axis} is out of range [{-rank}, {rank}] for Flatten of rank {rank}")
+    axis = axis + rank if axis < 0 else axis
+    return [int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64))]
+
+
 def split_sizes(dim: int, count: int, sizes: Sequence[int] | None) -> list[int]:
     """Split's part sizes along its axis: `sizes` when given, else `count` parts of ceil(dim / count)
     with the last one smaller (opset 18's num_outputs; equal parts before). ValueError when the parts

@@ -71,9 +71,8 @@ def lower_reshape(ctx: LoweringContext, op: Operation) -> list[Value]:
 @lowers_folding("onnx.Flatten")
 def lower_flatten(ctx: LoweringContext, op: Operation) -> list[Value]:
     x, shape = data(ctx, op)
-    axis = normalize_axis(ctx, int(ctx.attribute(op, "axis", 1)), len(shape))  # type: ignore[arg-type]
-    outer = int(np.prod(shape[:axis], dtype=np.int64))
-    return [hlo.reshape(ctx.builder, x, [outer, int(np.prod(shape[axis:], dtype=np.int64))])]
+    axis = int(ctx.attribute(op, "axis", 1))  # type: ignore[arg-type]
+    return [hlo.reshape(ctx.builder, x, by_rule(ctx, semantics.flattened_shape, shape, axis))]
 
 
 @lowers_folding("onnx.Unsqueeze")

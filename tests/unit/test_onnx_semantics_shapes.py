@@ -50,6 +50,17 @@ def test_reshape_target_refuses_two_unknown_dims_and_a_wrong_count() -> None:
         semantics.reshape_target((2, 3), [4, 2], False)
 
 
+@pytest.mark.parametrize("axis", [0, 1, 3, -1, -3])
+def test_flatten_matches_onnxruntime_up_to_the_rank_itself(axis: int) -> None:
+    (y,) = _run(helper.make_node("Flatten", ["x"], ["y0"], axis=axis), 13, X)
+    assert semantics.flattened_shape(X.shape, axis) == list(y.shape)
+
+
+def test_flatten_refuses_an_axis_past_the_rank() -> None:
+    with pytest.raises(ValueError, match=r"out of range \[-3, 3\]"):
+        semantics.flattened_shape(X.shape, 4)
+
+
 @pytest.mark.parametrize(("dim", "count"), [(7, 3), (8, 4), (5, 3)])
 def test_split_num_outputs_matches_onnxruntime(dim: int, count: int) -> None:
     x = np.zeros((2, dim), np.float32)

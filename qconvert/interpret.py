@@ -48,12 +48,9 @@ from qconvert.errors import InputError
 from qconvert.interpret_integer_to_float import INTEGER_TO_FLOAT_KERNELS
 from qconvert.interpret_recurrent import RECURRENT_KERNELS
 from qconvert.ir.attributes import (
-    ArrayAttr,
     BoolAttr,
     DenseElementsAttr,
     DenseResourceAttr,
-    DictionaryAttr,
-    StringAttr,
 )
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
@@ -69,6 +66,7 @@ from qconvert.ir.dialects.onnx import (
     node_label,
     op_domain,
     opset_imports,
+    signature_names,
 )
 from qconvert.ir.dialects.qconvert import (
     STORAGE_CASTS,
@@ -130,17 +128,10 @@ ONNX_DTYPES: dict[str, np.dtype] = {
 }
 
 
-def _names(function: FuncOp, key: str, count: int, prefix: str) -> list[str]:
-    entries = function.attributes.get(key)
-    names = []
-    for index in range(count):
-        name = f"{prefix}{index}"
-        if isinstance(entries, ArrayAttr) and isinstance(entries.elements[index], DictionaryAttr):
-            found = dict(entries.elements[index].entries).get("onnx.name")  # type: ignore[union-attr]
-            if isinstance(found, StringAttr):
-                name = found.value
-        names.append(name)
-    return names
+def _names(function: FuncOp, kind: str, prefix: str) -> list[str]:
+    """The arguments' / results' ONNX names, `<prefix><i>` where the module records none."""
+    names = signature_names(function, kind)
+    return [f"{prefix}{index}" if name is None else name for index, name in enumerate(names)]
 
 
 def _main(module: ModuleOp) -> FuncOp:
@@ -149,12 +140,12 @@ def _main(module: ModuleOp) -> FuncOp:
 
 def input_names(module: ModuleOp) -> list[str]:
     function = _main(module)
-    return _names(function, "arg_attrs", len(function.function_type.inputs), "arg")
+    return _names(function, "inputs", "arg")
 
 
 def output_names(module: ModuleOp) -> list[str]:
     function = _main(module)
-    return _names(function, "res_attrs", len(function.function_type.results), "result")
+    return _names(function, "outputs", "result")
 
 
 class Interpreter:

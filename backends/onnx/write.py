@@ -25,7 +25,6 @@ Opset: opset.py (the model's own, raised to what the Q/DQ nodes need, at most 25
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
 
 import numpy as np
 import onnx
@@ -48,7 +47,15 @@ from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
-from qconvert.ir.dialects.onnx import ELEM_TYPE, absent_positions, main_function, node_name, opset_imports
+from qconvert.ir.dialects.onnx import (
+    ELEM_TYPE,
+    TENSOR_NAME,
+    absent_positions,
+    main_function,
+    node_name,
+    opset_imports,
+    signature_names,
+)
 from qconvert.ir.dialects.qconvert import STORAGE_CASTS
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
 from qconvert.ir.quant_types import QuantizedType
@@ -145,8 +152,8 @@ class Writer:
         result_types = function.function_type.results
         argument_attrs = _attribute_dicts(function, "arg_attrs", len(argument_types))
         result_attrs = _attribute_dicts(function, "res_attrs", len(result_types))
-        input_names = [self._onnx_name(a, f"arg{i}") for i, a in enumerate(argument_attrs)]
-        output_names = [self._onnx_name(a, f"result{i}") for i, a in enumerate(result_attrs)]
+        input_names = [name or f"arg{i}" for i, name in enumerate(signature_names(function, "inputs"))]
+        output_names = [name or f"result{i}" for i, name in enumerate(signature_names(function, "outputs"))]
         if len(set(input_names)) != len(input_names):
             repeated = sorted({n for n in input_names if input_names.count(n) > 1})
             raise InputError(f"@{function.sym_name}: arguments share the onnx.name(s) {repeated}")
@@ -179,11 +186,6 @@ class Writer:
             name=function.sym_name,
         )
         return ir.Model(graph, ir_version=10, producer_name="qconvert")
-
-    @staticmethod
-    def _onnx_name(attributes: Mapping[str, Attribute], default: str) -> str:
-        name = attributes.get("onnx.name")
-        return name.value if isinstance(name, StringAttr) and name.value else default
 
     def graph_outputs(
         self, op: ReturnOp, names: list[str], attributes: list[dict[str, Attribute]]
@@ -331,7 +333,7 @@ class Writer:
             raise InputError(f"{where}: {error}") from None
         # An initializer's name: `onnx.name` (set by calibration), else the resource's (the lifted
         # initializer's name), else a generated one.
-        recorded = op.attributes.get("onnx.name")
+        recorded = op.attributes.get(TENSOR_NAME)
         name_base = recorded.value if isinstance(recorded, StringAttr) and recorded.value else "const"
         if isinstance(value, DenseElementsAttr):
             array = np.asarray(value.array)

@@ -17,12 +17,12 @@ from onnx import ModelProto
 
 from qconvert.errors import InputError
 from qconvert.frontends.onnx.load import MICROSOFT_DOMAIN
-from qconvert.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr
+from qconvert.ir.attributes import StringAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
-from qconvert.ir.dialects.func import FuncOp, ReturnOp
-from qconvert.ir.dialects.onnx import DEFAULT_DOMAINS, main_function, node_name
+from qconvert.ir.dialects.func import ReturnOp
+from qconvert.ir.dialects.onnx import DEFAULT_DOMAINS, main_function, node_name, signature_names
 
 TENSOR_NAME_ATTR = "onnx.tensor_name"
 """On a calibrated/quantized `quant.qcast`: the ONNX name of the tensor it quantizes."""
@@ -31,17 +31,6 @@ CONSTANT_NAME_ATTR = "onnx.name"
 """On an `arith.constant`: the ONNX initializer (or Constant output) it came from."""
 
 _DEFAULT_DOMAINS = DEFAULT_DOMAINS
-
-
-def _names(function: FuncOp, key: str) -> list[str]:
-    attribute = function.attributes.get(key)
-    if not isinstance(attribute, ArrayAttr):
-        return []
-    names = []
-    for entry in attribute.elements:
-        name = dict(entry.entries).get("onnx.name") if isinstance(entry, DictionaryAttr) else None
-        names.append(name.value if isinstance(name, StringAttr) else "")
-    return names
 
 
 def _load(model: ModelProto | str | os.PathLike[str]) -> ModelProto:
@@ -63,12 +52,12 @@ def tensor_values(
     function = main_function(module)
     block = function.regions[0].entry
     values: dict[str, Value] = {}
-    for name, argument in zip(_names(function, "arg_attrs"), block.arguments):
+    for name, argument in zip(signature_names(function, "inputs"), block.arguments):
         if name:
             values[name] = argument
     terminator = block.ops[-1] if block.ops else None
     if isinstance(terminator, ReturnOp):
-        for name, operand in zip(_names(function, "res_attrs"), terminator.operands):
+        for name, operand in zip(signature_names(function, "outputs"), terminator.operands):
             if name:
                 values.setdefault(name, operand)
     if model is None:

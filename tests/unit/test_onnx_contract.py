@@ -84,6 +84,8 @@ def test_unsigned_marks_on_constants_and_arguments() -> None:
     assert contract.is_unsigned(constant)
     argument_attributes = function.attributes["arg_attrs"].elements[0]
     assert contract.is_unsigned(argument_attributes)
+    assert contract.signature_names(function) == ["x"]
+    assert contract.signature_names(function, "outputs") == ["y"]
     add = next(o for o in function.body.ops if o.name == "onnx.Add")
     assert not contract.is_unsigned(add)
     assert contract.elem_type_name(None) is None
@@ -107,6 +109,7 @@ def test_defaults_without_opset_import_and_names() -> None:
     assert contract.op_domain(gelu) == "com.microsoft"
     assert contract.node_name(gelu) is None
     assert contract.node_label(gelu) == "unnamed node"
+    assert contract.signature_names(contract.main_function(module)) == [None]  # no onnx.name recorded
     _, relu = _generic(MODULE_WITHOUT_OPSET, "onnx.Relu")
     assert contract.op_domain(relu) == ""
     assert contract.node_name(relu) == "r"

@@ -8,6 +8,7 @@ calibration, check) goes through these accessors instead of decoding the attribu
 |----------------------------|----------------------------------------|-------------------------------------|
 | module                     | `onnx.opset_import = {"ai.onnx" = 21}` | `opset_imports`, `default_opset`    |
 | module                     | `func.func @main`                      | `main_function`                     |
+| @main's arguments, results | `{onnx.name = "x"}`                    | `signature_names`                   |
 | generic op                 | `onnx.node_name`                       | `node_name`, `node_label`           |
 | generic op                 | `onnx.absent_inputs` / `_outputs`      | `onnx_input`, `present_positions`,  |
 |                            |                                        | `absent_positions`, `by_position`   |
@@ -28,7 +29,14 @@ import ml_dtypes
 import numpy as np
 
 from qconvert.errors import InputError
-from qconvert.ir.attributes import Attribute, DenseArrayAttr, DictionaryAttr, IntegerAttr, StringAttr
+from qconvert.ir.attributes import (
+    ArrayAttr,
+    Attribute,
+    DenseArrayAttr,
+    DictionaryAttr,
+    IntegerAttr,
+    StringAttr,
+)
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp
@@ -104,6 +112,26 @@ def main_function(module: ModuleOp, purpose: str = "") -> FuncOp:
     names = ", ".join(f"@{f.sym_name}" for f in functions) or "none"
     what = f" {purpose}" if purpose else ""
     raise InputError(f"the module has no func.func @main{what} (functions: {names})")
+
+
+# Graph input and output names ---------------------------------------------------------------------
+
+TENSOR_NAME = "onnx.name"  # in a function's arg_attrs / res_attrs: the ONNX graph input / output name
+
+
+def signature_names(function: FuncOp, kind: str = "inputs") -> list[str | None]:
+    """The ONNX name (`onnx.name`) of each argument (`kind="inputs"`) or result (`"outputs"`) of the
+    function, None where the lifter recorded none."""
+    inputs = kind == "inputs"
+    count = len(function.function_type.inputs if inputs else function.function_type.results)
+    entries = function.attributes.get("arg_attrs" if inputs else "res_attrs")
+    elements = entries.elements if isinstance(entries, ArrayAttr) else ()
+    names: list[str | None] = []
+    for index in range(count):
+        entry = elements[index] if index < len(elements) else None
+        name = dict(entry.entries).get(TENSOR_NAME) if isinstance(entry, DictionaryAttr) else None
+        names.append(name.value if isinstance(name, StringAttr) else None)
+    return names
 
 
 # Node names ----------------------------------------------------------------------------------------
@@ -264,6 +292,7 @@ __all__ = [
     "FLOAT16",
     "NODE_NAME",
     "OPSET_IMPORT",
+    "TENSOR_NAME",
     "OnnxElement",
     "absent_positions",
     "by_position",
@@ -281,4 +310,5 @@ __all__ = [
     "opset_imports",
     "present_positions",
     "recorded_default_opset",
+    "signature_names",
 ]

@@ -23,6 +23,7 @@ from qconvert.ir.printer import print_module, write_module
 from qconvert.passes.dce import erase_unused
 
 from . import onnx_fold
+from .engine_profile import JAXLIB, EngineProfile, apply_division_guards
 from .legalize_qdq_to_quantized_op import QdqSources, legalize_qdq_to_quantized_op
 from .lowering import Form, LoweringTable, Semantics, find_main, lower_module
 
@@ -80,6 +81,7 @@ def convert_to_stablehlo(
     inline_weights: bool = False,
     fuse_arithmetic: bool = False,
     lowerings: LoweringTable | None = None,
+    engine_profile: EngineProfile | None = JAXLIB,
 ) -> ModuleOp:
     """A new module holding `@main` as `stablehlo.*` ops in `form` (quantized, integer, qdq).
 
@@ -87,7 +89,10 @@ def convert_to_stablehlo(
     everywhere. `inline_weights=True` writes `dense_resource` weights inline as `dense<"0x...">`, which
     the engines need (XLA refuses dense_resource; the interpreter misreads blobs parsed from text).
     `fuse_arithmetic=True` (quantized form) also fuses add / dot_general / convolution.
-    `lowerings` is the table to lower with (default: `stablehlo_lowerings()`).
+    `lowerings` is the table to lower with (default: `stablehlo_lowerings()`). `engine_profile` says what
+    the engines that will run the module get wrong (default: jaxlib's, whose write-outs and division
+    guards every output so far has); None gives the pure form (`!quant.uniform` wherever StableHLO has
+    the type, no barriers), which a TOSA legalizer consumes.
     Raises InputError listing every op that cannot be lowered.
     """
     converted, _ = convert_with_stats(
@@ -97,6 +102,7 @@ def convert_to_stablehlo(
         inline_weights=inline_weights,
         fuse_arithmetic=fuse_arithmetic,
         lowerings=lowerings,
+        engine_profile=engine_profile,
     )
     return converted
 
@@ -109,11 +115,15 @@ def convert_with_stats(
     inline_weights: bool = False,
     fuse_arithmetic: bool = False,
     lowerings: LoweringTable | None = None,
+    engine_profile: EngineProfile | None = JAXLIB,
 ) -> tuple[ModuleOp, ConversionStats]:
     """`convert_to_stablehlo` and what it did."""
     form, semantics = Form(form), Semantics(semantics)
     table = lowerings if lowerings is not None else stablehlo_lowerings()
-    converted, context = lower_module(module, table, form, semantics, inline_weights=inline_weights)
+    converted, context = lower_module(
+        module, table, form, semantics, inline_weights=inline_weights, engine_profile=engine_profile
+    )
+    apply_division_guards(converted, engine_profile)  # before dce: its count includes dead barriers
     body = find_main(converted).body
     fused = 0
     if form is Form.QUANTIZED:
@@ -131,6 +141,7 @@ def stablehlo_text(
     inline_weights: bool = False,
     fuse_arithmetic: bool = False,
     lowerings: LoweringTable | None = None,
+    engine_profile: EngineProfile | None = JAXLIB,
 ) -> str:
     """The MLIR text of `convert_to_stablehlo(...)` (weights as a `dense_resource` section unless inlined)."""
     converted = convert_to_stablehlo(
@@ -140,6 +151,7 @@ def stablehlo_text(
         inline_weights=inline_weights,
         fuse_arithmetic=fuse_arithmetic,
         lowerings=lowerings,
+        engine_profile=engine_profile,
     )
     return print_module(converted)
 

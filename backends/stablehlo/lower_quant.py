@@ -12,9 +12,10 @@ Decisions, one line each (measured on jaxlib 0.10.2 unless said otherwise):
 - quantized constants are `stablehlo.constant` of the storage + `bitcast_convert` (both engines run it;
   a quant-typed constant over a storage `dense<>` also parses, but the bitcast keeps `dense_resource`
   weights as they are);
-- u8 storage, per-axis types whose axis is not the last, and f16 / bf16 expressed types are written out
-  in every form: quant-to-math (the interpreter's and XLA's path) reads u8 as signed, fails on such an
-  axis, and accepts f32 only (`engine_limitation`);
+- under the jaxlib engine profile (the default, `engine_profile.JAXLIB`), u8 storage, per-axis types whose
+  axis is not the last, and f16 / bf16 expressed types are written out in every form: quant-to-math (the
+  interpreter's and XLA's path) reads u8 as signed, fails on such an axis, and accepts f32 only
+  (`engine_limitation`); with no profile they stay quantized types;
 - sub-channel (blocked) and float8 storage have no StableHLO quantized type: arithmetic in every form,
   block parameters expanded to full constants; f4E2M1FN is refused (no onnxruntime kernel to check it);
 
@@ -40,7 +41,6 @@ from qconvert.ir.quant_types import (
     UNIFORM_TYPES,
     CalibratedQuantizedType,
     QuantizedType,
-    UniformQuantizedPerAxisType,
     uniform_params,
 )
 from qconvert.ir.types import F32, F64, FloatType, IntegerType, RankedTensorType, Type, element_type_of
@@ -57,15 +57,7 @@ NOTE_ONNX_ROUNDING = (
     "ONNX QuantizeLinear written out: clamp(round_nearest_even(x / s) + zp); uniform_quantize adds the "
     "zero point before rounding"
 )
-NOTE_EXPRESSED = "written out: stablehlo-legalize-quant-to-math accepts f32 expressed types only"
 NOTE_NO_TYPE = "written out: StableHLO has no quantized type for sub-channel (blocked) or float storage"
-NOTE_UNSIGNED = (
-    "written out: stablehlo-legalize-quant-to-math reads u8 storage as signed (measured, jaxlib 0.10.2)"
-)
-NOTE_AXIS = (
-    "written out: stablehlo-legalize-quant-to-math fails on a per-axis type whose axis is not the last "
-    "(chlo broadcast_dimensions not prefix-padded, measured, jaxlib 0.10.2)"
-)
 
 
 # Parameters ----------------------------------------------------------------------------------------
@@ -84,19 +76,14 @@ def uniform_type(ctx: LoweringContext, type_: Type) -> QuantizedType:
     return element
 
 
-def engine_limitation(quant_type: QuantizedType, type_: Type) -> str | None:
-    """Why the engines cannot run uniform_quantize / uniform_dequantize of this type as the spec says,
-    or None: then the quantization is written out as arithmetic whatever the form."""
+def engine_limitation(ctx: LoweringContext, quant_type: QuantizedType, type_: Type) -> str | None:
+    """Why uniform_quantize / uniform_dequantize of this type cannot be emitted, or None: StableHLO has no
+    such type, or the engine profile says its engines get it wrong (`engine_profile.py`). The quantization
+    is then written out as arithmetic whatever the form."""
     if not has_stablehlo_type(quant_type):
         return NOTE_NO_TYPE
-    if quant_type.expressed_type != F32:
-        return NOTE_EXPRESSED
-    if not quant_type.is_signed:
-        return NOTE_UNSIGNED
-    is_per_axis = isinstance(quant_type, UniformQuantizedPerAxisType) and isinstance(type_, RankedTensorType)
-    if is_per_axis and quant_type.quantized_dimension != type_.rank - 1:  # type: ignore[union-attr]
-        return NOTE_AXIS
-    return None
+    profile = ctx.engine_profile
+    return profile.limitation(quant_type, type_) if profile is not None else None
 
 
 def rounding_can_differ(quant_type: QuantizedType) -> bool:
@@ -241,7 +228,7 @@ def lower_qcast(ctx: LoweringContext, op: Operation) -> list[Value]:
     quant_type = uniform_type(ctx, result_type)
     if ctx.form is Form.INTEGER or not has_stablehlo_type(quant_type):
         return [quantize_arithmetic(ctx, x, quant_type, ctx.semantics, saturate=_saturate(op))]
-    note = engine_limitation(quant_type, result_type)
+    note = engine_limitation(ctx, quant_type, result_type)
     if note is None and ctx.semantics is Semantics.ONNX and rounding_can_differ(quant_type):
         note = NOTE_ONNX_ROUNDING
     if note is None:
@@ -259,7 +246,7 @@ def lower_dcast(ctx: LoweringContext, op: Operation) -> list[Value]:
     quant_type = uniform_type(ctx, op.operands[0].type)
     if ctx.form is Form.INTEGER or not has_stablehlo_type(quant_type):
         return [dequantize_arithmetic(ctx, q, quant_type, op.result.type)]
-    note = engine_limitation(quant_type, op.operands[0].type)
+    note = engine_limitation(ctx, quant_type, op.operands[0].type)
     if note is None:
         return [hlo.uniform_dequantize(ctx.builder, q, op.result.type)]
     storage_type = hlo.tensor_type(q).with_element_type(storage_element_type(quant_type))

@@ -98,6 +98,7 @@ from qconvert.ir.types import (
 from qconvert.problem_groups import NAMES_SHOWN, ProblemGroup, group_problems, listing
 
 from . import ops as hlo
+from .engine_profile import JAXLIB, EngineProfile
 
 LoweringFn = Callable[["LoweringContext", Operation], Sequence[Value]]
 Folder = Callable[["LoweringContext", Operation], Sequence[Value] | None]
@@ -252,6 +253,8 @@ class LoweringContext:
     form: Form
     semantics: Semantics
     inline_weights: bool = False
+    # What the engines that will run the module get wrong (written out instead); None: the pure form.
+    engine_profile: EngineProfile | None = JAXLIB
     value_map: dict[Value, Value] = field(default_factory=dict)
     # Source constants not emitted yet (emitted on first use as a value, see `_materialize`).
     pending_constants: dict[Value, Operation] = field(default_factory=dict)
@@ -634,6 +637,7 @@ def lower_module(
     semantics: Semantics = Semantics.ONNX,
     *,
     inline_weights: bool = False,
+    engine_profile: EngineProfile | None = JAXLIB,
 ) -> tuple[ModuleOp, LoweringContext]:
     """Convert `func.func @main` of a lifted module into a new module of `stablehlo.*` ops.
 
@@ -644,7 +648,9 @@ def lower_module(
     """
     source = find_main(module)
     check_static_inputs(source)
-    context = LoweringContext(Builder(Block()), Form(form), Semantics(semantics), inline_weights)
+    context = LoweringContext(
+        Builder(Block()), Form(form), Semantics(semantics), inline_weights, engine_profile=engine_profile
+    )
     source_type = source.function_type
     arg_attrs, res_attrs = source.attributes.get("arg_attrs"), source.attributes.get("res_attrs")
     inputs = tuple(

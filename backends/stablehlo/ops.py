@@ -19,6 +19,7 @@ from qconvert.ir.attributes import (
     DenseResourceAttr,
     IntegerAttr,
     OpaqueAttr,
+    UnitAttr,
 )
 from qconvert.ir.core import Block, Builder, GenericOp, Region, Value
 from qconvert.ir.types import I1, I32, I64, RankedTensorType, Type, element_type_of, with_element_type
@@ -102,14 +103,20 @@ or_ = _binary("stablehlo.or")
 xor = _binary("stablehlo.xor")
 
 
-def exact_divide(b: Builder, lhs: Value, rhs: Value) -> Value:
-    """`lhs / rhs` correctly rounded on every engine, as onnxruntime divides.
+EXACT_DIVIDE = "qconvert.exact_divide"
+"""The mark `exact_divide` leaves on its divide until the conversion settles it (engine_profile.py)."""
 
-    XLA:CPU's simplifier rewrites a division by a constant or a broadcast (`x / broadcast(c)`) into
-    `x * (1 / c)`, an ulp off for many elements; an optimization_barrier on the divisor hides it.
-    """
-    barrier = b.insert(GenericOp("stablehlo.optimization_barrier", [rhs], [rhs.type], {})).result
-    return divide(b, lhs, barrier)
+
+def exact_divide(b: Builder, lhs: Value, rhs: Value) -> Value:
+    """`lhs / rhs` correctly rounded, as onnxruntime divides: a divide marked so that the conversion guards
+    its divisor when the engine profile asks (XLA:CPU rewrites `x / broadcast(c)` into `x * (1 / c)`, an ulp
+    off for many elements; an optimization_barrier on the divisor hides it). See engine_profile.py."""
+    return _one(b, "stablehlo.divide", [lhs, rhs], lhs.type, **{EXACT_DIVIDE: UnitAttr()})
+
+
+def optimization_barrier(b: Builder, operand: Value) -> Value:
+    """`stablehlo.optimization_barrier` of one operand: the value, which XLA cannot see through."""
+    return _one(b, "stablehlo.optimization_barrier", [operand], operand.type)
 
 
 shift_right_arithmetic = _binary("stablehlo.shift_right_arithmetic")

@@ -4,7 +4,8 @@ interpreter (`stablehlo.eval_module`) and XLA:CPU.
 jax is imported lazily, on first use, so this module imports without the `stablehlo` extra; using it
 then raises an `InputError` that says which extra to install.
 
-Facts about jaxlib 0.10.2 this module relies on (see ../shared/engines/README.md):
+Facts about jaxlib 0.10.2 this module relies on (see ../shared/engines/README.md); what the conversion
+must write otherwise for these engines is their profile, `engine_profile.JAXLIB`:
 - jaxlib's Python context does not register the `quant` dialect; deserializing a portable artifact
   that uses a quant type loads it. We do that once and keep the context (`_context`).
 - XLA rejects quant types ("can't be translated to XLA HLO"): `run_xla` first applies

@@ -178,6 +178,36 @@ def qdq_model(
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
 
 
+@pytest.mark.parametrize(
+    ("storage", "axis", "note"),
+    [
+        pytest.param(TensorProto.UINT8, None, "reads u8 storage as signed", id="u8"),
+        pytest.param(TensorProto.INT8, 0, "axis is not the last", id="per-axis-0"),
+    ],
+)
+def test_no_engine_profile_keeps_the_quantized_types_jaxlib_needs_written_out(
+    storage: int, axis: int | None, note: str
+) -> None:
+    """jaxlib's profile (the default) writes u8 and per-axis-not-last quantizations out and guards divisions;
+    without a profile the module keeps `uniform_quantize` / `uniform_dequantize` of those types and has no
+    barrier (the pure quantized form a TOSA legalizer takes), and jaxlib still parses it."""
+    require_module("jax")
+    from qconvert.backends.stablehlo import run
+    from qconvert.backends.stablehlo.convert import stablehlo_text
+    from qconvert.frontends.onnx import import_onnx
+
+    model = qdq_model(3, storage, axis)
+    jaxlib = stablehlo_text(import_onnx(model), "quantized", "onnx")
+    pure = stablehlo_text(import_onnx(model), "quantized", "onnx", engine_profile=None)
+    spelled = "!quant.uniform<u8:f32" if storage == TensorProto.UINT8 else "!quant.uniform<i8:f32:0,"
+    assert note in jaxlib and note not in pure
+    assert "stablehlo.optimization_barrier" in jaxlib and "optimization_barrier" not in pure
+    assert "qconvert.exact_divide" not in jaxlib + pure  # the mark is settled either way
+    assert '"stablehlo.uniform_dequantize"(%' in pure and spelled in pure
+    assert "uniform_dequantize" not in jaxlib
+    run.verify(pure)
+
+
 def tie_heavy_input(shape: tuple[int, ...] = (4, 8)) -> np.ndarray:
     """Multiples of 0.25 at scale 0.5 (or smaller): many exact ties, where the two roundings differ."""
     rng = np.random.default_rng(0)

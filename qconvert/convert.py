@@ -28,12 +28,13 @@ def convert(
     """Lift `model` (ONNX path or ModelProto; a ModuleOp is used as it is) and convert it with backend `to`.
 
     `options` are the backend's (`qconvert.backends`; None or False: not given), e.g. StableHLO's `form`
-    quantized | integer | qdq, `semantics` onnx | stablehlo (see backends/stablehlo/quant.py),
+    quantized | integer | qdq, `semantics` onnx | stablehlo (see backends/stablehlo/lower_quant.py),
     `elide_weights` (weights printed as `dense_resource<__elided__>`), `inline_weights` (written as
     `dense<"0x...">`, what the engines need), `fuse_arithmetic` (quantized form: add / dot_general /
-    convolution fused too, backends/stablehlo/quant_fusion.py). ONNX (`to="onnx"`) takes none: the
-    lifted module itself, which `write(module, path, to="onnx")` saves as a QDQ model. Raises
-    InputError on bad options (before the model is read) and when ops cannot be converted (all listed).
+    convolution fused too, backends/stablehlo/legalize_qdq_to_quantized_op.py). ONNX (`to="onnx"`)
+    takes none: the lifted module itself, which `write(module, path, to="onnx")` saves as a QDQ model.
+    Raises InputError on bad options (before the model is read) and when ops cannot be converted (all
+    listed).
     """
     backend = get_backend(check_choice("--to", to, backend_names()))
     parsed = parse_options(backend, options)

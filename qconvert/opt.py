@@ -29,6 +29,7 @@ USAGE = """usage: qconvert opt [FILE|-] [-o OUT] [--split-input-file] [--verify-
                     [--allow-unregistered-dialect] [--verify-each] [--emit-bytecode]
                     [--lower-quant-ops[=rounding=mlir|onnx]] [--normalize-quant-types]
                     [--strip-func-quant-types] [--canonicalize[=test-convergence]] [--inline]
+                    [--dce] [--stablehlo-legalize-qdq-to-quantized-op[=fuse-arithmetic=true]]
                     [--pass-pipeline=...]
 
 Reads MLIR text (the quant dialect and the ops its passes emit), verifies it, runs the passes in the

@@ -80,6 +80,7 @@ from qconvert.ir.attributes import (
     StringAttr,
 )
 from qconvert.ir.core import Block, Builder, Operation, Value
+from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
 from qconvert.ir.dialects.onnx import present_positions
@@ -318,7 +319,7 @@ class LoweringContext:
         if source is None:
             return None
         producer = source.owner_op()
-        if producer is None or producer.name != "arith.constant":
+        if not isinstance(producer, ConstantOp):
             return None
         return constant_attribute_array(producer.attributes["value"])
 
@@ -673,7 +674,7 @@ def lower_module(
     failures: list[UnsupportedOp] = []
     dynamic_failures: list[UnsupportedOp] = []
     for op in source.body.ops:
-        if op.name == "arith.constant":
+        if isinstance(op, ConstantOp):
             context.pending_constants[op.result] = op
             continue
         if isinstance(op, ReturnOp):

@@ -19,6 +19,7 @@ import numpy as np
 from qconvert.errors import InputError
 from qconvert.ir.attributes import DenseElementsAttr
 from qconvert.ir.core import Operation, Value
+from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.onnx import present_positions
 from qconvert.ir.types import IntegerType, Signedness, Type, element_type_of
@@ -56,7 +57,7 @@ def _known_producer(ctx: LoweringContext, op: Operation, position: int) -> Opera
     producer = source.owner_op() if source is not None else None
     if producer is None:
         return None
-    if producer.name == "arith.constant":
+    if isinstance(producer, ConstantOp):
         return producer
     lowered = ctx.value_map.get(source)  # type: ignore[arg-type]
     folded = lowered.owner_op() if lowered is not None else None
@@ -74,7 +75,7 @@ def constant_input(ctx: LoweringContext, op: Operation, position: int) -> np.nda
     producer = _known_producer(ctx, op, position)
     if producer is None:
         return None
-    if producer.name == "arith.constant":
+    if isinstance(producer, ConstantOp):
         from qconvert.interpret import constant_array
 
         try:

@@ -132,3 +132,32 @@ def test_qconvert_opt_runs_dce() -> None:
     assert result.returncode == 0, result.stderr
     assert "stablehlo.abs" not in result.stdout
     assert result.stdout.count("stablehlo.negate") == 2
+
+
+def test_erase_op_keeps_the_insertion_point_before_the_matched_op() -> None:
+    """A pattern erases a dead op before the matched one, then inserts: the new op still lands just before
+    the matched op."""
+
+    class EraseDeadNegateThenMark:
+        roots: ClassVar[tuple[Root, ...]] = ("stablehlo.abs",)
+
+        def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+            dead = [o for o in op.parent.ops if o.name == "stablehlo.negate" and not o.result.uses]  # type: ignore[union-attr]
+            if not dead:
+                return False
+            rewriter.insert(GenericOp("stablehlo.constant", [], [op.result.type]))
+            for negate in dead:
+                rewriter.erase_op(negate)
+            rewriter.insert(GenericOp("stablehlo.iota", [], [op.result.type]))
+            return True
+
+    function = function_of(SOURCE.replace('"stablehlo.abs"(%1)', '"stablehlo.abs"(%arg0)'))
+    assert apply_patterns(function, [EraseDeadNegateThenMark()]) == 2  # %1 first, then %0 (dead once %1 goes)
+    assert names(function) == [
+        "stablehlo.constant",
+        "stablehlo.iota",
+        "stablehlo.constant",
+        "stablehlo.iota",
+        "stablehlo.abs",
+        "func.return",
+    ]

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .backend import BACKEND, ENGINE_NAMES, StableHLOBackend, StableHLOOptions
     from .check import StableHLOCheckRunner
     from .convert import (
+        Conversion,
         ConversionStats,
         convert_to_stablehlo,
         convert_with_stats,
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
         stablehlo_text,
         write_stablehlo,
     )
+    from .dimension_numbers import ConvDimensionNumbers, DotDimensionNumbers
+    from .engine_profile import JAXLIB, EngineProfile
     from .lower_quant import predicted_mismatches
     from .lowering import Form, Semantics
     from .run import EngineError, legalize_quant_to_math, verify
@@ -40,6 +43,11 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "StableHLOBackend": ("backend", "StableHLOBackend"),
     "StableHLOOptions": ("backend", "StableHLOOptions"),
     "StableHLOCheckRunner": ("check", "StableHLOCheckRunner"),
+    "ConvDimensionNumbers": ("dimension_numbers", "ConvDimensionNumbers"),
+    "DotDimensionNumbers": ("dimension_numbers", "DotDimensionNumbers"),
+    "EngineProfile": ("engine_profile", "EngineProfile"),
+    "JAXLIB": ("engine_profile", "JAXLIB"),
+    "Conversion": ("convert", "Conversion"),
     "ConversionStats": ("convert", "ConversionStats"),
     "convert_to_stablehlo": ("convert", "convert_to_stablehlo"),
     "convert_with_stats": ("convert", "convert_with_stats"),
@@ -57,10 +65,15 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 
 __all__ = [
     "BACKEND",
+    "ConvDimensionNumbers",
+    "Conversion",
     "ConversionStats",
+    "DotDimensionNumbers",
     "ENGINE_NAMES",
     "EngineError",
+    "EngineProfile",
     "Form",
+    "JAXLIB",
     "Semantics",
     "StableHLOBackend",
     "StableHLOCheckRunner",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, NamedTuple
 
 from qconvert.atomic_file import atomic_text_file
 from qconvert.ir.attributes import DenseElementsAttr, DenseResourceAttr, OpaqueAttr
@@ -73,6 +73,13 @@ class ConversionStats:
     erased_ops: int
 
 
+class Conversion(NamedTuple):
+    """`convert_with_stats`'s result: the StableHLO module and what the conversion did (unpacks as a pair)."""
+
+    module: ModuleOp
+    stats: ConversionStats
+
+
 def convert_to_stablehlo(
     module: ModuleOp,
     form: Form | str = Form.QUANTIZED,
@@ -116,7 +123,7 @@ def convert_with_stats(
     fuse_arithmetic: bool = False,
     lowerings: LoweringTable | None = None,
     engine_profile: EngineProfile | None = JAXLIB,
-) -> tuple[ModuleOp, ConversionStats]:
+) -> Conversion:
     """`convert_to_stablehlo` and what it did."""
     form, semantics = Form(form), Semantics(semantics)
     table = lowerings if lowerings is not None else stablehlo_lowerings()
@@ -130,7 +137,7 @@ def convert_with_stats(
         sources = QdqSources.of(context)
         fused = legalize_qdq_to_quantized_op(body, sources, fuse_arithmetic=fuse_arithmetic)
     erased = erase_unused(body, lambda op: True)  # every op a lowering emits is pure
-    return converted, ConversionStats(fused, erased)
+    return Conversion(converted, ConversionStats(fused, erased))
 
 
 def stablehlo_text(

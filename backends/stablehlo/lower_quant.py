@@ -37,6 +37,7 @@ import numpy as np
 from qconvert.ir.attributes import BoolAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.qconvert import FloatStorageCastOp
+from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
 from qconvert.ir.quant_types import (
     UNIFORM_TYPES,
     CalibratedQuantizedType,
@@ -221,7 +222,7 @@ def _saturate(op: Operation) -> bool:
     return attribute.value if isinstance(attribute, BoolAttr) else True
 
 
-@lowers("quant.qcast")
+@lowers(QuantizeCastOp)
 def lower_qcast(ctx: LoweringContext, op: Operation) -> list[Value]:
     (x,) = ctx.operands(op)
     result_type = op.result.type
@@ -240,7 +241,7 @@ def lower_qcast(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [quantized]
 
 
-@lowers("quant.dcast")
+@lowers(DequantizeCastOp)
 def lower_dcast(ctx: LoweringContext, op: Operation) -> list[Value]:
     (q,) = ctx.operands(op)
     quant_type = uniform_type(ctx, op.operands[0].type)
@@ -257,7 +258,7 @@ def lower_dcast(ctx: LoweringContext, op: Operation) -> list[Value]:
     return [result]
 
 
-@lowers("quant.scast")
+@lowers(StorageCastOp)
 def lower_scast(ctx: LoweringContext, op: Operation) -> list[Value]:
     (value,) = ctx.operands(op)
     source_type, result_type = op.operands[0].type, op.result.type

@@ -36,12 +36,12 @@ import numpy as np
 from qconvert import onnx_semantics as semantics
 from qconvert.errors import InputError
 from qconvert.ir.core import Operation
-from qconvert.ir.dialects.onnx import absent_positions
+from qconvert.ir.dialects.onnx import absent_positions, op_label
 from qconvert.numerics.integer_accumulation import exact_integer_matmul, wrap_int32
 from qconvert.numerics.onnxruntime_elementwise import erf_mlas
 from qconvert.numerics.onnxruntime_kernels import scale_output_mlas
 from qconvert.numerics.onnxruntime_recurrent import logistic_mlas, tanh_mlas
-from qconvert.onnx_kernels import Inputs, OnnxKernel, attribute, node_label
+from qconvert.onnx_kernels import Inputs, OnnxKernel, attribute
 
 F32 = np.float32
 
@@ -117,7 +117,7 @@ def skip_layer_norm(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarra
         return None
     present = len(op.results) + len(absent_positions(op, "outputs"))
     if any(p in (1, 2) and p not in absent_positions(op, "outputs") for p in range(present)):
-        raise InputError(f"{node_label(op)}: the mean / inverse standard deviation outputs (training only)")
+        raise InputError(f"{op_label(op)}: the mean / inverse standard deviation outputs (training only)")
     simplified = op.name.endswith("SkipSimplifiedLayerNormalization")
     beta_position, bias_position = semantics.skip_layer_norm_positions(simplified)
     beta = inputs[beta_position] if beta_position is not None and beta_position < len(inputs) else None
@@ -144,7 +144,7 @@ def embed_layer_norm(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarr
 
     def lookup(table: np.ndarray, indices: np.ndarray, what: str) -> np.ndarray:
         if indices.size and (indices.min() < 0 or indices.max() >= table.shape[0]):
-            raise InputError(f"{node_label(op)}: {what} out of range [0, {table.shape[0]})")
+            raise InputError(f"{op_label(op)}: {what} out of range [0, {table.shape[0]})")
         return table[indices.astype(np.int64)]
 
     if position_ids is None:
@@ -174,7 +174,7 @@ def _attention_of_qkv(
     sizes = attribute(op, "qkv_hidden_sizes", None)
     q_size, k_size, v_size = [int(s) for s in sizes] if sizes else [int(qkv.shape[-1]) // 3] * 3  # type: ignore[union-attr]
     if heads <= 0 or q_size != k_size or q_size % heads or v_size % heads:
-        raise InputError(f"{node_label(op)}: num_heads {heads} does not divide the Q/K/V sizes")
+        raise InputError(f"{op_label(op)}: num_heads {heads} does not divide the Q/K/V sizes")
     batch, sequence, _ = qkv.shape
 
     def head_view(start: int, size: int) -> np.ndarray:
@@ -190,7 +190,7 @@ def _attention_of_qkv(
         try:
             keep = semantics.attention_keep_mask(mask_index, batch, sequence, sequence)
         except ValueError as error:
-            raise InputError(f"{node_label(op)}: {error}") from None
+            raise InputError(f"{op_label(op)}: {error}") from None
         additive = np.where(keep, F32(0.0), filter_value).astype(F32)
     if int(attribute(op, "unidirectional", 0)):  # type: ignore[arg-type]
         later = np.triu(np.ones((sequence, sequence), dtype=bool), k=1)
@@ -214,7 +214,7 @@ def attention(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | No
     if x is None or weights is None or not _float32(x):
         return None
     if past is not None or len(op.results) > 1:
-        raise InputError(f"{node_label(op)}: Attention with past state or present outputs is not run")
+        raise InputError(f"{op_label(op)}: Attention with past state or present outputs is not run")
     qkv = (x @ weights).astype(F32)
     if bias is not None:
         qkv = (qkv + bias).astype(F32)
@@ -225,7 +225,7 @@ def _scalar_or_columns(values: np.ndarray | None, columns: int, what: str, op: O
     """A scalar or one value per column, as a flat array (0 when absent)."""
     flat = np.zeros(1) if values is None else np.asarray(values).reshape(-1)
     if flat.size not in (1, columns):
-        raise InputError(f"{node_label(op)}: {what} has {flat.size} values, not 1 or {columns}")
+        raise InputError(f"{op_label(op)}: {what} has {flat.size} values, not 1 or {columns}")
     return flat
 
 
@@ -239,7 +239,7 @@ def quantized_attention(op: Operation, inputs: Inputs, opset: int) -> list[np.nd
     if x is None or weights is None or bias is None or x_scale is None or w_scale is None:
         return None
     if past is not None or len(op.results) > 1:
-        raise InputError(f"{node_label(op)}: QAttention with past state or present outputs is not run")
+        raise InputError(f"{op_label(op)}: QAttention with past state or present outputs is not run")
     columns = int(weights.shape[-1])
     lhs = x.astype(np.int64) - int(_scalar_or_columns(x_zero, 1, "input_zero_point", op)[0])
     rhs = weights.astype(np.int64) - _scalar_or_columns(w_zero, columns, "weight_zero_point", op).astype(

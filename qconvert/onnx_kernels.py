@@ -61,7 +61,7 @@ from qconvert import onnx_semantics as semantics
 from qconvert.errors import InputError
 from qconvert.ir.attributes import ArrayAttr, DenseArrayAttr, FloatAttr, IntegerAttr, StringAttr
 from qconvert.ir.core import Operation
-from qconvert.ir.dialects.onnx import absent_positions, node_name
+from qconvert.ir.dialects.onnx import absent_positions, op_label
 from qconvert.ir.types import FloatType
 from qconvert.numerics.integer_accumulation import float64_is_exact, max_magnitude, wrap_int32
 from qconvert.numerics.onnxruntime_elementwise import erf_mlas
@@ -93,11 +93,6 @@ def _ints(op: Operation, name: str, default: list[int]) -> list[int]:
     return [int(v) for v in value] if value else list(default)  # type: ignore[union-attr]
 
 
-def node_label(op: Operation) -> str:
-    name = node_name(op)
-    return f"'{op.name}' (node '{name}')" if name is not None else f"'{op.name}'"
-
-
 # Sliding-window geometry (Conv, ConvInteger, pools) ---------------------------------------------------
 Window = semantics.Window
 
@@ -118,7 +113,7 @@ def window(
             ceil_mode=ceil_mode,
         )
     except ValueError as error:
-        raise InputError(f"{node_label(op)}: {error}") from None
+        raise InputError(f"{op_label(op)}: {error}") from None
 
 
 def _pad_for_windows(x: np.ndarray, geometry: Window, value: float | int) -> np.ndarray:
@@ -220,7 +215,7 @@ def conv_integer(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray |
     x_zero = _zero_point(inputs[2] if len(inputs) > 2 else None)
     w_zero = _zero_point(inputs[3] if len(inputs) > 3 else None)
     if x_zero.size != 1:
-        raise InputError(f"{node_label(op)}: x_zero_point must be a scalar (got shape {x_zero.shape})")
+        raise InputError(f"{op_label(op)}: x_zero_point must be a scalar (got shape {x_zero.shape})")
     centered_x = x.astype(np.int64) - x_zero.reshape(())
     centered_w = w.astype(np.int64) - _channel(w_zero, w.ndim, 0)
     kernel = _ints(op, "kernel_shape", list(w.shape[2:]))
@@ -249,7 +244,7 @@ def matmul_integer(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray
 def _pool_geometry(op: Operation, x: np.ndarray) -> Window:
     kernel = _ints(op, "kernel_shape", [])
     if not kernel:
-        raise InputError(f"{node_label(op)}: kernel_shape is required")
+        raise InputError(f"{op_label(op)}: kernel_shape is required")
     return window(op, x.shape[2:], kernel, ceil_mode=bool(attribute(op, "ceil_mode", 0)))
 
 
@@ -376,7 +371,7 @@ def batch_normalization(op: Operation, inputs: Inputs, opset: int) -> list[np.nd
     x, scale, bias, mean, var = inputs[:5]
     assert x is not None and scale is not None and bias is not None and mean is not None and var is not None
     if x.dtype.kind != "f":
-        raise InputError(f"{node_label(op)}: BatchNormalization takes a float input, got {x.dtype}")
+        raise InputError(f"{op_label(op)}: BatchNormalization takes a float input, got {x.dtype}")
     compute = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
     epsilon = compute.type(attribute(op, "epsilon", 1e-5))
     momentum = compute.type(attribute(op, "momentum", 0.9))
@@ -420,18 +415,18 @@ def gather_elements(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarra
     data, indices = inputs[0], inputs[1]
     assert data is not None and indices is not None
     if indices.ndim != data.ndim:
-        raise InputError(f"{node_label(op)}: indices of rank {indices.ndim}, data of rank {data.ndim}")
+        raise InputError(f"{op_label(op)}: indices of rank {indices.ndim}, data of rank {data.ndim}")
     try:
         axis = semantics.normalize_axis(int(attribute(op, "axis", 0)), data.ndim)  # type: ignore[arg-type]
     except ValueError as error:
-        raise InputError(f"{node_label(op)}: {error}") from None
+        raise InputError(f"{op_label(op)}: {error}") from None
     length = data.shape[axis]
     index = indices.astype(np.int64)
     if index.size and (index.min() < -length or index.max() >= length):
-        raise InputError(f"{node_label(op)}: an index is outside [-{length}, {length - 1}]")
+        raise InputError(f"{op_label(op)}: an index is outside [-{length}, {length - 1}]")
     index = np.where(index < 0, index + length, index)
     if any(i > d for a, (i, d) in enumerate(zip(index.shape, data.shape)) if a != axis):
-        raise InputError(f"{node_label(op)}: indices {indices.shape} exceed data {data.shape} off the axis")
+        raise InputError(f"{op_label(op)}: indices {indices.shape} exceed data {data.shape} off the axis")
     # off the axis, indices may be shorter than data: read the leading block only
     window = tuple(slice(None) if a == axis else slice(0, n) for a, n in enumerate(index.shape))
     return [np.take_along_axis(data[window], index, axis=axis)]
@@ -492,12 +487,12 @@ def resize(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None]
     try:
         plan = _resize_plan(op, inputs, opset)
     except ValueError as error:
-        raise InputError(f"{node_label(op)}: {error}") from None
+        raise InputError(f"{op_label(op)}: {error}") from None
     if plan is None:
         return None
     output_shape, scales = plan
     if any(s <= 0 for s in scales):
-        raise InputError(f"{node_label(op)}: scales {scales} must be positive")
+        raise InputError(f"{op_label(op)}: scales {scales} must be positive")
     resized = [a for a in range(x.ndim) if output_shape[a] != x.shape[a] or scales[a] != 1.0]
     coordinates = {
         a: semantics.resize_source_coordinates(coordinate_mode, output_shape[a], x.shape[a], scales[a])
@@ -626,7 +621,7 @@ def einsum(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None]
     try:
         result = np.einsum(equation.replace(" ", ""), *operands, optimize=True)
     except ValueError as error:
-        raise InputError(f"{node_label(op)}: Einsum '{equation}': {error}") from None
+        raise InputError(f"{op_label(op)}: Einsum '{equation}': {error}") from None
     return [np.asarray(result, operands[0].dtype)]
 
 
@@ -640,7 +635,7 @@ def lrn(op: Operation, inputs: Inputs, opset: int) -> list[np.ndarray | None] | 
         return None
     size = int(attribute(op, "size", 0))  # type: ignore[arg-type]
     if size < 1:
-        raise InputError(f"{node_label(op)}: LRN size must be positive, got {size}")
+        raise InputError(f"{op_label(op)}: LRN size must be positive, got {size}")
     alpha = float(attribute(op, "alpha", 1e-4))  # type: ignore[arg-type]
     beta = float(attribute(op, "beta", 0.75))  # type: ignore[arg-type]
     bias = float(attribute(op, "bias", 1.0))  # type: ignore[arg-type]
@@ -660,7 +655,7 @@ def _coerced_rows(op: Operation, x: np.ndarray, opset: int) -> np.ndarray:
     try:
         axis = semantics.softmax_axis(None if given is None else int(given), x.ndim, opset)  # type: ignore[arg-type]
     except ValueError as error:
-        raise InputError(f"{node_label(op)}: {error}") from None
+        raise InputError(f"{op_label(op)}: {error}") from None
     return x.reshape(math.prod(x.shape[:axis]), -1)
 
 

@@ -53,6 +53,7 @@ from qconvert.ir.dialects.onnx import (
     absent_positions,
     main_function,
     node_name,
+    op_label,
     opset_imports,
     signature_names,
 )
@@ -116,10 +117,11 @@ class Names:
 def node_label(op: Operation) -> str:
     """`'quant.qcast' (node 'x_QuantizeLinear')` for error messages; calibration's qcasts name their
     tensor instead (`onnx.tensor_name`)."""
-    for key, what in (("onnx.node_name", "node"), ("onnx.tensor_name", "tensor")):
-        name = op.attributes.get(key)
-        if isinstance(name, StringAttr) and name.value:
-            return f"'{op.name}' ({what} '{name.value}')"
+    if node_name(op):
+        return op_label(op)
+    tensor = op.attributes.get("onnx.tensor_name")
+    if isinstance(tensor, StringAttr) and tensor.value:
+        return f"'{op.name}' (tensor '{tensor.value}')"
     return f"'{op.name}'"
 
 

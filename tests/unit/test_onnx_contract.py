@@ -59,6 +59,7 @@ def test_absent_inputs_of_a_lifted_clip() -> None:
     assert contract.by_position(op, ["a", "b"]) == ["a", None, "b"]
     assert contract.node_name(op) == "clip"
     assert contract.node_label(op) == "node 'clip'"
+    assert contract.op_label(op) == "'onnx.Clip' (node 'clip')"
     assert contract.default_opset(module) == 13
     assert contract.op_default_opset(op) == 13
 
@@ -71,6 +72,7 @@ def test_trailing_absent_inputs() -> None:
     assert contract.present_positions(op) == [0]
     assert contract.by_position(op, [7]) == [7, None, None]
     assert contract.node_label(op) == "node ''"  # the lifter records ONNX's empty name
+    assert contract.op_label(op) == "'onnx.Clip'"
 
 
 def test_unsigned_marks_on_constants_and_arguments() -> None:

@@ -9,7 +9,8 @@ calibration, check) goes through these accessors instead of decoding the attribu
 | module                     | `onnx.opset_import = {"ai.onnx" = 21}` | `opset_imports`, `default_opset`    |
 | module                     | `func.func @main`                      | `main_function`                     |
 | @main's arguments, results | `{onnx.name = "x"}`                    | `signature_names`                   |
-| generic op                 | `onnx.node_name`                       | `node_name`, `node_label`           |
+| generic op                 | `onnx.node_name`                       | `node_name`, `node_label`,          |
+|                            |                                        | `op_label`                          |
 | generic op                 | `onnx.absent_inputs` / `_outputs`      | `onnx_input`, `present_positions`,  |
 |                            |                                        | `absent_positions`, `by_position`   |
 | constant, argument, result | `onnx.elem_type = "uint8"`             | `elem_type_name`, `is_unsigned`     |
@@ -149,6 +150,12 @@ def node_label(op: Operation) -> str:
     """`node 'x'`, or `unnamed node`, for messages."""
     name = node_name(op)
     return f"node '{name}'" if name is not None else "unnamed node"
+
+
+def op_label(op: Operation) -> str:
+    """`'onnx.Conv' (node 'conv1')`, or `'onnx.Conv'` for an op without a node name, for messages."""
+    name = node_name(op)
+    return f"'{op.name}' (node '{name}')" if name else f"'{op.name}'"
 
 
 # Absent optional inputs and outputs ----------------------------------------------------------------
@@ -306,6 +313,7 @@ __all__ = [
     "node_name",
     "onnx_input",
     "op_default_opset",
+    "op_label",
     "op_domain",
     "opset_imports",
     "present_positions",

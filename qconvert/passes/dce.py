@@ -26,7 +26,7 @@ from typing import ClassVar
 from qconvert.ir.core import Block, GenericOp, Operation
 from qconvert.passes import ModulePass, PassResult, register_pass
 
-__all__ = ["DeadCodeEliminationPass", "erase_unused"]
+__all__ = ["DeadCodeEliminationPass", "erase_nested", "erase_unused"]
 
 
 def erase_unused(block: Block, is_removable: Callable[[Operation], bool]) -> int:
@@ -49,21 +49,21 @@ class DeadCodeEliminationPass(ModulePass):
     name: ClassVar[str] = "dce"
     pure_dialects: str = "stablehlo,chlo"  # comma-separated dialects whose generic ops are all pure
 
-    def is_removable(self, op: Operation) -> bool:
-        if op.is_pure:
-            return True
-        dialects = {d.strip() for d in self.pure_dialects.split(",") if d.strip()}
-        return isinstance(op, GenericOp) and op.name.split(".", 1)[0] in dialects
-
     def run(self, module: Operation) -> PassResult:
-        return PassResult(changed=self.erase(module) > 0)
+        dialects = frozenset(d.strip() for d in self.pure_dialects.split(",") if d.strip())
 
-    def erase(self, op: Operation) -> int:
-        """Erase the dead ops nested in `op` (innermost blocks first); returns how many."""
-        erased = 0
-        for region in op.regions:
-            for block in region.blocks:
-                for nested in block.ops:
-                    erased += self.erase(nested)
-                erased += erase_unused(block, self.is_removable)
-        return erased
+        def is_removable(op: Operation) -> bool:
+            return op.is_pure or (isinstance(op, GenericOp) and op.name.split(".", 1)[0] in dialects)
+
+        return PassResult(changed=erase_nested(module, is_removable) > 0)
+
+
+def erase_nested(op: Operation, is_removable: Callable[[Operation], bool]) -> int:
+    """Erase the dead ops nested in `op` (innermost blocks first); returns how many."""
+    erased = 0
+    for region in op.regions:
+        for block in region.blocks:
+            for nested in block.ops:
+                erased += erase_nested(nested, is_removable)
+            erased += erase_unused(block, is_removable)
+    return erased

@@ -66,6 +66,7 @@ from qconvert.ir.dialects.onnx import (
     ELEM_TYPE,
     NODE_NAME,
     OPSET_IMPORT,
+    TENSOR_NAME,
 )
 from qconvert.ir.dialects.qconvert import STORAGE_CASTS, FloatStorageCastOp
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
@@ -191,7 +192,7 @@ class Lifter:
         return RankedTensorType(dims, element)
 
     def name_attrs(self, name: str, dim_names: bool = False) -> DictionaryAttr:
-        entries: list[tuple[str, Attribute]] = [("onnx.name", StringAttr(name))]
+        entries: list[tuple[str, Attribute]] = [(TENSOR_NAME, StringAttr(name))]
         entry = ELEMENT_TYPES.get(self.onnx_type(name))
         if entry is not None and entry.is_unsigned_integer:
             entries.append((ELEM_TYPE, StringAttr(entry.name)))
@@ -462,7 +463,7 @@ class Lifter:
             axis=_int_attribute(node, "axis", 1),
             block_size=_int_attribute(node, "block_size", 0),
         )
-        attributes: dict[str, Attribute] = {"onnx.node_name": StringAttr(node.name)}
+        attributes: dict[str, Attribute] = {NODE_NAME: StringAttr(node.name)}
         if storage.name in FLOAT_STORAGE:
             attributes["saturate"] = BoolAttr(bool(_int_attribute(node, "saturate", 1)))
         precision = _int_attribute(node, "precision", 0)
@@ -519,7 +520,7 @@ class Lifter:
             DequantizeCastOp(
                 quantized,
                 with_element_type(x.type, expressed_entry.ir_type),
-                attributes={"onnx.node_name": StringAttr(node.name)},
+                attributes={NODE_NAME: StringAttr(node.name)},
             )
         ).result
         if signs is not None:
@@ -545,12 +546,12 @@ class Lifter:
         def reshape(value: Value, dims: tuple[int, ...]) -> Value:
             target = self.constant(np.asarray(dims, np.int64), TensorProto.INT64)
             op = GenericOp(
-                "onnx.Reshape", [value, target], [RankedTensorType(dims, element)], {"onnx.node_name": name}
+                "onnx.Reshape", [value, target], [RankedTensorType(dims, element)], {NODE_NAME: name}
             )
             return self.insert(op).results[0]
 
         sign_value = self.constant(np.ascontiguousarray(signs.reshape(sign_shape)), onnx_type)
-        attributes: dict[str, Attribute] = {"onnx.node_name": name, "qconvert.note": StringAttr(NOTE_SIGNS)}
+        attributes: dict[str, Attribute] = {NODE_NAME: name, "qconvert.note": StringAttr(NOTE_SIGNS)}
         product = GenericOp(
             "onnx.Mul", [reshape(weight, split), sign_value], [RankedTensorType(split, element)], attributes
         )

@@ -39,7 +39,7 @@ from qconvert.ir.attributes import DenseElementsAttr, FloatAttr, IntegerAttr, St
 from qconvert.ir.core import GenericOp, Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
-from qconvert.ir.dialects.onnx import FLOAT16, recorded_default_opset
+from qconvert.ir.dialects.onnx import ELEM_TYPE, FLOAT16, NODE_NAME, recorded_default_opset
 from qconvert.ir.dialects.qconvert import FloatStorageCastOp
 from qconvert.ir.dialects.quant import DequantizeCastOp, StorageCastOp
 from qconvert.ir.quant_types import (
@@ -450,7 +450,7 @@ class _Finalizer:
         constant = ConstantOp.create(DenseElementsAttr(array, RankedTensorType(array.shape, storage_type)))
         constant.attributes[CONSTANT_NAME_ATTR] = StringAttr(f"{name}_quantized")
         if isinstance(storage_type, IntegerType) and not quant_type.is_signed:
-            constant.attributes["onnx.elem_type"] = StringAttr(f"uint{storage_type.width}")
+            constant.attributes[ELEM_TYPE] = StringAttr(f"uint{storage_type.width}")
         quantized_type = with_element_type(value.type, quant_type)
         if isinstance(storage_type, FloatType):
             cast: Operation = FloatStorageCastOp(constant.result, quantized_type)
@@ -460,7 +460,7 @@ class _Finalizer:
             cast.results[0],
             result_type or value.type,
             attributes={
-                "onnx.node_name": StringAttr(f"{name}_DequantizeLinear"),
+                NODE_NAME: StringAttr(f"{name}_DequantizeLinear"),
                 TENSOR_NAME_ATTR: StringAttr(name),
             },
         )
@@ -535,7 +535,7 @@ class _Finalizer:
                 "onnx.Cast",
                 [result],
                 [bias.value.type],
-                {"to": IntegerAttr(FLOAT16, I64), "onnx.node_name": StringAttr(f"{name}_Cast")},
+                {"to": IntegerAttr(FLOAT16, I64), NODE_NAME: StringAttr(f"{name}_Cast")},
             )
             self.edit.insert_after(result.owner_op(), cast)
             result = cast.results[0]

@@ -37,8 +37,12 @@ from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
 from qconvert.ir.dialects.onnx import (
+    ABSENT_INPUTS,
+    ABSENT_OUTPUTS,
     DEFAULT_DOMAIN_KEY,
     ELEM_TYPE,
+    NODE_NAME,
+    OPSET_IMPORT,
     main_function,
     node_name,
     present_positions,
@@ -50,7 +54,7 @@ from qconvert.onnx_attributes import onnx_node
 # Converted without a word but wrongly by onnx.version_converter (checked for the 18 -> 21 step).
 _SILENTLY_MISCONVERTED = frozenset({"GroupNormalization"})
 # Set by the lifter from the one-node model; the original op's own values are kept instead.
-_LIFTED_BOOKKEEPING = ("onnx.absent_inputs", "onnx.absent_outputs")
+_LIFTED_BOOKKEEPING = (ABSENT_INPUTS, ABSENT_OUTPUTS)
 
 
 def raise_opset(module: ModuleOp, target: int, reason: str) -> None:
@@ -83,10 +87,10 @@ def raise_opset(module: ModuleOp, target: int, reason: str) -> None:
                 )
         if ops:
             _convert_ops(ops, base, target, reason, function)
-    opsets = module.attributes.get("onnx.opset_import")
+    opsets = module.attributes.get(OPSET_IMPORT)
     entries = dict(opsets.entries) if isinstance(opsets, DictionaryAttr) else {}
     entries[DEFAULT_DOMAIN_KEY] = IntegerAttr(target, I64)
-    module.attributes["onnx.opset_import"] = DictionaryAttr(tuple(sorted(entries.items())))
+    module.attributes[OPSET_IMPORT] = DictionaryAttr(tuple(sorted(entries.items())))
 
 
 def _default_domain_op_type(op: Operation) -> str | None:
@@ -274,7 +278,7 @@ def _adopt(moved: Operation, op: Operation, operand_positions: dict[Value, int],
     elif isinstance(moved, ConstantOp):
         _name_constant(moved, name, target)
     elif name and not _node_name(moved):
-        moved.attributes["onnx.node_name"] = StringAttr(f"{name}_{moved.name.removeprefix('onnx.')}")
+        moved.attributes[NODE_NAME] = StringAttr(f"{name}_{moved.name.removeprefix('onnx.')}")
 
 
 def _name_constant(constant: ConstantOp, node_name: str, opset: int) -> None:

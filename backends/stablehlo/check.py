@@ -42,7 +42,7 @@ from qconvert.check.nodes import (
     split_outputs,
     weights_as_inputs,
 )
-from qconvert.check.report import BUG_MARKER
+from qconvert.check.report import BUG_MARKER, LayerResult
 from qconvert.errors import QConvertError
 
 from .backend import ENGINE_NAMES
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 Lift = Callable[[ModelProto], "ModuleOp"]
 
+ARITHMETIC_OPS = frozenset({"Conv", "MatMul", "Gemm", "Add"})  # what --fuse-arithmetic fuses
 SEMANTICS_EXPLANATION = (
     "StableHLO uniform_quantize adds the zero point before rounding (rne(x/s + zp)), ONNX after "
     "(rne(x/s) + zp): they differ on ties when the zero point is odd"
@@ -245,6 +246,23 @@ class StableHLOCheckRunner:
 
     def keep_case(self, case: NodeCase) -> bool:
         return case.group is None or self.fused.get(case.name, 0) > 0
+
+    def notes(self, cases: Sequence[NodeCase], layers: Mapping[str, LayerResult]) -> list[str]:
+        """With `fuse_arithmetic`: how many arithmetic groups were fused and checked as layers, and how many
+        were left unfused (their nodes are checked one by one)."""
+        if not self.fuse_arithmetic:
+            return []
+        candidates = [case for case in cases if case.group is not None and case.op_type in ARITHMETIC_OPS]
+        fused = [case for case in candidates if case.name in layers]
+        note = (
+            f"--fuse-arithmetic: {len(fused)} of {len(candidates)} DequantizeLinear -> Conv/MatMul/Gemm/Add"
+            " -> QuantizeLinear groups fused and checked as layers (the others' nodes are checked one by one)"
+        )
+        if self.engine == "interpreter" and any(case.op_type == "Conv" for case in fused):
+            note += (
+                "; jaxlib's StableHLO interpreter wraps i8 convolutions (a known bug): fused Convs fail on it"
+            )
+        return [note]
 
     def predicted_mismatches(
         self, case: NodeCase, values: Mapping[str, np.ndarray]

@@ -203,8 +203,7 @@ def check(
     for case in cases:
         if runner.keep_case(case):
             report.layers[case.name] = judged.get(case.name) or case.result()
-    if getattr(runner, "fuse_arithmetic", False):  # the stablehlo runner fused arithmetic groups as cases
-        report.notes.append(_arithmetic_note(cases, report))
+    report.notes.extend(runner.notes(cases, report.layers))
     del cases, runnable, judged
 
     end_to_end = _EndToEnd(report, runner, model_path, types, tolerances, dynamic, input_shapes)
@@ -520,22 +519,6 @@ def _sqnr(comparison: Comparison | None) -> str:
     if comparison is None:
         return "not run"
     return "exact" if comparison.sqnr_db == math.inf else f"SQNR {comparison.sqnr_db:.1f} dB"
-
-
-ARITHMETIC_OPS = frozenset({"Conv", "MatMul", "Gemm", "Add"})  # what --fuse-arithmetic fuses
-
-
-def _arithmetic_note(cases: Sequence[NodeCase], report: CheckReport) -> str:
-    """How many arithmetic groups were fused and checked as layers, and how many were left unfused."""
-    candidates = [case for case in cases if case.group is not None and case.op_type in ARITHMETIC_OPS]
-    fused = [case for case in candidates if case.name in report.layers]
-    note = (
-        f"--fuse-arithmetic: {len(fused)} of {len(candidates)} DequantizeLinear -> Conv/MatMul/Gemm/Add ->"
-        " QuantizeLinear groups fused and checked as layers (the others' nodes are checked one by one)"
-    )
-    if report.engine == "interpreter" and any(case.op_type == "Conv" for case in fused):
-        note += "; jaxlib's StableHLO interpreter wraps i8 convolutions (a known bug): fused Convs fail on it"
-    return note
 
 
 def _progress(enabled: bool) -> Any:

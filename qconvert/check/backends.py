@@ -30,6 +30,7 @@ from qconvert.check.report import (
     EVALUATED_BY_FOLDING,
     EVALUATED_BY_NUMERICS,
     EVALUATED_BY_REFERENCE,
+    LayerResult,
 )
 from qconvert.errors import InputError
 
@@ -95,6 +96,10 @@ class CheckBackend(Protocol):
     def prepare_model(self, model: ModelProto) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
         """The whole model (lifted with onnxruntime's types) made ready once; the callable runs it on one
         batch of feeds. Either raises `NotRun` when the backend cannot lower or run it."""
+        ...
+
+    def notes(self, cases: Sequence[NodeCase], layers: Mapping[str, LayerResult]) -> list[str]:
+        """What the report should say about how the backend ran the cases, once `layers` are judged."""
         ...
 
 
@@ -202,6 +207,9 @@ class InterpreterBackend:
 
     def keep_case(self, case: NodeCase) -> bool:
         return True
+
+    def notes(self, cases: Sequence[NodeCase], layers: Mapping[str, LayerResult]) -> list[str]:
+        return []
 
     def predicted_mismatches(
         self, case: NodeCase, values: Mapping[str, np.ndarray]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import onnx_ir as ir
@@ -29,18 +30,23 @@ def save_onnx(
     opset: int | None = None,
     external_data: bool | None = None,
     check: bool = True,
+    metadata_props: Mapping[str, str] | None = None,
+    companions: Mapping[str, str] | None = None,
 ) -> Path:
     """Write `module` to `path` as ONNX (see `write_onnx`); returns the path.
 
     `external_data`: True writes every initializer of 256 bytes or more to `<name>.data` beside the
     model, False never does, None (default) does when the weights approach protobuf's 2 GiB limit.
+    `metadata_props` go into the model's metadata; `companions` (file name -> text) are written beside
+    the model, renamed into place before it, so they appear with the model or not at all (the
+    onnx-storage backend's sidecar).
     Raises InputError for a module ONNX cannot express, a missing folder, or a failed check.
     """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(f"cannot write '{target}': folder '{folder}' does not exist")
-    model = build_model(module, opset=opset)
+    model = build_model(module, opset=opset, metadata_props=metadata_props)
     if external_data is None:
         external_data = initializer_bytes(model) >= EXTERNAL_DATA_THRESHOLD
     data_name = f"{target.name}.data"
@@ -56,6 +62,10 @@ def save_onnx(
                 raise InputError(f"cannot write '{target}': {error}") from None
             if check:
                 check_proto(str(scratch_model))
+            for name, text in (companions or {}).items():
+                (Path(scratch) / name).write_text(text, encoding="utf-8")
+            for name in companions or {}:
+                os.replace(Path(scratch) / name, folder / name)
             if external_data:
                 os.replace(Path(scratch) / data_name, folder / data_name)
             os.replace(scratch_model, target)

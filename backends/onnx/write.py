@@ -25,6 +25,7 @@ Opset: opset.py (the model's own, raised to what the Q/DQ nodes need, at most 25
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 
 import numpy as np
 import onnx
@@ -474,10 +475,15 @@ def storage_view(value: Value) -> StringAttr | None:
 
 
 # Entry points ---------------------------------------------------------------------------------------
-def build_model(module: ModuleOp, *, opset: int | None = None) -> ir.Model:
-    """The onnx_ir model of `module` at its target opset (see the module docstring)."""
+def build_model(
+    module: ModuleOp, *, opset: int | None = None, metadata_props: Mapping[str, str] | None = None
+) -> ir.Model:
+    """The onnx_ir model of `module` at its target opset (see the module docstring), with
+    `metadata_props` (key -> text) when given (the onnx-storage backend records its parameters there)."""
     writer = Writer(module, opset)
     model = writer.build()
+    if metadata_props:
+        model.metadata_props.update(metadata_props)
     base = writer.opsets.get("", None)
     target = model.graph.opset_imports[""]
     if base is not None and base != target:
@@ -487,14 +493,20 @@ def build_model(module: ModuleOp, *, opset: int | None = None) -> ir.Model:
     return model
 
 
-def write_onnx(module: ModuleOp, *, opset: int | None = None, check: bool = True) -> onnx.ModelProto:
+def write_onnx(
+    module: ModuleOp,
+    *,
+    opset: int | None = None,
+    check: bool = True,
+    metadata_props: Mapping[str, str] | None = None,
+) -> onnx.ModelProto:
     """`module` as an ONNX ModelProto (QDQ form); see the package docstring.
 
     `opset` forces the default domain's opset (an error when the Q/DQ nodes need a newer one, or when it
     is past 25 and there are Q/DQ nodes). `check` runs `onnx.checker.check_model(full_check=True)` and
     turns a failure into InputError. Raises InputError naming the op for anything ONNX cannot express.
     """
-    model = build_model(module, opset=opset)
+    model = build_model(module, opset=opset, metadata_props=metadata_props)
     size = initializer_bytes(model)
     if size >= PROTOBUF_LIMIT:
         raise InputError(

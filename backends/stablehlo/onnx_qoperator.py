@@ -141,16 +141,16 @@ def quantized_dot(
         return None
     b = ctx.builder
     try:
-        lhs_type = quant_fusion._per_tensor_signed_8bit(op.a.type, "A")
-        output_type = quant_fusion._per_tensor_signed_8bit(op.results[0].type, "the output")
+        lhs_type = quant_fusion.per_tensor_signed_8bit(op.a.type, "A")
+        output_type = quant_fusion.per_tensor_signed_8bit(op.results[0].type, "the output")
         _quant_type(ctx, op.b)  # B must be quantized (else unsupported)
         if len(hlo.tensor_type(rhs).shape) != 2 or len(hlo.tensor_type(lhs).shape) < 2:
             return None
         if transposes[0]:
-            lhs = quant_fusion._transpose(b, lhs, [1, 0])
+            lhs = quant_fusion.transpose_quantized(b, lhs, [1, 0])
         if transposes[1]:
-            rhs = quant_fusion._transpose(b, rhs, [1, 0])
-        scales, per_axis = quant_fusion._weight_scales(element_type_of(rhs.type), 1, "B")  # type: ignore[arg-type]
+            rhs = quant_fusion.transpose_quantized(b, rhs, [1, 0])
+        scales, per_axis = quant_fusion.weight_scales(element_type_of(rhs.type), 1, "B")  # type: ignore[arg-type]
     except quant_fusion.NotFused:
         return None
     lhs_shape, rhs_shape = hlo.tensor_type(lhs).shape, hlo.tensor_type(rhs).shape
@@ -158,10 +158,10 @@ def quantized_dot(
     axis = len(result_shape) - 1
     if bias is not None and tuple(hlo.tensor_type(bias).shape) != (rhs_shape[1],):
         return None
-    acc_type = quant_fusion._accumulator_type(lhs_type, scales, per_axis, axis, rhs_shape[1], None)
+    acc_type = quant_fusion.accumulator_type(lhs_type, scales, per_axis, axis, rhs_shape[1], None)
     last = len(lhs_shape) - 1
     numbers = f"#stablehlo.dot<lhs_contracting_dimensions = [{last}], rhs_contracting_dimensions = [0]>"
-    acc = quant_fusion._typed(
+    acc = quant_fusion.typed_op(
         b,
         "stablehlo.dot_general",
         [lhs, rhs],
@@ -169,7 +169,7 @@ def quantized_dot(
         dot_dimension_numbers=OpaqueAttr(numbers),
     )
     if bias is not None:
-        acc = quant_fusion._add_bias(b, acc, ctx.convert(bias, I32), axis)
+        acc = quant_fusion.add_bias(b, acc, ctx.convert(bias, I32), axis)
     return quant_fusion.requantize(ctx, b, acc, output_type, tuple(result_shape))
 
 

@@ -209,12 +209,3 @@ def requantize(
         "requantize written out as onnxruntime's MlasRequantizeOutput (zero point added after rounding)",
     )
     return quantized
-
-
-# The names onnx_qoperator.py reads (kept until its import line moves to the public names above).
-_typed = typed_op
-_per_tensor_signed_8bit = per_tensor_signed_8bit
-_weight_scales = weight_scales
-_accumulator_type = accumulator_type
-_transpose = transpose_quantized
-_add_bias = add_bias

@@ -35,3 +35,16 @@ def require_module(name: str) -> ModuleType:
         if engines_required():
             pytest.fail(f"{reason}, and {REQUIRE_ENGINES_ENV}=1 requires every engine", pytrace=False)
         pytest.skip(reason)
+
+
+def require_tosa_python() -> None:
+    """Skip the calling test unless tosa-tools' own environment exists (the TOSA reference model, tosa-opt);
+    fail instead under QCONVERT_REQUIRE_ENGINES=1. See qconvert.backends.tosa for where it is looked for."""
+    from qconvert.backends.tosa import missing_message, tosa_python
+
+    if tosa_python() is not None:
+        return
+    reason = missing_message()
+    if engines_required():
+        pytest.fail(f"{reason}, and {REQUIRE_ENGINES_ENV}=1 requires every engine", pytrace=False)
+    pytest.skip(reason)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .backend import BACKEND, OnnxBackend, OnnxOptions
+    from .qdq_to_qoperator import QOperatorRewrite, onnxruntime_fusions, qdq_to_qoperator
     from .save import save_onnx
     from .types import UnwritableType, data_type, shape_of
     from .write import build_model, write_onnx
@@ -35,6 +36,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "OnnxBackend": ("backend", "OnnxBackend"),
     "OnnxOptions": ("backend", "OnnxOptions"),
     "save_onnx": ("save", "save_onnx"),
+    "QOperatorRewrite": ("qdq_to_qoperator", "QOperatorRewrite"),
+    "onnxruntime_fusions": ("qdq_to_qoperator", "onnxruntime_fusions"),
+    "qdq_to_qoperator": ("qdq_to_qoperator", "qdq_to_qoperator"),
     "UnwritableType": ("types", "UnwritableType"),
     "data_type": ("types", "data_type"),
     "shape_of": ("types", "shape_of"),
@@ -46,9 +50,12 @@ __all__ = [
     "BACKEND",
     "OnnxBackend",
     "OnnxOptions",
+    "QOperatorRewrite",
     "UnwritableType",
     "build_model",
     "data_type",
+    "onnxruntime_fusions",
+    "qdq_to_qoperator",
     "save_onnx",
     "shape_of",
     "write_onnx",

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 BACKEND_MODULES: dict[str, str] = {
     "stablehlo": "qconvert.backends.stablehlo",
     "onnx": "qconvert.backends.onnx",
+    "onnx-storage": "qconvert.backends.onnx_storage",
 }
 
 

@@ -225,10 +225,14 @@ def convert_command(
     elide_weights: bool = typer.Option(False, "--elide-weights", help=option_help("elide_weights")),
     inline_weights: bool = typer.Option(False, "--inline-weights", help=option_help("inline_weights")),
     fuse_arithmetic: bool = typer.Option(False, "--fuse-arithmetic", help=option_help("fuse_arithmetic")),
+    inputs: str | None = typer.Option(None, "--inputs", help=option_help("inputs")),
+    outputs: str | None = typer.Option(None, "--outputs", help=option_help("outputs")),
     backend_option: list[str] = typer.Option([], "--backend-option", help=BACKEND_OPTION_HELP),  # noqa: B008
 ) -> None:
     """Convert an ONNX model with a backend (`--to`: StableHLO MLIR text, or back to ONNX); every op that
-    cannot be lowered is listed (exit 2). The backend options a backend does not take are refused."""
+    cannot be lowered is listed (exit 2). The backend options a backend does not take are refused. An
+    artifact that has a summary (onnx-storage: what was stripped, what stays float and why) prints it on
+    stderr once written."""
     from qconvert.convert import convert, write
 
     _check_output(output, model)
@@ -238,10 +242,14 @@ def convert_command(
         "elide_weights": elide_weights,
         "inline_weights": inline_weights,
         "fuse_arithmetic": fuse_arithmetic,
+        "inputs": inputs,
+        "outputs": outputs,
     }
     options = _backend_options(backend_option, flags)
     module = convert(model, to=to, input_shapes=_parse_input_shapes(input_shape), **options)
     write(module, sys.stdout if output == "-" else output, to=to)
+    for line in getattr(module, "summary_lines", list)():  # the artifact's summary, when it has one
+        typer.echo(line, err=True)
 
 
 @app.command("inspect")

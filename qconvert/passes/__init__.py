@@ -12,6 +12,7 @@ from qconvert.options import options_from_text
 
 # MLIR pass name -> module that defines it (imported on first use).
 PASS_MODULES: dict[str, str] = {
+    "absorb-boundary-quant-casts": "qconvert.passes.absorb_boundary_quant_casts",
     "canonicalize": "qconvert.passes.canonicalize",
     "dce": "qconvert.passes.dce",
     "inline": "qconvert.passes.inline",

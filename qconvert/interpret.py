@@ -110,6 +110,7 @@ from qconvert.numerics.onnxruntime_kernels import (
 )
 from qconvert.onnx_contrib_kernels import CONTRIB_KERNELS
 from qconvert.onnx_kernels import KERNELS, OnnxKernel, attribute, integer_convolution, window
+from qconvert.onnx_semantics import normalize_axis
 
 # Per-op overrides of onnx's reference implementation for generic ops, by IR op name (`onnx.<Op>`,
 # `onnx.<domain>.<Op>`). A kernel takes (op, inputs by ONNX position with None where absent, opset of
@@ -499,7 +500,11 @@ def _qlinear_concat(op: Operation, operands: list[np.ndarray]) -> list[np.ndarra
             lambda v: v, x_scale, x_zero, y_scale, y_zero, py.storage_dtype
         )
         parts.append(table[np.ascontiguousarray(array).view(np.uint8)])
-    return [np.concatenate(parts, axis=int(_attr(op, "axis", 0)))]  # type: ignore[arg-type]
+    try:
+        axis = normalize_axis(int(_attr(op, "axis", 0)), parts[0].ndim)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise InputError(f"'{op.name}' ({node_label(op)}): {error}") from None
+    return [np.concatenate(parts, axis=axis)]
 
 
 def _qlinear_global_average_pool(op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:

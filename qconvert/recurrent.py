@@ -36,6 +36,7 @@ import numpy as np
 from qconvert.errors import InputError
 from qconvert.ir.attributes import ArrayAttr, DenseArrayAttr, FloatAttr, IntegerAttr, StringAttr
 from qconvert.ir.core import Operation
+from qconvert.ir.dialects.onnx import node_name
 
 T = TypeVar("T")
 
@@ -124,8 +125,8 @@ def op_attributes(op: Operation) -> tuple[str, RecurrentAttributes]:
             values[name] = list(attribute.values)
         elif isinstance(attribute, ArrayAttr):
             values[name] = [getattr(e, "value", e) for e in attribute.elements]
-    node = op.attributes.get("onnx.node_name")
-    where = f"{op_type} node '{node.value}'" if isinstance(node, StringAttr) else f"{op_type} node"
+    node = node_name(op)
+    where = f"{op_type} node '{node}'" if node is not None else f"{op_type} node"
     return op_type, decode_attributes(op_type, values, where)
 
 

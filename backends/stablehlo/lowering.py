@@ -83,7 +83,14 @@ from qconvert.ir.core import Block, Builder, Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
-from qconvert.ir.dialects.onnx import present_positions
+from qconvert.ir.dialects.onnx import (
+    is_unsigned,
+    main_function,
+    node_name,
+    onnx_input,
+    present_positions,
+    signature_names,
+)
 from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import (
     DYNAMIC,
@@ -211,11 +218,6 @@ class UnsupportedOp:
         return f"{self.op_name}{node}: {self.reason}"
 
 
-def node_name(op: Operation) -> str | None:
-    attribute = op.attributes.get("onnx.node_name")
-    return attribute.value if isinstance(attribute, StringAttr) else None
-
-
 def storage_element_type(quant_type: QuantizedType) -> Type:
     """The StableHLO integer type holding `quant_type`'s stored values: `i8`, or `ui8` for `u8` storage."""
     storage = quant_type.storage_type
@@ -301,12 +303,7 @@ class LoweringContext:
 
     def source_input(self, op: Operation, position: int) -> Value | None:
         """The source value at ONNX input `position`, or None when that optional input is absent."""
-        absent = op.attributes.get("onnx.absent_inputs")
-        skipped = list(absent.values) if isinstance(absent, DenseArrayAttr) else []
-        if position in skipped:
-            return None
-        index = position - sum(1 for p in skipped if p < position)
-        return op.operands[index] if index < len(op.operands) else None
+        return onnx_input(op, position)
 
     def input(self, op: Operation, position: int) -> Value | None:
         """The lowered value at ONNX input `position`, or None when that optional input is absent."""
@@ -386,9 +383,7 @@ class LoweringContext:
         result_type = self.convert_type(constant_op.result.type)
         if isinstance(attribute, DenseElementsAttr | DenseResourceAttr):
             element = element_type_of(result_type)
-            unsigned = constant_op.attributes.get("onnx.elem_type")
-            is_unsigned = isinstance(unsigned, StringAttr) and unsigned.value.startswith("uint")
-            if isinstance(element, IntegerType) and is_unsigned:
+            if isinstance(element, IntegerType) and is_unsigned(constant_op):
                 element = IntegerType(element.width, Signedness.UNSIGNED)
             attribute = retyped_constant(attribute, with_element_type(attribute.type, element))
             result_type = attribute.type
@@ -487,10 +482,7 @@ def inline_resource(attribute: DenseResourceAttr) -> Attribute:
 
 # The driver -------------------------------------------------------------------------------------
 def find_main(module: ModuleOp) -> FuncOp:
-    for op in module.body.ops:
-        if isinstance(op, FuncOp) and op.sym_name == "main" and not op.is_declaration:
-            return op
-    raise InputError("module has no func.func @main to convert")
+    return main_function(module, "to convert")
 
 
 def _signless(type_: Type) -> Type:
@@ -510,10 +502,8 @@ def _result_matches(expected: Type, actual: Type) -> bool:
 def _signature_type(type_: Type, attributes: Attribute | None) -> Type:
     """A function argument / result type, unsigned when the frontend marked it (`onnx.elem_type`)."""
     element = element_type_of(type_)
-    if isinstance(attributes, DictionaryAttr) and isinstance(element, IntegerType):
-        elem_type = dict(attributes.entries).get("onnx.elem_type")
-        if isinstance(elem_type, StringAttr) and elem_type.value.startswith("uint"):
-            return with_element_type(type_, IntegerType(element.width, Signedness.UNSIGNED))
+    if isinstance(element, IntegerType) and is_unsigned(attributes):
+        return with_element_type(type_, IntegerType(element.width, Signedness.UNSIGNED))
     return type_
 
 
@@ -522,9 +512,8 @@ def _entry(attributes: Attribute | None, index: int) -> Attribute | None:
 
 
 def _argument_label(function: FuncOp, index: int) -> str:
-    entry = _entry(function.attributes.get("arg_attrs"), index)
-    name = dict(entry.entries).get("onnx.name") if isinstance(entry, DictionaryAttr) else None
-    return name.value if isinstance(name, StringAttr) else f"#{index}"
+    name = signature_names(function)[index]
+    return name if name is not None else f"#{index}"
 
 
 def _is_static(type_: Type) -> bool:

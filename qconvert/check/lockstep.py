@@ -23,9 +23,9 @@ from onnx import ModelProto
 
 from qconvert.check.nodes import node_scale
 from qconvert.interpret import Interpreter
-from qconvert.ir.attributes import StringAttr
 from qconvert.ir.core import Operation
 from qconvert.ir.dialects.builtin import ModuleOp
+from qconvert.ir.dialects.onnx import node_name
 from qconvert.ir.dialects.quant import QuantizeCastOp
 
 # An input within 1/1024 of a step of onnxruntime's: only float rounding, never a real fault, moves it so
@@ -53,8 +53,8 @@ class _LockstepInterpreter(Interpreter):
         results = super().execute(op, operands)
         if not isinstance(op, QuantizeCastOp):
             return results
-        name = op.attributes.get("onnx.node_name")
-        node = self.quantizers.get(name.value) if isinstance(name, StringAttr) else None
+        name = node_name(op)
+        node = self.quantizers.get(name) if name is not None else None
         if node is None or len(node.input) < 2:
             return results
         theirs, their_input = self.oracle.get(node.output[0]), self.oracle.get(node.input[0])

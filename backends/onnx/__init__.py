@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .backend import BACKEND, OnnxBackend, OnnxOptions
-    from .qdq_to_qoperator import QOperatorRewrite, onnxruntime_fusions, qdq_to_qoperator
+    from .qoperator_fusion import QOperatorRewrite, onnxruntime_fusions, qdq_to_qoperator
     from .save import save_onnx
     from .types import UnwritableType, data_type, shape_of
     from .write import build_model, write_onnx
@@ -36,9 +36,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "OnnxBackend": ("backend", "OnnxBackend"),
     "OnnxOptions": ("backend", "OnnxOptions"),
     "save_onnx": ("save", "save_onnx"),
-    "QOperatorRewrite": ("qdq_to_qoperator", "QOperatorRewrite"),
-    "onnxruntime_fusions": ("qdq_to_qoperator", "onnxruntime_fusions"),
-    "qdq_to_qoperator": ("qdq_to_qoperator", "qdq_to_qoperator"),
+    "QOperatorRewrite": ("qoperator_fusion", "QOperatorRewrite"),
+    "onnxruntime_fusions": ("qoperator_fusion", "onnxruntime_fusions"),
+    "qdq_to_qoperator": ("qoperator_fusion", "qdq_to_qoperator"),
     "UnwritableType": ("types", "UnwritableType"),
     "data_type": ("types", "data_type"),
     "shape_of": ("types", "shape_of"),

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     )
     from .dimension_numbers import ConvDimensionNumbers, DotDimensionNumbers
     from .engine_profile import JAXLIB, EngineProfile
+    from .forms import Form, Semantics
     from .lower_quant import predicted_mismatches
-    from .lowering import Form, Semantics
     from .run import EngineError, legalize_quant_to_math, verify
     from .run import run as run_stablehlo
 
@@ -54,8 +54,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "elide_weights": ("convert", "elide_weights"),
     "stablehlo_text": ("convert", "stablehlo_text"),
     "write_stablehlo": ("convert", "write_stablehlo"),
-    "Form": ("lowering", "Form"),
-    "Semantics": ("lowering", "Semantics"),
+    "Form": ("forms", "Form"),
+    "Semantics": ("forms", "Semantics"),
     "predicted_mismatches": ("lower_quant", "predicted_mismatches"),
     "EngineError": ("run", "EngineError"),
     "legalize_quant_to_math": ("run", "legalize_quant_to_math"),

@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING
 from qconvert.errors import InputError
 from qconvert.options import CHOICES, check_choice, flag, option, option_fields
 
-from .lowering import Form, Semantics
+from .forms import Form, Semantics
 
 if TYPE_CHECKING:
     from qconvert.ir.dialects.builtin import ModuleOp

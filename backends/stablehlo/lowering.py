@@ -59,7 +59,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import ModuleType
 from typing import NoReturn
 
@@ -107,6 +106,7 @@ from qconvert.problem_groups import NAMES_SHOWN, ProblemGroup, group_problems, l
 
 from . import ops as hlo
 from .engine_profile import JAXLIB, EngineProfile
+from .forms import Form, Semantics
 
 LoweringFn = Callable[["LoweringContext", Operation], Sequence[Value]]
 Folder = Callable[["LoweringContext", Operation], Sequence[Value] | None]
@@ -180,21 +180,6 @@ class LoweringTable:
 
     def __contains__(self, key: LoweringKey) -> bool:
         return _key_name(key) in self._rules
-
-
-class Form(StrEnum):
-    """Which StableHLO the backend emits (`--form`)."""
-
-    QUANTIZED = "quantized"  # uniform_quantize/dequantize + fused quantized ops where exact
-    INTEGER = "integer"  # no quant types: quantization written out in integer/float ops
-    QDQ = "qdq"  # float ops between uniform_quantize and uniform_dequantize, as the model was
-
-
-class Semantics(StrEnum):
-    """Whose quantize rounding the emitted module computes (`--semantics`)."""
-
-    ONNX = "onnx"  # clamp(rne(x / s) + zp): every quantize that could differ is written out exactly
-    STABLEHLO = "stablehlo"  # uniform_quantize everywhere: rne(clamp(x / s + zp))
 
 
 class CannotLower(Exception):

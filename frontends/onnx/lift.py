@@ -83,6 +83,7 @@ from qconvert.ir.types import (
     with_element_type,
 )
 from qconvert.problem_groups import ProblemGroup, group_problems, listing
+from qconvert.storage_metadata import StorageEntry, StorageMetadata, boundary_problem
 
 from . import attributes as attrs
 from .blockwise import NOTE_SIGNS, needs_signs, split_scale_signs
@@ -119,9 +120,12 @@ def import_onnx(
         return as_resource(tensor.data_type, tuple(tensor.dims), resource_threshold)
 
     loaded = load_model(source, input_shapes, detach=detach)
-    return Lifter(
+    lifter = Lifter(
         loaded.model, loaded.inference_error, loaded.base_dir, resource_threshold, loaded.detached
-    ).lift()
+    )
+    if not isinstance(source, ModelProto):
+        lifter.source_name = str(source)
+    return lifter.lift()
 
 
 def op_name(domain: str, op_type: str) -> str:
@@ -159,6 +163,9 @@ class Lifter:
         self.constant_arrays: dict[str, np.ndarray] = {}  # Constant-node outputs, for Q/DQ parameters
         self.onnx_types: dict[str, int] = {}  # ONNX element type of every value we know it for
         self.block: Block | None = None
+        self.source_name = "the model"  # for messages about the model as a whole
+        # A stripped model's inputs seen as their quant types (its metadata): storage argument -> view.
+        self.boundary_views: dict[Value, Value] = {}
 
     # Types -------------------------------------------------------------------------------------
     def onnx_type(self, name: str) -> int:
@@ -344,6 +351,10 @@ class Lifter:
         self.block = block
         for name, argument in zip(arguments, block.arguments):
             self.values[name] = argument
+        storage = StorageMetadata.from_metadata_props(
+            {entry.key: entry.value for entry in self.model.metadata_props}, self.source_name
+        )
+        self.view_stripped_inputs(storage, arguments, block)
         for node in self.graph.node:
             self.lift_node(node)
         results = []
@@ -351,6 +362,7 @@ class Lifter:
             if output.name not in self.values and output.name not in self.initializers:
                 raise InputError(f"graph output '{output.name}' is produced by no node")
             results.append(self.value(NodeProto(name="<graph output>"), output.name))
+        self.check_stripped_outputs(storage, results)
         self.insert(ReturnOp(results))
         for op in reversed(list(block.ops)):  # storage casts a folded Q -> DQ pair left unused
             if isinstance(op, STORAGE_CASTS) and not op.results[0].uses:
@@ -364,6 +376,56 @@ class Lifter:
         )
         module.body.append(function)
         return module
+
+    # Stripped models (qconvert/storage_metadata.py) -------------------------------------------------
+    def boundary_type(self, entry: StorageEntry, name: str, kind: str, stored: Type) -> Type:
+        """The quantized type of stripped input / output `name` (storage type `stored`), as the metadata
+        records it; InputError when the metadata and the graph disagree."""
+        where = f"{self.source_name}: metadata of stripped {kind} '{name}'"
+        try:
+            quant_type = entry.quantized_type()
+        except InputError as error:
+            raise InputError(f"{where}: {error.message}") from None
+        onnx_type = ELEMENT_TYPES.get(self.onnx_type(name))
+        if onnx_type is None or onnx_type.name != entry.storage:
+            found = onnx_type.name if onnx_type is not None else "unknown"
+            raise InputError(f"{where}: storage {entry.storage}, but the graph {kind} is {found}")
+        container = with_element_type(stored, quant_type)
+        problem = boundary_problem(container)
+        if problem is not None:
+            raise InputError(f"{where}: {problem}")
+        return container
+
+    def view_stripped_inputs(self, storage: StorageMetadata, arguments: list[str], block: Block) -> None:
+        """Each stripped input is seen as its quant type through a `quant.scast` at the start of @main,
+        placed as `strip-func-quant-types` places its glue (in reverse argument order)."""
+        unknown = sorted(set(storage.inputs) - set(arguments))
+        if unknown:
+            raise InputError(f"{self.source_name}: metadata names stripped inputs {unknown} the graph lacks")
+        for name, argument in reversed(list(zip(arguments, block.arguments))):
+            entry = storage.inputs.get(name)
+            if entry is not None:
+                container = self.boundary_type(entry, name, "input", argument.type)
+                self.boundary_views[argument] = self.insert(storage_cast(argument, container)).results[0]
+
+    def check_stripped_outputs(self, storage: StorageMetadata, results: list[Value]) -> None:
+        """A stripped output is the storage of the quant type the metadata records (the model's last
+        QuantizeLinear or QLinear op makes it); InputError when the model makes another."""
+        names = [output.name for output in self.graph.output]
+        unknown = sorted(set(storage.outputs) - set(names))
+        if unknown:
+            raise InputError(f"{self.source_name}: metadata names stripped outputs {unknown} the graph lacks")
+        for name, value in zip(names, results):
+            entry = storage.outputs.get(name)
+            if entry is None:
+                continue
+            container = self.boundary_type(entry, name, "output", value.type)
+            producer = value.owner_op()
+            if isinstance(producer, STORAGE_CASTS) and producer.operands[0].type != container:
+                raise InputError(
+                    f"{self.source_name}: metadata of stripped output '{name}' says {entry.quant_type}, "
+                    f"but the model computes {producer.operands[0].type}"
+                )
 
     def lift_node(self, node: NodeProto) -> None:
         domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
@@ -560,6 +622,9 @@ class Lifter:
     def quantized_view(self, stored: Value, quant_type: QuantizedType) -> Value:
         """`stored` seen as `quant_type`: the qcast result it came from, or a new storage cast."""
         target = with_element_type(stored.type, quant_type)
+        view = self.boundary_views.get(stored)
+        if view is not None and view.type == target:
+            return view  # a stripped input's quant type, from the model's metadata
         producer = stored.owner_op()
         if isinstance(producer, STORAGE_CASTS) and producer.operands[0].type == target:
             return producer.operands[0]  # type: ignore[union-attr]

@@ -28,6 +28,7 @@ from qconvert.ir.quant_types import (
     UniformQuantizedSubChannelType,
 )
 from qconvert.ir.types import element_type_of
+from qconvert.storage_metadata import StorageEntry, StorageMetadata
 
 ELIDED = "__elided__"
 
@@ -44,6 +45,7 @@ class ModuleSummary:
     constants: int = 0
     constant_bytes: int = 0
     styles: list[QuantizationStyle] | None = None  # from the ONNX graph (quantization_styles), when known
+    storage: StorageMetadata | None = None  # a stripped model's boundary (its qconvert.storage metadata)
 
     def lines(self) -> list[str]:
         out = [f"inputs: {', '.join(self.inputs)}", f"outputs: {', '.join(self.outputs)}"]
@@ -60,7 +62,25 @@ class ModuleSummary:
         out += [f"  {name}: {count}" for name, count in sorted(self.schemes.items())] or [none]
         out.append("storage types:")
         out += [f"  {name}: {count}" for name, count in sorted(self.storage_types.items())] or ["  none"]
+        if self.storage:
+            out.append("storage boundary (stripped by qconvert: feed and read storage integers):")
+            out += [f"  input '{name}': {describe_entry(e)}" for name, e in self.storage.inputs.items()]
+            out += [f"  output '{name}': {describe_entry(e)}" for name, e in self.storage.outputs.items()]
+            out += [f"  kept float '{name}': {reason}" for name, reason in self.storage.float_reasons.items()]
         return out
+
+
+def describe_entry(entry: StorageEntry, shown: int = 4) -> str:
+    """`int8, scale 0.0039215689, zero point -128 (!quant.uniform<...>)`; per-axis: the first `shown`."""
+    scales = ", ".join(f"{s:.8g}" for s in entry.scale[:shown])
+    zero_points = ", ".join(str(z) for z in entry.zero_point[:shown])
+    if entry.axis is None:
+        return f"{entry.storage}, scale {scales}, zero point {zero_points} ({entry.quant_type})"
+    more = ", ..." if len(entry.scale) > shown else ""
+    return (
+        f"{entry.storage}, per-axis along axis {entry.axis}: {len(entry.scale)} scales [{scales}{more}], "
+        f"zero points [{zero_points}{more}]"
+    )
 
 
 def scheme_of(quant_type: QuantizedType) -> str:
@@ -302,7 +322,10 @@ def summarize_model(
     from .lift import import_onnx
     from .load import read_model
 
-    styles = quantization_styles(read_model(source)[0])
+    model = read_model(source)[0]
+    styles = quantization_styles(model)
+    where = source if isinstance(source, str) else "the model"
+    storage = StorageMetadata.from_metadata_props({p.key: p.value for p in model.metadata_props}, where)
     try:
         module = import_onnx(source, input_shapes)
     except InputError as error:
@@ -311,4 +334,5 @@ def summarize_model(
         raise InputError(error.message + note, error.loc, error.related) from None
     summary = summarize(module)
     summary.styles = styles
+    summary.storage = storage
     return summary

@@ -38,6 +38,7 @@ import numpy as np
 from qconvert.errors import InputError
 from qconvert.ir.attributes import StringAttr
 from qconvert.ir.core import Block, GenericOp, Operation, Value
+from qconvert.ir.dialects.qconvert import NOTE
 from qconvert.ir.quant_types import QuantizedType, UniformQuantizedPerAxisType, UniformQuantizedType
 from qconvert.ir.types import F32, RankedTensorType, element_type_of
 from qconvert.passes import ModulePass, PassResult, register_pass
@@ -248,7 +249,7 @@ def _unfusable(op: Operation) -> bool:
 
 
 def _note_not_fused(rewriter: PatternRewriter, op: Operation, reason: NotFused) -> bool:
-    rewriter.set_attribute(op, "qconvert.note", StringAttr(f"not fused: {reason}"))
+    rewriter.set_attribute(op, NOTE, StringAttr(f"not fused: {reason}"))
     return False
 
 
@@ -390,7 +391,7 @@ class FuseContraction:
         kernel = transpose_quantized(rewriter, chain.rhs, [2, 3, 1, 0])
         new_attributes = dict(attributes)
         new_attributes["dimension_numbers"] = ConvDimensionNumbers.channels_last(2).attribute()
-        new_attributes.pop("qconvert.note", None)
+        new_attributes.pop(NOTE, None)
         result_type = RankedTensorType(nhwc_shape, acc_element)
         acc = rewriter.insert(
             GenericOp("stablehlo.convolution", [lhs, kernel], [result_type], new_attributes)

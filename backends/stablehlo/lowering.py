@@ -90,6 +90,7 @@ from qconvert.ir.dialects.onnx import (
     present_positions,
     signature_names,
 )
+from qconvert.ir.dialects.qconvert import NOTE
 from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import (
     DYNAMIC,
@@ -388,7 +389,7 @@ def attach_note(value: Value, text: str) -> None:
     """`qconvert.note = "..."` on the new op that produced `value` (why it was emitted that way)."""
     producer = value.owner_op()
     if producer is not None:
-        producer.attributes["qconvert.note"] = StringAttr(text)
+        producer.attributes[NOTE] = StringAttr(text)
 
 
 # Shape guards -----------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ from qconvert.ir.dialects.onnx import (
     OPSET_IMPORT,
     TENSOR_NAME,
 )
-from qconvert.ir.dialects.qconvert import STORAGE_CASTS, FloatStorageCastOp
+from qconvert.ir.dialects.qconvert import NOTE, STORAGE_CASTS, FloatStorageCastOp
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
 from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import (
@@ -613,7 +613,7 @@ class Lifter:
             return self.insert(op).results[0]
 
         sign_value = self.constant(np.ascontiguousarray(signs.reshape(sign_shape)), onnx_type)
-        attributes: dict[str, Attribute] = {NODE_NAME: name, "qconvert.note": StringAttr(NOTE_SIGNS)}
+        attributes: dict[str, Attribute] = {NODE_NAME: name, NOTE: StringAttr(NOTE_SIGNS)}
         product = GenericOp(
             "onnx.Mul", [reshape(weight, split), sign_value], [RankedTensorType(split, element)], attributes
         )

@@ -55,6 +55,7 @@ from onnx import NodeProto, helper
 
 from qconvert.ir.attributes import Attribute, StringAttr
 from qconvert.ir.core import GenericOp, Value
+from qconvert.ir.dialects.onnx import NODE_NAME
 from qconvert.ir.dialects.qconvert import (
     RESULT,
     SCALE_SUFFIX,
@@ -178,7 +179,7 @@ class QOperatorLifter:
         self, op_class: type[QOperatorOp], operands: list[Value], result_types: list[Type]
     ) -> QOperatorOp:
         attributes: dict[str, Attribute] = {a.name: attrs.from_onnx_attribute(a) for a in self.node.attribute}
-        attributes["onnx.node_name"] = StringAttr(self.node.name)
+        attributes[NODE_NAME] = StringAttr(self.node.name)
         op = op_class(operands, result_types, attributes)
         self.lifter.insert(op)
         present = [o for o in self.node.output if o]
@@ -344,7 +345,7 @@ def _matmul_nbits(q: QOperatorLifter) -> None:
         DequantizeCastOp(
             lifter.quantized_view(stored, quant),
             RankedTensorType((padded, n), scale_entry.ir_type),
-            attributes={"onnx.node_name": StringAttr(node.name)},
+            attributes={NODE_NAME: StringAttr(node.name)},
         )
     ).results[0]
     if signs is not None:
@@ -357,17 +358,17 @@ def _matmul_nbits(q: QOperatorLifter) -> None:
             "onnx.Slice",
             [dequantized, *bounds],
             [RankedTensorType((k, n), scale_entry.ir_type)],
-            {"onnx.node_name": StringAttr(node.name)},
+            {NODE_NAME: StringAttr(node.name)},
         )
         dequantized = lifter.insert(sliced).results[0]
     name = StringAttr(node.name)
     result_type = q.float_result_type()
     product = lifter.insert(
-        GenericOp("onnx.MatMul", [q.plain(0), dequantized], [result_type], {"onnx.node_name": name})
+        GenericOp("onnx.MatMul", [q.plain(0), dequantized], [result_type], {NODE_NAME: name})
     )
     result = product.results[0]
     if _present(node, 5):
-        added = GenericOp("onnx.Add", [result, q.plain(5)], [result_type], {"onnx.node_name": name})
+        added = GenericOp("onnx.Add", [result, q.plain(5)], [result_type], {NODE_NAME: name})
         result = lifter.insert(added).results[0]
     lifter.values[node.output[0]] = result
 

@@ -23,6 +23,7 @@ from qconvert.errors import InputError
 from qconvert.ir.attributes import FloatAttr, StringAttr
 from qconvert.ir.core import Builder, Operation, Value
 from qconvert.ir.dialects.builtin import ModuleOp
+from qconvert.ir.dialects.onnx import NODE_NAME
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
 from qconvert.ir.quant_types import CalibratedQuantizedType
 from qconvert.ir.types import F64, FloatType, element_type_of, with_element_type
@@ -99,14 +100,14 @@ def insert_calibrated_pair(
         value,
         with_element_type(value.type, quant_type),
         attributes={
-            "onnx.node_name": StringAttr(f"{name}_QuantizeLinear"),
+            NODE_NAME: StringAttr(f"{name}_QuantizeLinear"),
             TENSOR_NAME_ATTR: StringAttr(name),
         },
     )
     dequantize = DequantizeCastOp(
         quantize.result,
         value.type,
-        attributes={"onnx.node_name": StringAttr(f"{name}_DequantizeLinear")},
+        attributes={NODE_NAME: StringAttr(f"{name}_DequantizeLinear")},
     )
     producer = value.owner_op()
     if edit is not None:

@@ -116,6 +116,10 @@ class FloatStorageCastOp(Operation):
 
 
 STORAGE_CASTS = (StorageCastOp, FloatStorageCastOp)
+
+NOTE = "qconvert.note"
+"""The attribute on any op where qconvert says, in a sentence, what it chose there (a quantize written out,
+a fusion not done) and why; printed with the op, read by reports."""
 """Both storage casts (integer and float storage), for `isinstance`: a reinterpretation of the same bytes."""
 
 
@@ -532,6 +536,7 @@ QOPERATOR_OPS: tuple[type[QOperatorOp], ...] = (
 """Every lifted QOperator op, in the order of the frontend's table."""
 
 __all__ = [
+    "NOTE",
     "QOPERATOR_OPS",
     "STORAGE_CASTS",
     "ConvIntegerOp",

@@ -301,9 +301,16 @@ def check_command(
     min_sqnr: float | None = typer.Option(None, "--min-sqnr", help="end to end: minimum SQNR in dB"),
     input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar; the verdict line only"),
+    against: str | None = typer.Option(
+        None,
+        "--against",
+        help="SOURCE.onnx: MODEL is its stripped copy (--to onnx-storage); both run in onnxruntime on "
+        "--data, boundary storage compared bit-exact (the options above do not apply)",
+    ),
 ) -> None:
     """Check MODEL against onnxruntime: every node (quantization nodes bit-exact, float nodes within a
-    float32 bound), every output beside the noise floor.
+    float32 bound), every output beside the noise floor. With --against SOURCE: MODEL, a stripped model,
+    against SOURCE in onnxruntime (qconvert/check/against.py).
 
     Exit 0 when PASSED, 1 when FAILED or INCOMPLETE (something not run; --allow-not-run accepts it),
     2 on bad input, 3 when a bug of ours kept a node or output from running (after the report)."""
@@ -312,6 +319,21 @@ def check_command(
     from qconvert.stdout_console import stdout_console
 
     _check_output(json_path, model, "--json")
+    if against is not None:
+        given = {
+            "--allow-not-run": allow_not_run,
+            "--backend": backend != "interpreter",
+            "--engine": engine,
+            "--form": form,
+            "--semantics": semantics,
+            "--fuse-arithmetic": fuse_arithmetic,
+            "--backend-option": backend_option,
+            "--atol / --rtol / --max-lsb / --max-mismatch-fraction / --min-sqnr": (atol, rtol, max_lsb)
+            != (None, None, None)
+            or (max_mismatch_fraction, min_sqnr) != (None, None),
+            "--input-shape": input_shape,
+        }
+        _check_against(model, against, data, max_samples, batch_size, json_path, quiet, given)
     tolerances = Tolerances(
         atol=atol, rtol=rtol, max_lsb=max_lsb, max_mismatch_fraction=max_mismatch_fraction, min_sqnr=min_sqnr
     )
@@ -341,6 +363,32 @@ def check_command(
             file=sys.stderr,
         )
         raise typer.Exit(3)
+    raise typer.Exit(0 if report.passed else 1)
+
+
+def _check_against(
+    model: str,
+    against: str,
+    data: str | None,
+    max_samples: int | None,
+    batch_size: int | None,
+    json_path: str | None,
+    quiet: bool,
+    given: dict[str, object],
+) -> None:
+    """`check MODEL --against SOURCE`: the stripped model against its source (exit 0 PASSED, else 1)."""
+    from qconvert.check.against import check_against, render_against
+    from qconvert.errors import InputError
+    from qconvert.stdout_console import stdout_console
+
+    refused = [flag for flag, value in given.items() if value]
+    if refused:
+        raise InputError(f"--against compares two ONNX models in onnxruntime; not with {', '.join(refused)}")
+    report = check_against(model, against, data, max_samples=max_samples, batch_size=batch_size)
+    if json_path is not None:
+        report.write_json(json_path)
+    with stdout_console(sys.stdout, piped_width=200) as console:
+        render_against(report, console, summary_only=quiet)
     raise typer.Exit(0 if report.passed else 1)
 
 

@@ -37,6 +37,12 @@ BACKEND_MODULES: dict[str, str] = {
     "onnx-storage": "qconvert.backends.onnx_storage",
 }
 
+# Passes on a backend's own dialect (MLIR name -> the backend's module that registers it), which `qconvert
+# opt` runs beside qconvert.passes' own: declared with the backends, so that the core names none of them.
+BACKEND_PASS_MODULES: dict[str, str] = {
+    "stablehlo-legalize-qdq-to-quantized-op": "qconvert.backends.stablehlo.legalize_qdq_to_quantized_op",
+}
+
 
 class Backend(Protocol):
     """What `convert`, `check` and the CLI need from a backend."""

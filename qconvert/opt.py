@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qconvert.atomic_file import atomic_text_file
+from qconvert.backends import BACKEND_PASS_MODULES
 from qconvert.errors import Diagnostic, InputError, Location, QConvertError
 from qconvert.ir.core import Operation
 from qconvert.ir.parser import ParserOptions, parse_module
@@ -20,6 +21,8 @@ from qconvert.ir.printer import print_module
 from qconvert.ir.verify import verify
 from qconvert.passes import PASS_MODULES, get_pass
 
+# The core passes and the backends' own (each backend declares its passes with its registry entry).
+ALL_PASS_MODULES = {**PASS_MODULES, **BACKEND_PASS_MODULES}
 SPLIT_MARKER = re.compile(r"^// -----.*$", re.M)
 EXPECTATION = re.compile(
     r"expected-(?P<severity>error|note|warning|remark)(?P<regex>-re)?\s*(?:@(?P<where>[+-]\d+|above|below))?\s*"
@@ -78,7 +81,7 @@ def parse_arguments(arguments: Sequence[str]) -> OptOptions:
             pass  # we only have the text format; the round trip through it is what the tests need
         elif flag == "pass-pipeline":
             options.passes += parse_pipeline(value.strip("'\""))
-        elif flag in PASS_MODULES:
+        elif flag in ALL_PASS_MODULES:
             options.passes.append((flag, parse_pass_options(flag, value)))
         else:
             raise InputError(f"unknown command line argument '{argument}'; try 'qconvert opt --help'")
@@ -106,7 +109,7 @@ def parse_pipeline(text: str) -> list[tuple[str, dict[str, str]]]:
         name, body = match.group(1), match.group(2) or ""
         if name in ("builtin.module", "func.func", "any"):
             continue
-        if name not in PASS_MODULES:
+        if name not in ALL_PASS_MODULES:
             raise InputError(f"unknown pass '{name}' in pipeline '{text}'")
         passes.append((name, parse_pass_options(name, body)))
     return passes
@@ -142,7 +145,7 @@ def process_chunk(chunk: Chunk, filename: str, options: OptOptions) -> Operation
     verify(module)
     completed: list[str] = []
     for name, pass_options in options.passes:
-        pass_ = get_pass(name, pass_options)
+        pass_ = get_pass(name, pass_options, ALL_PASS_MODULES)
         try:
             pass_.run(module)
             if options.verify_each:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
@@ -19,8 +20,6 @@ PASS_MODULES: dict[str, str] = {
     "lower-quant-ops": "qconvert.passes.lower_quant_ops",
     "normalize-quant-types": "qconvert.passes.normalize_quant_types",
     "strip-func-quant-types": "qconvert.passes.strip_func_quant_types",
-    # A backend's pass on its own dialect, run by `qconvert opt` on a module of that dialect.
-    "stablehlo-legalize-qdq-to-quantized-op": "qconvert.backends.stablehlo.legalize_qdq_to_quantized_op",
 }
 PASS_REGISTRY: dict[str, type[ModulePass]] = {}
 
@@ -49,11 +48,14 @@ def register_pass(cls: PassT) -> PassT:
     return cls
 
 
-def get_pass(name: str, options: dict[str, str] | None = None) -> ModulePass:
-    """Instantiate the pass registered as `name`, converting textual options to the fields' types."""
+def get_pass(
+    name: str, options: dict[str, str] | None = None, modules: Mapping[str, str] = PASS_MODULES
+) -> ModulePass:
+    """Instantiate the pass registered as `name`, converting textual options to the fields' types;
+    `modules` says where passes are defined (`qconvert opt` adds the backends' own passes)."""
     if name not in PASS_REGISTRY:
-        if name not in PASS_MODULES:
+        if name not in modules:
             raise InputError(f"unknown pass '{name}'")
-        importlib.import_module(PASS_MODULES[name])
+        importlib.import_module(modules[name])
     cls = PASS_REGISTRY[name]
     return cls(**options_from_text(cls, options or {}, f"pass '{name}'"))

@@ -7,7 +7,8 @@ nodes; every other Q/DQ stays. `--form qoperator` of `--to onnx-storage` runs it
 
 A group is what onnxruntime's QDQ selectors (`qdq_selectors.cc`, `qdq_selector_action_transformer.cc`)
 fuse into the same kernels on its CPU EP: every input of the float op is a `quant.dcast`, its one result
-has one use, a `quant.qcast`, and
+has one use, a `quant.qcast` (or a Relu / Clip that the qcast makes redundant, then the qcast: erased with
+the group; a Gemm none of whose uses is a qcast becomes QGemm with a float result), and
 
 | float op                     | QOperator op                | beyond the group                            |
 |------------------------------|-----------------------------|---------------------------------------------|
@@ -46,10 +47,19 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from qconvert import numerics
 from qconvert.ir.attributes import Attribute, DenseArrayAttr, FloatAttr, IntegerAttr
 from qconvert.ir.core import Operation, Value
+from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
-from qconvert.ir.dialects.onnx import NODE_NAME, main_function, node_name, op_default_opset, op_label
+from qconvert.ir.dialects.onnx import (
+    NODE_NAME,
+    main_function,
+    node_name,
+    onnx_input,
+    op_default_opset,
+    op_label,
+)
 from qconvert.ir.dialects.qconvert import (
     QGemmOp,
     QLinearAddOp,
@@ -65,7 +75,12 @@ from qconvert.ir.dialects.qconvert import (
     QOperatorOp,
 )
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
-from qconvert.ir.quant_types import QuantizedType, UniformQuantizedPerAxisType, UniformQuantizedType
+from qconvert.ir.quant_types import (
+    QuantizedType,
+    UniformQuantizedPerAxisType,
+    UniformQuantizedType,
+    uniform_params,
+)
 from qconvert.ir.types import F32, IntegerType, RankedTensorType, element_type_of, with_element_type
 from qconvert.passes.rewrite import PatternRewriter, Root, apply_patterns
 
@@ -255,13 +270,18 @@ class QdqToQOperator:
     record: QOperatorRewrite
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
-        quantize = sole_quantize(op)
-        if quantize is None:
-            return False
         sources = [dequantized_source(operand) for operand in op.operands]
         if not sources or any(source is None for source in sources):
             return False
-        group = Group(op, sources, quantize.result, rewriter)  # type: ignore[arg-type]
+        tail = group_tail(op)
+        if tail is not None:
+            quantize, clamp = tail
+            result = quantize.result
+        elif op.name == "onnx.Gemm" and len(op.results) == 1 and not quantized_uses(op.result):
+            quantize, clamp, result = None, None, op.result  # QGemm with a float result
+        else:
+            return False
+        group = Group(op, sources, result, rewriter)  # type: ignore[arg-type]
         try:
             if self.only is not None and node_name(op) not in self.only:
                 raise NotRewritten("onnxruntime does not fuse it (its QDQ selectors, or its s8 -> u8 pass)")
@@ -269,16 +289,74 @@ class QdqToQOperator:
         except NotRewritten as reason:
             self.record.kept[op_label(op)] = str(reason)
             return False
-        new_op = rewriter.insert(op_class(operands, [quantize.result.type], attributes))
+        new_op = rewriter.insert(op_class(operands, [result.type], attributes))
         new_op.verify()
         dequantizes = list(dict.fromkeys(operand.owner_op() for operand in op.operands))
-        rewriter.replace_op(quantize, [new_op.result])
-        rewriter.erase_op(op)
+        if quantize is None:
+            rewriter.replace_op(op, [new_op.result])
+        else:
+            rewriter.replace_op(quantize, [new_op.result])
+            if clamp is not None:
+                rewriter.erase_op(clamp)
+            rewriter.erase_op(op)
         for dequantize in dequantizes:
             erase_if_unused(dequantize, rewriter)
         self.record.rewritten[op_class.ONNX_OP_TYPE] += 1
         self.record.kept.pop(op_label(op), None)
         return True
+
+
+def quantized_uses(value: Value) -> bool:
+    return any(isinstance(user, QuantizeCastOp) for user, _ in value.uses)
+
+
+def group_tail(op: Operation) -> tuple[QuantizeCastOp, Operation | None] | None:
+    """The group's qcast, and the Relu / Clip between op and qcast that the qcast makes redundant (as
+    onnxruntime's selectors and ClipQuantFusion take it), else None."""
+    quantize = sole_quantize(op)
+    if quantize is not None:
+        return quantize, None
+    if len(op.results) != 1 or len(op.result.uses) != 1:
+        return None
+    (clamp, position), *_ = op.result.uses
+    if clamp.name not in ("onnx.Relu", "onnx.Clip") or position != 0:
+        return None
+    quantize = sole_quantize(clamp)
+    if quantize is None or not clamp_is_redundant(clamp, quantize.result):
+        return None
+    return quantize, clamp
+
+
+def clamp_bounds(clamp: Operation) -> tuple[float, float] | None:
+    """(min, max) of a Relu / Clip with constant bounds (absent: unbounded), None when one is not constant."""
+    if clamp.name == "onnx.Relu":
+        return 0.0, np.inf
+    if op_default_opset(clamp) < 11:
+        return float_attribute(clamp, "min", -np.inf), float_attribute(clamp, "max", np.inf)
+    from qconvert.interpret import constant_array  # the interpreter owns reading constants
+
+    bounds = []
+    for position, unbounded in ((1, -np.inf), (2, np.inf)):
+        value = onnx_input(clamp, position)
+        producer = None if value is None else value.owner_op()
+        if value is None:
+            bounds.append(unbounded)
+        elif isinstance(producer, ConstantOp):
+            bounds.append(float(constant_array(producer).reshape(-1)[0]))
+        else:
+            return None
+    return bounds[0], bounds[1]
+
+
+def clamp_is_redundant(clamp: Operation, quantized: Value) -> bool:
+    """Whether quantize(clamp(v)) == quantize(v) for every v: QuantizeLinear is monotone, so exactly when
+    the bounds quantize to the storage's ends (Relu: the zero point is qmin)."""
+    bounds = clamp_bounds(clamp)
+    quant_type = element_type_of(quantized.type)
+    if bounds is None or not isinstance(quant_type, UniformQuantizedType):
+        return False
+    ends = numerics.quantize(np.array(bounds, np.float32), uniform_params(quant_type), numerics.Rounding.ONNX)
+    return int(ends[0]) == quant_type.storage_type_min and int(ends[1]) == quant_type.storage_type_max
 
 
 def erase_if_unused(op: Operation | None, rewriter: PatternRewriter) -> None:
@@ -340,10 +418,13 @@ def build_gemm(group: Group) -> Built:
     op, result = group.op, group.result
     a, b, *c = group.sources
     check_per_tensor(a, "a")
-    check_per_tensor(result, "y")
     check_weight(b, "b", 0 if integer_attribute(op, "transB", 0) else 1)
-    check_one_storage({"a": a, "y": result})
     check_signed_pair(a, b, ("a", "b"))
+    if isinstance(element_type_of(result.type), QuantizedType):
+        check_per_tensor(result, "y")
+        check_one_storage({"a": a, "y": result})
+    elif element_type_of(result.type) != F32:
+        raise NotRewritten(f"the float result is {result.type}, not f32")
     operands = [a, b]
     if c:
         if float_attribute(op, "beta", 1.0) != 1.0:
@@ -351,7 +432,6 @@ def build_gemm(group: Group) -> Built:
         if rank_of(c[0]) != 1:
             raise NotRewritten("C is not a vector of N")
         check_bias(c[0], a, b)
-    if c:
         operands.append(storage_tensor(c[0], group.rewriter))
     return QGemmOp, operands, kept_attributes(op, ("beta",))
 

@@ -189,15 +189,24 @@ def quantize_dequantize(nodes: list, tensor: str, scale: str, zero_point: str) -
     return f"{tensor}_dq"
 
 
-def conv_model(bias_scale: float, storage: int = TensorProto.UINT8, opset: int = 17) -> onnx.ModelProto:
-    """x -> Q/DQ -> Conv(w, bias) -> Q/DQ -> y, u8 activations, s8 per-tensor weights, i32 bias."""
+def conv_model(
+    bias_scale: float,
+    storage: int = TensorProto.UINT8,
+    opset: int = 17,
+    relu_before_zero_point: int | None = None,
+) -> onnx.ModelProto:
+    """x -> Q/DQ -> Conv(w, bias) [-> Relu] -> Q/DQ -> y, u8 activations, s8 per-tensor weights, i32 bias;
+    with a Relu, the output's zero point is `relu_before_zero_point`."""
     dtype = helper.tensor_dtype_to_np_dtype(storage)
     rng = np.random.default_rng(0)
+    output_zero_point = 100 if storage == TensorProto.UINT8 else 30000
+    if relu_before_zero_point is not None:
+        output_zero_point = relu_before_zero_point
     inits = [
         initializer("s_x", 0.02, np.float32),
         initializer("z_x", 128 if storage == TensorProto.UINT8 else 32768, dtype),
         initializer("s_y", 0.05, np.float32),
-        initializer("z_y", 100 if storage == TensorProto.UINT8 else 30000, dtype),
+        initializer("z_y", output_zero_point, dtype),
         initializer("w_q", rng.integers(-100, 100, (4, 3, 3, 3)), np.int8),
         initializer("s_w", 0.01, np.float32),
         initializer("z_w", 0, np.int8),
@@ -212,7 +221,9 @@ def conv_model(bias_scale: float, storage: int = TensorProto.UINT8, opset: int =
         helper.make_node("DequantizeLinear", ["b_q", "s_b", "z_b"], ["b"]),
         helper.make_node("Conv", [x, "w", "b"], ["conv"], name="conv", pads=[1, 1, 1, 1]),
     ]
-    out = quantize_dequantize(nodes, "conv", "s_y", "z_y")
+    if relu_before_zero_point is not None:
+        nodes.append(helper.make_node("Relu", ["conv"], ["relu"], name="relu"))
+    out = quantize_dequantize(nodes, "conv" if relu_before_zero_point is None else "relu", "s_y", "z_y")
     nodes.append(helper.make_node("Identity", [out], ["y"]))
     graph = helper.make_graph(
         nodes,
@@ -235,6 +246,59 @@ def test_conv_with_its_bias_scale_is_rewritten_bit_for_bit() -> None:
     assert record.rewritten == {"QLinearConv": 1}
     feeds = {"x": image((1, 3, 6, 6))}
     assert np.array_equal(run(write_onnx(module), feeds)[0], run(model, feeds)[0])
+
+
+@pytest.mark.parametrize("zero_point", [0, 100])
+def test_a_relu_the_quantize_makes_redundant_goes_with_the_group(zero_point: int) -> None:
+    """Conv -> Relu -> Q: with zero point 0 (u8) the Relu changes nothing after the Q and the group becomes
+    QLinearConv, as onnxruntime fuses it; with zero point 100 the Relu stays, and so does the float Conv."""
+    model = conv_model(np.float32(0.02) * np.float32(0.01), relu_before_zero_point=zero_point)
+    module = import_onnx(model)
+    record = qdq_to_qoperator(module)
+    assert record.rewritten == ({"QLinearConv": 1} if zero_point == 0 else {})
+    assert record.rewritten == onnxruntime_fused_types(model)
+    proto = write_onnx(module)
+    assert ("Relu" in {node.op_type for node in proto.graph.node}) == (zero_point != 0)
+    feeds = {"x": image((1, 3, 6, 6))}
+    assert np.array_equal(run(proto, feeds)[0], run(model, feeds)[0])
+
+
+def test_a_gemm_without_quantize_becomes_qgemm_with_a_float_result() -> None:
+    """DQ -> Gemm -> graph output (a classifier's last layer): QGemm without y_scale, as onnxruntime does."""
+    rng = np.random.default_rng(2)
+    inits = [
+        initializer("s_a", 0.05, np.float32),
+        initializer("z_a", 128, np.uint8),
+        initializer("b_q", rng.integers(-90, 90, (5, 8)), np.int8),
+        initializer("s_b", [0.01 * (i + 1) for i in range(5)], np.float32),
+        initializer("z_b", [0] * 5, np.int8),
+        initializer("c_q", rng.integers(-900, 900, (5,)), np.int32),
+        initializer("s_c", [np.float32(0.05) * np.float32(0.01 * (i + 1)) for i in range(5)], np.float32),
+        initializer("z_c", [0] * 5, np.int32),
+    ]
+    nodes: list = []
+    a = quantize_dequantize(nodes, "a", "s_a", "z_a")
+    nodes += [
+        helper.make_node("DequantizeLinear", ["b_q", "s_b", "z_b"], ["b"], axis=0),
+        helper.make_node("DequantizeLinear", ["c_q", "s_c", "z_c"], ["c"], axis=0),
+        helper.make_node("Gemm", [a, "b", "c"], ["y"], name="gemm", transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "gemm",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    module = import_onnx(model)
+    record = qdq_to_qoperator(module)
+    assert record.rewritten == {"QGemm": 1} == onnxruntime_fused_types(model)
+    proto = write_onnx(module)
+    assert [node.op_type for node in proto.graph.node] == ["QuantizeLinear", "QGemm"]
+    feeds = {"a": image((3, 8))}
+    for optimize in (True, False):
+        assert np.array_equal(run(proto, feeds, optimize)[0], run(model, feeds)[0])
 
 
 def test_conv_whose_bias_has_another_scale_stays_qdq() -> None:

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from .strip import StorageModel
 
 FORMS = ("qdq", "qoperator")
+ONNXRUNTIME_GROUPS = "onnxruntime"
+QOPERATOR_GROUPS = (ONNXRUNTIME_GROUPS, "all")  # --form qoperator: which Q/DQ groups become QLinear ops
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,9 +31,18 @@ class StorageOptions:
     )
     inputs: str = option("all", "graph inputs to take as storage integers: all, none or NAME,NAME")
     outputs: str = option("all", "graph outputs to return as storage integers: all, none or NAME,NAME")
+    qoperator_groups: str = option(
+        ONNXRUNTIME_GROUPS,
+        "--form qoperator rewrites the groups the installed onnxruntime fuses (bit-exact with it) or all",
+        QOPERATOR_GROUPS,
+    )
 
     def __post_init__(self) -> None:
-        check_choice(flag("form"), self.form, option_fields(StorageOptions)["form"].metadata[CHOICES])
+        fields = option_fields(StorageOptions)
+        for name in ("form", "qoperator_groups"):
+            check_choice(flag(name), getattr(self, name), fields[name].metadata[CHOICES])
+        if self.qoperator_groups != fields["qoperator_groups"].default and self.form != "qoperator":
+            raise InputError(f"--qoperator-groups {self.qoperator_groups} takes --form qoperator")
 
 
 class OnnxStorageBackend:
@@ -47,7 +58,13 @@ class OnnxStorageBackend:
     def convert(self, module: ModuleOp, options: StorageOptions) -> StorageModel:
         from .strip import strip_to_storage
 
-        return strip_to_storage(module, form=options.form, inputs=options.inputs, outputs=options.outputs)
+        return strip_to_storage(
+            module,
+            form=options.form,
+            inputs=options.inputs,
+            outputs=options.outputs,
+            qoperator_groups=options.qoperator_groups,
+        )
 
     def write(self, artifact: StorageModel, output: str | IO[str]) -> None:
         if not isinstance(output, str):

@@ -3,8 +3,8 @@ storage types, and the ONNX writer writes it with the parameters in `metadata_pr
 
 The data flow is passes on the IR (qconvert/passes/absorb_boundary_quant_casts.py):
 
-1. `--form qoperator`: the ONNX backend's `qdq_to_qoperator` rewrites the inner Q/DQ patterns first, so
-   it sees the model as the source has it;
+1. `--form qoperator`: the ONNX backend's `qdq_to_qoperator` rewrites the inner Q/DQ groups first (those
+   the installed onnxruntime fuses itself, or every one that qualifies), on the model as the source has it;
 2. `absorb_boundary_quant_casts`: @main takes the quantized types its inputs are quantized to and returns
    the quantized values its outputs are dequantized from (what cannot be stripped stays float, with why);
 3. `strip_storage_signature`: `strip-func-quant-types`' signature rewrite, storage types with
@@ -29,6 +29,8 @@ from qconvert.passes.absorb_boundary_quant_casts import (
 )
 from qconvert.storage_metadata import StorageEntry, StorageMetadata, sidecar_path
 
+from .backend import ONNXRUNTIME_GROUPS
+
 
 @dataclass
 class StorageModel:
@@ -37,29 +39,40 @@ class StorageModel:
     module: ModuleOp
     metadata: StorageMetadata
     boundary: Boundary
+    notes: tuple[str, ...] = ()  # what a rewrite before the stripping did (--form qoperator)
 
     def summary_lines(self) -> list[str]:
         """What the CLI prints after writing: each stripped name with its type, each float one with why."""
-        return self.boundary.lines()
+        return [*self.notes, *self.boundary.lines()]
 
 
-def rewrite_to_qoperator(module: ModuleOp) -> None:
-    """`--form qoperator`: the ONNX backend's QDQ -> QOperator rewrite (its facade's `qdq_to_qoperator`)."""
-    from qconvert.backends import onnx as onnx_backend
+def rewrite_to_qoperator(module: ModuleOp, groups: str = ONNXRUNTIME_GROUPS) -> str:
+    """`--form qoperator`: the ONNX backend's QDQ -> QOperator rewrite (backends/onnx/qoperator_fusion.py)
+    of the groups the installed onnxruntime fuses itself on the model as it is (`groups="onnxruntime"`:
+    the stripped model then computes bit for bit what onnxruntime computes on the source), or of every group
+    that qualifies (`"all"`: onnxruntime's QLinearAdd / QLinearMul round ties unlike the float path it
+    leaves on x86). Returns the summary line of what it did."""
+    from qconvert.backends.onnx import onnxruntime_fusions, qdq_to_qoperator, write_onnx
 
-    if "qdq_to_qoperator" not in onnx_backend.__all__:
-        raise InputError("--form qoperator is not available yet (the QDQ -> QOperator rewrite is not built)")
-    onnx_backend.qdq_to_qoperator(module)
+    only = onnxruntime_fusions(write_onnx(module, check=False)) if groups == ONNXRUNTIME_GROUPS else None
+    record = qdq_to_qoperator(module, only=only)
+    rewritten = ", ".join(f"{count} {op_type}" for op_type, count in sorted(record.rewritten.items()))
+    kept = f"; {len(record.kept)} group(s) kept as Q/DQ" if record.kept else ""
+    return f"form qoperator ({groups} groups): {rewritten or 'no group rewritten'}{kept}"
 
 
 def strip_to_storage(
-    module: ModuleOp, *, form: str = "qdq", inputs: str = "all", outputs: str = "all"
+    module: ModuleOp,
+    *,
+    form: str = "qdq",
+    inputs: str = "all",
+    outputs: str = "all",
+    qoperator_groups: str = ONNXRUNTIME_GROUPS,
 ) -> StorageModel:
     """Strip `module` (a lifted ONNX model; changed in place) to storage at its boundary; see the module
     doc. InputError when nothing can be stripped (with each name's reason), or for `inputs` / `outputs`
     naming a value that does not exist or cannot be stripped."""
-    if form == "qoperator":
-        rewrite_to_qoperator(module)
+    notes = (rewrite_to_qoperator(module, qoperator_groups),) if form == "qoperator" else ()
     boundary = absorb_boundary_quant_casts(module, inputs, outputs)
     if not boundary:
         reasons = "; ".join(f"'{name}': {reason}" for name, reason in boundary.float_reasons.items())
@@ -73,7 +86,7 @@ def strip_to_storage(
         outputs={name: StorageEntry.of(type_) for name, type_ in boundary.outputs.items()},
         float_reasons=dict(boundary.float_reasons),
     )
-    return StorageModel(module, metadata, boundary)
+    return StorageModel(module, metadata, boundary, notes)
 
 
 def save_storage_model(model: StorageModel, path: str | os.PathLike[str]) -> Path:

@@ -234,6 +234,11 @@ def onnxruntime_fusions(model: str | os.PathLike[str] | onnx.ModelProto) -> froz
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    # Weights go beside the optimized graph: only its nodes are read, and a large model passes 2 GB.
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_file_name", "optimized.onnx.data"
+    )
+    options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "64")
     with tempfile.TemporaryDirectory(prefix="qconvert-ort-") as folder:
         options.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
         source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
@@ -512,11 +517,19 @@ QOPERATOR_TYPES = frozenset(
 """The ONNX op types of the QOperator ops FLOAT_OPS builds (what onnxruntime's fusions are counted by)."""
 
 
-def qdq_to_qoperator(module: ModuleOp, *, only: Collection[str] | None = None) -> QOperatorRewrite:
+def qdq_to_qoperator(
+    module: ModuleOp, *, only: Collection[str] | None = None, match_onnxruntime: bool = False
+) -> QOperatorRewrite:
     """Rewrite `module`'s @main in place (see the module docstring); returns what was rewritten and why the
     other groups were kept. `only`: the float ops' node names that may be rewritten (None: every group
-    that qualifies), e.g. `onnxruntime_fusions(source)`."""
+    that qualifies), e.g. `onnxruntime_fusions(source)`; `match_onnxruntime`: those the installed
+    onnxruntime fuses in the module as the ONNX writer writes it (the writer keeps node names)."""
     function = main_function(module, "to rewrite to QOperator ops")
+    if match_onnxruntime:
+        from .write import write_onnx
+
+        fused = onnxruntime_fusions(write_onnx(module, check=False))
+        only = fused if only is None else fused & set(only)
     record = QOperatorRewrite()
     patterns = [QdqToQOperator((name,), build, only, record) for name, build in FLOAT_OPS.items()]
     apply_patterns(function.body, patterns, nested=False)

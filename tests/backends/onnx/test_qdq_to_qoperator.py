@@ -133,6 +133,9 @@ def test_what_onnxruntime_fuses_is_rewritten_bit_for_bit(model: tuple[str, Path,
     assert record.total > 0, f"{name}: nothing rewritten"
     assert record.rewritten == expected, (name, record.rewritten, expected)
     proto = write_onnx(module)
+    matched = import_onnx(qdq)
+    assert qdq_to_qoperator(matched, match_onnxruntime=True).rewritten == expected  # from the IR alone
+    assert write_onnx(matched).graph == proto.graph
     assert written_types(proto) == record.rewritten
     source = run(qdq, feeds)
     for optimize in (True, False):

@@ -5,10 +5,11 @@ qconvert's: it imports nothing from qconvert. Protocol: an npz on stdin, an npz 
 
 Request: `request` holds JSON `{"jobs": [{"mlir": TEXT | null, "inputs": N}, ...]}`; job i's inputs are
 arrays `job{i}_input{j}`; a job without MLIR text brings its flatbuffer as uint8 array `job{i}_flatbuffer`.
-MLIR text is serialized with `tosa-opt --tosa-serialize` (beside this Python). Response: `response` holds JSON
-`{"jobs": [{"status": "TOSA_VALID" | "TOSA_ERROR" | "TOSA_UNPREDICTABLE" | "SERIALIZE_FAILED", "outputs": K,
-"messages": TEXT}]}` and arrays `job{i}_output{k}`. `messages` is what tosa-opt or the reference model
-wrote to stderr for that job (the model's REQUIRE / ERROR_IF reasons).
+MLIR text is serialized with `tosa-opt --tosa-serialize` (beside this Python). Response: `response` holds
+JSON `{"jobs": [{"status": S, "outputs": K, "messages": TEXT}]}` and arrays `job{i}_output{k}` (none unless
+S is TOSA_VALID); S is TOSA_VALID, TOSA_ERROR, TOSA_UNPREDICTABLE, SERIALIZE_FAILED or RUN_FAILED (the binding
+refused the inputs). `messages` is what tosa-opt or the reference model printed for that job (the model's
+REQUIRE / ERROR_IF reasons).
 """
 
 from __future__ import annotations
@@ -42,20 +43,28 @@ def serialize(text: str) -> tuple[bytes | None, str]:
             return file.read(), completed.stderr
 
 
-def run_capturing_stderr(flatbuffer: bytes, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], str, str]:
-    """Run one graph with file descriptor 2 sent to a temporary file (the model prints its reasons there)."""
+def run_capturing_output(flatbuffer: bytes, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], str, str]:
+    """Run one graph with file descriptors 1 and 2 sent to a temporary file: the model prints its reasons
+    there, and stdout must carry only the response."""
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
     with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 2)
+        for fd in saved:
+            os.dup2(capture.fileno(), fd)
         try:
             outputs, status = tosa_reference_model.run(flatbuffer, inputs)
+            name = status.name
+        except ValueError as error:  # the binding refuses inputs of the wrong type or shape
+            outputs, name = [], "RUN_FAILED"
+            os.write(2, f"tosa_reference_model.run: {error}\n".encode())
         finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+            for fd, original in saved.items():
+                os.dup2(original, fd)
+                os.close(original)
         capture.seek(0)
         messages = capture.read().decode(errors="replace")
-    return list(outputs), status.name, messages
+    return list(outputs), name, messages
 
 
 def main() -> None:
@@ -72,7 +81,9 @@ def main() -> None:
                 continue
         else:
             flatbuffer = request[f"job{index}_flatbuffer"].tobytes()
-        outputs, status, messages = run_capturing_stderr(flatbuffer, inputs)
+        outputs, status, messages = run_capturing_output(flatbuffer, inputs)
+        if status != "TOSA_VALID":
+            outputs = []  # what an invalid graph leaves in its outputs means nothing (and may be None)
         for k, output in enumerate(outputs):
             arrays[f"job{index}_output{k}"] = np.asarray(output)
         results.append({"status": status, "outputs": len(outputs), "messages": messages})

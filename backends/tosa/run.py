@@ -54,7 +54,8 @@ class ReferenceJob:
 @dataclass(frozen=True)
 class ReferenceResult:
     """The reference model's verdict on one job: `status` is TOSA_VALID, TOSA_ERROR (an ERROR_IF failed),
-    TOSA_UNPREDICTABLE (a REQUIRE failed) or SERIALIZE_FAILED (tosa-opt refused the text)."""
+    TOSA_UNPREDICTABLE (a REQUIRE failed), SERIALIZE_FAILED (tosa-opt refused the text) or RUN_FAILED (the
+    model's binding refused the inputs: wrong type or shape)."""
 
     status: str
     outputs: tuple[np.ndarray, ...] = ()

@@ -159,7 +159,7 @@ def apply_scale_16(
         np.asarray(value, np.int64), np.asarray(multiplier, np.int64), np.asarray(shift, np.int64)
     )
     _check_scale_arguments(multiplier64, shift64, "apply_scale_16")
-    if np.any(np.abs(value64) >= 2**47) or np.any(multiplier64 > 2**15 - 1):
+    if np.any((value64 < -(2**47)) | (value64 >= 2**47)) or np.any(multiplier64 > 2**15 - 1):
         raise TosaUnpredictable("apply_scale_16: value must be int48 and multiplier int16")
     result = np.right_shift(value64 * multiplier64 + np.left_shift(np.int64(1), shift64 - 1), shift64)
     _require(np.all((result >= _INT32_MIN) & (result <= _INT32_MAX)), "apply_scale_16: result exceeds int32")

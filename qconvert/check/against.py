@@ -92,7 +92,8 @@ class Difference:
     reference: float | int
 
     def shown(self) -> str:
-        return f"batch {self.batch} index {list(self.index)}: {self.ours} vs {self.reference}"
+        where = f"batch {self.batch} index {list(self.index)}"
+        return f"{where}: {self.ours} (stripped) vs {self.reference} (source)"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -132,7 +133,10 @@ class AgainstResult:
 
     @property
     def label(self) -> str:
-        return f"{self.what} '{self.name}' (optimizations {self.level})"
+        """`output 'logits' (storage, optimizations off)`."""
+        kind = "input" if self.what == "input" else "output"
+        details = self.what if self.level == "-" else f"{self.what}, optimizations {self.level}"
+        return f"{kind} '{self.name}' ({details})"
 
     def to_json(self) -> dict[str, Any]:
         comparison = self.comparison

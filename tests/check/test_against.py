@@ -1,0 +1,199 @@
+"""`qconvert check OUT.onnx --against MODEL`: a stripped model against its source, both in onnxruntime.
+
+The stripped models are written by the onnx-storage backend from the sample digits CNN (QDQ); the tampered
+ones are edited copies, which the check must report FAILED with the value named.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from conftest import require_module
+from onnx import numpy_helper
+
+from qconvert.check.against import BIT_EXACT, NOISE_FLOOR, check_against
+from qconvert.check.report import FAILED, INCOMPLETE, NOT_RUN, PASS, PASSED
+from qconvert.cli import main
+from qconvert.convert import convert, write
+from qconvert.errors import InputError
+from qconvert.ir.parser import parse_type
+from qconvert.storage_metadata import OUTPUT_KEY_PREFIX, StorageEntry, StorageMetadata
+
+require_module("onnxruntime")
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+SOURCE = MODELS / "digits_cnn.qdq.onnx"
+DATA = MODELS / "digits_cnn.inputs.npz"
+
+
+def strip(out: Path, **options: str) -> Path:
+    write(convert(str(SOURCE), to="onnx-storage", **options), str(out), to="onnx-storage")
+    return out
+
+
+@pytest.fixture(scope="module")
+def stripped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return strip(tmp_path_factory.mktemp("against") / "digits.storage.onnx")
+
+
+def rows(report) -> dict[tuple[str, str, str], object]:
+    return {(r.name, r.what, r.level): r for r in report.results}
+
+
+def metadata(model: onnx.ModelProto) -> StorageMetadata:
+    return StorageMetadata.from_metadata_props({p.key: p.value for p in model.metadata_props}, "test")
+
+
+def test_the_stripped_digits_cnn_is_bit_exact_with_optimizations_off_and_on(stripped: Path) -> None:
+    report = check_against(stripped, SOURCE, str(DATA))
+    assert report.verdict == PASSED and report.passed
+    assert report.form == "qdq" and report.samples == 8
+    assert set(rows(report)) == {
+        ("image", "input", "off"),
+        ("logits", "storage", "off"),
+        ("logits", "dequantized", "off"),
+        ("logits", "storage", "on"),
+        ("logits", "dequantized", "on"),
+    }
+    for result in report.results:
+        assert result.judged == BIT_EXACT and result.verdict == PASS
+        assert result.comparison is not None and result.comparison.elements > 0
+        assert result.mismatches == 0 and result.first is None
+    assert rows(report)[("logits", "storage", "on")].comparison.elements == 80
+
+
+def tampered(stripped: Path, tmp_path: Path, edit) -> Path:
+    model = onnx.load(str(stripped))
+    edit(model)
+    path = tmp_path / "tampered.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def scale_the_last_quantize(model: onnx.ModelProto) -> None:
+    """The scale of the QuantizeLinear that now produces 'logits' (the stripped output), times 1.5."""
+    (last,) = [n for n in model.graph.node if "logits" in n.output]
+    assert last.op_type == "QuantizeLinear"
+    (scale,) = [t for t in model.graph.initializer if t.name == last.input[1]]
+    scale.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(scale) * np.float32(1.5), scale.name))
+
+
+def test_a_tampered_inner_scale_is_failed_naming_the_output(stripped: Path, tmp_path: Path) -> None:
+    path = tampered(stripped, tmp_path, scale_the_last_quantize)
+    report = check_against(path, SOURCE, str(DATA))
+    assert report.verdict == FAILED
+    failed = {key for key, result in rows(report).items() if result.failure}
+    assert failed == {
+        (("logits", what, level)) for what in ("storage", "dequantized") for level in ("off", "on")
+    }
+    result = rows(report)[("logits", "storage", "off")]
+    assert result.first is not None and result.first.batch == 0
+    assert result.first.ours != result.first.reference
+    assert result.failure.startswith(f"{result.mismatches}/80 elements differ, first at batch 0 index")
+    assert rows(report)[("image", "input", "off")].verdict == PASS  # the input's metadata is untouched
+
+
+def with_entry(kind_key: str, quant_type: str):
+    def edit(model: onnx.ModelProto) -> None:
+        (prop,) = [p for p in model.metadata_props if p.key == kind_key]
+        prop.value = StorageEntry.of(parse_type(quant_type)).to_json()
+
+    return edit
+
+
+def test_tampered_metadata_is_failed_where_it_is_read(stripped: Path, tmp_path: Path) -> None:
+    entry = metadata(onnx.load(str(stripped))).outputs["logits"]
+    wrong = entry.quant_type.replace(f":{entry.zero_point[0]}>", f":{entry.zero_point[0] + 1}>")
+    assert wrong != entry.quant_type
+    path = tampered(stripped, tmp_path, with_entry(f"{OUTPUT_KEY_PREFIX}logits", wrong))
+    report = check_against(path, SOURCE, str(DATA))
+    assert report.verdict == FAILED
+    failed = {key for key, result in rows(report).items() if result.failure}
+    # The graph is untouched (its storage equals the source's); dequantizing it with the wrong zero point
+    # does not give the source's float output.
+    assert failed == {("logits", "dequantized", "off"), ("logits", "dequantized", "on")}
+    assert rows(report)[("logits", "dequantized", "off")].mismatches == 80
+
+    path = tampered(
+        stripped, tmp_path, with_entry("qconvert.storage.input.image", "!quant.uniform<i8:f32, 0.5:-128>")
+    )
+    report = check_against(path, SOURCE, str(DATA))
+    assert report.verdict == FAILED
+    assert rows(report)[("image", "input", "off")].failure is not None
+
+
+def test_outputs_left_float_are_compared_exactly(tmp_path: Path) -> None:
+    path = strip(tmp_path / "inputs_only.onnx", outputs="none")
+    report = check_against(path, SOURCE, str(DATA))
+    assert report.verdict == PASSED
+    assert set(rows(report)) == {
+        ("image", "input", "off"),
+        ("logits", "float", "off"),
+        ("logits", "float", "on"),
+    }
+    assert rows(report)[("logits", "float", "on")].comparison.elements == 80
+
+
+def test_an_output_the_stripped_model_lacks_is_incomplete(stripped: Path, tmp_path: Path) -> None:
+    source = onnx.load(str(SOURCE))
+    hidden = next(n.output[0] for n in source.graph.node if n.op_type == "Flatten")
+    source.graph.output.append(onnx.ValueInfoProto(name=hidden))
+    path = tmp_path / "source_more_outputs.onnx"
+    onnx.save(source, str(path))
+    report = check_against(stripped, path, str(DATA))
+    assert report.verdict == INCOMPLETE
+    (missing,) = [r for r in report.results if r.verdict == NOT_RUN]
+    assert missing.name == hidden and "the stripped model has no output" in missing.reason
+
+
+def test_the_qoperator_form_is_bit_exact_with_onnxruntime_fusions_and_within_the_floor(
+    tmp_path: Path,
+) -> None:
+    path = strip(tmp_path / "digits.qop.onnx", form="qoperator")
+    report = check_against(path, SOURCE, str(DATA))
+    assert report.form == "qoperator"
+    assert set(rows(report)) == {
+        ("image", "input", "off"),
+        ("logits", "storage", "on"),
+        ("logits", "end to end", "on vs source off"),
+    }
+    end_to_end = rows(report)[("logits", "end to end", "on vs source off")]
+    assert end_to_end.judged == NOISE_FLOOR and end_to_end.floor is not None
+    assert end_to_end.comparison.sqnr_db > 30.0
+    assert report.verdict == PASSED, [r.failure for r in report.results]
+
+
+def test_models_that_do_not_belong_together_are_input_errors(stripped: Path) -> None:
+    with pytest.raises(InputError, match=r"no qconvert\.storage metadata"):
+        check_against(SOURCE, SOURCE, str(DATA))
+    with pytest.raises(InputError, match="not a stripped copy of that model"):
+        check_against(stripped, MODELS / "tiny_encoder.qdq.onnx")
+
+
+def test_the_cli_exit_codes_and_json(
+    stripped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report_path = tmp_path / "report.json"
+    code = main(
+        ["check", str(stripped), "--against", str(SOURCE), "--data", str(DATA), "--json", str(report_path)]
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "PASSED: 5 passed, 0 failed, 0 not run (8 samples)" in out
+    written = json.loads(report_path.read_text())
+    assert written["verdict"] == PASSED and len(written["comparisons"]) == 5
+
+    path = tampered(stripped, tmp_path, scale_the_last_quantize)
+    code = main(["check", str(path), "--against", str(SOURCE), "--data", str(DATA), "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert (
+        "output 'logits' (storage, optimizations off):" in out and "elements differ, first at batch 0" in out
+    )
+    assert "FAILED: 1 passed, 4 failed, 0 not run (8 samples)" in out
+
+    code = main(["check", str(stripped), "--against", str(SOURCE), "--backend", "stablehlo"])
+    assert code == 2 and "not with --backend" in capsys.readouterr().err

@@ -24,6 +24,8 @@ something was not run (unless `allow_not_run`); FAILED when anything failed.
   onnxruntime with default optimizations against itself with them disabled, same inputs, same metrics.
   An output far below the floor fails by default (report.py says how far); user tolerances add to that.
   A whole model the backend cannot convert or run is "not run" end to end.
+- **A stripped model against its source** (`check_against`, against.py; `qconvert check OUT --against
+  MODEL`): both in onnxruntime, the boundary's storage compared bit for bit, optimizations off and on.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import numpy as np
 from onnx import ModelProto, NodeProto, numpy_helper
 
 from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
+from qconvert.check.against import AgainstReport, check_against
 from qconvert.check.backends import (
     CheckBackend,
     InterpreterBackend,
@@ -537,6 +540,7 @@ def _progress(enabled: bool) -> Any:
 
 
 __all__ = [
+    "AgainstReport",
     "EVALUATED_BY_NUMERICS",
     "EVALUATED_BY_REFERENCE",
     "FAIL",
@@ -553,6 +557,7 @@ __all__ = [
     "backend_choices",
     "broadcast_scale",
     "check",
+    "check_against",
     "compare",
     "cut_model",
     "is_quantization_node",

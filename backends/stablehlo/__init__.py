@@ -18,7 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .backend import BACKEND, ENGINE_NAMES, StableHLOBackend, StableHLOOptions
+    from .backend import BACKEND, StableHLOBackend, StableHLOOptions
     from .check import StableHLOCheckRunner
     from .convert import (
         Conversion,
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     )
     from .dimension_numbers import ConvDimensionNumbers, DotDimensionNumbers
     from .engine_profile import JAXLIB, EngineProfile
-    from .forms import Form, Semantics
+    from .forms import ENGINE_NAMES, Form, Semantics
     from .lower_quant import predicted_mismatches
     from .run import EngineError, legalize_quant_to_math, verify
     from .run import run as run_stablehlo
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 # Public name -> (module of this package, its name there).
 _EXPORTS: dict[str, tuple[str, str]] = {
     "BACKEND": ("backend", "BACKEND"),
-    "ENGINE_NAMES": ("backend", "ENGINE_NAMES"),
+    "ENGINE_NAMES": ("forms", "ENGINE_NAMES"),
     "StableHLOBackend": ("backend", "StableHLOBackend"),
     "StableHLOOptions": ("backend", "StableHLOOptions"),
     "StableHLOCheckRunner": ("check", "StableHLOCheckRunner"),

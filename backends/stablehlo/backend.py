@@ -12,16 +12,13 @@ from typing import IO, TYPE_CHECKING
 from qconvert.errors import InputError
 from qconvert.options import CHOICES, check_choice, flag, option, option_fields
 
-from .forms import Form, Semantics
+from .forms import DEFAULT_ENGINE, ENGINE_NAMES, Form, Semantics
 
 if TYPE_CHECKING:
     from qconvert.ir.dialects.builtin import ModuleOp
 
     from .check import Lift, StableHLOCheckRunner
 
-# Engine -> how reports name it.
-ENGINE_NAMES = {"interpreter": "the StableHLO interpreter", "xla": "XLA:CPU"}
-DEFAULT_ENGINE = "xla"
 # `check` judges quantized ops and their integer expansion; the qdq form's float ops between the casts
 # are the source model's own, which the per-node check of the interpreter backend already judges.
 CHECKED_FORMS = (Form.QUANTIZED.value, Form.INTEGER.value)

@@ -45,7 +45,7 @@ from qconvert.check.nodes import (
 from qconvert.check.report import BUG_MARKER, LayerResult
 from qconvert.errors import QConvertError
 
-from .backend import ENGINE_NAMES
+from .forms import ENGINE_NAMES
 
 if TYPE_CHECKING:
     from qconvert.ir.dialects.builtin import ModuleOp

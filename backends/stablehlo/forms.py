@@ -1,6 +1,8 @@
-"""What the StableHLO backend emits, as its options name it: the form and the quantize semantics.
+"""The StableHLO backend's vocabulary, as its options and reports name it: the form it emits, the quantize
+semantics, the engines that run it.
 
-Its own module so that reading the backend's options (the CLI's help) does not import the lowering.
+Its own module so that reading the backend's options (the CLI's help) does not import the lowering, and
+the check runner names engines without importing the backend object.
 """
 
 from __future__ import annotations
@@ -21,3 +23,8 @@ class Semantics(StrEnum):
 
     ONNX = "onnx"  # clamp(rne(x / s) + zp): every quantize that could differ is written out exactly
     STABLEHLO = "stablehlo"  # uniform_quantize everywhere: rne(clamp(x / s + zp))
+
+
+# Engine -> how reports name it.
+ENGINE_NAMES = {"interpreter": "the StableHLO interpreter", "xla": "XLA:CPU"}
+DEFAULT_ENGINE = "xla"

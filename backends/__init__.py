@@ -41,6 +41,7 @@ BACKEND_MODULES: dict[str, str] = {
 # opt` runs beside qconvert.passes' own: declared with the backends, so that the core names none of them.
 BACKEND_PASS_MODULES: dict[str, str] = {
     "stablehlo-legalize-qdq-to-quantized-op": "qconvert.backends.stablehlo.legalize_qdq_to_quantized_op",
+    "onnx-qdq-to-qoperator": "qconvert.backends.onnx.qoperator_fusion",
 }
 
 

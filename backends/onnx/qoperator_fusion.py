@@ -43,6 +43,7 @@ from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import onnx
@@ -82,9 +83,16 @@ from qconvert.ir.quant_types import (
     uniform_params,
 )
 from qconvert.ir.types import F32, IntegerType, RankedTensorType, element_type_of, with_element_type
+from qconvert.passes import ModulePass, PassResult, register_pass
 from qconvert.passes.rewrite import PatternRewriter, Root, apply_patterns
 
-__all__ = ["FLOAT_OPS", "QOperatorRewrite", "onnxruntime_fusions", "qdq_to_qoperator"]
+__all__ = [
+    "FLOAT_OPS",
+    "QOperatorRewrite",
+    "QdqToQOperatorPass",
+    "onnxruntime_fusions",
+    "qdq_to_qoperator",
+]
 
 BIAS_SCALE_TOLERANCE = 1e-6
 """Relative difference allowed between a bias's scale and x_scale * w_scale: the quantizer computes the
@@ -534,3 +542,17 @@ def qdq_to_qoperator(
     patterns = [QdqToQOperator((name,), build, only, record) for name, build in FLOAT_OPS.items()]
     apply_patterns(function.body, patterns, nested=False)
     return record
+
+
+@register_pass
+@dataclass(frozen=True, kw_only=True)
+class QdqToQOperatorPass(ModulePass):
+    """`qconvert opt --onnx-qdq-to-qoperator` on a lifted module: `qdq_to_qoperator` on its @main
+    (`=match-onnxruntime=true`: only what the installed onnxruntime fuses)."""
+
+    name: ClassVar[str] = "onnx-qdq-to-qoperator"
+    match_onnxruntime: bool = False
+
+    def run(self, module: Operation) -> PassResult:
+        assert isinstance(module, ModuleOp)
+        return PassResult(qdq_to_qoperator(module, match_onnxruntime=self.match_onnxruntime).total > 0)

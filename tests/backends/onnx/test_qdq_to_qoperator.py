@@ -366,3 +366,27 @@ def test_pooling_activations_and_concat_are_rewritten_as_onnxruntime_fuses_them(
     proto = write_onnx(module)
     for optimize in (True, False):
         assert np.array_equal(run(proto, feeds, optimize)[0], run(model, feeds)[0])
+
+
+@pytest.mark.parametrize("match", [False, True])
+def test_qconvert_opt_runs_the_rewrite_as_a_pass(tmp_path: Path, match: bool) -> None:
+    """`qconvert opt --onnx-qdq-to-qoperator[=match-onnxruntime=true]` on `qconvert import`'s text."""
+    qdq = MODELS / "tiny_encoder.qdq.onnx"
+    lifted = tmp_path / "lifted.mlir"
+    command = [sys.executable, "-m", "qconvert"]
+    done = subprocess.run([*command, "import", str(qdq), "-o", str(lifted)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    flag = "--onnx-qdq-to-qoperator" + ("=match-onnxruntime=true" if match else "")
+    done = subprocess.run(
+        [*command, "opt", str(lifted), "--allow-unregistered-dialect", flag], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    by_name = {
+        "qconvert.qlinear_matmul": "QLinearMatMul",
+        "qconvert.qlinear_add": "QLinearAdd",
+        "qconvert.qlinear_mul": "QLinearMul",
+        "qconvert.qlinear_softmax": "QLinearSoftmax",
+    }
+    found = Counter({onnx_type: done.stdout.count(f'"{op_name}"(') for op_name, onnx_type in by_name.items()})
+    expected = onnxruntime_fused_types(qdq) if match else Counter(EVERY_KERNEL["tiny_encoder"])
+    assert +found == expected

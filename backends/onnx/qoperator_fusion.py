@@ -49,6 +49,7 @@ import numpy as np
 import onnx
 
 from qconvert import numerics
+from qconvert.errors import InputError
 from qconvert.ir.attributes import Attribute, DenseArrayAttr, FloatAttr, IntegerAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
@@ -250,7 +251,11 @@ def onnxruntime_fusions(model: str | os.PathLike[str] | onnx.ModelProto) -> froz
     with tempfile.TemporaryDirectory(prefix="qconvert-ort-") as folder:
         options.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
         source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-        ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        try:
+            ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # onnxruntime's own exception classes: a model it cannot load
+            label = "the model" if isinstance(model, onnx.ModelProto) else f"'{model}'"
+            raise InputError(f"onnxruntime cannot load {label} to see what it fuses: {error}") from None
         optimized = onnx.load(options.optimized_model_filepath, load_external_data=False)
     return frozenset(
         node.name for node in optimized.graph.node if node.op_type in QOPERATOR_TYPES and node.name

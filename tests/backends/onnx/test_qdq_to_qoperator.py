@@ -390,3 +390,12 @@ def test_qconvert_opt_runs_the_rewrite_as_a_pass(tmp_path: Path, match: bool) ->
     found = Counter({onnx_type: done.stdout.count(f'"{op_name}"(') for op_name, onnx_type in by_name.items()})
     expected = onnxruntime_fused_types(qdq) if match else Counter(EVERY_KERNEL["tiny_encoder"])
     assert +found == expected
+
+
+def test_a_model_onnxruntime_cannot_load_is_an_input_error(tmp_path: Path) -> None:
+    from qconvert.errors import InputError
+
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    with pytest.raises(InputError, match=r"onnxruntime cannot load .*broken\.onnx"):
+        onnxruntime_fusions(broken)

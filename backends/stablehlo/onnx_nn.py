@@ -11,7 +11,7 @@ the count onnxruntime uses (explicit pads counted with count_include_pad=1, ceil
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -234,21 +234,28 @@ def softmax_last(ctx: LoweringContext, x: Value, axis: int) -> Value:
     return hlo.multiply(b, exponentials, hlo.broadcast_in_dim(b, reciprocal, shape, keep))
 
 
-@lowers_folding("onnx.Softmax")
-def lower_softmax(ctx: LoweringContext, op: Operation) -> list[Value]:
-    (x,) = ctx.operands(op)
-    shape = static_shape(ctx, x, "Softmax's input")
+def along_axis(
+    ctx: LoweringContext, op: Operation, x: Value, function: Callable[[Value, int], Value]
+) -> Value:
+    """Apply `function(x, axis)` at the op's `axis`: opset >= 13 along that axis (default -1); before,
+    on x coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])] (default axis 1), as Softmax does."""
+    shape = static_shape(ctx, x, f"{op.name.removeprefix('onnx.')}'s input")
     rank = len(shape)
     opset = op_default_opset(op)
     given = ctx.attribute(op, "axis")
     axis = by_rule(ctx, softmax_axis, None if given is None else int(given), rank, opset)  # type: ignore[arg-type]
     matrix = softmax_matrix(shape, axis, opset)
     if matrix is None:
-        return [softmax_last(ctx, x, axis)]
-    # Opset < 13: the input is coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])].
+        return function(x, axis)
     b = ctx.builder
     flat = hlo.reshape(b, x, list(matrix))
-    return [hlo.reshape(b, softmax_last(ctx, flat, 1), shape)]
+    return hlo.reshape(b, function(flat, 1), shape)
+
+
+@lowers_folding("onnx.Softmax")
+def lower_softmax(ctx: LoweringContext, op: Operation) -> list[Value]:
+    (x,) = ctx.operands(op)
+    return [along_axis(ctx, op, x, lambda value, axis: softmax_last(ctx, value, axis))]
 
 
 @lowers_folding("onnx.LayerNormalization")

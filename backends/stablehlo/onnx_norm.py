@@ -21,22 +21,21 @@ than onnxruntime and agree within a few ulp of the output's magnitude.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.onnx import op_default_opset
 from qconvert.ir.types import I64, FloatType, RankedTensorType, element_type_of
-from qconvert.onnx_semantics import softmax_axis, softmax_matrix
 
 from . import ops as hlo
 from .float32_rounding import rounded_product
 from .lowering import LoweringContext
 from .onnx_fold import lowers_folding, static_shape
 from .onnx_index import first_index_of_extreme
+from .onnx_nn import along_axis
 from .onnx_reduce import reduce_max, reduce_sum
-from .onnx_shape import by_rule
 
 
 def _per_channel(ctx: LoweringContext, value: Value, shape: Sequence[int]) -> Value:
@@ -148,24 +147,6 @@ def lower_group_norm(ctx: LoweringContext, op: Operation) -> list[Value]:
         )
         return [hlo.reshape(b, y, shape)]
     ctx.unsupported(f"GroupNormalization scale of {parameter_size} values for {channels} channels")
-
-
-def along_axis(
-    ctx: LoweringContext, op: Operation, x: Value, function: Callable[[Value, int], Value]
-) -> Value:
-    """Apply `function(x, axis)` at the op's `axis`: opset >= 13 along that axis (default -1); before,
-    on x coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])] (default axis 1), as Softmax does."""
-    shape = static_shape(ctx, x, f"{op.name}'s input")
-    rank = len(shape)
-    opset = op_default_opset(op)
-    given = ctx.attribute(op, "axis")
-    axis = by_rule(ctx, softmax_axis, None if given is None else int(given), rank, opset)  # type: ignore[arg-type]
-    matrix = softmax_matrix(shape, axis, opset)
-    if matrix is None:
-        return function(x, axis)
-    b = ctx.builder
-    flat = hlo.reshape(b, x, list(matrix))
-    return hlo.reshape(b, function(flat, 1), shape)
 
 
 @lowers_folding("onnx.LogSoftmax")

@@ -1,4 +1,4 @@
-"""Lowerings of ONNX elementwise ops (float semantics; quant casts are quant.py's).
+"""Lowerings of ONNX elementwise ops (float semantics; quant casts are lower_quant.py's).
 
 Binary ops broadcast by numpy's rules (`ctx.broadcast_operands`). Where onnxruntime computes a special
 case its own way, we follow it: Pow with exponent 2 or 3 is a product, as in onnxruntime's Pow kernel.

@@ -9,7 +9,8 @@ MLIR text is serialized with `tosa-opt --tosa-serialize` (beside this Python). R
 JSON `{"jobs": [{"status": S, "outputs": K, "messages": TEXT}]}` and arrays `job{i}_output{k}` (none unless
 S is TOSA_VALID); S is TOSA_VALID, TOSA_ERROR, TOSA_UNPREDICTABLE, SERIALIZE_FAILED or RUN_FAILED (the binding
 refused the inputs). `messages` is what tosa-opt or the reference model printed for that job (the model's
-REQUIRE / ERROR_IF reasons).
+REQUIRE / ERROR_IF reasons). A job with `"describe": true` is not run but decoded: its status is DESCRIBED,
+`graph` gives the first block's operators, attribute fields and tensors; its outputs are the constants.
 """
 
 from __future__ import annotations
@@ -67,6 +68,99 @@ def run_capturing_output(flatbuffer: bytes, inputs: list[np.ndarray]) -> tuple[l
     return list(outputs), name, messages
 
 
+# Flatbuffer element types -> numpy dtype of their little-endian bytes (INT48: 6 bytes each, read as int64).
+ELEMENT_TYPES = {
+    "BOOL": np.bool_,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT48": np.int64,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+}
+
+
+def enum_names(enum_class: type) -> dict[int, str]:
+    return {value: name for name, value in vars(enum_class).items() if not name.startswith("_")}
+
+
+def tensor_data(raw: bytes, type_name: str) -> np.ndarray | None:
+    """The values of a constant's bytes, or None for element types this decoder does not read."""
+    if type_name not in ELEMENT_TYPES:
+        return None
+    dtype = ELEMENT_TYPES[type_name]
+    if type_name != "INT48":
+        return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+    padded = np.frombuffer(raw, np.uint8).reshape(-1, 6)
+    unsigned = sum(padded[:, k].astype(np.int64) << (8 * k) for k in range(6))
+    return np.where(unsigned >= 1 << 47, unsigned - (1 << 48), unsigned)
+
+
+def attribute_fields(operator: object, attribute_name: str) -> dict[str, object]:
+    """Every scalar field of an operator's attribute table (RescaleAttribute: Scale32, RoundingMode, ...)."""
+    import importlib
+
+    table = operator.Attribute()  # type: ignore[attr-defined]
+    if table is None or attribute_name == "NONE":
+        return {}
+    module = importlib.import_module(f"tosa.{attribute_name}")
+    attribute = getattr(module, attribute_name)()
+    attribute.Init(table.Bytes, table.Pos)
+    fields: dict[str, object] = {}
+    for name in dir(attribute):
+        if not name[:1].isupper() or name.startswith("GetRootAs") or name.endswith(("IsNone", "Length")):
+            continue
+        try:
+            value = getattr(attribute, name)()
+        except TypeError:  # a vector accessor (takes an index)
+            continue
+        if isinstance(value, (bool, int, float)):
+            fields[name] = value
+    return fields
+
+
+def describe(flatbuffer: bytes) -> tuple[dict[str, object], list[np.ndarray]]:
+    """The first block of a TOSA flatbuffer: operators (name, inputs, outputs, attribute fields) and tensors
+    (shape, element type); the constants' values are the returned arrays, in `constants` order."""
+    from tosa import Attribute, DType, Op, TosaGraph
+
+    ops, types, attributes = enum_names(Op.Op), enum_names(DType.DType), enum_names(Attribute.Attribute)
+    block = TosaGraph.TosaGraph.GetRootAs(flatbuffer, 0).Regions(0).Blocks(0)
+    operators = []
+    for i in range(block.OperatorsLength()):
+        operator = block.Operators(i)
+        attribute_name = attributes.get(operator.AttributeType(), "NONE")
+        operators.append(
+            {
+                "op": ops[operator.Op()],
+                "inputs": [operator.Inputs(j).decode() for j in range(operator.InputsLength())],
+                "outputs": [operator.Outputs(j).decode() for j in range(operator.OutputsLength())],
+                "attribute": attribute_name,
+                "fields": attribute_fields(operator, attribute_name),
+            }
+        )
+    tensors, constants, arrays = {}, [], []
+    for i in range(block.TensorsLength()):
+        tensor = block.Tensors(i)
+        name, type_name = tensor.Name().decode(), types[tensor.Type()]
+        shape = [] if tensor.ShapeIsNone() else [int(d) for d in tensor.ShapeAsNumpy()]
+        tensors[name] = {"shape": shape, "type": type_name}
+        if tensor.DataLength() > 0:
+            data = tensor_data(tensor.DataAsNumpy().tobytes(), type_name)
+            if data is not None:
+                constants.append(name)
+                arrays.append(data.reshape(shape))
+    graph = {
+        "operators": operators,
+        "tensors": tensors,
+        "constants": constants,
+        "inputs": [block.Inputs(j).decode() for j in range(block.InputsLength())],
+        "outputs": [block.Outputs(j).decode() for j in range(block.OutputsLength())],
+    }
+    return graph, arrays
+
+
 def main() -> None:
     request = np.load(io.BytesIO(sys.stdin.buffer.read()), allow_pickle=False)
     jobs = json.loads(str(request["request"]))["jobs"]
@@ -81,6 +175,12 @@ def main() -> None:
                 continue
         else:
             flatbuffer = request[f"job{index}_flatbuffer"].tobytes()
+        if job.get("describe"):
+            graph, constants = describe(flatbuffer)
+            for k, constant in enumerate(constants):
+                arrays[f"job{index}_output{k}"] = constant
+            results.append({"status": "DESCRIBED", "outputs": len(constants), "messages": "", "graph": graph})
+            continue
         outputs, status, messages = run_capturing_output(flatbuffer, inputs)
         if status != "TOSA_VALID":
             outputs = []  # what an invalid graph leaves in its outputs means nothing (and may be None)

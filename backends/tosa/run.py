@@ -21,6 +21,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,7 @@ class ReferenceJob:
     inputs: tuple[np.ndarray, ...]
     mlir: str | None = None
     flatbuffer: bytes | None = None
+    describe: bool = False  # decode the graph (operators, attributes, constants) instead of running it
 
     def __post_init__(self) -> None:
         assert (self.mlir is None) != (self.flatbuffer is None), "a job is MLIR text or a flatbuffer"
@@ -60,6 +62,20 @@ class ReferenceResult:
     status: str
     outputs: tuple[np.ndarray, ...] = ()
     messages: str = field(default="", repr=False)
+    graph: dict[str, Any] | None = field(default=None, repr=False)  # a described job's block
+
+
+@dataclass(frozen=True)
+class GraphDescription:
+    """A TOSA flatbuffer's first block, decoded by tosa-tools' own schema classes."""
+
+    operators: tuple[
+        dict[str, Any], ...
+    ]  # {"op": "RESCALE", "inputs": [...], "outputs": [...], "fields": {...}}
+    tensors: dict[str, dict[str, Any]]  # name -> {"shape": [...], "type": "INT8"}
+    constants: dict[str, np.ndarray]  # name -> values (i48 as int64)
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
 
 
 def default_tosa_python() -> Path:
@@ -112,7 +128,7 @@ def run_reference_jobs(jobs: Sequence[ReferenceJob], timeout: float = 600.0) -> 
             arrays[f"job{index}_input{j}"] = np.ascontiguousarray(array)
         if job.flatbuffer is not None:
             arrays[f"job{index}_flatbuffer"] = np.frombuffer(job.flatbuffer, np.uint8)
-        described.append({"mlir": job.mlir, "inputs": len(job.inputs)})
+        described.append({"mlir": job.mlir, "inputs": len(job.inputs), "describe": job.describe})
     arrays["request"] = np.array(json.dumps({"jobs": described}))
     request = io.BytesIO()
     np.savez(request, **arrays)
@@ -131,9 +147,29 @@ def run_reference_jobs(jobs: Sequence[ReferenceJob], timeout: float = 600.0) -> 
             status=result["status"],
             outputs=tuple(response[f"job{index}_output{k}"] for k in range(result["outputs"])),
             messages=result["messages"],
+            graph=result.get("graph"),
         )
         for index, result in enumerate(results)
     ]
+
+
+def describe_flatbuffers(flatbuffers: Sequence[bytes]) -> list[GraphDescription]:
+    """Decode TOSA flatbuffers (one worker process): operators with their attribute fields, constants."""
+    results = run_reference_jobs([ReferenceJob(inputs=(), flatbuffer=f, describe=True) for f in flatbuffers])
+    descriptions = []
+    for result in results:
+        assert result.graph is not None, result.status
+        graph = result.graph
+        descriptions.append(
+            GraphDescription(
+                operators=tuple(graph["operators"]),
+                tensors=graph["tensors"],
+                constants=dict(zip(graph["constants"], result.outputs, strict=True)),
+                inputs=tuple(graph["inputs"]),
+                outputs=tuple(graph["outputs"]),
+            )
+        )
+    return descriptions
 
 
 def run_reference(mlir: str, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:

@@ -384,7 +384,9 @@ def _check_against(
     refused = [flag for flag, value in given.items() if value]
     if refused:
         raise InputError(f"--against compares two ONNX models in onnxruntime; not with {', '.join(refused)}")
-    report = check_against(model, against, data, max_samples=max_samples, batch_size=batch_size)
+    report = check_against(
+        model, against, data, max_samples=max_samples, batch_size=batch_size, show_progress=not quiet
+    )
     if json_path is not None:
         report.write_json(json_path)
     with stdout_console(sys.stdout, piped_width=200) as console:

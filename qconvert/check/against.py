@@ -59,6 +59,7 @@ from qconvert.storage import StorageBoundary
 BIT_EXACT, NOISE_FLOOR = "bit-exact", "noise floor"
 OFF, ON = "off", "on"  # onnxruntime graph optimizations: disabled / all
 FORMS = ("qdq", "qoperator")
+UNRETURNABLE = ("int4", "uint4")  # storage onnxruntime's Python API neither takes nor returns as numpy
 # Ops of a --form qoperator model: onnxruntime's integer kernels (ai.onnx and com.microsoft).
 QOPERATOR_OPS = frozenset(
     {
@@ -225,13 +226,14 @@ def check_against(
     max_samples: int | None = None,
     batch_size: int | None = None,
     form: str | None = None,
+    show_progress: bool = False,
 ) -> AgainstReport:
     """Compare the stripped model `stripped_path` with its source `source_path` in onnxruntime (see the
     module doc). `inputs`: the source model's float inputs, the same sources as `check`'s `--data`
     (streamed in batches of `batch_size`, at most `max_samples` samples), a dict of arrays (one run), or
     None for seeded random inputs. `form`: `qdq` or `qoperator`; None detects it (QLinear* ops the source
-    lacks). InputError for a model without storage metadata, inputs that do not fit the source, or two
-    models whose graph inputs differ."""
+    lacks). `show_progress` counts the samples on stderr. InputError for a model without storage
+    metadata, inputs that do not fit the source, or two models whose graph inputs differ."""
     from qconvert.frontends.onnx.load import read_model
 
     if max_samples is not None and max_samples < 1:
@@ -251,8 +253,10 @@ def check_against(
         stripped=str(stripped_path), source=str(source_path), form=form, inputs_source=inputs_source
     )
     run = _Run(report, boundary, stripped, source)
-    for index, feed in enumerate(feeds):
-        run.batch(index, feed)
+    with _progress(show_progress) as bar:
+        task = bar.add_task("both models", total=None)
+        for index, feed in enumerate(feeds):
+            bar.advance(task, run.batch(index, feed))
     report.results = run.results()
     report.notes.extend(notes)
     if form == "qoperator":
@@ -343,8 +347,11 @@ class _Run:
         graph_inputs = {i.name for i in source.graph.input}
         # Storage each stripped output must equal: the input of the source's final DequantizeLinear.
         self.storage_of: dict[str, str] = {}
-        for name in boundary.metadata.outputs:
+        for name, entry in boundary.metadata.outputs.items():
             producer = producers.get(name)
+            if entry.storage in UNRETURNABLE:
+                self._not_run(name, "storage", f"onnxruntime's Python API returns no {entry.storage} tensors")
+                continue
             if producer is None or producer.op_type != "DequantizeLinear":
                 self._not_run(name, "storage", f"the source's output '{name}' is not a DequantizeLinear's")
                 continue
@@ -355,11 +362,15 @@ class _Run:
             self.storage_of[name] = read
         # What the source's QuantizeLinear made of each stripped input.
         self.quantized_as: dict[str, str] = {}
-        for name in boundary.metadata.inputs:
+        for name, entry in boundary.metadata.inputs.items():
             quantize = next(
                 (n for n in source.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == name), None
             )
-            if quantize is None:
+            if entry.storage in UNRETURNABLE:
+                self._not_run(
+                    name, "input", f"onnxruntime's Python API takes and returns no {entry.storage} tensors"
+                )
+            elif quantize is None:
                 self._not_run(name, "input", f"no QuantizeLinear of input '{name}' in the source")
             else:
                 self.quantized_as[name] = quantize.output[0]
@@ -389,9 +400,11 @@ class _Run:
             name=name, what=what, level="-", judged="-", reason=reason
         )
 
-    def batch(self, index: int, feeds: dict[str, np.ndarray]) -> None:
+    def batch(self, index: int, feeds: dict[str, np.ndarray]) -> int:
+        """Run both models on one batch and merge the comparisons; the samples it held."""
         first = next(iter(feeds.values()), None)
-        self.report.samples += int(first.shape[0]) if first is not None and first.ndim else 1
+        samples = int(first.shape[0]) if first is not None and first.ndim else 1
+        self.report.samples += samples
         source = {level: run_session(session, feeds) for level, session in self.source_sessions.items()}
         for level in (OFF, ON):
             source[level].update({name: feeds[name] for name in self.storage_of.values() if name in feeds})
@@ -407,6 +420,7 @@ class _Run:
                     self.stripped_error = error.message
         for level in self.levels:
             self._compare_level(level, index, source, stripped.get(level))
+        return samples
 
     def _compare_level(
         self,
@@ -490,6 +504,15 @@ class _Run:
 
     def results(self) -> list[AgainstResult]:
         return list(self.comparisons.values())
+
+
+def _progress(enabled: bool) -> Any:
+    """A transient sample counter on stderr (nothing when disabled)."""
+    from rich.console import Console
+    from rich.progress import Progress, TextColumn
+
+    columns = (TextColumn("{task.description}"), TextColumn("{task.completed} samples"))
+    return Progress(*columns, console=Console(stderr=True), transient=True, disable=not enabled)
 
 
 def _exposing(model: ModelProto, names: list[str]) -> ModelProto:

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from conftest import require_module
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.check.against import BIT_EXACT, NOISE_FLOOR, check_against
 from qconvert.check.report import FAILED, INCOMPLETE, NOT_RUN, PASS, PASSED
@@ -197,3 +197,56 @@ def test_the_cli_exit_codes_and_json(
 
     code = main(["check", str(stripped), "--against", str(SOURCE), "--backend", "stablehlo"])
     assert code == 2 and "not with --backend" in capsys.readouterr().err
+
+
+def test_storage_onnxruntime_cannot_feed_or_return_is_not_run(tmp_path: Path) -> None:
+    """int4 at the boundary: onnxruntime's Python API takes and returns no 4-bit arrays, so nothing of the
+    stripped model can run here; the verdict says INCOMPLETE with why, never PASSED."""
+    scale, zero = (
+        helper.make_tensor("s", TensorProto.FLOAT, [], [0.5]),
+        helper.make_tensor("z", TensorProto.INT4, [], [1]),
+    )
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+
+    def model(nodes: list, kind: int, props: dict[str, str]) -> Path:
+        graph = helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", kind, [4])],
+            [helper.make_tensor_value_info("y", kind, [4])],
+            [scale, zero, two],
+        )
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+        proto.ir_version = 10
+        for key, value in props.items():
+            proto.metadata_props.add(key=key, value=value)
+        path = tmp_path / f"{'source' if kind == TensorProto.FLOAT else 'stripped'}.onnx"
+        onnx.save(proto, str(path))
+        return path
+
+    def body(quantized_input: str, quantized_output: str) -> list:
+        return [
+            helper.make_node("DequantizeLinear", [quantized_input, "s", "z"], ["dx"]),
+            helper.make_node("Mul", ["dx", "two"], ["m"]),
+            helper.make_node("QuantizeLinear", ["m", "s", "z"], [quantized_output]),
+        ]
+
+    source = model(
+        [
+            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["qx"]),
+            *body("qx", "qy"),
+            helper.make_node("DequantizeLinear", ["qy", "s", "z"], ["y"]),
+        ],
+        TensorProto.FLOAT,
+        {},
+    )
+    entry = StorageEntry.of(parse_type("!quant.uniform<i4:f32, 0.5:1>"))
+    props = StorageMetadata(inputs={"x": entry}, outputs={"y": entry}).metadata_props()
+    stripped = model(body("x", "y"), TensorProto.INT4, props)
+    report = check_against(stripped, source, {"x": np.array([0.2, -1.3, 2.6, 9.0], np.float32)})
+    assert report.verdict == INCOMPLETE and not report.passed
+    assert {r.verdict for r in report.results} == {NOT_RUN}
+    reasons = {(r.name, r.what): r.reason for r in report.results}
+    assert "returns no int4 tensors" in reasons[("y", "storage")]
+    assert "takes and returns no int4 tensors" in reasons[("x", "input")]
+    assert "onnxruntime cannot run the model" in reasons[("y", "dequantized")]

@@ -64,11 +64,18 @@ def save_onnx(
                 check_proto(str(scratch_model))
             for name, text in (companions or {}).items():
                 (Path(scratch) / name).write_text(text, encoding="utf-8")
-            for name in companions or {}:
-                os.replace(Path(scratch) / name, folder / name)
-            if external_data:
-                os.replace(Path(scratch) / data_name, folder / data_name)
-            os.replace(scratch_model, target)
+            moved: list[Path] = []
+            try:
+                for name in companions or {}:
+                    os.replace(Path(scratch) / name, folder / name)
+                    moved.append(folder / name)
+                if external_data:
+                    os.replace(Path(scratch) / data_name, folder / data_name)
+                os.replace(scratch_model, target)
+            except OSError:
+                for path in moved:  # a companion must not outlive the model it describes
+                    path.unlink(missing_ok=True)
+                raise
     except OSError as error:  # an unwritable folder, a full disk, a directory in the way
         raise InputError(f"cannot write '{target}': {error}") from None
     return target

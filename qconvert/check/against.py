@@ -384,7 +384,8 @@ class _Run:
         extra_storage = [read for read in self.storage_of.values() if read in producers]
         self.source_sessions = {
             OFF: ort_session(_exposing(source, [*extra_storage, *self.quantized_as.values()]), False, label),
-            # Optimizations on: only the storage read is exposed, so the source's fusions stay as they are.
+            # Optimizations on: only the storage read (QuantizeLinear outputs) is exposed, as few changes
+            # to the graph onnxruntime fuses as the comparison needs.
             ON: ort_session(_exposing(source, extra_storage), True, label),
         }
         self.stripped_sessions: dict[str, Any] = {}
@@ -465,8 +466,8 @@ class _Run:
         self, name: str, what: str, level: str, index: int, ours: np.ndarray | None, reference: np.ndarray
     ) -> None:
         result = self._result(name, what, level, BIT_EXACT)
-        if ours is None:
-            result.reason = self.stripped_error or "not computed"
+        if ours is None:  # the stripped model did not run (on this batch: what earlier ones gave is void)
+            result.comparison, result.reason = None, self.stripped_error or "not computed"
             return
         comparison = compare(reference, ours)
         if not comparison.comparable:
@@ -492,7 +493,7 @@ class _Run:
     ) -> None:
         result = self._result(name, "end to end", f"{ON} vs source {OFF}", NOISE_FLOOR)
         if ours is None:
-            result.reason = self.stripped_error or "not computed"
+            result.comparison, result.reason = None, self.stripped_error or "not computed"
             return
         lsb = None
         entry = self.boundary.metadata.outputs.get(name)

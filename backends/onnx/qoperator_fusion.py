@@ -315,7 +315,11 @@ class QdqToQOperator:
         else:
             rewriter.replace_op(quantize, [new_op.result])
             if clamp is not None:
+                bounds = [value.owner_op() for value in clamp.operands[1:]]
                 rewriter.erase_op(clamp)
+                for bound in dict.fromkeys(bounds):  # a Clip's constant min / max, now unused
+                    if isinstance(bound, ConstantOp) and not bound.result.uses:
+                        rewriter.erase_op(bound)
             rewriter.erase_op(op)
         for dequantize in dequantizes:
             erase_if_unused(dequantize, rewriter)

@@ -399,3 +399,25 @@ def test_a_model_onnxruntime_cannot_load_is_an_input_error(tmp_path: Path) -> No
     broken.write_bytes(b"not a model")
     with pytest.raises(InputError, match=r"onnxruntime cannot load .*broken\.onnx"):
         onnxruntime_fusions(broken)
+
+
+@pytest.mark.parametrize(("upper", "rewritten"), [(6.0, 0), (20.0, 1)])
+def test_a_clip_goes_with_the_group_only_when_the_quantize_covers_it(upper: float, rewritten: int) -> None:
+    """Conv -> Clip(0, upper) -> Q of range [0, 12.75]: Clip(0, 20) changes nothing after the Q (the group
+    becomes QLinearConv), Clip(0, 6) does (it stays); each as onnxruntime decides, bit for bit."""
+    model = conv_model(np.float32(0.02) * np.float32(0.01), relu_before_zero_point=0)
+    for node in model.graph.node:
+        if node.op_type == "Relu":
+            node.op_type = "Clip"
+            node.input.extend(["low", "high"])
+    model.graph.initializer.extend(
+        [initializer("low", 0.0, np.float32), initializer("high", upper, np.float32)]
+    )
+    module = import_onnx(model)
+    record = qdq_to_qoperator(module)
+    assert record.total == rewritten
+    assert record.rewritten == onnxruntime_fused_types(model)
+    proto = write_onnx(module)
+    assert ("Clip" in {node.op_type for node in proto.graph.node}) == (not rewritten)
+    feeds = {"x": image((1, 3, 6, 6))}
+    assert np.array_equal(run(proto, feeds)[0], run(model, feeds)[0])

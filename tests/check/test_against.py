@@ -250,3 +250,72 @@ def test_storage_onnxruntime_cannot_feed_or_return_is_not_run(tmp_path: Path) ->
     assert "returns no int4 tensors" in reasons[("y", "storage")]
     assert "takes and returns no int4 tensors" in reasons[("x", "input")]
     assert "onnxruntime cannot run the model" in reasons[("y", "dequantized")]
+
+
+def test_two_stripped_outputs_and_an_input_left_float(tmp_path: Path) -> None:
+    """The sample tiny encoder: int64 token ids stay as they are, both outputs become int8 storage."""
+    source = MODELS / "tiny_encoder.qdq.onnx"
+    path = tmp_path / "encoder.storage.onnx"
+    write(convert(str(source), to="onnx-storage"), str(path), to="onnx-storage")
+    report = check_against(path, source, str(MODELS / "tiny_encoder.inputs.npz"))
+    assert report.verdict == PASSED
+    names = {(name, what) for name, what, _ in rows(report)}
+    assert names == {(o, w) for o in ("last_hidden_state", "logits") for w in ("storage", "dequantized")}
+    assert rows(report)[("last_hidden_state", "storage", "on")].comparison.elements == 2 * 16 * 64
+
+
+def test_batches_merge_and_the_first_difference_names_its_batch(tmp_path: Path) -> None:
+    """Two batches of a model with a dynamic batch dim: a tampered scale changes nothing on the all-zero first
+    batch (0 quantizes to the zero point at any scale) and most of the second; the counts merge."""
+    scale, zero = (
+        helper.make_tensor("s", TensorProto.FLOAT, [], [0.1]),
+        helper.make_tensor("z", TensorProto.INT8, [], [3]),
+    )
+    wrong = helper.make_tensor("s_out", TensorProto.FLOAT, [], [0.1])
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+
+    def model(nodes: list, kind: int, props: dict[str, str], name: str, out_scale: float = 0.1) -> Path:
+        wrong.float_data[:] = [out_scale]
+        graph = helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", kind, ["batch", 4])],
+            [helper.make_tensor_value_info("y", kind, ["batch", 4])],
+            [scale, zero, two, wrong],
+        )
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+        proto.ir_version = 10
+        for key, value in props.items():
+            proto.metadata_props.add(key=key, value=value)
+        onnx.save(proto, str(tmp_path / name))
+        return tmp_path / name
+
+    def body(quantized_input: str, quantized_output: str) -> list:
+        return [
+            helper.make_node("DequantizeLinear", [quantized_input, "s", "z"], ["dx"]),
+            helper.make_node("Mul", ["dx", "two"], ["m"]),
+            helper.make_node("QuantizeLinear", ["m", "s_out", "z"], [quantized_output]),
+        ]
+
+    source_nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["qx"]),
+        *body("qx", "qy"),
+        helper.make_node("DequantizeLinear", ["qy", "s_out", "z"], ["y"]),
+    ]
+    source = model(source_nodes, TensorProto.FLOAT, {}, "source.onnx")
+    entry = StorageEntry.of(parse_type("!quant.uniform<i8:f32, 0.1:3>"))
+    props = StorageMetadata(inputs={"x": entry}, outputs={"y": entry}).metadata_props()
+    rng = np.random.default_rng(0)
+    data = [{"x": np.zeros((3, 4), np.float32)}, {"x": rng.normal(0, 3, (3, 4)).astype(np.float32)}]
+
+    good = model(body("x", "y"), TensorProto.INT8, props, "good.onnx")
+    report = check_against(good, source, data, batch_size=3)
+    assert report.verdict == PASSED and report.samples == 6
+    assert rows(report)[("y", "storage", "off")].comparison.elements == 24
+
+    bad = model(body("x", "y"), TensorProto.INT8, props, "bad.onnx", out_scale=0.13)
+    report = check_against(bad, source, data, batch_size=3)
+    assert report.verdict == FAILED
+    storage = rows(report)[("y", "storage", "off")]
+    assert storage.first is not None and storage.first.batch == 1
+    assert 0 < storage.mismatches <= 12 and storage.comparison.elements == 24

@@ -40,7 +40,14 @@ from onnx import ModelProto
 
 from qconvert.atomic_file import atomic_text_file
 from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
-from qconvert.check.oracle import RANDOM_SEED, check_arrays, ort_session, random_inputs, run_session
+from qconvert.check.oracle import (
+    RANDOM_SEED,
+    check_arrays,
+    graph_inputs,
+    ort_session,
+    random_inputs,
+    run_session,
+)
 from qconvert.check.report import (
     FAIL,
     FAILED,
@@ -305,6 +312,12 @@ def _feeds(
     """The source model's feeds, lazily; what to call them; the dataset's warnings (filled as read)."""
     notes: list[str] = []
     if inputs is None:
+        for info in graph_inputs(header):
+            dims = info.type.tensor_type.shape.dim
+            if not info.type.tensor_type.HasField("shape") or any(not d.HasField("dim_value") for d in dims):
+                raise InputError(
+                    f"graph input '{info.name}' has dynamic dims: give --data (inputs for both models)"
+                )
         return iter([random_inputs(header)]), f"random (seed {RANDOM_SEED})", notes
     if isinstance(inputs, Mapping):
         arrays = {name: np.asarray(value) for name, value in inputs.items()}

@@ -52,10 +52,9 @@ def rewrite_to_qoperator(module: ModuleOp, groups: str = ONNXRUNTIME_GROUPS) -> 
     the stripped model then computes bit for bit what onnxruntime computes on the source), or of every group
     that qualifies (`"all"`: onnxruntime's QLinearAdd / QLinearMul round ties unlike the float path it
     leaves on x86). Returns the summary line of what it did."""
-    from qconvert.backends.onnx import onnxruntime_fusions, qdq_to_qoperator, write_onnx
+    from qconvert.backends.onnx import qdq_to_qoperator
 
-    only = onnxruntime_fusions(write_onnx(module, check=False)) if groups == ONNXRUNTIME_GROUPS else None
-    record = qdq_to_qoperator(module, only=only)
+    record = qdq_to_qoperator(module, match_onnxruntime=groups == ONNXRUNTIME_GROUPS)
     rewritten = ", ".join(f"{count} {op_type}" for op_type, count in sorted(record.rewritten.items()))
     kept = f"; {len(record.kept)} group(s) kept as Q/DQ" if record.kept else ""
     return f"form qoperator ({groups} groups): {rewritten or 'no group rewritten'}{kept}"

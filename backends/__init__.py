@@ -35,6 +35,7 @@ BACKEND_MODULES: dict[str, str] = {
     "stablehlo": "qconvert.backends.stablehlo",
     "onnx": "qconvert.backends.onnx",
     "onnx-storage": "qconvert.backends.onnx_storage",
+    "tosa": "qconvert.backends.tosa",
 }
 
 # Passes on a backend's own dialect (MLIR name -> the backend's module that registers it), which `qconvert

@@ -1,5 +1,9 @@
-"""TOSA backend (issue 19), so far its engines: the TOSA reference model and tosa-opt, run from tosa-tools'
-own virtual environment (run.py). Not yet a registered backend: `--to tosa` comes with the lowering.
+"""TOSA backend (issue 19): integer-only TOSA 1.0 lowered from StableHLO's quantized form (convert.py,
+legalize_quant.py, legalize.py, ops.py), `qconvert convert MODEL --to tosa`; and its engines: the TOSA
+reference model and tosa-opt, run from tosa-tools' own virtual environment (run.py).
+
+    from qconvert.backends.tosa import TosaOptions, convert_to_tosa, write_tosa
+    tosa_module = convert_to_tosa(module, TosaOptions(rounding="single"))   # storage integers in and out
 
     from qconvert.backends.tosa import run_reference, validate, tosa_python
     (y,) = run_reference(mlir_text, [x])        # TOSA MLIR text on the reference model
@@ -14,6 +18,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .backend import BACKEND, TosaBackend, TosaOptions
+    from .convert import QUANT_TYPE, convert_to_tosa, write_tosa
     from .run import (
         TOSA_PYTHON_ENV,
         TOSA_TOOLS_VERSION,
@@ -51,14 +57,21 @@ _EXPORTS: dict[str, tuple[str, str]] = {
         "validate",
     )
 }
+_EXPORTS.update({name: ("backend", name) for name in ("BACKEND", "TosaBackend", "TosaOptions")})
+_EXPORTS.update({name: ("convert", name) for name in ("QUANT_TYPE", "convert_to_tosa", "write_tosa")})
 
 __all__ = [
-    "TOSA_PYTHON_ENV",
-    "TOSA_TOOLS_VERSION",
+    "BACKEND",
     "EngineError",
     "GraphDescription",
+    "QUANT_TYPE",
     "ReferenceJob",
     "ReferenceResult",
+    "TOSA_PYTHON_ENV",
+    "TOSA_TOOLS_VERSION",
+    "TosaBackend",
+    "TosaOptions",
+    "convert_to_tosa",
     "describe_flatbuffers",
     "missing_message",
     "require_tosa_python",
@@ -67,6 +80,7 @@ __all__ = [
     "tosa_python",
     "tosa_tool",
     "validate",
+    "write_tosa",
 ]
 
 

@@ -20,6 +20,7 @@ are those of TOSA 1.0's MLIR dialect (llvm-project mlir/include/mlir/Dialect/Tos
     tosa.reshape          (input, shape : !tosa.shape)
     tosa.slice            (input, start : !tosa.shape, size : !tosa.shape)
     tosa.concat           (inputs...) {axis : i32}
+    tosa.tile             (input, multiples : !tosa.shape)
     tosa.pad              (input, padding : !tosa.shape<2*rank>, pad_const : tensor<1xT>)
     tosa.reduce_sum       (input) {axis : i32}                        (the reduced dim kept, of size 1)
     tosa.table            (input, table)
@@ -83,6 +84,7 @@ __all__ = [
     "slice_",
     "sub",
     "table",
+    "tile",
     "transpose",
     "zero_point",
 ]
@@ -399,6 +401,14 @@ def slice_(b: Builder, input_: Value, start: Sequence[int], size: Sequence[int])
     input_type = _tensor(input_)
     result = RankedTensorType(tuple(int(s) for s in size), input_type.element_type)
     return _op(b, "tosa.slice", [input_, const_shape(b, start), const_shape(b, size)], result)
+
+
+def tile(b: Builder, input_: Value, multiples: Sequence[int]) -> Value:
+    """`tosa.tile`: the input repeated `multiples[d]` times along each dim d."""
+    input_type = _tensor(input_)
+    shape = tuple(n * int(m) for n, m in zip(input_type.shape, multiples, strict=True))
+    result = RankedTensorType(shape, input_type.element_type)
+    return _op(b, "tosa.tile", [input_, const_shape(b, multiples)], result)
 
 
 def concat(b: Builder, inputs: Sequence[Value], axis: int) -> Value:

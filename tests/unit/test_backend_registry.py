@@ -154,8 +154,8 @@ def test_convert_refuses_an_option_of_another_backend_before_reading_the_model(t
     with pytest.raises(InputError) as error:
         convert(str(tmp_path / "absent.onnx"), to="onnx", elide_weights=True)
     assert error.value.message == "--elide-weights: only the stablehlo backend takes these options"
-    with pytest.raises(InputError, match="unknown --to 'tosa'; available: stablehlo, onnx"):
-        convert(str(tmp_path / "absent.onnx"), to="tosa")
+    with pytest.raises(InputError, match="unknown --to 'tflite'; available: stablehlo, onnx"):
+        convert(str(tmp_path / "absent.onnx"), to="tflite")
 
 
 @pytest.mark.parametrize("name", sorted(BACKEND_MODULES))

@@ -1,0 +1,533 @@
+"""stablehlo-legalize-to-tosa on StableHLO's quantized form: one pattern per StableHLO op, each computing on
+storage integers (storage.py), and the folds that clean up after them.
+
+Quantized ops are exact on storage when nothing changes scale: data movement (transpose, reshape,
+broadcast_in_dim, slice, concatenate, pad), max / min / clamp of one type, and the add of an i32 bias to the
+i32 accumulator of the same scale (the fused form's). Convolution and dot_general take their zero points
+as TOSA operands and accumulate in i32. Every change of scale is legalize_quant.py's rescale. A pattern
+that cannot legalize an op records why (`Refusals`), for the one InputError convert.py raises.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from qconvert.ir.attributes import DenseArrayAttr, DenseElementsAttr, IntegerAttr
+from qconvert.ir.core import Operation, Value
+from qconvert.ir.quant_types import QuantizedType, UniformQuantizedPerAxisType
+from qconvert.ir.types import I8, I32, IntegerType, RankedTensorType, Type, element_type_of
+from qconvert.passes.rewrite import PatternRewriter, Root
+
+from . import ops
+from .legalize_quant import storage_zero_point
+from .storage import (
+    Refusals,
+    constant_of,
+    quant_type,
+    replace_with_storage,
+    storage_element,
+    storage_of,
+    storage_type,
+)
+
+__all__ = ["fold_patterns", "legalize_patterns"]
+
+
+def _ints(op: Operation, name: str, default: list[int] | None = None) -> list[int]:
+    attribute = op.attributes.get(name)
+    if attribute is None:
+        assert default is not None, f"{op.name} has no {name}"
+        return list(default)
+    if isinstance(attribute, DenseArrayAttr):
+        return [int(v) for v in attribute.values]
+    if isinstance(attribute, DenseElementsAttr):
+        return [int(v) for v in np.asarray(attribute.array).reshape(-1)]
+    if isinstance(attribute, IntegerAttr):
+        return [attribute.value]
+    raise AssertionError(f"{op.name}: unexpected {name} {attribute}")
+
+
+def _pairs(op: Operation, name: str, rank: int) -> np.ndarray:
+    """A `padding` attribute (`dense<1> : tensor<Rx2xi64>`, possibly a splat) as an (R, 2) array."""
+    attribute = op.attributes.get(name)
+    if attribute is None:
+        return np.zeros((rank, 2), np.int64)
+    assert isinstance(attribute, DenseElementsAttr)
+    return np.broadcast_to(np.asarray(attribute.array, np.int64), (rank, 2))
+
+
+def _ranked(value: Value) -> RankedTensorType:
+    assert isinstance(value.type, RankedTensorType), f"expected a ranked tensor: {value.type}"
+    return value.type
+
+
+def _transposed(rewriter: PatternRewriter, value: Value, perms: list[int]) -> Value:
+    return value if perms == sorted(perms) else ops.transpose(rewriter, value, perms)
+
+
+def _single_zero_point(type_: QuantizedType | None) -> int | None:
+    """The one zero point of a type (all channels'), None when channels differ; 0 for a plain integer."""
+    if type_ is None:
+        return 0
+    zero_points = storage_zero_point(type_)
+    return int(zero_points[0]) if np.all(zero_points == zero_points[0]) else None
+
+
+class _Pattern:
+    roots: ClassVar[tuple[Root, ...]]
+
+    def __init__(self, refusals: Refusals) -> None:
+        self.refusals = refusals
+
+    def refuse(self, op: Operation, reason: str) -> bool:
+        return self.refusals.refuse(op, reason)
+
+
+# Constants and casts ------------------------------------------------------------------------------
+class ConstantToConst(_Pattern):
+    roots = ("stablehlo.constant",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        array = constant_of(op.result)
+        if array is None:
+            return self.refuse(op, "a constant without its data (elided)")
+        element = storage_element(op.result.type)
+        replace_with_storage(rewriter, op, [ops.const(rewriter, np.asarray(array), element)])
+        return True
+
+
+class BitcastConvertToStorage(_Pattern):
+    """`bitcast_convert` between a quantized type and its storage: the same integers."""
+
+    roots = ("stablehlo.bitcast_convert",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        if storage_type(op.operands[0].type) != storage_type(op.result.type):
+            return self.refuse(op, "a bitcast that changes the bits' type")
+        replace_with_storage(rewriter, op, [storage_of(rewriter, op.operands[0])])
+        return True
+
+
+# Data movement ----------------------------------------------------------------------------------
+class TransposeToTranspose(_Pattern):
+    roots = ("stablehlo.transpose",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        perms = _ints(op, "permutation")
+        replace_with_storage(
+            rewriter, op, [ops.transpose(rewriter, storage_of(rewriter, op.operands[0]), perms)]
+        )
+        return True
+
+
+class ReshapeToReshape(_Pattern):
+    roots = ("stablehlo.reshape",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        if quant_type(op.operands[0]) is None and not isinstance(
+            element_type_of(op.operands[0].type), IntegerType
+        ):
+            return False  # a float reshape: part of a float island
+        shape = _ranked(op.result).shape
+        replace_with_storage(
+            rewriter, op, [ops.reshape(rewriter, storage_of(rewriter, op.operands[0]), shape)]
+        )
+        return True
+
+
+class BroadcastInDimToReshapeTile(_Pattern):
+    """`broadcast_in_dim` as a reshape to the result's rank (dims of 1 elsewhere), then a tile; elementwise
+    patterns read the tile's input, which TOSA broadcasts."""
+
+    roots = ("stablehlo.broadcast_in_dim",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        source, result = _ranked(op.operands[0]), _ranked(op.result)
+        dims = _ints(op, "broadcast_dimensions")
+        shape = [1] * result.rank
+        for index, dim in enumerate(dims):
+            shape[dim] = source.shape[index]
+        if dims != sorted(dims):
+            return self.refuse(op, "a broadcast that also transposes")
+        value = storage_of(rewriter, op.operands[0])
+        if tuple(shape) != source.shape:
+            value = ops.reshape(rewriter, value, shape)
+        multiples = [r // s for r, s in zip(result.shape, shape, strict=True)]
+        if any(m != 1 for m in multiples):
+            value = ops.tile(rewriter, value, multiples)
+        replace_with_storage(rewriter, op, [value])
+        return True
+
+
+class SliceToSlice(_Pattern):
+    roots = ("stablehlo.slice",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        start, limit = _ints(op, "start_indices"), _ints(op, "limit_indices")
+        strides = _ints(op, "strides", [1] * len(start))
+        if any(s != 1 for s in strides):
+            return self.refuse(op, "a strided slice")
+        size = [hi - lo for lo, hi in zip(start, limit, strict=True)]
+        value = ops.slice_(rewriter, storage_of(rewriter, op.operands[0]), start, size)
+        replace_with_storage(rewriter, op, [value])
+        return True
+
+
+class ConcatenateToConcat(_Pattern):
+    roots = ("stablehlo.concatenate",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        if any(quant_type(operand) != quant_type(op.result) for operand in op.operands):
+            return self.refuse(op, "a concatenation of differently quantized values")
+        axis = _ints(op, "dimension")[0]
+        inputs = [storage_of(rewriter, operand) for operand in op.operands]
+        replace_with_storage(rewriter, op, [ops.concat(rewriter, inputs, axis)])
+        return True
+
+
+class PadToPad(_Pattern):
+    roots = ("stablehlo.pad",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        low, high = _ints(op, "edge_padding_low"), _ints(op, "edge_padding_high")
+        interior = _ints(op, "interior_padding", [0] * len(low))
+        if any(interior) or min(low + high) < 0:
+            return self.refuse(op, "interior or negative padding")
+        if quant_type(op.operands[1]) != quant_type(op.operands[0]):
+            return self.refuse(op, "a padding value of another type")
+        pad_value = constant_of(op.operands[1])
+        if pad_value is None:
+            return self.refuse(op, "a padding value that is not a constant")
+        value = ops.pad(
+            rewriter, storage_of(rewriter, op.operands[0]), low, high, int(pad_value.reshape(-1)[0])
+        )
+        replace_with_storage(rewriter, op, [value])
+        return True
+
+
+# Elementwise ------------------------------------------------------------------------------------
+def _broadcast_source(value: Value) -> Value:
+    """The input of the tile a broadcast made (TOSA's elementwise ops broadcast dims of 1 themselves)."""
+    producer = value.owner_op()
+    return producer.operands[0] if producer is not None and producer.name == "tosa.tile" else value
+
+
+_ELEMENTWISE = {
+    "stablehlo.add": ops.add,
+    "stablehlo.subtract": ops.sub,
+    "stablehlo.maximum": ops.maximum,
+    "stablehlo.minimum": ops.minimum,
+}
+
+
+def _is_accumulator(type_: QuantizedType) -> bool:
+    """An i32 type with zero point 0: its integers add as the reals they stand for (same scale)."""
+    return type_.storage_type.width == 32 and bool(np.all(storage_zero_point(type_) == 0))  # type: ignore[union-attr]
+
+
+class ElementwiseOnStorage(_Pattern):
+    """add / subtract / maximum / minimum where the storage computes the same: integers, the i32 accumulator
+    plus a bias of its own type (zero point 0), max / min of one quantized type."""
+
+    roots = tuple(_ELEMENTWISE)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        types = {operand.type for operand in op.operands} | {op.result.type}
+        element = element_type_of(op.result.type)
+        if not isinstance(storage_element(element), IntegerType):
+            return False  # float: a float island
+        if len(types) != 1:
+            return self.refuse(
+                op, "operands of different quantized types (a rescaling add is not supported yet)"
+            )
+        is_sum = op.name in ("stablehlo.add", "stablehlo.subtract")
+        if is_sum and isinstance(element, QuantizedType) and not _is_accumulator(element):
+            return self.refuse(op, "an add of quantized values that is not the i32 accumulator's")
+        lhs, rhs = (_broadcast_source(storage_of(rewriter, operand)) for operand in op.operands)
+        replace_with_storage(rewriter, op, [_ELEMENTWISE[op.name](rewriter, lhs, rhs)])
+        return True
+
+
+class ClampToClamp(_Pattern):
+    roots = ("stablehlo.clamp",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        low_value, operand, high_value = op.operands
+        if not isinstance(storage_element(operand.type), IntegerType):
+            return False
+        low, high = constant_of(low_value), constant_of(high_value)
+        if low is None or high is None or low.size != 1 or high.size != 1:
+            return self.refuse(op, "a clamp whose bounds are not scalar constants")
+        if quant_type(low_value) != quant_type(operand) or quant_type(high_value) != quant_type(operand):
+            return self.refuse(op, "clamp bounds of another type than the operand")
+        value = ops.clamp(
+            rewriter, storage_of(rewriter, operand), int(low.reshape(-1)[0]), int(high.reshape(-1)[0])
+        )
+        replace_with_storage(rewriter, op, [value])
+        return True
+
+
+# Convolution, dot ---------------------------------------------------------------------------------
+def _conv_numbers(op: Operation) -> object:
+    from qconvert.backends.stablehlo import ConvDimensionNumbers
+
+    return ConvDimensionNumbers.parse(op.attributes["dimension_numbers"])
+
+
+def _dot_numbers(op: Operation) -> object:
+    from qconvert.backends.stablehlo import DotDimensionNumbers
+
+    return DotDimensionNumbers.parse(op.attributes["dot_dimension_numbers"])
+
+
+def _accumulating_operands(op: Operation) -> tuple[QuantizedType, QuantizedType, int, int] | str:
+    """The two operands' quantized types and their single zero points, or why TOSA cannot take them."""
+    lhs, rhs = quant_type(op.operands[0]), quant_type(op.operands[1])
+    result = quant_type(op.result)
+    if lhs is None or rhs is None or result is None:
+        return "a float (not quantized) product"
+    if lhs.storage_type.width != 8 or rhs.storage_type.width != 8:  # type: ignore[union-attr]
+        return "operands of other than 8 bits (i16 activations accumulate in i48: not supported yet)"
+    if not lhs.is_signed or not rhs.is_signed:
+        return "unsigned 8-bit operands (not supported yet)"
+    if isinstance(lhs, UniformQuantizedPerAxisType):
+        return "a per-axis quantized activation"
+    lhs_zp, rhs_zp = _single_zero_point(lhs), _single_zero_point(rhs)
+    if lhs_zp is None or rhs_zp is None:
+        return "per-channel weight zero points (TOSA takes one)"
+    return lhs, rhs, lhs_zp, rhs_zp
+
+
+class ConvolutionToConv2D(_Pattern):
+    """2-D `convolution` as `tosa.conv2d` (or `depthwise_conv2d` when each group is one input channel) in
+    NHWC / OHWI (HWCM), with transposes to and from the op's layouts (folded into constant weights)."""
+
+    roots = ("stablehlo.convolution",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        checked = _accumulating_operands(op)
+        if isinstance(checked, str):
+            return self.refuse(op, checked)
+        _, _, input_zp, weight_zp = checked
+        numbers = _conv_numbers(op)
+        layout_in, layout_kernel, layout_out = numbers.input, numbers.kernel, numbers.output  # type: ignore[attr-defined]
+        if len(layout_in) != 4:
+            return self.refuse(op, f"a {len(layout_in) - 2}-D convolution (TOSA conv2d is 2-D)")
+        if any(d != 1 for d in _ints(op, "lhs_dilation", [1, 1])):
+            return self.refuse(op, "an input dilation (a transposed convolution)")
+        if _ints(op, "batch_group_count", [1])[0] != 1:
+            return self.refuse(op, "a batch group count")
+        padding = _pairs(op, "padding", 2)
+        if np.any(padding < 0):
+            return self.refuse(op, "negative padding")
+        input_type, kernel_type = _ranked(op.operands[0]), _ranked(op.operands[1])
+        channels = input_type.shape[layout_in.index("f")]
+        groups = _ints(op, "feature_group_count", [1])[0]
+        depthwise = groups > 1
+        if depthwise and (groups != channels or kernel_type.shape[layout_kernel.index("i")] != 1):
+            return self.refuse(op, "a grouped convolution that is not depthwise")
+        nhwc = ["b", 0, 1, "f"]
+        input_ = _transposed(
+            rewriter, storage_of(rewriter, op.operands[0]), [layout_in.index(d) for d in nhwc]
+        )
+        kernel = storage_of(rewriter, op.operands[1])
+        result_shape = _ranked(op.result).shape
+        out_shape = tuple(result_shape[layout_out.index(d)] for d in nhwc)
+        result_type = RankedTensorType(out_shape, I32)
+        bias = ops.const(rewriter, np.zeros((1,), np.int32), I32)
+        zps = ops.zero_point(rewriter, input_zp, I8), ops.zero_point(rewriter, weight_zp, I8)
+        geometry = {
+            "pad": [int(v) for v in padding.reshape(-1)],
+            "stride": _ints(op, "window_strides", [1, 1]),
+            "dilation": _ints(op, "rhs_dilation", [1, 1]),
+        }
+        if depthwise:
+            kernel = _transposed(rewriter, kernel, [layout_kernel.index(d) for d in (0, 1, "i", "o")])
+            height, width, _, outputs = _ranked(kernel).shape
+            kernel = ops.reshape(rewriter, kernel, [height, width, channels, outputs // channels])
+            value = ops.depthwise_conv2d(rewriter, input_, kernel, bias, *zps, result_type, **geometry)
+        else:
+            kernel = _transposed(rewriter, kernel, [layout_kernel.index(d) for d in ("o", 0, 1, "i")])
+            value = ops.conv2d(rewriter, input_, kernel, bias, *zps, result_type, **geometry)
+        value = _transposed(rewriter, value, [nhwc.index(d) for d in layout_out])
+        replace_with_storage(rewriter, op, [value])
+        return True
+
+
+class DotGeneralToMatmul(_Pattern):
+    """`dot_general` as `tosa.matmul`: each side transposed and reshaped to `[batch, free, contract]` /
+    `[batch, contract, free]`, the `[B, M, N]` product reshaped to dot_general's result."""
+
+    roots = ("stablehlo.dot_general",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        checked = _accumulating_operands(op)
+        if isinstance(checked, str):
+            return self.refuse(op, checked)
+        _, _, lhs_zp, rhs_zp = checked
+        numbers = _dot_numbers(op)
+        lhs_type, rhs_type = _ranked(op.operands[0]), _ranked(op.operands[1])
+        lhs_batch, rhs_batch = list(numbers.lhs_batching), list(numbers.rhs_batching)  # type: ignore[attr-defined]
+        lhs_contract, rhs_contract = list(numbers.lhs_contracting), list(numbers.rhs_contracting)  # type: ignore[attr-defined]
+        lhs_free = [d for d in range(lhs_type.rank) if d not in lhs_batch + lhs_contract]
+        rhs_free = [d for d in range(rhs_type.rank) if d not in rhs_batch + rhs_contract]
+
+        def size(type_: RankedTensorType, dims: list[int]) -> int:
+            return int(np.prod([type_.shape[d] for d in dims]))
+
+        batch = size(lhs_type, lhs_batch)
+        lhs = _transposed(rewriter, storage_of(rewriter, op.operands[0]), lhs_batch + lhs_free + lhs_contract)
+        lhs = ops.reshape(rewriter, lhs, [batch, size(lhs_type, lhs_free), size(lhs_type, lhs_contract)])
+        rhs = _transposed(rewriter, storage_of(rewriter, op.operands[1]), rhs_batch + rhs_contract + rhs_free)
+        rhs = ops.reshape(rewriter, rhs, [batch, size(rhs_type, rhs_contract), size(rhs_type, rhs_free)])
+        product = ops.matmul(
+            rewriter, lhs, rhs, ops.zero_point(rewriter, lhs_zp, I8), ops.zero_point(rewriter, rhs_zp, I8)
+        )
+        value = ops.reshape(rewriter, product, _ranked(op.result).shape)
+        replace_with_storage(rewriter, op, [value])
+        return True
+
+
+# Pooling ----------------------------------------------------------------------------------------
+def _lowest(type_: Type) -> int | None:
+    quant = quant_type(type_)
+    if quant is not None:
+        return quant.storage_type_min
+    element = element_type_of(type_)
+    return -(1 << (element.width - 1)) if isinstance(element, IntegerType) else None
+
+
+class ReduceWindowMaxToMaxPool(_Pattern):
+    """`reduce_window` of `maximum` over two spatial dims of a rank-4 tensor as `tosa.max_pool2d` (NHWC)."""
+
+    roots = ("stablehlo.reduce_window",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        if len(op.operands) != 2 or not isinstance(storage_element(op.operands[0].type), IntegerType):
+            return False
+        body = op.regions[0].entry
+        if len(body.ops) != 2 or body.ops[0].name != "stablehlo.maximum":
+            return self.refuse(op, "a window reduction other than maximum")
+        source = _ranked(op.operands[0])
+        if source.rank != 4:
+            return self.refuse(op, f"a max pool of a rank-{source.rank} tensor")
+        window = _ints(op, "window_dimensions")
+        strides = _ints(op, "window_strides", [1] * 4)
+        padding = _pairs(op, "padding", 4)
+        if any(d != 1 for d in _ints(op, "base_dilations", [1] * 4) + _ints(op, "window_dilations", [1] * 4)):
+            return self.refuse(op, "a dilated max pool")
+        pooled = [d for d in range(4) if window[d] != 1 or strides[d] != 1 or np.any(padding[d] != 0)]
+        if set(pooled) <= {2, 3}:
+            to_nhwc, from_nhwc = [0, 2, 3, 1], [0, 3, 1, 2]
+        elif set(pooled) <= {1, 2}:
+            to_nhwc, from_nhwc = [0, 1, 2, 3], [0, 1, 2, 3]
+        else:
+            return self.refuse(op, f"a max pool over dims {pooled}")
+        init = constant_of(op.operands[1])
+        if init is None or int(init.reshape(-1)[0]) != _lowest(op.operands[0].type):
+            return self.refuse(op, "a max pool whose initial value is not the lowest storage value")
+        spatial = to_nhwc[1:3]
+        if any(padding[d][0] >= window[d] or padding[d][1] >= window[d] for d in spatial):
+            return self.refuse(op, "a max pool padded by a whole window")
+        value = _transposed(rewriter, storage_of(rewriter, op.operands[0]), to_nhwc)
+        result_shape = _ranked(op.result).shape
+        out_type = RankedTensorType(tuple(result_shape[d] for d in to_nhwc), storage_element(op.result.type))
+        value = ops.max_pool2d(
+            rewriter,
+            value,
+            out_type,
+            kernel=[window[d] for d in spatial],
+            stride=[strides[d] for d in spatial],
+            pad=[int(padding[d][side]) for d in spatial for side in (0, 1)],
+        )
+        replace_with_storage(rewriter, op, [_transposed(rewriter, value, from_nhwc)])
+        return True
+
+
+def legalize_patterns(refusals: Refusals) -> list[_Pattern]:
+    """The StableHLO -> TOSA patterns (but the rescales: legalize_quant.py)."""
+    return [
+        pattern(refusals)
+        for pattern in (
+            ConstantToConst,
+            BitcastConvertToStorage,
+            TransposeToTranspose,
+            ReshapeToReshape,
+            BroadcastInDimToReshapeTile,
+            SliceToSlice,
+            ConcatenateToConcat,
+            PadToPad,
+            ElementwiseOnStorage,
+            ClampToClamp,
+            ConvolutionToConv2D,
+            DotGeneralToMatmul,
+            ReduceWindowMaxToMaxPool,
+        )
+    ]
+
+
+# Folds ------------------------------------------------------------------------------------------
+def _const_like(rewriter: PatternRewriter, array: np.ndarray, like: Value) -> Value:
+    return ops.const(rewriter, array, element_type_of(like.type))
+
+
+class FoldTranspose:
+    """transpose(const) -> const; transpose(transpose(x)) -> one transpose of x (none when the identity)."""
+
+    roots: ClassVar[tuple[Root, ...]] = ("tosa.transpose",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        perms = _ints(op, "perms")
+        source = op.operands[0]
+        array = (
+            constant_of(source)
+            if source.owner_op() is not None and source.owner_op().name == "tosa.const"
+            else None
+        )  # type: ignore[union-attr]
+        if array is not None:
+            rewriter.replace_op(op, [_const_like(rewriter, np.transpose(array, perms), op.result)])
+            return True
+        producer = source.owner_op()
+        if producer is None or producer.name != "tosa.transpose":
+            if perms == sorted(perms):
+                rewriter.replace_op(op, [source])
+                return True
+            return False
+        inner = _ints(producer, "perms")
+        composed = [inner[p] for p in perms]
+        inner_source = producer.operands[0]
+        value = (
+            inner_source if composed == sorted(composed) else ops.transpose(rewriter, inner_source, composed)
+        )
+        rewriter.replace_op(op, [value])
+        return True
+
+
+class FoldReshape:
+    """reshape(const) -> const; reshape(reshape(x)) -> reshape(x); a reshape to its input's shape -> x."""
+
+    roots: ClassVar[tuple[Root, ...]] = ("tosa.reshape",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        source = op.operands[0]
+        shape = _ranked(op.result).shape
+        producer = source.owner_op()
+        if _ranked(source).shape == shape:
+            rewriter.replace_op(op, [source])
+            return True
+        if producer is not None and producer.name == "tosa.const":
+            array = constant_of(source)
+            assert array is not None
+            rewriter.replace_op(op, [_const_like(rewriter, np.reshape(array, shape), op.result)])
+            return True
+        if producer is not None and producer.name == "tosa.reshape":
+            rewriter.replace_op(op, [ops.reshape(rewriter, producer.operands[0], shape)])
+            return True
+        return False
+
+
+def fold_patterns() -> list[object]:
+    """The folds run once every op is legalized (transposes and reshapes of weights become constants)."""
+    return [FoldTranspose(), FoldReshape()]

@@ -1,0 +1,255 @@
+"""stablehlo-quant-legalize-to-tosa-rescale: every change of scale in StableHLO's quantized form becomes a
+`tosa.rescale` (32-bit multiplier and shift from `qconvert.numerics.tosa.compute_multiplier_and_shift`).
+
+- `uniform_quantize` of a quantized value (the i32 accumulator of a fused convolution / dot_general / add,
+  or an i8 / i16 value requantized): one rescale, per channel when either side is per-axis (on the last
+  dim, where NHWC puts the channels), then a clamp when the result's storage range is narrowed.
+- The mean over spatial dims the quantized form leaves as a float island (GlobalAveragePool, ReduceMean:
+  `uniform_dequantize -> reduce add -> divide by N -> [reshape] -> uniform_quantize`): the storage less its
+  zero point in i32, `tosa.reduce_sum` per reduced dim, one rescale by `s_in / (N * s_out)`, so the result
+  is rounded once, as onnxruntime's float mean quantized is.
+
+Quantize / dequantize at the function boundary are convert.py's (storage in and out).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from qconvert.ir.core import Builder, Operation, Value
+from qconvert.ir.quant_types import QuantizedType, UniformQuantizedPerAxisType, uniform_params
+from qconvert.ir.types import I8, I32, FloatType, IntegerType, RankedTensorType, element_type_of
+from qconvert.numerics.tosa import TosaRounding, compute_multiplier_and_shift
+from qconvert.passes.rewrite import PatternRewriter, Root
+
+from . import ops
+from .storage import (
+    Refusals,
+    constant_of,
+    is_uniform,
+    quant_type,
+    replace_with_storage,
+    storage_of,
+    storage_type,
+)
+
+__all__ = ["FloatMeanToReduceSum", "RequantizeToRescale", "rescale_to", "storage_zero_point"]
+
+
+def storage_zero_point(type_: QuantizedType) -> np.ndarray:
+    """The zero point(s) as TOSA's signless storage holds them (an unsigned 200 of 8 bits is -56)."""
+    params = uniform_params(type_)
+    width = type_.storage_type.width  # type: ignore[union-attr]
+    zero_points = np.asarray(params.zero_point, np.int64).reshape(-1)
+    return np.where(zero_points >= 1 << (width - 1), zero_points - (1 << width), zero_points)
+
+
+def _scales(type_: QuantizedType) -> np.ndarray:
+    return np.asarray(uniform_params(type_).scale, np.float64).reshape(-1)
+
+
+def _width(type_: object) -> int:
+    element = element_type_of(type_)  # type: ignore[arg-type]
+    if isinstance(element, QuantizedType):
+        return element.storage_type.width  # type: ignore[union-attr]
+    assert isinstance(element, IntegerType), f"not an integer: {element}"
+    return element.width
+
+
+def rescale_to(
+    b: Builder,
+    storage: Value,
+    scale: np.ndarray,
+    input_zp: int,
+    output_zp: int,
+    result_type: RankedTensorType,
+    rounding: TosaRounding,
+    *,
+    input_unsigned: bool = False,
+    output_unsigned: bool = False,
+) -> Value:
+    """`tosa.rescale` of storage integers by `scale` (one value, or one per channel of the last dim).
+
+    ValueError when TOSA cannot take the scale (too large for a 32-bit multiplier)."""
+    multiplier, shift = compute_multiplier_and_shift(np.asarray(scale, np.float64).reshape(-1))
+    per_channel = multiplier.size > 1
+    if per_channel and multiplier.size != result_type.shape[-1]:
+        raise ValueError(f"{multiplier.size} scales for {result_type.shape[-1]} channels")
+    input_element = element_type_of(storage.type)
+    return ops.rescale(
+        b,
+        storage,
+        ops.const(b, multiplier, I32),
+        ops.const(b, shift, I8),
+        ops.zero_point(b, input_zp, input_element),
+        ops.zero_point(b, output_zp, result_type.element_type),
+        result_type,
+        rounding=rounding,
+        per_channel=per_channel,
+        input_unsigned=input_unsigned,
+        output_unsigned=output_unsigned,
+    )
+
+
+def clamp_to_range(b: Builder, storage: Value, type_: QuantizedType) -> Value:
+    """A clamp to the type's storage range when it is narrower than its integers' (`i8<-127:127>`)."""
+    width = type_.storage_type.width  # type: ignore[union-attr]
+    low, high = (
+        (0, (1 << width) - 1) if not type_.is_signed else (-(1 << (width - 1)), (1 << (width - 1)) - 1)
+    )
+    if (type_.storage_type_min, type_.storage_type_max) == (low, high):
+        return storage
+    if not type_.is_signed:
+        raise ValueError(f"a narrowed unsigned storage range ({type_}) is not supported yet")
+    return ops.clamp(b, storage, type_.storage_type_min, type_.storage_type_max)
+
+
+def _refuse_unless_rescalable(
+    refusals: Refusals, op: Operation, source: QuantizedType, target: QuantizedType, rank: int
+) -> str | None:
+    """Why TOSA cannot rescale `source` to `target` (None when it can)."""
+    for type_ in (source, target):
+        if not is_uniform(type_):
+            return f"{type_} is not a uniform quantized type"
+        if isinstance(type_, UniformQuantizedPerAxisType) and type_.quantized_dimension != rank - 1:
+            return f"per-axis quantization on dim {type_.quantized_dimension}, not the last (channels)"
+    if _width(source) not in (8, 16, 32) or _width(target) not in (8, 16, 32):
+        return "storage widths other than 8, 16 or 32 bits"
+    for type_, side in ((source, "input"), (target, "output")):
+        zero_points = storage_zero_point(type_)
+        if np.any(zero_points != zero_points[0]):
+            return f"per-channel {side} zero points"
+        if _width(type_) != 8 and not (zero_points == 0).all():
+            return f"a non-zero {side} zero point on {_width(type_)}-bit storage"
+    return None
+
+
+class RequantizeToRescale:
+    """`uniform_quantize(x: quantized) -> quantized` as `tosa.rescale(storage(x))`."""
+
+    roots: ClassVar[tuple[Root, ...]] = ("stablehlo.uniform_quantize",)
+
+    def __init__(self, rounding: TosaRounding, refusals: Refusals) -> None:
+        self.rounding, self.refusals = rounding, refusals
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        source, target = quant_type(op.operands[0]), quant_type(op.result)
+        if source is None or target is None:
+            return False  # a quantize of a float: the boundary or a float island
+        result_type = op.result.type
+        assert isinstance(result_type, RankedTensorType)
+        reason = _refuse_unless_rescalable(self.refusals, op, source, target, result_type.rank)
+        if reason is not None:
+            return self.refusals.refuse(op, reason)
+        scale = _scales(source) / _scales(target)
+        try:
+            rescaled = rescale_to(
+                rewriter,
+                storage_of(rewriter, op.operands[0]),
+                scale,
+                int(storage_zero_point(source)[0]),
+                int(storage_zero_point(target)[0]),
+                storage_type(result_type),
+                self.rounding,
+                input_unsigned=not source.is_signed,
+                output_unsigned=not target.is_signed,
+            )
+            rescaled = clamp_to_range(rewriter, rescaled, target)
+        except ValueError as error:
+            return self.refusals.refuse(op, str(error))
+        replace_with_storage(rewriter, op, [rescaled])
+        return True
+
+
+def _producer(value: Value, name: str) -> Operation | None:
+    producer = value.owner_op()
+    return producer if producer is not None and producer.name == name else None
+
+
+def _is_add_reduction(op: Operation) -> bool:
+    """A `stablehlo.reduce` whose body adds its two arguments and whose init value is the constant 0."""
+    body = op.regions[0].entry if op.regions and op.regions[0].blocks else None
+    if body is None or len(body.ops) != 2 or body.ops[0].name != "stablehlo.add":
+        return False
+    if set(body.ops[0].operands) != set(body.arguments):
+        return False
+    init = constant_of(op.operands[1])
+    return init is not None and init.size == 1 and float(init.reshape(-1)[0]) == 0.0
+
+
+class FloatMeanToReduceSum:
+    """`uniform_quantize(reshape?(divide(reduce_add(uniform_dequantize(q)), N)))` as integer sums and one
+    rescale by `s_in / (N * s_out)`."""
+
+    roots: ClassVar[tuple[Root, ...]] = ("stablehlo.uniform_quantize",)
+
+    def __init__(self, rounding: TosaRounding, refusals: Refusals) -> None:
+        self.rounding, self.refusals = rounding, refusals
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        target = quant_type(op.result)
+        if target is None or quant_type(op.operands[0]) is not None:
+            return False
+        value = op.operands[0]
+        reshape = _producer(value, "stablehlo.reshape")
+        if reshape is not None:
+            value = reshape.operands[0]
+        divide = _producer(value, "stablehlo.divide")
+        if divide is None:
+            return False
+        reduce = _producer(divide.operands[0], "stablehlo.reduce")
+        divisor = constant_of(divide.operands[1])
+        if reduce is None or divisor is None or not _is_add_reduction(reduce):
+            return False
+        dequantize = _producer(reduce.operands[0], "stablehlo.uniform_dequantize")
+        if dequantize is None:
+            return False
+        source = quant_type(dequantize.operands[0])
+        input_type = dequantize.operands[0].type
+        assert isinstance(input_type, RankedTensorType) and source is not None
+        dimensions = [int(d) for d in reduce.attributes["dimensions"].values]  # type: ignore[attr-defined]
+        count = int(np.prod([input_type.shape[d] for d in dimensions]))
+        if not np.all(divisor == divisor.reshape(-1)[0]) or float(divisor.reshape(-1)[0]) != float(count):
+            return False  # a divide by something else than the element count: not a mean
+        for type_ in (source, target):
+            if isinstance(type_, UniformQuantizedPerAxisType) or not is_uniform(type_):
+                return self.refusals.refuse(op, f"a mean of per-axis or non-uniform values ({type_})")
+            if _width(type_) != 8:
+                return self.refusals.refuse(op, "a mean of other than 8-bit values")
+        if not isinstance(element_type_of(reduce.operands[0].type), FloatType):
+            return False
+        wide_type = RankedTensorType(input_type.shape, I32)
+        sums = rescale_to(
+            rewriter,
+            storage_of(rewriter, dequantize.operands[0]),
+            np.array([1.0]),
+            int(storage_zero_point(source)[0]),
+            0,
+            wide_type,
+            self.rounding,
+            input_unsigned=not source.is_signed,
+        )
+        for dimension in dimensions:
+            sums = ops.reduce_sum(rewriter, sums, dimension)
+        result_type = op.result.type
+        assert isinstance(result_type, RankedTensorType)
+        sums = ops.reshape(rewriter, sums, result_type.shape)
+        scale = _scales(source) / (count * _scales(target))
+        try:
+            mean = rescale_to(
+                rewriter,
+                sums,
+                scale,
+                0,
+                int(storage_zero_point(target)[0]),
+                storage_type(result_type),
+                self.rounding,
+                output_unsigned=not target.is_signed,
+            )
+            mean = clamp_to_range(rewriter, mean, target)
+        except ValueError as error:
+            return self.refusals.refuse(op, str(error))
+        replace_with_storage(rewriter, op, [mean])
+        return True

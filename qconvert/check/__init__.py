@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from onnx import ModelProto, NodeProto, numpy_helper
 
-from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
+from qconvert.calibrate.dataset import DataSource
 from qconvert.check.against import AgainstReport, check_against
 from qconvert.check.backends import (
     CheckBackend,
@@ -49,6 +49,7 @@ from qconvert.check.backends import (
     make_backend,
     quiet_float_warnings,
 )
+from qconvert.check.feeds import Feed, model_feeds
 from qconvert.check.nodes import (
     NodeCase,
     broadcast_scale,
@@ -64,8 +65,6 @@ from qconvert.check.nodes import (
     split_outputs,
 )
 from qconvert.check.oracle import (
-    RANDOM_SEED,
-    check_arrays,
     element_types,
     float8_views,
     ort_session,
@@ -92,14 +91,6 @@ from qconvert.check.report import (
     tolerance_failures,
 )
 from qconvert.errors import InputError
-
-
-@dataclass(slots=True)
-class Feed:
-    """One run of the model: arrays by input name, and how many samples they hold."""
-
-    arrays: dict[str, np.ndarray]
-    samples: int
 
 
 def check(
@@ -144,7 +135,7 @@ def check(
     header, _ = read_model(model_path)
     if input_shapes:
         override_input_shapes(header, input_shapes)
-    feeds, inputs_source, notes = _feeds(header, inputs, max_samples, batch_size)
+    feeds, inputs_source, notes = model_feeds(header, inputs, max_samples, batch_size)
     first = next(feeds)
     dynamic = _dynamic_inputs(header)
     del header  # the weights again come with `load`
@@ -246,50 +237,6 @@ def _shapes_for(
     shapes: dict[str, Sequence[int]] = dict(input_shapes or {})
     shapes.update({name: tuple(arrays[name].shape) for name in dynamic if name in arrays})
     return shapes or None
-
-
-def _feeds(
-    header: ModelProto,
-    inputs: DataSource | Mapping[str, np.ndarray] | None,
-    max_samples: int | None,
-    batch_size: int | None,
-) -> tuple[Iterator[Feed], str, list[str]]:
-    """The runs to feed, lazily, what to call their source, and the dataset's warnings (filled as read)."""
-    notes: list[str] = []
-    if inputs is None:
-        arrays = random_inputs(header)
-        return iter([Feed(arrays, _samples(arrays))]), f"random (seed {RANDOM_SEED})", notes
-    if isinstance(inputs, Mapping):
-        arrays = {name: np.asarray(value) for name, value in inputs.items()}
-        check_arrays(header, arrays)
-        return iter([Feed(arrays, _samples(arrays))]), "arrays given", notes
-    dataset = open_dataset(inputs, header, batch_size)
-    label = dataset.label if isinstance(inputs, (str, os.PathLike)) else "data given"
-
-    def batches() -> Iterator[Feed]:
-        stats = DatasetStats()
-        used = 0
-        for batch in dataset.batches(stats):
-            if max_samples is not None and used >= max_samples:
-                notes.append(f"--max-samples {max_samples}: the rest of {dataset.label} was not read")
-                break
-            arrays = batch.arrays
-            size = batch.size
-            if max_samples is not None and used + size > max_samples and not dataset.fixed_batch:
-                size = max_samples - used
-                arrays = {name: array[:size] for name, array in arrays.items()}
-            used += size
-            yield Feed(arrays, size)
-        else:
-            notes.extend(stats.warnings(dataset.batch_size))
-
-    return batches(), label, notes
-
-
-def _samples(arrays: Mapping[str, np.ndarray]) -> int:
-    """Samples in one run given as arrays: the first input's batch dim (1 for a scalar)."""
-    first = next(iter(arrays.values()), None)
-    return int(first.shape[0]) if first is not None and first.ndim else 1
 
 
 def _magnitudes(cases: Sequence[NodeCase], label: str) -> None:

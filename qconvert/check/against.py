@@ -39,13 +39,11 @@ import onnx
 from onnx import ModelProto
 
 from qconvert.atomic_file import atomic_text_file
-from qconvert.calibrate.dataset import DatasetStats, DataSource, open_dataset
+from qconvert.calibrate.dataset import DataSource
+from qconvert.check.feeds import Feed, model_feeds
 from qconvert.check.oracle import (
-    RANDOM_SEED,
-    check_arrays,
     graph_inputs,
     ort_session,
-    random_inputs,
     run_session,
 )
 from qconvert.check.report import (
@@ -263,7 +261,8 @@ def check_against(
     with _progress(show_progress) as bar:
         task = bar.add_task("both models", total=None)
         for index, feed in enumerate(feeds):
-            bar.advance(task, run.batch(index, feed))
+            run.batch(index, feed.arrays, feed.samples)
+            bar.advance(task, feed.samples)
     report.results = run.results()
     report.notes.extend(notes)
     if form == "qoperator":
@@ -308,9 +307,8 @@ def _feeds(
     inputs: DataSource | Mapping[str, np.ndarray] | None,
     max_samples: int | None,
     batch_size: int | None,
-) -> tuple[Iterator[dict[str, np.ndarray]], str, list[str]]:
-    """The source model's feeds, lazily; what to call them; the dataset's warnings (filled as read)."""
-    notes: list[str] = []
+) -> tuple[Iterator[Feed], str, list[str]]:
+    """check's feeds (feeds.py), but random inputs need static shapes: --against takes no --input-shape."""
     if inputs is None:
         for info in graph_inputs(header):
             dims = info.type.tensor_type.shape.dim
@@ -318,30 +316,7 @@ def _feeds(
                 raise InputError(
                     f"graph input '{info.name}' has dynamic dims: give --data (inputs for both models)"
                 )
-        return iter([random_inputs(header)]), f"random (seed {RANDOM_SEED})", notes
-    if isinstance(inputs, Mapping):
-        arrays = {name: np.asarray(value) for name, value in inputs.items()}
-        check_arrays(header, arrays)
-        return iter([arrays]), "arrays given", notes
-    dataset = open_dataset(inputs, header, batch_size)
-    label = dataset.label if isinstance(inputs, (str, os.PathLike)) else "data given"
-
-    def batches() -> Iterator[dict[str, np.ndarray]]:
-        stats = DatasetStats()
-        used = 0
-        for batch in dataset.batches(stats):
-            if max_samples is not None and used >= max_samples:
-                notes.append(f"--max-samples {max_samples}: the rest of {dataset.label} was not read")
-                return
-            arrays, size = batch.arrays, batch.size
-            if max_samples is not None and used + size > max_samples and not dataset.fixed_batch:
-                size = max_samples - used
-                arrays = {name: array[:size] for name, array in arrays.items()}
-            used += size
-            yield arrays
-        notes.extend(stats.warnings(dataset.batch_size))
-
-    return batches(), label, notes
+    return model_feeds(header, inputs, max_samples, batch_size)
 
 
 class _Run:
@@ -414,10 +389,8 @@ class _Run:
             name=name, what=what, level="-", judged="-", reason=reason
         )
 
-    def batch(self, index: int, feeds: dict[str, np.ndarray]) -> int:
-        """Run both models on one batch and merge the comparisons; the samples it held."""
-        first = next(iter(feeds.values()), None)
-        samples = int(first.shape[0]) if first is not None and first.ndim else 1
+    def batch(self, index: int, feeds: dict[str, np.ndarray], samples: int) -> None:
+        """Run both models on one batch (of `samples` samples) and merge the comparisons."""
         self.report.samples += samples
         source = {level: run_session(session, feeds) for level, session in self.source_sessions.items()}
         for level in (OFF, ON):
@@ -434,7 +407,6 @@ class _Run:
                     self.stripped_error = error.message
         for level in self.levels:
             self._compare_level(level, index, source, stripped.get(level))
-        return samples
 
     def _compare_level(
         self,

@@ -58,6 +58,7 @@ from qconvert.check.report import (
     compare,
 )
 from qconvert.errors import InputError
+from qconvert.ir.dialects.qconvert import QOPERATOR_OPS
 from qconvert.numerics import broadcast_params
 from qconvert.storage import StorageBoundary
 
@@ -65,27 +66,8 @@ BIT_EXACT, NOISE_FLOOR = "bit-exact", "noise floor"
 OFF, ON = "off", "on"  # onnxruntime graph optimizations: disabled / all
 FORMS = ("qdq", "qoperator")
 UNRETURNABLE = ("int4", "uint4")  # storage onnxruntime's Python API neither takes nor returns as numpy
-# Ops of a --form qoperator model: onnxruntime's integer kernels (ai.onnx and com.microsoft).
-QOPERATOR_OPS = frozenset(
-    {
-        "QLinearConv",
-        "QLinearMatMul",
-        "QGemm",
-        "QLinearAdd",
-        "QLinearMul",
-        "QLinearSigmoid",
-        "QLinearLeakyRelu",
-        "QLinearGlobalAveragePool",
-        "QLinearAveragePool",
-        "QLinearConcat",
-        "QLinearSoftmax",
-        "QLinearWhere",
-        "QLinearReduceMean",
-        "QAttention",
-        "MatMulInteger",
-        "ConvInteger",
-    }
-)
+# Ops of a --form qoperator model: the qconvert dialect's QOperator ops, by their ONNX op types.
+QOPERATOR_OP_TYPES = frozenset(op.ONNX_OP_TYPE for op in QOPERATOR_OPS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +281,7 @@ def _same_inputs(
 
 
 def _qoperator_ops(model: ModelProto) -> set[str]:
-    return {node.op_type for node in model.graph.node if node.op_type in QOPERATOR_OPS}
+    return {node.op_type for node in model.graph.node if node.op_type in QOPERATOR_OP_TYPES}
 
 
 def _feeds(

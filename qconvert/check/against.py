@@ -42,6 +42,7 @@ from qconvert.atomic_file import atomic_text_file
 from qconvert.calibrate.dataset import DataSource
 from qconvert.check.feeds import Feed, model_feeds
 from qconvert.check.oracle import (
+    ORT_RETURNS,
     graph_inputs,
     ort_session,
     run_session,
@@ -65,7 +66,6 @@ from qconvert.storage import StorageBoundary
 BIT_EXACT, NOISE_FLOOR = "bit-exact", "noise floor"
 OFF, ON = "off", "on"  # onnxruntime graph optimizations: disabled / all
 FORMS = ("qdq", "qoperator")
-UNRETURNABLE = ("int4", "uint4")  # storage onnxruntime's Python API neither takes nor returns as numpy
 # Ops of a --form qoperator model: the qconvert dialect's QOperator ops, by their ONNX op types.
 QOPERATOR_OP_TYPES = frozenset(op.ONNX_OP_TYPE for op in QOPERATOR_OPS)
 
@@ -319,7 +319,7 @@ class _Run:
         self.storage_of: dict[str, str] = {}
         for name, entry in boundary.metadata.outputs.items():
             producer = producers.get(name)
-            if entry.storage in UNRETURNABLE:
+            if not _returnable(entry.storage):
                 self._not_run(name, "storage", f"onnxruntime's Python API returns no {entry.storage} tensors")
                 continue
             if producer is None or producer.op_type != "DequantizeLinear":
@@ -336,7 +336,7 @@ class _Run:
             quantize = next(
                 (n for n in source.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == name), None
             )
-            if entry.storage in UNRETURNABLE:
+            if not _returnable(entry.storage):
                 self._not_run(
                     name, "input", f"onnxruntime's Python API takes and returns no {entry.storage} tensors"
                 )
@@ -481,6 +481,11 @@ def _progress(enabled: bool) -> Any:
 
     columns = (TextColumn("{task.description}"), TextColumn("{task.completed} samples"))
     return Progress(*columns, console=Console(stderr=True), transient=True, disable=not enabled)
+
+
+def _returnable(storage: str) -> bool:
+    """Whether onnxruntime's Python API takes and returns `storage` (`int8`) as numpy arrays (not int4)."""
+    return getattr(onnx.TensorProto, storage.upper()) in ORT_RETURNS
 
 
 def _exposing(model: ModelProto, names: list[str]) -> ModelProto:

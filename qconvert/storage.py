@@ -71,11 +71,7 @@ class StorageBoundary:
             return cls._from_model(model, "model", None)
         path = Path(model)
         if path.name.endswith(SIDECAR_SUFFIX):
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as error:
-                raise InputError(f"{path}: cannot read the sidecar ({error})") from None
-            return cls._build(str(path), StorageMetadata.from_sidecar(text, str(path)), None, None)
+            return cls._build(str(path), _read_sidecar(path), None, None)
         from qconvert.frontends.onnx.load import read_model
 
         proto, _ = read_model(path)
@@ -86,8 +82,7 @@ class StorageBoundary:
         props = {prop.key: prop.value for prop in model.metadata_props}
         metadata = StorageMetadata.from_metadata_props(props, label)
         if not metadata and path is not None and sidecar_path(path).is_file():
-            sidecar = sidecar_path(path)
-            metadata = StorageMetadata.from_sidecar(sidecar.read_text(encoding="utf-8"), str(sidecar))
+            metadata = _read_sidecar(sidecar_path(path))
         if not metadata:
             raise InputError(
                 f"{label}: no qconvert.storage metadata (and no {SIDECAR_SUFFIX} sidecar): not a model "
@@ -226,6 +221,14 @@ def dequantize_outputs(
     dequantized (ONNX's DequantizeLinear, `qconvert.numerics.dequantize`), the others unchanged.
     InputError for a model without storage metadata, an unknown output, a wrong dtype or shape."""
     return StorageBoundary.of(model).dequantize_outputs(outputs)
+
+
+def _read_sidecar(path: Path) -> StorageMetadata:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: cannot read the sidecar ({error})") from None
+    return StorageMetadata.from_sidecar(text, str(path))
 
 
 def _spec(info: object) -> TensorSpec:

@@ -284,3 +284,14 @@ def test_dequantize_outputs_refuses_values_not_of_the_storage_type() -> None:
         dequantize_outputs(stripped, {"z": np.zeros(SHAPE, np.uint8)})
     with pytest.raises(InputError, match="2 outputs given; the model has 1"):
         dequantize_outputs(stripped, [np.zeros(SHAPE, np.uint8)] * 2)
+
+
+def test_an_unreadable_or_malformed_sidecar_is_an_input_error(tmp_path: Path) -> None:
+    folder = tmp_path / "folder.quant.json"
+    folder.mkdir()
+    with pytest.raises(InputError, match="cannot read the sidecar"):
+        quantize_inputs(folder, {})
+    broken = tmp_path / "broken.quant.json"
+    broken.write_text("{", encoding="utf-8")
+    with pytest.raises(InputError, match="not JSON"):
+        quantize_inputs(broken, {})

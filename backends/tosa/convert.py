@@ -28,7 +28,7 @@ from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp
 from qconvert.ir.dialects.onnx import main_function
 from qconvert.ir.printer import print_type, write_module
-from qconvert.ir.types import FunctionType
+from qconvert.ir.types import FloatType, FunctionType, element_type_of
 from qconvert.numerics.tosa import TosaRounding
 from qconvert.passes.dce import erase_unused
 from qconvert.passes.rewrite import apply_patterns
@@ -36,7 +36,7 @@ from qconvert.passes.rewrite import apply_patterns
 from .backend import TosaOptions
 from .legalize import fold_patterns, legalize_patterns
 from .legalize_quant import FloatMeanToReduceSum, RequantizeToRescale
-from .storage import Refusals, fold_casts, materialize, quant_type, storage_type
+from .storage import CAST, Refusals, fold_casts, materialize, quant_type, storage_type
 
 __all__ = ["QUANT_TYPE", "convert_to_tosa", "write_tosa"]
 
@@ -98,17 +98,33 @@ def storage_boundary(function: FuncOp) -> None:
 
 
 def _not_legalized(body: Block) -> list[Operation]:
-    return [op for op in body.ops if not op.is_terminator and not op.name.startswith("tosa.")]
+    """The ops left that are not TOSA; the casts between storage and quantized types are the legalization's
+    own glue around them, not ops of the model."""
+    return [
+        op for op in body.ops if not op.is_terminator and not op.name.startswith("tosa.") and op.name != CAST
+    ]
+
+
+def _is_float(op: Operation) -> bool:
+    types = [value.type for value in [*op.operands, *op.results]]
+    return any(isinstance(element_type_of(type_), FloatType) for type_ in types)
 
 
 def _refusal_message(left: list[Operation], refusals: Refusals) -> str:
     lines = []
-    counts = Counter((op.name, refusals.reason(op)) for op in left)
+    counts = Counter((op.name, refusals.reason(op) or _default_reason(op)) for op in left)
     for (name, reason), count in counts.items():
         times = f" (x{count})" if count > 1 else ""
-        why = reason or "no integer TOSA lowering (a float op, or an op not legalized yet)"
-        lines.append(f"  {name}{times}: {why}")
+        lines.append(f"  {name}{times}: {reason}")
     return "cannot convert to integer-only TOSA; these ops remain:\n" + "\n".join(lines)
+
+
+def _default_reason(op: Operation) -> str:
+    if op.name == "stablehlo.uniform_quantize" or op.name == "stablehlo.uniform_dequantize":
+        return "the edge of a float region (integer TOSA has no float values)"
+    if _is_float(op):
+        return "float arithmetic the quantized form leaves unfused (PRO-INT has no float ops)"
+    return "no TOSA lowering yet"
 
 
 def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> ModuleOp:

@@ -304,8 +304,8 @@ def check_command(
     against: str | None = typer.Option(
         None,
         "--against",
-        help="SOURCE.onnx: MODEL is its stripped copy (--to onnx-storage); both run in onnxruntime on "
-        "--data, boundary storage compared bit-exact (the options above do not apply)",
+        help="SOURCE.onnx: MODEL is its stripped copy (--to onnx-storage); both run in onnxruntime, "
+        "boundary storage compared bit-exact (takes --data, --max-samples, --batch-size, --json, --quiet)",
     ),
 ) -> None:
     """Check MODEL against onnxruntime: every node (quantization nodes bit-exact, float nodes within a

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .backend import BACKEND, TosaBackend, TosaOptions
     from .convert import QUANT_TYPE, convert_to_tosa, write_tosa
+    from .emulate import SUPPORTED_OPS, emulate_module, emulate_tosa, parse_tosa
+    from .iree import IREE_PACKAGES, compile_iree, iree_available, run_iree
     from .run import (
         TOSA_PYTHON_ENV,
         TOSA_TOOLS_VERSION,
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
         tosa_tool,
         validate,
     )
+    from .samples import SampleGraph, sample_graphs
 
 # Public name -> (module of this package, its name there); loaded on first use.
 _EXPORTS: dict[str, tuple[str, str]] = {
@@ -57,6 +60,13 @@ _EXPORTS: dict[str, tuple[str, str]] = {
         "validate",
     )
 }
+_EXPORTS.update(
+    {name: ("emulate", name) for name in ("SUPPORTED_OPS", "emulate_module", "emulate_tosa", "parse_tosa")}
+)
+_EXPORTS.update(
+    {name: ("iree", name) for name in ("IREE_PACKAGES", "compile_iree", "iree_available", "run_iree")}
+)
+_EXPORTS.update({name: ("samples", name) for name in ("SampleGraph", "sample_graphs")})
 _EXPORTS.update({name: ("backend", name) for name in ("BACKEND", "TosaBackend", "TosaOptions")})
 _EXPORTS.update({name: ("convert", name) for name in ("QUANT_TYPE", "convert_to_tosa", "write_tosa")})
 
@@ -64,19 +74,29 @@ __all__ = [
     "BACKEND",
     "EngineError",
     "GraphDescription",
+    "IREE_PACKAGES",
     "QUANT_TYPE",
     "ReferenceJob",
     "ReferenceResult",
+    "SUPPORTED_OPS",
+    "SampleGraph",
     "TOSA_PYTHON_ENV",
     "TOSA_TOOLS_VERSION",
     "TosaBackend",
     "TosaOptions",
+    "compile_iree",
     "convert_to_tosa",
     "describe_flatbuffers",
+    "emulate_tosa",
+    "emulate_module",
+    "iree_available",
     "missing_message",
+    "parse_tosa",
     "require_tosa_python",
+    "run_iree",
     "run_reference",
     "run_reference_jobs",
+    "sample_graphs",
     "tosa_python",
     "tosa_tool",
     "validate",

@@ -347,6 +347,8 @@ def rescale(
     if np.any((multipliers < low_m) | (multipliers > high_m)) or np.any((shifts < -128) | (shifts > 127)):
         raise ValueError(f"rescale: multipliers must be int{scale_bits} and shifts int8")
 
+    if not per_channel:  # one scale for the whole tensor keeps a rank-0 input rank 0
+        multipliers, shifts = multipliers[0], shifts[0]
     shifted = _extend(values, in_bits, input_unsigned) - input_zero
     if scale32:
         scaled = apply_scale_32(shifted, multipliers, shifts, double_round=rounding == TosaRounding.DOUBLE)

@@ -19,7 +19,8 @@ the storage range, where adding zp in float drops bits of `x / s`, and on NaN (q
 truncates, so it differs from both wherever they round away from zero (|fraction| > 0.5, half the ties).
 
 Submodules hold the rules of one engine family each: `onnxruntime_kernels` (QOperator integer
-kernels, re-exported here).
+kernels, re-exported here); `tosa` (TOSA 1.0's fixed-point RESCALE, multiplier / shift, TABLE, pooling's
+reciprocal, pinned to the TOSA reference model; imported as `qconvert.numerics.tosa`).
 """
 
 from __future__ import annotations

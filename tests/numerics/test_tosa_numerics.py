@@ -730,3 +730,38 @@ def test_worked_vectors_of_the_reference() -> None:
         compute_multiplier_and_shift(2.0**29)
     with pytest.raises(ValueError, match="non-negative"):
         compute_multiplier_and_shift(-1.0)
+
+
+@pytest.mark.parametrize("width", [32, 16])
+def test_multiplier_and_shift_are_the_nearest_normalised_pair(width: int) -> None:
+    """No engine here exposes MLIR's computeMultiplierAndShift, so its definition is checked directly on
+    100,000 scales from 2**-75 to just below the largest representable: the multiplier is normalised
+    (2**(w-2) <= m < 2**(w-1)) and the nearest, ties away from zero (|m - scale * 2**s| <= 1/2, exact in
+    float64), until the shift reaches 62; from there it is the normalised one shifted right."""
+    rng = np.random.default_rng(4)
+    top_exponent = 28 if width == 32 else 12
+    scales = 2.0 ** rng.uniform(-75, top_exponent, 100_000)
+    scales[:4] = [
+        (1 - 2.0 ** -(width + 1)) * 0.5,
+        0.75 + 2.0 ** -(width + 1),
+        2.0**-62,
+        2.0 ** (top_exponent + 0.99),
+    ]
+    multiplier, shift = compute_multiplier_and_shift(scales, scale_width=width)
+    m, s = multiplier.astype(np.int64), shift.astype(np.int64)
+    assert np.all((s >= 2) & (s <= 62))
+    free = s < 62
+    assert np.all((m[free] >= 1 << (width - 2)) & (m[free] < 1 << (width - 1)))
+    error = np.abs(m[free] - np.ldexp(scales[free], s[free].astype(np.int32)))
+    assert error.max() <= 0.5
+    # scales[0]'s mantissa rounds up to 2**(w-1): renormalised to 2**(w-2), one shift less
+    assert int(multiplier[0]) == 1 << (width - 2) and int(shift[0]) == width - 1
+    clamped = ~free
+    assert clamped.sum() > 1000
+    mantissa, exponent = np.frexp(scales[clamped])
+    unclamped_shift = (width - 1) - exponent.astype(np.int64)
+    normalised = np.floor(mantissa * 2.0 ** (width - 1) + 0.5).astype(np.int64)
+    normalised = np.where(normalised == 1 << (width - 1), 1 << (width - 2), normalised)
+    unclamped_shift = np.where(np.floor(mantissa * 2.0 ** (width - 1) + 0.5) == 2.0 ** (width - 1),
+                               unclamped_shift - 1, unclamped_shift)  # fmt: skip
+    assert np.array_equal(m[clamped], normalised >> np.minimum(31, unclamped_shift - 62))

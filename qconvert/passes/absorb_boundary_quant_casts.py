@@ -4,8 +4,8 @@ the quantized values its outputs are dequantized from.
 The first half of strip-to-storage (issue 20; the second is `strip-func-quant-types`' signature rewrite,
 `strip_storage_signature` below). On the `func.func @main` of a lifted ONNX model:
 
-* an argument whose every use is a `quant.qcast` to one and the same type takes that type; the qcasts go
-  and their users read the argument;
+* an argument whose every use is a `quant.qcast` to one and the same type (or an `onnx.Shape` / `onnx.Size`,
+  which read only the shape) takes that type; the qcasts go and their users read the argument;
 * a result returned straight from a `quant.dcast` becomes the dcast's operand (the dcast goes when
   nothing else reads it).
 
@@ -47,7 +47,7 @@ from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp, ReturnOp
 from qconvert.ir.dialects.onnx import ELEM_TYPE, main_function, op_label, signature_names
-from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
+from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
 from qconvert.ir.printer import print_type
 from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import FloatType, FunctionType, Type, element_type_of
@@ -56,6 +56,7 @@ from qconvert.passes.strip_func_quant_types import (
     StorageCastRewriter,
     StripFunctionSignature,
     StripReturn,
+    is_stripped_type,
 )
 from qconvert.storage_metadata import boundary_problem, storage_name
 
@@ -71,6 +72,8 @@ __all__ = [
 ALL = "all"
 NONE = "none"
 MAX_LISTED = 3  # consumers named in a reason
+# Ops that read only their operand's shape, which the storage tensor shares: they may read a stripped input.
+SHAPE_READERS = frozenset({"onnx.Shape", "onnx.Size"})
 
 
 @dataclass
@@ -139,7 +142,9 @@ def input_problem(argument: Value) -> str | None:
     quantizes = [user for user in users if isinstance(user, QuantizeCastOp)]
     if not quantizes:
         return f"not quantized on entry (read by {_listed(users)})"
-    floats = [user for user in users if not isinstance(user, QuantizeCastOp)]
+    floats = [
+        user for user in users if not isinstance(user, QuantizeCastOp) and user.name not in SHAPE_READERS
+    ]
     if floats:
         return f"a float consumer beside its QuantizeLinear: {_listed(floats)}"
     types = {quantize.result.type for quantize in quantizes}
@@ -225,7 +230,7 @@ def absorb_boundary_quant_casts(
 
     argument_types = list(function.function_type.inputs)
     for index, argument, name in arguments:
-        quantizes = [user for user, _ in argument.uses]
+        quantizes = [user for user, _ in argument.uses if isinstance(user, QuantizeCastOp)]
         argument.type = argument_types[index] = quantizes[0].results[0].type
         for quantize in quantizes:
             quantize.results[0].replace_all_uses_with(argument)
@@ -249,7 +254,9 @@ def absorb_boundary_quant_casts(
 def strip_storage_signature(module: ModuleOp) -> None:
     """`strip-func-quant-types`' signature rewrite on @main: quantized arguments and results become their
     storage (`tensor<..xi8>`, signless as upstream makes it) with `quant.scast` glue; an unsigned one gets
-    `onnx.elem_type` ("uint8"), as the lifter marks unsigned graph inputs and outputs.
+    `onnx.elem_type` ("uint8"), as the lifter marks unsigned graph inputs and outputs. A result that is a
+    view of storage (an integer op's output) returns that storage, and `onnx.Shape` / `onnx.Size` read a
+    stripped argument itself: the glue the lifter makes of the written model, no more.
 
     NOTE: the pass itself also folds every `dcast(qcast(x))` in the module, as upstream's conversion does
     (its target names only the func ops): that would drop the body's fake quantization, which is the
@@ -258,12 +265,34 @@ def strip_storage_signature(module: ModuleOp) -> None:
     function = main_function(module, "to strip")
     argument_types = function.function_type.inputs
     result_types = function.function_type.results
-    rewriter = StorageCastRewriter()
-    StripFunctionSignature().match_and_rewrite(function, rewriter)
     returned = function.body.terminator
     assert isinstance(returned, ReturnOp)
+    rewriter = StorageCastRewriter()
+    views = []
+    for value in returned.operands:
+        view = value.owner_op()
+        if (
+            isinstance(view, StorageCastOp)
+            and is_stripped_type(view.input.type)
+            and not is_stripped_type(value.type)
+        ):
+            # A result that is already a view of storage (an integer op's output, dequantized) returns that
+            # storage: no cast back (upstream would fold the scast pair).
+            rewriter.storage_twins[value] = view.input
+            views.append(view)
+    StripFunctionSignature().match_and_rewrite(function, rewriter)
     StripReturn().match_and_rewrite(returned, rewriter)
     rewriter.finish()
+    for argument in function.body.arguments:
+        for view, _ in list(argument.uses):
+            if isinstance(view, StorageCastOp):  # the glue: shape readers read the storage (same shape)
+                for user, index in list(view.result.uses):
+                    if user.name in SHAPE_READERS:
+                        user.set_operand(index, argument)
+                views.append(view)
+    for view in views:
+        if view.parent is not None and not view.result.has_uses:
+            view.erase()
     for key, types in (("arg_attrs", argument_types), ("res_attrs", result_types)):
         for index, type_ in enumerate(types):
             quant_type = element_type_of(type_)

@@ -11,7 +11,11 @@ from qconvert.ir.parser import ParserOptions, parse_module
 from qconvert.ir.printer import print_module
 from qconvert.ir.verify import verify
 from qconvert.passes import get_pass
-from qconvert.passes.absorb_boundary_quant_casts import absorb_boundary_quant_casts, parse_selection
+from qconvert.passes.absorb_boundary_quant_casts import (
+    absorb_boundary_quant_casts,
+    parse_selection,
+    strip_storage_signature,
+)
 
 Q = "!quant.uniform<u8:f32, 5.000000e-01:10>"
 SOURCE = f"""
@@ -81,3 +85,23 @@ def test_selection_text() -> None:
     assert parse_selection("a, b", "--inputs") == ("a", "b")
     with pytest.raises(InputError, match="an empty name"):
         parse_selection("a,,b", "--inputs")
+
+
+def test_shape_readers_may_read_a_stripped_input_and_then_read_its_storage() -> None:
+    module = parse(
+        f"""
+        !q = {Q}
+        func.func @main(%arg0: tensor<4xf32> {{onnx.name = "x"}}) -> (tensor<1xi64> {{onnx.name = "s"}}) {{
+          %0 = quant.qcast %arg0 : tensor<4xf32> to tensor<4x!q>
+          %1 = "onnx.Shape"(%arg0) {{onnx.node_name = "shape"}} : (tensor<4xf32>) -> tensor<1xi64>
+          return %1 : tensor<1xi64>
+        }}
+        """
+    )
+    boundary = absorb_boundary_quant_casts(module)
+    assert list(boundary.inputs) == ["x"]
+    strip_storage_signature(module)
+    verify(module)
+    assert '"onnx.Shape"(%arg0) {onnx.node_name = "shape"} : (tensor<4xi8>) -> tensor<1xi64>' in print_module(
+        module
+    )

@@ -14,8 +14,8 @@ stripped model receives exactly what the source model's QuantizeLinear computed;
 ONNX's DequantizeLinear (`qconvert.numerics.dequantize`) to each stripped output. Inputs and outputs left
 float pass through. A model read once can serve many calls: `StorageBoundary.of(model)`.
 
-int4 / uint4 storage comes back as ml_dtypes' int4 / uint4 arrays (onnxruntime's Python API takes them only
-as packed OrtValues).
+int4 / uint4 storage comes back as ml_dtypes' int4 / uint4 arrays; onnxruntime's Python API takes them only
+as packed OrtValues, which `qconvert.check.ort_values.run_values` makes (and unpacks the results of).
 """
 
 from __future__ import annotations

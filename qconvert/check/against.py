@@ -21,8 +21,9 @@ model (float outputs as they are) against the source's float outputs with optimi
 check's noise-floor rule (report.py's module NOTE; the floor is the source optimized against unoptimized).
 
 Verdict as check's: PASSED only when every comparison ran and passed; INCOMPLETE when one could not run
-(an output the stripped model lacks, a storage type onnxruntime's Python API cannot feed, ...); FAILED
-when any failed. Each comparison counts its mismatches over every batch, with the first differing index.
+(an output the stripped model lacks, a model onnxruntime cannot load or run at one optimization level);
+FAILED when any failed. Each comparison counts its mismatches over every batch, with the first differing
+index. int4 / uint4 storage is fed and read as packed OrtValues (ort_values.py).
 """
 
 from __future__ import annotations
@@ -41,12 +42,8 @@ from onnx import ModelProto
 from qconvert.atomic_file import atomic_text_file
 from qconvert.calibrate.dataset import DataSource
 from qconvert.check.feeds import Feed, model_feeds
-from qconvert.check.oracle import (
-    ORT_RETURNS,
-    graph_inputs,
-    ort_session,
-    run_session,
-)
+from qconvert.check.oracle import graph_inputs, ort_session
+from qconvert.check.ort_values import run_values
 from qconvert.check.report import (
     FAIL,
     FAILED,
@@ -317,11 +314,8 @@ class _Run:
         graph_inputs = {i.name for i in source.graph.input}
         # Storage each stripped output must equal: the input of the source's final DequantizeLinear.
         self.storage_of: dict[str, str] = {}
-        for name, entry in boundary.metadata.outputs.items():
+        for name in boundary.metadata.outputs:
             producer = producers.get(name)
-            if not _returnable(entry.storage):
-                self._not_run(name, "storage", f"onnxruntime's Python API returns no {entry.storage} tensors")
-                continue
             if producer is None or producer.op_type != "DequantizeLinear":
                 self._not_run(name, "storage", f"the source's output '{name}' is not a DequantizeLinear's")
                 continue
@@ -332,15 +326,11 @@ class _Run:
             self.storage_of[name] = read
         # What the source's QuantizeLinear made of each stripped input.
         self.quantized_as: dict[str, str] = {}
-        for name, entry in boundary.metadata.inputs.items():
+        for name in boundary.metadata.inputs:
             quantize = next(
                 (n for n in source.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == name), None
             )
-            if not _returnable(entry.storage):
-                self._not_run(
-                    name, "input", f"onnxruntime's Python API takes and returns no {entry.storage} tensors"
-                )
-            elif quantize is None:
+            if quantize is None:
                 self._not_run(name, "input", f"no QuantizeLinear of input '{name}' in the source")
             else:
                 self.quantized_as[name] = quantize.output[0]
@@ -352,19 +342,20 @@ class _Run:
         self.stripped_outputs = [name for name in self.outputs if name in stripped_outputs]
         label = report.source
         extra_storage = [read for read in self.storage_of.values() if read in producers]
-        self.source_sessions = {
-            OFF: ort_session(_exposing(source, [*extra_storage, *self.quantized_as.values()]), False, label),
-            # Optimizations on: only the storage read (QuantizeLinear outputs) is exposed, as few changes
-            # to the graph onnxruntime fuses as the comparison needs.
-            ON: ort_session(_exposing(source, extra_storage), True, label),
-        }
+        # Optimizations off: the spec oracle, which must load (else the source is bad input). On: only the
+        # storage read (QuantizeLinear outputs) is exposed, as few changes to what onnxruntime fuses as the
+        # comparison needs; a level a model cannot load at is not run, with why (`errors`).
+        self.errors: dict[str, str] = {}
+        exposed = _exposing(source, [*extra_storage, *self.quantized_as.values()])
+        self.source_sessions = {OFF: ort_session(exposed, False, label)}
         self.stripped_sessions: dict[str, Any] = {}
-        self.stripped_error: str | None = None
-        try:
-            for level in self.levels:
+        for level in self.levels:
+            try:
+                if level == ON:
+                    self.source_sessions[ON] = ort_session(_exposing(source, extra_storage), True, label)
                 self.stripped_sessions[level] = ort_session(stripped, level == ON, report.stripped)
-        except InputError as error:
-            self.stripped_error = error.message
+            except InputError as error:
+                self.errors[level] = error.message
 
     def _not_run(self, name: str, what: str, reason: str) -> None:
         self.comparisons[(name, what, "-")] = AgainstResult(
@@ -374,19 +365,27 @@ class _Run:
     def batch(self, index: int, feeds: dict[str, np.ndarray], samples: int) -> None:
         """Run both models on one batch (of `samples` samples) and merge the comparisons."""
         self.report.samples += samples
-        source = {level: run_session(session, feeds) for level, session in self.source_sessions.items()}
-        for level in (OFF, ON):
-            source[level].update({name: feeds[name] for name in self.storage_of.values() if name in feeds})
         quantized = self.boundary.quantize_inputs(feeds)
+        source: dict[str, dict[str, np.ndarray]] = {}
+        stripped: dict[str, dict[str, np.ndarray]] = {}
+        for level, session in self.source_sessions.items():
+            if level != OFF and level in self.errors:
+                continue
+            try:
+                source[level] = run_values(session, feeds)
+            except InputError as error:
+                if level == OFF:
+                    raise  # the spec oracle cannot run these inputs: bad input, as check says
+                self.errors[level] = f"{self.report.source}: {error.message}"
+                continue
+            source[level].update({name: feeds[name] for name in self.storage_of.values() if name in feeds})
+            if level in self.stripped_sessions and level not in self.errors:
+                try:
+                    stripped[level] = run_values(self.stripped_sessions[level], quantized)
+                except InputError as error:
+                    self.errors[level] = f"{self.report.stripped}: {error.message}"
         for name, produced in self.quantized_as.items():
             self._exact(name, "input", OFF, index, quantized[name], source[OFF][produced])
-        stripped: dict[str, dict[str, np.ndarray]] = {}
-        for level, session in self.stripped_sessions.items():
-            if self.stripped_error is None:
-                try:
-                    stripped[level] = run_session(session, quantized)
-                except InputError as error:
-                    self.stripped_error = error.message
         for level in self.levels:
             self._compare_level(level, index, source, stripped.get(level))
 
@@ -397,31 +396,38 @@ class _Run:
         source: dict[str, dict[str, np.ndarray]],
         stripped: dict[str, np.ndarray] | None,
     ) -> None:
+        """Every comparison at `level`; each one not run (with the level's error) when a model did not."""
         storage = self.boundary.metadata.outputs
-        dequantized = (
-            self.boundary.dequantize_outputs({n: stripped[n] for n in storage if n in stripped})
-            if stripped is not None
-            else {}
-        )
+        ran = stripped is not None and level in source
+        dequantized = self.boundary.dequantize_outputs({n: stripped[n] for n in storage}) if ran else {}
         for name in self.stripped_outputs:
-            if name in storage:
-                if name in self.storage_of:
-                    ours = None if stripped is None else stripped[name]
-                    self._exact(name, "storage", level, index, ours, source[level][self.storage_of[name]])
-                if not self.qoperator:
-                    self._exact(name, "dequantized", level, index, dequantized.get(name), source[level][name])
-            elif not self.qoperator:
-                self._exact(
-                    name,
-                    "float",
-                    level,
-                    index,
-                    None if stripped is None else stripped[name],
-                    source[level][name],
-                )
             if self.qoperator:
-                ours = None if stripped is None else dequantized.get(name, stripped[name])
-                self._end_to_end(name, index, ours, source[OFF][name], source[ON][name])
+                ours = dequantized.get(name, stripped[name]) if ran else None
+                floor = (source[OFF][name], source[ON][name]) if ran else None
+                self._end_to_end(name, index, ours, floor, self.errors.get(level))
+            if name in storage and name in self.storage_of:
+                self._exact(name, "storage", level, index, *self._pair(ran, stripped, source, level, name))
+            if self.qoperator:
+                continue
+            if name in storage:
+                reference = source[level][name] if ran else None
+                self._exact(name, "dequantized", level, index, dequantized.get(name), reference)
+            else:
+                self._exact(name, "float", level, index, *self._pair(ran, stripped, source, level, name))
+
+    def _pair(
+        self,
+        ran: bool,
+        stripped: dict[str, np.ndarray] | None,
+        source: dict[str, dict[str, np.ndarray]],
+        level: str,
+        name: str,
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The stripped model's output `name` and what the source gave for it (its storage read, if any)."""
+        if not ran:
+            return None, None
+        assert stripped is not None
+        return stripped[name], source[level][self.storage_of.get(name, name)]
 
     def _result(self, name: str, what: str, level: str, judged: str) -> AgainstResult:
         key = (name, what, level)
@@ -430,11 +436,17 @@ class _Run:
         return self.comparisons[key]
 
     def _exact(
-        self, name: str, what: str, level: str, index: int, ours: np.ndarray | None, reference: np.ndarray
+        self,
+        name: str,
+        what: str,
+        level: str,
+        index: int,
+        ours: np.ndarray | None,
+        reference: np.ndarray | None,
     ) -> None:
         result = self._result(name, what, level, BIT_EXACT)
-        if ours is None:  # the stripped model did not run (on this batch: what earlier ones gave is void)
-            result.comparison, result.reason = None, self.stripped_error or "not computed"
+        if ours is None or reference is None:  # a model did not run: what earlier batches gave is void
+            result.comparison, result.reason = None, self.errors.get(level, "not computed")
             return
         comparison = compare(reference, ours)
         if not comparison.comparable:
@@ -456,12 +468,19 @@ class _Run:
         result.comparison = comparison if result.comparison is None else result.comparison.merged(comparison)
 
     def _end_to_end(
-        self, name: str, index: int, ours: np.ndarray | None, reference: np.ndarray, optimized: np.ndarray
+        self,
+        name: str,
+        index: int,
+        ours: np.ndarray | None,
+        floor: tuple[np.ndarray, np.ndarray] | None,
+        error: str | None,
     ) -> None:
+        """Ours (optimizations on) against the source unoptimized, beside the source optimized (`floor`)."""
         result = self._result(name, "end to end", f"{ON} vs source {OFF}", NOISE_FLOOR)
-        if ours is None:
-            result.comparison, result.reason = None, self.stripped_error or "not computed"
+        if ours is None or floor is None:
+            result.comparison, result.reason = None, error or "not computed"
             return
+        reference, optimized = floor
         lsb = None
         entry = self.boundary.metadata.outputs.get(name)
         if entry is not None and reference.shape == ours.shape:
@@ -481,11 +500,6 @@ def _progress(enabled: bool) -> Any:
 
     columns = (TextColumn("{task.description}"), TextColumn("{task.completed} samples"))
     return Progress(*columns, console=Console(stderr=True), transient=True, disable=not enabled)
-
-
-def _returnable(storage: str) -> bool:
-    """Whether onnxruntime's Python API takes and returns `storage` (`int8`) as numpy arrays (not int4)."""
-    return getattr(onnx.TensorProto, storage.upper()) in ORT_RETURNS
 
 
 def _exposing(model: ModelProto, names: list[str]) -> ModelProto:

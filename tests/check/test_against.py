@@ -199,57 +199,62 @@ def test_the_cli_exit_codes_and_json(
     assert code == 2 and "not with --backend" in capsys.readouterr().err
 
 
-def test_storage_onnxruntime_cannot_feed_or_return_is_not_run(tmp_path: Path) -> None:
-    """int4 at the boundary: onnxruntime's Python API takes and returns no 4-bit arrays, so nothing of the
-    stripped model can run here; the verdict says INCOMPLETE with why, never PASSED."""
+@pytest.mark.parametrize(
+    ("kind", "quant_type"),
+    [
+        (TensorProto.INT4, "!quant.uniform<i4:f32, 0.5:1>"),
+        (TensorProto.UINT4, "!quant.uniform<u4:f32, 0.5:8>"),
+    ],
+)
+def test_four_bit_boundaries_run_through_packed_values(kind: int, quant_type: str, tmp_path: Path) -> None:
+    """int4 / uint4 at the boundary, which onnxruntime's Python API has no numpy type for: fed and read as
+    packed OrtValues (check/ort_values.py), compared bit for bit; a stripped body that differs is FAILED."""
     scale, zero = (
         helper.make_tensor("s", TensorProto.FLOAT, [], [0.5]),
-        helper.make_tensor("z", TensorProto.INT4, [], [1]),
+        helper.make_tensor("z", kind, [], [1]),
     )
-    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    zero = helper.make_tensor("z", kind, [], [StorageEntry.of(parse_type(quant_type)).zero_point[0]])
 
-    def model(nodes: list, kind: int, props: dict[str, str]) -> Path:
+    def model(nodes: list, input_kind: int, props: dict[str, str], name: str, factor: float = 2.0) -> Path:
         graph = helper.make_graph(
             nodes,
             "g",
-            [helper.make_tensor_value_info("x", kind, [4])],
-            [helper.make_tensor_value_info("y", kind, [4])],
-            [scale, zero, two],
+            [helper.make_tensor_value_info("x", input_kind, [2, 4])],
+            [helper.make_tensor_value_info("y", input_kind, [2, 4])],
+            [scale, zero, helper.make_tensor("factor", TensorProto.FLOAT, [], [factor])],
         )
         proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
         proto.ir_version = 10
         for key, value in props.items():
             proto.metadata_props.add(key=key, value=value)
-        path = tmp_path / f"{'source' if kind == TensorProto.FLOAT else 'stripped'}.onnx"
-        onnx.save(proto, str(path))
-        return path
+        onnx.save(proto, str(tmp_path / name))
+        return tmp_path / name
 
     def body(quantized_input: str, quantized_output: str) -> list:
         return [
             helper.make_node("DequantizeLinear", [quantized_input, "s", "z"], ["dx"]),
-            helper.make_node("Mul", ["dx", "two"], ["m"]),
+            helper.make_node("Mul", ["dx", "factor"], ["m"]),
             helper.make_node("QuantizeLinear", ["m", "s", "z"], [quantized_output]),
         ]
 
-    source = model(
-        [
-            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["qx"]),
-            *body("qx", "qy"),
-            helper.make_node("DequantizeLinear", ["qy", "s", "z"], ["y"]),
-        ],
-        TensorProto.FLOAT,
-        {},
-    )
-    entry = StorageEntry.of(parse_type("!quant.uniform<i4:f32, 0.5:1>"))
+    source_nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["qx"]),
+        *body("qx", "qy"),
+        helper.make_node("DequantizeLinear", ["qy", "s", "z"], ["y"]),
+    ]
+    source = model(source_nodes, TensorProto.FLOAT, {}, "source.onnx")
+    entry = StorageEntry.of(parse_type(quant_type))
     props = StorageMetadata(inputs={"x": entry}, outputs={"y": entry}).metadata_props()
-    stripped = model(body("x", "y"), TensorProto.INT4, props)
-    report = check_against(stripped, source, {"x": np.array([0.2, -1.3, 2.6, 9.0], np.float32)})
-    assert report.verdict == INCOMPLETE and not report.passed
-    assert {r.verdict for r in report.results} == {NOT_RUN}
-    reasons = {(r.name, r.what): r.reason for r in report.results}
-    assert "returns no int4 tensors" in reasons[("y", "storage")]
-    assert "takes and returns no int4 tensors" in reasons[("x", "input")]
-    assert "onnxruntime cannot run the model" in reasons[("y", "dequantized")]
+    x = {"x": np.array([[0.2, -1.3, 2.6, 9.0], [-0.75, 0.25, 1.0, -4.0]], np.float32)}
+
+    report = check_against(model(body("x", "y"), kind, props, "stripped.onnx"), source, x)
+    assert report.verdict == PASSED, [(r.label, r.failure, r.reason) for r in report.results]
+    assert len(report.results) == 5 and all(r.comparison.elements == 8 for r in report.results)
+
+    report = check_against(model(body("x", "y"), kind, props, "tampered.onnx", factor=1.0), source, x)
+    assert report.verdict == FAILED
+    storage = rows(report)[("y", "storage", "off")]
+    assert storage.mismatches > 0 and storage.first is not None
 
 
 def test_two_stripped_outputs_and_an_input_left_float(tmp_path: Path) -> None:

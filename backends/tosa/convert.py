@@ -34,6 +34,7 @@ from qconvert.passes.dce import erase_unused
 from qconvert.passes.rewrite import apply_patterns
 
 from .backend import TosaOptions
+from .float_island import FloatIslandToTable
 from .legalize import fold_patterns, legalize_patterns
 from .legalize_quant import FloatMeanToReduceSum, RequantizeToRescale
 from .storage import CAST, Refusals, fold_casts, materialize, quant_type, storage_type
@@ -150,6 +151,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     patterns = [
         RequantizeToRescale(rounding, refusals),
         FloatMeanToReduceSum(rounding, refusals),
+        FloatIslandToTable(refusals),
         *legalize_patterns(refusals),
     ]
     apply_patterns(body, patterns, nested=False)

@@ -236,8 +236,9 @@ class ElementwiseOnStorage(_Pattern):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
         types = {operand.type for operand in op.operands} | {op.result.type}
         element = element_type_of(op.result.type)
-        if not isinstance(storage_element(element), IntegerType):
-            return False  # float: a float island
+        storage = storage_element(element)
+        if not isinstance(storage, IntegerType) or storage.width not in (8, 16, 32):
+            return False  # float, or i64 (the integer end of a float island's emulation): not TOSA's
         if len(types) != 1:
             return self.refuse(
                 op, "operands of different quantized types (a rescaling add is not supported yet)"

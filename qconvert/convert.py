@@ -33,6 +33,9 @@ def convert(
     `dense<"0x...">`, what the engines need), `fuse_arithmetic` (quantized form: add / dot_general /
     convolution fused too, backends/stablehlo/legalize_qdq_to_quantized_op.py). ONNX (`to="onnx"`)
     takes none: the lifted module itself, which `write(module, path, to="onnx")` saves as a QDQ model.
+    onnx-storage (`to="onnx-storage"`) takes `inputs` / `outputs` (all, none or NAME,NAME) and `form` qdq |
+    qoperator: a model whose quantized inputs and outputs are storage integers, its parameters in its
+    metadata and a sidecar (backends/onnx_storage/, qconvert/storage_metadata.py).
     Raises InputError on bad options (before the model is read) and when ops cannot be converted (all
     listed).
     """

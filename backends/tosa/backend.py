@@ -11,7 +11,15 @@ from qconvert.numerics.tosa import TosaRounding
 from qconvert.options import CHOICES, check_choice, flag, option, option_fields
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from onnx import ModelProto
+
     from qconvert.ir.dialects.builtin import ModuleOp
+
+    from .check import TosaCheckRunner
+
+    Lift = Callable[[ModelProto], ModuleOp]
 
 ENGINE_NAMES = ("reference", "iree")
 
@@ -53,9 +61,11 @@ class TosaBackend:
 
         write_tosa(artifact, output)
 
-    def check_runner(self, options: TosaOptions, engine: str | None, lift: object) -> None:
-        """None yet: `check --backend tosa` comes with the TOSA check runner."""
-        return None
+    def check_runner(self, options: TosaOptions, engine: str | None, lift: Lift) -> TosaCheckRunner:
+        """`check --backend tosa [--engine reference|iree]`: the runner of check.py."""
+        from .check import TosaCheckRunner
+
+        return TosaCheckRunner(lift, options, engine or self.default_engine)
 
 
 BACKEND = TosaBackend()

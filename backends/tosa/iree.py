@@ -75,4 +75,5 @@ def run_iree(
     except (RuntimeError, ValueError) as error:
         raise EngineError(f"IREE failed to run @{function}: {error}") from None
     results = results if isinstance(results, tuple | list) else [results]
-    return tuple(np.asarray(result.to_host()) for result in results)
+    # Copies: to_host() may map the device buffer, which goes with `context` when this returns.
+    return tuple(np.array(result.to_host(), copy=True) for result in results)

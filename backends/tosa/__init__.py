@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .backend import BACKEND, TosaBackend, TosaOptions
+    from .conformance import ConformanceCase, generate_conformance, run_generator
     from .convert import QUANT_TYPE, convert_to_tosa, write_tosa
     from .emulate import SUPPORTED_OPS, emulate_module, emulate_tosa, parse_tosa
     from .iree import IREE_PACKAGES, compile_iree, iree_available, run_iree
@@ -69,9 +70,13 @@ _EXPORTS.update(
 _EXPORTS.update({name: ("samples", name) for name in ("SampleGraph", "sample_graphs")})
 _EXPORTS.update({name: ("backend", name) for name in ("BACKEND", "TosaBackend", "TosaOptions")})
 _EXPORTS.update({name: ("convert", name) for name in ("QUANT_TYPE", "convert_to_tosa", "write_tosa")})
+_EXPORTS.update(
+    {name: ("conformance", name) for name in ("ConformanceCase", "generate_conformance", "run_generator")}
+)
 
 __all__ = [
     "BACKEND",
+    "ConformanceCase",
     "EngineError",
     "GraphDescription",
     "IREE_PACKAGES",
@@ -89,12 +94,14 @@ __all__ = [
     "describe_flatbuffers",
     "emulate_tosa",
     "emulate_module",
+    "generate_conformance",
     "iree_available",
     "missing_message",
     "parse_tosa",
     "require_tosa_python",
     "run_iree",
     "run_reference",
+    "run_generator",
     "run_reference_jobs",
     "sample_graphs",
     "tosa_python",

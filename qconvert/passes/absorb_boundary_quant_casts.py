@@ -134,9 +134,11 @@ def _listed(ops: Sequence[Operation]) -> str:
 def input_problem(argument: Value) -> str | None:
     """Why `argument` cannot take the type it is quantized to; None when it can."""
     element = element_type_of(argument.type)
+    users = [user for user, _ in argument.uses]
+    if isinstance(element, QuantizedType) or (users and all(isinstance(u, StorageCastOp) for u in users)):
+        return f"already storage ({argument.type}, read as its quantized type)"
     if not isinstance(element, FloatType):
         return f"its type {argument.type} is not float: nothing quantizes it"
-    users = [user for user, _ in argument.uses]
     if not users:
         return "unused"
     quantizes = [user for user in users if isinstance(user, QuantizeCastOp)]
@@ -163,6 +165,8 @@ def output_problem(value: Value) -> str | None:
     producer = value.owner_op()
     if producer is None:
         return "a graph input returned as it is"
+    if isinstance(producer, StorageCastOp) or isinstance(element_type_of(value.type), QuantizedType):
+        return f"already storage ({value.type})"
     if not isinstance(producer, DequantizeCastOp):
         return f"not dequantized on exit (computed by {op_label(producer)})"
     return boundary_problem(producer.input.type)

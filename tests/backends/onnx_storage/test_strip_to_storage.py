@@ -593,3 +593,14 @@ def test_a_failed_write_leaves_neither_model_nor_sidecar(tmp_path: Path) -> None
         write(stripped, str(target), to="onnx-storage")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.onnx"]
     assert not sidecar_path(target).exists()
+
+
+def test_a_stripped_model_has_nothing_more_to_strip(tmp_path: Path) -> None:
+    out = tmp_path / "digits.onnx"
+    strip(MODELS / "digits_cnn.qdq.onnx", out)
+    with pytest.raises(InputError, match="nothing to strip") as refused:
+        convert(str(out), to="onnx-storage")
+    assert (
+        "'image': already storage (tensor<8x1x8x8xi8>, read as its quantized type)" in refused.value.message
+    )
+    assert "'logits': already storage (tensor<8x10xi8>)" in refused.value.message

@@ -604,3 +604,16 @@ def test_a_stripped_model_has_nothing_more_to_strip(tmp_path: Path) -> None:
         "'image': already storage (tensor<8x1x8x8xi8>, read as its quantized type)" in refused.value.message
     )
     assert "'logits': already storage (tensor<8x10xi8>)" in refused.value.message
+
+
+def test_qconvert_check_runs_a_stripped_model_through_the_interpreter(tmp_path: Path) -> None:
+    """Lifted with its boundary's quant types back, a stripped model is a model like any other for `check`:
+    the interpreter runs every node and output of it against onnxruntime."""
+    from qconvert.check import check
+
+    out = tmp_path / "digits.onnx"
+    strip(MODELS / "digits_cnn.qdq.onnx", out)
+    metadata = read_metadata(out)
+    feeds = storage_feeds(sample_feeds("digits_cnn"), metadata)
+    report = check(out, feeds)
+    assert report.passed, report

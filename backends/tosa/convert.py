@@ -36,7 +36,7 @@ from qconvert.passes.rewrite import apply_patterns
 from .backend import TosaOptions
 from .float_island import FloatIslandToTable
 from .legalize import fold_patterns, legalize_patterns
-from .legalize_quant import FloatMeanToReduceSum, RequantizeToRescale
+from .legalize_quant import FloatMeanToReduceSum, FloatProductToMul, RequantizeToRescale
 from .storage import CAST, Refusals, fold_casts, materialize, quant_type, storage_type
 
 __all__ = ["QUANT_TYPE", "convert_to_tosa", "write_tosa"]
@@ -151,6 +151,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     patterns = [
         RequantizeToRescale(rounding, refusals),
         FloatMeanToReduceSum(rounding, refusals),
+        FloatProductToMul(rounding, refusals),
         FloatIslandToTable(refusals),
         *legalize_patterns(refusals),
     ]

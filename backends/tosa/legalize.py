@@ -17,7 +17,7 @@ import numpy as np
 from qconvert.ir.attributes import DenseArrayAttr, DenseElementsAttr, IntegerAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.quant_types import QuantizedType, UniformQuantizedPerAxisType
-from qconvert.ir.types import I8, I32, IntegerType, RankedTensorType, Type, element_type_of
+from qconvert.ir.types import I8, I32, FloatType, IntegerType, RankedTensorType, Type, element_type_of
 from qconvert.passes.rewrite import PatternRewriter, Root
 
 from . import ops
@@ -145,6 +145,8 @@ class BroadcastInDimToReshapeTile(_Pattern):
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
         source, result = _ranked(op.operands[0]), _ranked(op.result)
+        if isinstance(storage_element(source), FloatType):
+            return False  # a float island's broadcast: the island's pattern reads it
         dims = _ints(op, "broadcast_dimensions")
         shape = [1] * result.rank
         for index, dim in enumerate(dims):

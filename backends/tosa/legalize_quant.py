@@ -35,7 +35,13 @@ from .storage import (
     storage_type,
 )
 
-__all__ = ["FloatMeanToReduceSum", "RequantizeToRescale", "rescale_to", "storage_zero_point"]
+__all__ = [
+    "FloatMeanToReduceSum",
+    "FloatProductToMul",
+    "RequantizeToRescale",
+    "rescale_to",
+    "storage_zero_point",
+]
 
 
 def storage_zero_point(type_: QuantizedType) -> np.ndarray:
@@ -252,4 +258,103 @@ class FloatMeanToReduceSum:
         except ValueError as error:
             return self.refusals.refuse(op, str(error))
         replace_with_storage(rewriter, op, [mean])
+        return True
+
+
+_FLOAT_WRAPPERS = ("stablehlo.convert", "stablehlo.reduce_precision")
+"""Ops the StableHLO backend wraps a float product in to round it as onnxruntime does (to f64 and back):
+the integer product below is exact, so they are looked through."""
+
+
+def _unwrapped(value: Value) -> Value:
+    producer = value.owner_op()
+    while producer is not None and producer.name in _FLOAT_WRAPPERS:
+        value = producer.operands[0]
+        producer = value.owner_op()
+    return value
+
+
+def _dequantized_operand(value: Value) -> tuple[Value, list[int] | None] | None:
+    """`(q, dims)` when `value` is `uniform_dequantize(q)`, possibly broadcast (`dims`: its broadcast
+    dimensions); None otherwise."""
+    value = _unwrapped(value)
+    producer = value.owner_op()
+    dims = None
+    if producer is not None and producer.name == "stablehlo.broadcast_in_dim":
+        dims = [int(d) for d in producer.attributes["broadcast_dimensions"].values]  # type: ignore[attr-defined]
+        value = _unwrapped(producer.operands[0])
+        producer = value.owner_op()
+    if producer is None or producer.name != "stablehlo.uniform_dequantize":
+        return None
+    return producer.operands[0], dims
+
+
+class FloatProductToMul:
+    """`uniform_quantize(dequantize(a) * dequantize(b))` (b possibly broadcast, the product possibly
+    wrapped in float conversions) as `rescale(mul(a - za, b - zb) in i32, s_a * s_b / s_out)`: exact
+    products, one rounding (upstream's stablehlo-quant-legalize-to-tosa-rescale multiplies the same way)."""
+
+    roots: ClassVar[tuple[Root, ...]] = ("stablehlo.uniform_quantize",)
+
+    def __init__(self, rounding: TosaRounding, refusals: Refusals) -> None:
+        self.rounding, self.refusals = rounding, refusals
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        target = quant_type(op.result)
+        if target is None or quant_type(op.operands[0]) is not None:
+            return False
+        product = _unwrapped(op.operands[0]).owner_op()
+        if product is None or product.name != "stablehlo.multiply":
+            return False
+        operands = [_dequantized_operand(operand) for operand in product.operands]
+        if any(operand is None for operand in operands):
+            return False
+        result_type = op.result.type
+        assert isinstance(result_type, RankedTensorType)
+        factors = []
+        for source, dims in operands:  # type: ignore[misc]
+            type_ = quant_type(source)
+            if (
+                not is_uniform(type_)
+                or isinstance(type_, UniformQuantizedPerAxisType)
+                or _width(type_) not in (8, 16)
+            ):
+                return self.refusals.refuse(op, f"a product of {type_} values (per-tensor i8 / i16 only)")
+            source_type = source.type
+            assert isinstance(source_type, RankedTensorType) and type_ is not None
+            wide = rescale_to(
+                rewriter,
+                storage_of(rewriter, source),
+                np.array([1.0]),
+                int(storage_zero_point(type_)[0]),
+                0,
+                RankedTensorType(source_type.shape, I32),
+                self.rounding,
+                input_unsigned=not type_.is_signed,
+            )
+            if dims is not None:
+                shape = [1] * result_type.rank
+                for index, dim in enumerate(dims):
+                    shape[dim] = source_type.shape[index]
+                wide = ops.reshape(rewriter, wide, shape)
+            elif source_type.rank != result_type.rank:
+                return self.refusals.refuse(op, "a product of tensors of different ranks")
+            factors.append((wide, float(_scales(type_)[0])))
+        (lhs, lhs_scale), (rhs, rhs_scale) = factors
+        integer_product = ops.mul(rewriter, lhs, rhs, ops.zero_point(rewriter, 0, I8))
+        try:
+            value = rescale_to(
+                rewriter,
+                integer_product,
+                np.array([lhs_scale * rhs_scale]) / _scales(target),
+                0,
+                int(storage_zero_point(target)[0]),
+                storage_type(result_type),
+                self.rounding,
+                output_unsigned=not target.is_signed,
+            )
+            value = clamp_to_range(rewriter, value, target)
+        except ValueError as error:
+            return self.refusals.refuse(op, str(error))
+        replace_with_storage(rewriter, op, [value])
         return True

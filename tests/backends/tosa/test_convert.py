@@ -287,6 +287,29 @@ PATTERNS = {
         {"w": _weights((4, 6)), "b": _weights((4,), 2)},
         {"tosa.reduce_sum", "tosa.matmul", "tosa.add"},
     ),
+    "mul_broadcast_and_sigmoid": (
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node("Mul", ["m", "x"], ["p"]),
+            helper.make_node("Sigmoid", ["s"], ["g"]),
+            helper.make_node("Mul", ["p", "g"], ["y"]),  # g (2, 1, 6) broadcast: a squeeze-excitation's gate
+        ],
+        {"x": (2, 8, 6), "s": (2, 1, 6)},
+        {"y": (2, 8, 6)},
+        {"w": _weights((6, 6))},
+        {"tosa.mul", "tosa.table", "tosa.matmul", "tosa.rescale"},
+    ),
+    "add_relu": (
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node("Add", ["m", "x"], ["a"]),  # two scales: rescaled to a common i32 scale
+            helper.make_node("Relu", ["a"], ["y"]),
+        ],
+        {"x": (3, 6)},
+        {"y": (3, 6)},
+        {"w": _weights((6, 6))},
+        {"tosa.add", "tosa.matmul", "tosa.rescale"},
+    ),
     "transpose_reshape_slice_concat": (
         [
             helper.make_node("MatMul", ["x", "w"], ["m"]),  # quantizes x: data movement alone stays float

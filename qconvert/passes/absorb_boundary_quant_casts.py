@@ -89,7 +89,8 @@ class Boundary:
         return bool(self.inputs or self.outputs)
 
     def lines(self) -> list[str]:
-        """The summary the CLI prints: `input 'x': uint8 !quant.uniform<...>`, then kept-float names."""
+        """The summary the CLI prints: `stripped input 'x': uint8 !quant.uniform<...>`, then the names kept
+        float with why (`kept float 'ids': ...`)."""
         lines = []
         for kind, values in (("input", self.inputs), ("output", self.outputs)):
             for name, type_ in values.items():
@@ -135,7 +136,9 @@ def input_problem(argument: Value) -> str | None:
     """Why `argument` cannot take the type it is quantized to; None when it can."""
     element = element_type_of(argument.type)
     users = [user for user, _ in argument.uses]
-    if isinstance(element, QuantizedType) or (users and all(isinstance(u, StorageCastOp) for u in users)):
+    if isinstance(element, QuantizedType):
+        return f"already quantized ({argument.type})"
+    if users and all(isinstance(user, StorageCastOp) for user in users):
         return f"already storage ({argument.type}, read as its quantized type)"
     if not isinstance(element, FloatType):
         return f"its type {argument.type} is not float: nothing quantizes it"
@@ -165,7 +168,9 @@ def output_problem(value: Value) -> str | None:
     producer = value.owner_op()
     if producer is None:
         return "a graph input returned as it is"
-    if isinstance(producer, StorageCastOp) or isinstance(element_type_of(value.type), QuantizedType):
+    if isinstance(element_type_of(value.type), QuantizedType):
+        return f"already quantized ({value.type})"
+    if isinstance(producer, StorageCastOp):
         return f"already storage ({value.type})"
     if not isinstance(producer, DequantizeCastOp):
         return f"not dequantized on exit (computed by {op_label(producer)})"

@@ -156,6 +156,7 @@ class FloatIslandToTable:
             return False
         sources: set[Value] = set()
         memo: dict[Value, np.ndarray | None] = {}
+        # TABLE reads entry `x + 128` of signless bits x; an unsigned code is those bits (-1 wraps to 255)
         codes = np.arange(-128, 128, dtype=np.int64)
 
         def evaluate(value: Value) -> np.ndarray | None:
@@ -194,8 +195,6 @@ class FloatIslandToTable:
             return False  # a broadcast of the input: not one value per element
         assert isinstance(element_type_of(op.operands[0].type), FloatType)
         table = _table(np.broadcast_to(values, codes.shape), target)
-        if not quant_type(source).is_signed:  # type: ignore[union-attr]
-            return self.refusals.refuse(op, "a table of unsigned 8-bit values (not supported yet)")
         lookup = ops.const(rewriter, table, I8)
         replace_with_storage(rewriter, op, [ops.table(rewriter, storage_of(rewriter, source), lookup)])
         return True

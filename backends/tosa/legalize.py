@@ -248,6 +248,8 @@ class ElementwiseOnStorage(_Pattern):
         is_sum = op.name in ("stablehlo.add", "stablehlo.subtract")
         if is_sum and isinstance(element, QuantizedType) and not _is_accumulator(element):
             return self.refuse(op, "an add of quantized values that is not the i32 accumulator's")
+        if isinstance(element, QuantizedType) and not element.is_signed:
+            return self.refuse(op, "max / min / add of unsigned storage (TOSA compares its bits as signed)")
         lhs, rhs = (_broadcast_source(storage_of(rewriter, operand)) for operand in op.operands)
         replace_with_storage(rewriter, op, [_ELEMENTWISE[op.name](rewriter, lhs, rhs)])
         return True
@@ -260,6 +262,9 @@ class ClampToClamp(_Pattern):
         low_value, operand, high_value = op.operands
         if not isinstance(storage_element(operand.type), IntegerType):
             return False
+        operand_type = quant_type(operand)
+        if operand_type is not None and not operand_type.is_signed:
+            return self.refuse(op, "a clamp of unsigned storage (TOSA compares its bits as signed)")
         low, high = constant_of(low_value), constant_of(high_value)
         if low is None or high is None or low.size != 1 or high.size != 1:
             return self.refuse(op, "a clamp whose bounds are not scalar constants")
@@ -414,6 +419,9 @@ class ReduceWindowMaxToMaxPool(_Pattern):
         if len(body.ops) != 2 or body.ops[0].name != "stablehlo.maximum":
             return self.refuse(op, "a window reduction other than maximum")
         source = _ranked(op.operands[0])
+        source_type = quant_type(op.operands[0])
+        if source_type is not None and not source_type.is_signed:
+            return self.refuse(op, "a max pool of unsigned storage (TOSA compares its bits as signed)")
         if source.rank != 4:
             return self.refuse(op, f"a max pool of a rank-{source.rank} tensor")
         window = _ints(op, "window_dimensions")

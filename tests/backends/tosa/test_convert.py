@@ -68,7 +68,7 @@ def _steps_off(model: onnx.ModelProto | str, feeds: dict[str, np.ndarray], round
     converted = _convert(model, rounding)
     text = print_module(converted)
     inputs = [
-        quantize(feeds[name], params)
+        _signless(quantize(feeds[name], params))
         for name, params in zip(feeds, _boundary_params(converted, "arg_attrs"), strict=True)
     ]
     outputs = run_reference(text, inputs)
@@ -79,8 +79,14 @@ def _steps_off(model: onnx.ModelProto | str, feeds: dict[str, np.ndarray], round
         assert np.array_equal(dequantize(want_storage, params), want), (
             "onnxruntime's output is not on the grid"
         )
+        got = got.view(want_storage.dtype)  # unsigned storage: TOSA's signless bits, read as unsigned
         differences.append(got.astype(np.int64) - want_storage.astype(np.int64))
     return differences, text
+
+
+def _signless(storage: np.ndarray) -> np.ndarray:
+    """TOSA's storage: unsigned integers as the signless (signed) container of their bits."""
+    return storage.view(np.int8) if storage.dtype == np.uint8 else storage
 
 
 def _tosa_ops(text: str) -> set[str]:
@@ -349,13 +355,14 @@ def test_pattern_on_the_reference_model(name: str) -> None:
         assert np.count_nonzero(difference) <= max(1, 0.005 * difference.size)
 
 
-def _qdq_unary(op_type: str) -> onnx.ModelProto:
-    """`x -> Q -> DQ -> op -> Q -> DQ -> y`, i8 with odd zero points on both sides."""
+def _qdq_unary(op_type: str, storage: type = np.int8) -> onnx.ModelProto:
+    """`x -> Q -> DQ -> op -> Q -> DQ -> y`, i8 (or u8) with odd zero points on both sides."""
+    offset = 128 if storage == np.uint8 else 0
     initializers = [
         numpy_helper.from_array(np.array(0.03, np.float32), "x_scale"),
-        numpy_helper.from_array(np.array(5, np.int8), "x_zero_point"),
+        numpy_helper.from_array(np.array(5 + offset, storage), "x_zero_point"),
         numpy_helper.from_array(np.array(0.011, np.float32), "y_scale"),
-        numpy_helper.from_array(np.array(-7, np.int8), "y_zero_point"),
+        numpy_helper.from_array(np.array(-7 + offset, storage), "y_zero_point"),
     ]
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero_point"], ["xq"]),
@@ -377,16 +384,22 @@ def _qdq_unary(op_type: str) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize(
-    "op_type", ["Sigmoid", "Tanh", "Erf", "Gelu", "Exp", "HardSwish", "LeakyRelu", "Softplus", "Elu"]
+    ("op_type", "storage"),
+    [
+        *((name, np.int8) for name in ("Sigmoid", "Tanh", "Erf", "Gelu", "Exp", "HardSwish", "LeakyRelu")),
+        *((name, np.int8) for name in ("Softplus", "Elu")),
+        ("Sigmoid", np.uint8),  # unsigned storage: the table is indexed by its bits
+        ("Tanh", np.uint8),
+    ],
 )
-def test_elementwise_float_island_is_a_table(op_type: str) -> None:
+def test_elementwise_float_island_is_a_table(op_type: str, storage: type) -> None:
     """An elementwise function between a dequantize and a quantize is one tosa.table of 256 entries: on
     inputs covering every storage code (-4.5 .. 4.5 at scale 0.03), onnxruntime's value on each."""
     require_tosa_python()
     from qconvert.backends.tosa import validate
 
     feeds = {"x": np.linspace(-4.5, 4.5, 256, dtype=np.float32).reshape(4, 64)}
-    differences, text = _steps_off(_qdq_unary(op_type), feeds)
+    differences, text = _steps_off(_qdq_unary(op_type, storage), feeds)
     _assert_integer_only(text)
     assert _tosa_ops(text) == {"tosa.const", "tosa.table"}
     assert validate(text, ("pro_int",)) == ""

@@ -99,10 +99,12 @@ def storage_boundary(function: FuncOp) -> None:
 
 
 def _not_legalized(body: Block) -> list[Operation]:
-    """The ops left that are not TOSA; the casts between storage and quantized types are the legalization's
-    own glue around them, not ops of the model."""
+    """The ops left that are not TOSA or are float TOSA (PRO-INT has none); the casts between storage and
+    quantized types are the legalization's own glue around them, not ops of the model."""
     return [
-        op for op in body.ops if not op.is_terminator and not op.name.startswith("tosa.") and op.name != CAST
+        op
+        for op in body.ops
+        if not op.is_terminator and op.name != CAST and (not op.name.startswith("tosa.") or _is_float(op))
     ]
 
 
@@ -123,6 +125,8 @@ def _refusal_message(left: list[Operation], refusals: Refusals) -> str:
 def _default_reason(op: Operation) -> str:
     if op.name == "stablehlo.uniform_quantize" or op.name == "stablehlo.uniform_dequantize":
         return "the edge of a float region (integer TOSA has no float values)"
+    if op.name.startswith("tosa."):
+        return "a float TOSA op (PRO-INT has none)"
     if _is_float(op):
         return "float arithmetic the quantized form leaves unfused (PRO-INT has no float ops)"
     return "no TOSA lowering yet"

@@ -28,7 +28,7 @@ from qconvert.passes.rewrite import PatternRewriter, Root
 from . import ops
 from .storage import Refusals, constant_of, quant_type, replace_with_storage, storage_of
 
-__all__ = ["EVALUATE", "FloatIslandToTable"]
+__all__ = ["EVALUATE", "FloatIslandToTable", "splat_value"]
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -129,14 +129,22 @@ EVALUATE: dict[str, Callable[..., np.ndarray]] = {
 _SHAPE_ONLY = ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "tosa.reshape", "tosa.tile")
 
 
-def _splat(value: Value) -> np.ndarray | None:
-    """The one value of a constant whose elements are all equal (through broadcasts and reshapes)."""
+def splat_value(value: Value) -> np.ndarray | None:
+    """The one value of a constant whose elements are all equal (through broadcasts and reshapes, and the
+    dequantize of a quantized constant, as onnxruntime's quantizer writes a Pad's value)."""
     producer = value.owner_op()
     while producer is not None and producer.name in _SHAPE_ONLY:
         producer = producer.operands[0].owner_op()
     if producer is None:
         return None
-    array = constant_of(producer.results[0])
+    if producer.name == "stablehlo.uniform_dequantize":
+        stored, type_ = constant_of(producer.operands[0]), quant_type(producer.operands[0])
+        if stored is None or not isinstance(type_, UniformQuantizedType):
+            return None
+        params = uniform_params(type_)
+        array = dequantize(stored.astype(np.int64).astype(params.storage_dtype), params)
+    else:
+        array = constant_of(producer.results[0])
     if array is None or array.size == 0 or not np.all(array == array.reshape(-1)[0]):
         return None
     return np.asarray(array.reshape(-1)[0])
@@ -166,7 +174,7 @@ class FloatIslandToTable:
             memo[value] = None  # a cycle cannot happen in SSA; this guards against re-entry
             result: np.ndarray | None = None
             producer = value.owner_op()
-            constant = _splat(value)
+            constant = splat_value(value)
             if constant is not None:
                 result = constant
             elif producer is not None and producer.name == "stablehlo.uniform_dequantize":

@@ -15,16 +15,18 @@ from typing import ClassVar
 import numpy as np
 
 from qconvert.ir.attributes import DenseArrayAttr, DenseElementsAttr, IntegerAttr
-from qconvert.ir.core import Operation, Value
+from qconvert.ir.core import GenericOp, Operation, Value
 from qconvert.ir.quant_types import QuantizedType, UniformQuantizedPerAxisType
 from qconvert.ir.types import I8, I32, FloatType, IntegerType, RankedTensorType, Type, element_type_of
 from qconvert.passes.rewrite import PatternRewriter, Root
 
 from . import ops
+from .float_island import splat_value
 from .legalize_quant import storage_zero_point
 from .storage import (
     Refusals,
     constant_of,
+    materialize,
     quant_type,
     replace_with_storage,
     storage_element,
@@ -65,6 +67,10 @@ def _ranked(value: Value) -> RankedTensorType:
 
 def _transposed(rewriter: PatternRewriter, value: Value, perms: list[int]) -> Value:
     return value if perms == sorted(perms) else ops.transpose(rewriter, value, perms)
+
+
+def _is_float(value: Value) -> bool:
+    return isinstance(storage_element(value.type), FloatType)
 
 
 def _single_zero_point(type_: QuantizedType | None) -> int | None:
@@ -115,6 +121,8 @@ class TransposeToTranspose(_Pattern):
     roots = ("stablehlo.transpose",)
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        if _is_float(op.operands[0]):
+            return False  # a float island's: FloatDataMovementOnStorage or the island's pattern
         perms = _ints(op, "permutation")
         replace_with_storage(
             rewriter, op, [ops.transpose(rewriter, storage_of(rewriter, op.operands[0]), perms)]
@@ -167,6 +175,8 @@ class SliceToSlice(_Pattern):
     roots = ("stablehlo.slice",)
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        if _is_float(op.operands[0]):
+            return False  # a float island's: FloatDataMovementOnStorage or the island's pattern
         start, limit = _ints(op, "start_indices"), _ints(op, "limit_indices")
         strides = _ints(op, "strides", [1] * len(start))
         if any(s != 1 for s in strides):
@@ -181,6 +191,8 @@ class ConcatenateToConcat(_Pattern):
     roots = ("stablehlo.concatenate",)
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        if _is_float(op.operands[0]):
+            return False  # a float island's: FloatDataMovementOnStorage or the island's pattern
         if any(quant_type(operand) != quant_type(op.result) for operand in op.operands):
             return self.refuse(op, "a concatenation of differently quantized values")
         axis = _ints(op, "dimension")[0]
@@ -193,6 +205,8 @@ class PadToPad(_Pattern):
     roots = ("stablehlo.pad",)
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        if _is_float(op.operands[0]):
+            return False  # a float island's: FloatDataMovementOnStorage or the island's pattern
         low, high = _ints(op, "edge_padding_low"), _ints(op, "edge_padding_high")
         interior = _ints(op, "interior_padding", [0] * len(low))
         if any(interior) or min(low + high) < 0:
@@ -457,6 +471,47 @@ class ReduceWindowMaxToMaxPool(_Pattern):
         return True
 
 
+_SIGNED = {8: np.int8, 16: np.int16, 32: np.int32}
+_DATA_MOVEMENT = ("stablehlo.transpose", "stablehlo.reshape", "stablehlo.slice", "stablehlo.pad")
+
+
+class FloatDataMovementOnStorage(_Pattern):
+    """`uniform_quantize(m(uniform_dequantize(q)))`, `m` a transpose / reshape / slice / pad and the quantize
+    to q's own type, as `m(q)`: moving values commutes with quantizing them (each quantizes back to itself),
+    and a pad's value is the storage onnxruntime's quantize gives it. The new op is legalized next sweep."""
+
+    roots = ("stablehlo.uniform_quantize",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        target = quant_type(op.result)
+        movement = op.operands[0].owner_op()
+        if target is None or movement is None or movement.name not in _DATA_MOVEMENT:
+            return False
+        dequantize = movement.operands[0].owner_op()
+        if dequantize is None or dequantize.name != "stablehlo.uniform_dequantize":
+            return False
+        source = dequantize.operands[0]
+        if quant_type(source) != target:
+            return False  # a change of type too: the move then a rescale would round twice
+        operands = [source]
+        if movement.name == "stablehlo.pad":
+            pad_value = splat_value(movement.operands[1])
+            if pad_value is None:
+                return self.refuse(op, "a float pad whose value is not a constant")
+            from qconvert.ir.quant_types import uniform_params
+            from qconvert.numerics import quantize
+
+            stored = int(quantize(np.asarray(pad_value, np.float32).reshape(()), uniform_params(target)))
+            width = target.storage_type.width  # type: ignore[union-attr]
+            signless = stored - (1 << width) if stored >= 1 << (width - 1) else stored  # unsigned: its bits
+            element = storage_element(target)
+            constant = ops.const(rewriter, np.array(signless, _SIGNED[width]), element)
+            operands.append(materialize(rewriter, constant, RankedTensorType((), target)))
+        moved = GenericOp(movement.name, operands, [op.result.type], dict(movement.attributes))
+        rewriter.replace_op(op, [rewriter.insert(moved).result])
+        return True
+
+
 def legalize_patterns(refusals: Refusals) -> list[_Pattern]:
     """The StableHLO -> TOSA patterns (but the rescales: legalize_quant.py)."""
     return [
@@ -475,6 +530,7 @@ def legalize_patterns(refusals: Refusals) -> list[_Pattern]:
             ConvolutionToConv2D,
             DotGeneralToMatmul,
             ReduceWindowMaxToMaxPool,
+            FloatDataMovementOnStorage,
         )
     ]
 

@@ -316,6 +316,20 @@ PATTERNS = {
         {"w": _weights((6, 6))},
         {"tosa.add", "tosa.matmul", "tosa.rescale"},
     ),
+    "conv_pad": (
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            helper.make_node("Pad", ["c", "pads", "value"], ["y"], mode="constant"),  # float between Q/DQ
+        ],
+        {"x": (1, 3, 8, 8)},
+        {"y": (1, 4, 10, 9)},
+        {
+            "w": _weights((4, 3, 1, 1)),
+            "pads": np.array([0, 0, 1, 0, 0, 0, 1, 1], np.int64),
+            "value": np.array(0.25, np.float32),
+        },
+        {"tosa.pad", "tosa.conv2d"},
+    ),
     "transpose_reshape_slice_concat": (
         [
             helper.make_node("MatMul", ["x", "w"], ["m"]),  # quantizes x: data movement alone stays float

@@ -291,7 +291,9 @@ def check_command(
         False, "--fuse-arithmetic", help=option_help("fuse_arithmetic") + ", each fused group checked"
     ),
     backend_option: list[str] = typer.Option([], "--backend-option", help=BACKEND_OPTION_HELP),  # noqa: B008
-    json_path: str | None = typer.Option(None, "--json", help="write the report as JSON to this path"),
+    json_path: str | None = typer.Option(
+        None, "--json", help="write the report as JSON to this path ('-': stdout, the table to stderr)"
+    ),
     atol: float | None = typer.Option(None, "--atol", help="end to end: |ours - ref| <= atol + rtol |ref|"),
     rtol: float | None = typer.Option(None, "--rtol", help="end to end: relative tolerance (with --atol)"),
     max_lsb: float | None = typer.Option(None, "--max-lsb", help="end to end: max difference in steps"),
@@ -354,7 +356,8 @@ def check_command(
     )
     if json_path is not None:
         report.write_json(json_path)
-    with stdout_console(sys.stdout, piped_width=200) as console:  # piped: one row per node, for grep
+    table = sys.stderr if json_path == "-" else sys.stdout  # --json -: stdout carries the JSON alone
+    with stdout_console(table, piped_width=200) as console:  # piped: one row per node, for grep
         render(report, console, summary_only=quiet)
     if report.bugs:  # the report stands, but a bug of ours kept part of it from running: exit 3
         print(
@@ -389,7 +392,8 @@ def _check_against(
     )
     if json_path is not None:
         report.write_json(json_path)
-    with stdout_console(sys.stdout, piped_width=200) as console:
+    table = sys.stderr if json_path == "-" else sys.stdout  # --json -: stdout carries the JSON alone
+    with stdout_console(table, piped_width=200) as console:
         render_against(report, console, summary_only=quiet)
     raise typer.Exit(0 if report.passed else 1)
 
@@ -405,8 +409,10 @@ def calibrate_command(
         "--method",
         help="minmax (default) | moving-average | percentile | entropy | mse | distribution",
     ),
-    out: str | None = typer.Option(None, "--out", "-o", help="write the QDQ ONNX model here"),
-    ranges: str | None = typer.Option(None, "--ranges", help="save the calibrated ranges as JSON"),
+    out: str | None = typer.Option(None, "--out", "-o", help="write the QDQ ONNX model here ('-': stdout)"),
+    ranges: str | None = typer.Option(
+        None, "--ranges", help="save the calibrated ranges as JSON ('-': stdout)"
+    ),
     load_ranges: str | None = typer.Option(
         None, "--load-ranges", help="reuse a ranges JSON instead of calibrating (--data: for --evaluate)"
     ),
@@ -476,11 +482,7 @@ def calibrate_command(
     from qconvert.calibrate.dataset import AS_GIVEN
     from qconvert.calibrate.overrides import read_overrides
     from qconvert.calibrate.render import progress_bar, render
-    from qconvert.errors import InputError
 
-    for option, path in (("--out", out), ("--ranges", ranges)):
-        if path == "-":  # as --json - would; a binary model or a file to reuse has no place on stdout
-            raise InputError(f"{option} -: give a file path ('-' for stdout is for --json only)")
     if load_ranges is not None:  # what only calibrating reads (calibrate() checks the rest)
         options = {"--method": method, "--sentinel": sentinel, "--workers": workers, "--engine": engine}
         options["--batch-size"] = batch_size if data is None else None  # with --data: --evaluate's batches
@@ -522,7 +524,7 @@ def calibrate_command(
             out=out,
             ranges_path=ranges,
             load_ranges=load_ranges,
-            json_path=None if json_path == "-" else json_path,
+            json_path=json_path,
             workers=1 if workers is None else workers,
             engine="local" if engine is None else engine,
             batch_size=batch,
@@ -532,9 +534,8 @@ def calibrate_command(
             evaluate_samples=evaluate_samples,
             evaluate_tensors=worst_tensors > 0,
         )
-    if json_path == "-":  # stdout carries the JSON alone, for a pipe; the summary goes to stderr
+    if "-" in (out, ranges, json_path):  # stdout carries that output alone, for a pipe; the table: stderr
         render(result, sys.stderr, sys.stderr, quiet, worst_tensors)
-        sys.stdout.write(result.json_text())
         return
     render(result, sys.stdout, sys.stderr, quiet, worst_tensors)
 

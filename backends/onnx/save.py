@@ -2,8 +2,10 @@
 
 The model and its data file are written into a temporary folder next to `path`, checked there, then
 renamed into place (data first, the model last): a failure leaves no partial file behind, and a reader
-never sees a model whose data is missing. Weights are streamed from the IR's arrays by onnx_ir
-(memory-mapped `dense_resource` weights are read once, while written), never gathered into one proto.
+never sees a model whose data is missing. A symlink's target is replaced (the link kept); `-`, a FIFO or
+a device is written through (qconvert/atomic_file.py), for a model with nothing beside it. Weights are
+streamed from the IR's arrays by onnx_ir (memory-mapped `dense_resource` weights are read once, while
+written), never gathered into one proto.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 
+from qconvert.atomic_file import output_place, place_file, staging_folder
 from qconvert.errors import InputError
 from qconvert.ir.dialects.builtin import ModuleOp
 
@@ -42,13 +45,25 @@ def save_onnx(
     onnx-storage backend's sidecar).
     Raises InputError for a module ONNX cannot express, a missing folder, or a failed check.
     """
-    target = Path(path)
+    given = Path(path)
+    try:  # a symlink's target is written (the link kept); '-', FIFOs and devices through
+        place = output_place(path)
+    except OSError as error:
+        raise InputError(f"cannot write '{given}': {error.strerror or error}") from None
+    target = Path(place.path) if place.kind == "atomic" else given
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(f"cannot write '{target}': folder '{folder}' does not exist")
     model = build_model(module, opset=opset, metadata_props=metadata_props)
     if external_data is None:
         external_data = initializer_bytes(model) >= EXTERNAL_DATA_THRESHOLD
+    if place.kind != "atomic" and (external_data or companions):
+        beside = "external data" if external_data else ", ".join(companions or {})
+        raise InputError(
+            f"cannot write '{given}': the model needs files beside it ({beside}); give a regular file path"
+        )
+    if place.kind != "atomic":
+        folder = Path(staging_folder(path))
     data_name = f"{target.name}.data"
     try:
         with tempfile.TemporaryDirectory(dir=folder, prefix=f".{target.name}.") as scratch:
@@ -71,7 +86,7 @@ def save_onnx(
                     moved.append(folder / name)
                 if external_data:
                     os.replace(Path(scratch) / data_name, folder / data_name)
-                os.replace(scratch_model, target)
+                place_file(scratch_model, given)
             except OSError:
                 for path in moved:  # a companion must not outlive the model it describes
                     path.unlink(missing_ok=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, cast
 
 from onnx import ModelProto
 
+from qconvert.atomic_file import place_file, staging_folder, writes_through
 from qconvert.calibrate.collect import (
     ObserverTable,
     ProgressCallback,
@@ -475,7 +477,17 @@ def calibrate(
 
         def write_and_compare() -> Path:
             """The model, then the comparison with the float model on the file as written."""
+            if writes_through(out):  # '-', a FIFO, a device: compared on a staged copy, then copied there
+                with tempfile.TemporaryDirectory(dir=staging_folder(out), prefix=".qconvert.") as scratch:
+                    staged = save_onnx(module, Path(scratch) / "model.onnx", external_data=False)
+                    compare(staged)
+                    place_file(staged, out)
+                return Path(out)
             path = save_onnx(module, out)
+            compare(path)
+            return path
+
+        def compare(path: Path) -> None:
             if evaluate_samples > 0 and data is not None:
                 needs_basic = any(ORT_BASIC_ADVICE in note for note in result.notes)
                 options = (evaluate_samples, evaluate_tensors, load_ranges is None, needs_basic)
@@ -485,7 +497,6 @@ def calibrate(
                     path.unlink(missing_ok=True)
                     raise
                 result.warnings.extend(result.agreement.warnings)
-            return path
 
         write_model = write_and_compare
 

@@ -5,7 +5,9 @@ or non-folder parent, a folder in the way, two outputs naming one file, an outpu
 no calibration. `write_outputs` then writes the model (backends/onnx's `save_onnx`, itself
 temp-then-rename; calibrate compares it with the float model there, and the result JSON reports that),
 stages each JSON as a hidden temporary file beside its target and only then renames them into place: a
-failure at any step removes what this run wrote, so no output exists without the others.
+failure at any step removes what this run wrote, so no output exists without the others. `-`, a FIFO, a
+device or /dev/stdout is written through and a symlink's target replaced (qconvert/atomic_file.py); what
+was written through is not removed on a later failure (it is not a file of ours).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from qconvert.atomic_file import STDOUT, output_place, place_file, staging_folder, writes_through
 from qconvert.errors import InputError
 
 PathLike = str | os.PathLike[str]
@@ -40,10 +43,24 @@ def check_output_paths(outputs: Mapping[str, PathLike | None], inputs: Mapping[s
         text = os.fspath(path)
         if not text:
             raise InputError(f"{option}: the path is empty")
+        if text == STDOUT:
+            if STDOUT in seen:
+                raise InputError(f"{option} -: {seen[STDOUT]} writes to stdout already; give one a file path")
+            seen[STDOUT] = f"{option} -"
+            continue
         target = Path(text)
         if target.is_dir():
             raise InputError(f"{option} {text}: is a folder; give a file path")
-        folder = target.parent
+        try:
+            place = output_place(text)
+        except OSError as error:  # a loop of links, a parent that cannot be searched
+            raise InputError(f"{option} {text}: cannot write: {error.strerror or error}") from None
+        if place.kind == "through":  # a FIFO, a device, /dev/stdout: opened as it is, nothing beside it
+            if not os.access(text, os.W_OK):
+                raise InputError(f"{option} {text}: is not writable")
+            seen.setdefault(_identity(target), f"{option} {text}")
+            continue
+        folder = Path(place.path).parent  # a symlink's target is what gets replaced
         if not folder.exists():
             raise InputError(f"{option} {text}: folder '{folder}' does not exist")
         if not folder.is_dir():
@@ -80,15 +97,18 @@ def write_outputs(texts: Sequence[TextOutput], write_model: Callable[[], Path] |
     placed: list[Path] = []
     try:
         if write_model is not None:
-            placed.append(write_model())
+            model_path = write_model()
+            if not writes_through(model_path):  # a FIFO or a device is not ours to remove
+                placed.append(model_path)
         for output in texts:
             staged.append((output, _stage(output)))
         for output, temporary in staged:
             try:
-                os.replace(temporary, output.path)
+                written = place_file(temporary, output.path)  # through a FIFO, device or '-'; else renamed
             except OSError as error:
                 raise InputError(f"{output.option} {os.fspath(output.path)}: cannot write: {error}") from None
-            placed.append(Path(output.path))
+            if written:
+                placed.append(Path(written))
     except BaseException:
         for _, temporary in staged:
             temporary.unlink(missing_ok=True)
@@ -102,7 +122,8 @@ def _stage(output: TextOutput) -> Path:
     file systems)."""
     target = Path(output.path)
     try:
-        handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        folder = staging_folder(output.path)
+        handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
         os.close(handle)
     except OSError as error:
         raise InputError(f"{output.option} {os.fspath(output.path)}: cannot write: {error}") from None

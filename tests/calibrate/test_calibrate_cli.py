@@ -307,14 +307,15 @@ def bad_outputs(tmp_path: Path, out_folder: Path) -> dict[str, tuple[list[str], 
             "--ranges " + str(ranges) + " names the same file; give each output its own path"),
         "-o is the model": (
             ["-o", str(model_copy)], f"--out {model_copy}: would overwrite the model (an input)"),
-        "-o is stdout": (["-o", "-"], "--out -: give a file path ('-' for stdout is for --json only)"),
+        "two outputs on stdout": (["-o", "-", "--json", "-"], "--json -: --out - writes to stdout already"),
     }  # fmt: skip
 
 
 @pytest.mark.parametrize(
     "case",
     ["--ranges in a missing folder", "--ranges is a folder", "--json in a missing folder, after -o",
-     "--json under a file", "--ranges is -o", "--json is --ranges", "-o is the model", "-o is stdout"],
+     "--json under a file", "--ranges is -o", "--json is --ranges", "-o is the model",
+     "two outputs on stdout"],
 )  # fmt: skip
 def test_bad_output_paths_exit_2_before_calibrating_and_write_nothing(
     case: str, tmp_path: Path, capsys: pytest.CaptureFixture

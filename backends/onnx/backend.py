@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
@@ -29,8 +30,10 @@ class OnnxBackend:
         return module  # the lifted module is the artifact: write() maps it to ONNX
 
     def write(self, artifact: ModuleOp, output: str | IO[str]) -> None:
+        if output is sys.stdout and not sys.stdout.isatty():  # -o - into a pipe or a file: the model's bytes
+            output = "-"
         if not isinstance(output, str):
-            raise InputError("--to onnx writes a file: give -o PATH")
+            raise InputError("--to onnx writes a file: give -o PATH (or -o - into a pipe)")
         from .save import save_onnx
 
         save_onnx(artifact, output)

@@ -35,6 +35,10 @@ def _convert(out: str) -> list[str]:
     return ["convert", str(DIGITS_QDQ), "--to", "stablehlo", "--elide-weights", "-o", out]
 
 
+def _convert_onnx(out: str) -> list[str]:
+    return ["convert", str(DIGITS_QDQ), "--to", "onnx", "-o", out]
+
+
 def _check(out: str) -> list[str]:
     return ["check", str(DIGITS_QDQ), "--quiet", "--max-samples", "8", "--json", out]
 
@@ -62,6 +66,7 @@ def _is_onnx(data: bytes) -> bool:
 VERBS: dict[str, tuple[Callable[[str], list[str]], Callable[[bytes], bool]]] = {
     "import -o": (_import, _is_mlir),
     "convert -o": (_convert, _is_mlir),
+    "convert --to onnx -o": (_convert_onnx, _is_onnx),
     "check --json": (_check, _is_json),
     "calibrate --out": (_calibrate_flags("--out"), _is_onnx),
     "calibrate --ranges": (_calibrate_flags("--ranges"), _is_json),

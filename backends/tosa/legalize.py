@@ -456,6 +456,9 @@ class ReduceWindowMaxToMaxPool(_Pattern):
         spatial = to_nhwc[1:3]
         if any(padding[d][0] >= window[d] or padding[d][1] >= window[d] for d in spatial):
             return self.refuse(op, "a max pool padded by a whole window")
+        pads = _exact_pads(source.shape, window, strides, padding, spatial)
+        if pads is None:
+            return self.refuse(op, "a max pool whose last window needs input the pool does not have")
         value = _transposed(rewriter, storage_of(rewriter, op.operands[0]), to_nhwc)
         result_shape = _ranked(op.result).shape
         out_type = RankedTensorType(tuple(result_shape[d] for d in to_nhwc), storage_element(op.result.type))
@@ -465,7 +468,7 @@ class ReduceWindowMaxToMaxPool(_Pattern):
             out_type,
             kernel=[window[d] for d in spatial],
             stride=[strides[d] for d in spatial],
-            pad=[int(padding[d][side]) for d in spatial for side in (0, 1)],
+            pad=pads,
         )
         replace_with_storage(rewriter, op, [_transposed(rewriter, value, from_nhwc)])
         return True
@@ -512,6 +515,123 @@ class FloatDataMovementOnStorage(_Pattern):
         return True
 
 
+def _exact_pads(
+    shape: tuple[int, ...], window: list[int], strides: list[int], padding: np.ndarray, spatial: list[int]
+) -> list[int] | None:
+    """TOSA's `[top, bottom, left, right]`, the bottom / right padding that no window reaches dropped (TOSA
+    wants `size + pads - kernel` divisible by the stride); None when padding cannot absorb the remainder."""
+    pads = []
+    for d in spatial:
+        low, high = int(padding[d][0]), int(padding[d][1])
+        remainder = (shape[d] + low + high - window[d]) % strides[d]
+        if remainder > high:
+            return None
+        pads += [low, high - remainder]
+    return pads
+
+
+def _window_counts(size: int, kernel: int, stride: int, low: int, high: int) -> np.ndarray:
+    """How many input elements each window along one dim covers, padding excluded (TOSA's count)."""
+    starts = np.arange(0, size + low + high - kernel + 1, stride) - low
+    return np.minimum(starts + kernel, size) - np.maximum(starts, 0)
+
+
+def _broadcast_constant(value: Value, shape: tuple[int, ...]) -> np.ndarray | None:
+    """A constant (possibly a `broadcast_in_dim` of one) as an array of `shape`."""
+    producer = value.owner_op()
+    if producer is not None and producer.name == "stablehlo.broadcast_in_dim":
+        source = constant_of(producer.operands[0])
+        if source is None:
+            return None
+        expanded = [1] * len(shape)
+        for index, dim in enumerate(_ints(producer, "broadcast_dimensions")):
+            expanded[dim] = source.shape[index]
+        return np.broadcast_to(source.reshape(expanded), shape)
+    array = constant_of(value)
+    return None if array is None else np.broadcast_to(array, shape)
+
+
+class FloatAveragePoolToAvgPool(_Pattern):
+    """`uniform_quantize(reduce_window_add(uniform_dequantize(q)) / counts)` to q's own type, the counts
+    excluding padding (ONNX AveragePool's default), as `tosa.avg_pool2d` in NHWC: the window sum in i32
+    times `reciprocal_scale(count)`, rounded once (onnxruntime: a float mean quantized, within a step)."""
+
+    roots = ("stablehlo.uniform_quantize",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        target = quant_type(op.result)
+        divide = op.operands[0].owner_op()
+        if target is None or divide is None or divide.name != "stablehlo.divide":
+            return False
+        window_op = divide.operands[0].owner_op()
+        if window_op is None or window_op.name != "stablehlo.reduce_window":
+            return False
+        body = window_op.regions[0].entry
+        if len(body.ops) != 2 or body.ops[0].name != "stablehlo.add":
+            return False
+        dequantize = window_op.operands[0].owner_op()
+        if dequantize is None or dequantize.name != "stablehlo.uniform_dequantize":
+            return False
+        source = dequantize.operands[0]
+        init = splat_value(window_op.operands[1])
+        if init is None or float(init) != 0.0:
+            return self.refuse(op, "a window sum whose initial value is not 0")
+        if quant_type(source) != target or not quant_type(source).is_signed:  # type: ignore[union-attr]
+            return self.refuse(op, "an average pool that changes the quantization, or of unsigned storage")
+        shape = _ranked(source).shape
+        result_shape = _ranked(op.result).shape
+        if len(shape) != 4:
+            return self.refuse(op, f"an average pool of a rank-{len(shape)} tensor")
+        window = _ints(window_op, "window_dimensions")
+        strides = _ints(window_op, "window_strides", [1] * 4)
+        padding = _pairs(window_op, "padding", 4)
+        if any(
+            d != 1
+            for d in _ints(window_op, "base_dilations", [1] * 4)
+            + _ints(window_op, "window_dilations", [1] * 4)
+        ):
+            return self.refuse(op, "a dilated average pool")
+        pooled = [d for d in range(4) if window[d] != 1 or strides[d] != 1 or np.any(padding[d] != 0)]
+        if set(pooled) <= {2, 3}:
+            to_nhwc, from_nhwc = [0, 2, 3, 1], [0, 3, 1, 2]
+        elif set(pooled) <= {1, 2}:
+            to_nhwc, from_nhwc = [0, 1, 2, 3], [0, 1, 2, 3]
+        else:
+            return self.refuse(op, f"an average pool over dims {pooled}")
+        spatial = to_nhwc[1:3]
+        counts = _broadcast_constant(divide.operands[1], result_shape)
+        expected = np.multiply.outer(
+            *(_window_counts(shape[d], window[d], strides[d], *padding[d]) for d in spatial)
+        )
+        if counts is None:
+            return self.refuse(op, "an average pool whose divisor is not a constant")
+        as_nhwc = np.transpose(counts, to_nhwc)
+        if not np.all(as_nhwc == expected[None, :, :, None]):
+            return self.refuse(
+                op, "an average pool that counts padding (count_include_pad): TOSA excludes it"
+            )
+        if any(padding[d][0] >= window[d] or padding[d][1] >= window[d] for d in spatial):
+            return self.refuse(op, "an average pool padded by a whole window")
+        pads = _exact_pads(shape, window, strides, padding, spatial)
+        if pads is None:
+            return self.refuse(op, "an average pool whose last window needs input the pool does not have")
+        zero_point = int(storage_zero_point(target)[0])  # type: ignore[arg-type]
+        value = _transposed(rewriter, storage_of(rewriter, source), to_nhwc)
+        out_type = RankedTensorType(tuple(result_shape[d] for d in to_nhwc), storage_element(target))
+        value = ops.avg_pool2d(
+            rewriter,
+            value,
+            ops.zero_point(rewriter, zero_point, I8),
+            ops.zero_point(rewriter, zero_point, I8),
+            out_type,
+            kernel=[window[d] for d in spatial],
+            stride=[strides[d] for d in spatial],
+            pad=pads,
+        )
+        replace_with_storage(rewriter, op, [_transposed(rewriter, value, from_nhwc)])
+        return True
+
+
 def legalize_patterns(refusals: Refusals) -> list[_Pattern]:
     """The StableHLO -> TOSA patterns (but the rescales: legalize_quant.py)."""
     return [
@@ -531,6 +651,7 @@ def legalize_patterns(refusals: Refusals) -> list[_Pattern]:
             DotGeneralToMatmul,
             ReduceWindowMaxToMaxPool,
             FloatDataMovementOnStorage,
+            FloatAveragePoolToAvgPool,
         )
     ]
 

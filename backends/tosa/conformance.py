@@ -7,8 +7,9 @@
 
 `tosa_verif_conformance_generator` (tosa-tools 2026.8.0) writes one folder per test (desc.json, test.tosa, the
 placeholders' .npy); this module runs each graph on the reference model for its expected outputs (the Python
-binding, or the model's command-line runner when an input is i48, which the binding refuses) and decodes the
-flatbuffer (`describe_flatbuffers`: the generator keeps parameters, tables and some inputs as constants).
+binding; the model's command-line runner when an input or an output is i48: the binding refuses i48 inputs
+and returns an i48 output as an empty float64 array) and decodes the flatbuffer (`describe_flatbuffers`: the
+generator keeps parameters, tables and some inputs as constants); `case.mlir()` gives the graph as MLIR.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .run import (
     GraphDescription,
     ReferenceJob,
     describe_flatbuffers,
+    deserialize,
     require_tosa_python,
     run_reference_jobs,
     tosa_tool,
@@ -50,6 +52,10 @@ class ConformanceCase:
         """The graph's one operator that is not a constant (the op under test)."""
         (operator,) = [o for o in self.graph.operators if o["op"] not in ("CONST", "CONST_SHAPE")]
         return operator
+
+    def mlir(self) -> str:
+        """The graph as generic TOSA MLIR text (`tosa-opt --tosa-deserialize`), function @main."""
+        return deserialize(self.flatbuffer)
 
     def operand(self, name: str) -> np.ndarray:
         """A tensor's values: a placeholder's input or a constant's data."""
@@ -134,10 +140,12 @@ def generate_conformance(operators: Sequence[str], output: Path, **options: obje
     for folder, description, placeholders, flatbuffer, result, graph in zip(
         folders, descriptions, inputs, flatbuffers, results, graphs, strict=True
     ):
-        if result.status == VALID:
-            expected = result.outputs
-        elif result.status == "RUN_FAILED" and any(a.dtype == np.int64 for a in placeholders.values()):
+        wide_input = any(a.dtype == np.int64 for a in placeholders.values())
+        wide_output = any(graph.tensors[name]["type"] == "INT48" for name in graph.outputs)
+        if (result.status == VALID and wide_output) or (result.status == "RUN_FAILED" and wide_input):
             expected = _expected_by_command_line(folder, description)
+        elif result.status == VALID:
+            expected = result.outputs
         else:
             raise EngineError(f"{folder.name}: the reference model says {result.status}:\n{result.messages}")
         cases.append(ConformanceCase(folder.name, folder, flatbuffer, placeholders, expected, graph))

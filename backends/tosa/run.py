@@ -18,6 +18,7 @@ import io
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,6 +179,23 @@ def run_reference(mlir: str, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, 
     if result.status != VALID:
         raise EngineError(f"the TOSA reference model returned {result.status}:\n{result.messages.strip()}")
     return result.outputs
+
+
+def deserialize(flatbuffer: bytes) -> str:
+    """A TOSA flatbuffer as generic MLIR text (`tosa-opt --tosa-deserialize`); EngineError if tosa-opt fails.
+
+    tosa-opt prints a version WARNING on stdout for flatbuffers of an older spec version: dropped."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "graph.tosa"
+        path.write_bytes(flatbuffer)
+        completed = subprocess.run(
+            [str(tosa_tool("tosa-opt")), f"--tosa-deserialize=tosa-flatbuffer-filename={path}",
+             "--mlir-print-op-generic", "-"],
+            input="", capture_output=True, text=True,
+        )  # fmt: skip
+    if completed.returncode != 0:
+        raise EngineError(f"tosa-opt --tosa-deserialize failed:\n{completed.stderr.strip()}")
+    return "\n".join(line for line in completed.stdout.splitlines() if not line.startswith("WARNING"))
 
 
 def validate(mlir: str, profiles: Sequence[str] = ("pro_int",), extensions: Sequence[str] = ()) -> str:

@@ -20,24 +20,29 @@ from __future__ import annotations
 from collections import Counter
 from typing import IO
 
+import numpy as np
+
 from qconvert.atomic_file import atomic_text_file
 from qconvert.errors import InputError
 from qconvert.ir.attributes import ArrayAttr, Attribute, DictionaryAttr, StringAttr
-from qconvert.ir.core import Block, Builder, Operation
+from qconvert.ir.core import Block, Builder, Operation, Value
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp
 from qconvert.ir.dialects.onnx import main_function
+from qconvert.ir.dialects.qconvert import NOTE
 from qconvert.ir.printer import print_type, write_module
-from qconvert.ir.types import FloatType, FunctionType, element_type_of
+from qconvert.ir.quant_types import UniformQuantizedType
+from qconvert.ir.types import F32, I8, I32, FloatType, FunctionType, Type, element_type_of
 from qconvert.numerics.tosa import TosaRounding
 from qconvert.passes.dce import erase_unused
 from qconvert.passes.rewrite import apply_patterns
 
+from . import ops
 from .backend import TosaOptions
 from .float_island import FloatIslandToTable
 from .legalize import fold_patterns, legalize_patterns
-from .legalize_quant import FloatMeanToReduceSum, FloatProductToMul, RequantizeToRescale
-from .storage import CAST, Refusals, fold_casts, materialize, quant_type, storage_type
+from .legalize_quant import FloatMeanToReduceSum, FloatProductToMul, RequantizeToRescale, rescale_to
+from .storage import CAST, Refusals, fold_casts, materialize, quant_type, storage_of, storage_type
 
 __all__ = ["QUANT_TYPE", "convert_to_tosa", "write_tosa"]
 
@@ -98,13 +103,86 @@ def storage_boundary(function: FuncOp) -> None:
     function.attributes["res_attrs"] = ArrayAttr(tuple(a if a is not None else empty for a in res_attrs))
 
 
+def _float_constant(b: Builder, value: float, rank: int) -> Value:
+    """A float constant of `rank` dims of 1 (TOSA's elementwise ops take operands of one rank)."""
+    return _note(ops.const(b, np.array(value, np.float32).reshape([1] * rank), F32), _BOUNDARY_NOTE)
+
+
+def _boundary_params(type_: Type) -> tuple[float, int] | None:
+    """Scale and zero point of a per-tensor quantized type with 8-bit signed storage, else None."""
+    element = quant_type(type_)
+    if not isinstance(element, UniformQuantizedType) or not element.is_signed:
+        return None
+    if element.storage_type.width != 8:  # type: ignore[union-attr]
+        return None
+    return float(element.scale), int(element.zero_point)
+
+
+def _note(value: Value, text: str) -> Value:
+    producer = value.owner_op()
+    assert producer is not None
+    producer.attributes[NOTE] = StringAttr(text)
+    return value
+
+
+_BOUNDARY_NOTE = "float boundary (PRO-FP)"
+_QUANTIZE_NOTE = (
+    "float boundary (PRO-FP): ONNX QuantizeLinear as x * (1/s) cast to i32 (round half even), + zp"
+)
+_DEQUANTIZE_NOTE = "float boundary (PRO-FP): ONNX DequantizeLinear (q - zp) * s in f32"
+
+
+def float_boundary(function: FuncOp, rounding: TosaRounding) -> list[str]:
+    """Quantize float arguments and dequantize results in TOSA float ops at the edges (PRO-FP), each noted;
+    returns why an edge could not be done so (then it stays a StableHLO op, reported)."""
+    body = function.body
+    problems = []
+    for argument in body.arguments:
+        users = [user for user, _ in argument.uses if user.name == "stablehlo.uniform_quantize"]
+        for user in users:
+            params = _boundary_params(user.result.type)
+            if params is None:
+                problems.append(f"an input quantized to {user.result.type} (per-tensor signed 8-bit only)")
+                continue
+            scale, zero_point = params
+            b = Builder.before(user)
+            rank = len(user.result.type.shape)  # type: ignore[attr-defined]
+            scaled = ops.mul(b, argument, _float_constant(b, 1.0 / scale, rank), ops.zero_point(b, 0, I8))
+            rounded = _note(ops.cast(b, _note(scaled, _QUANTIZE_NOTE), I32), _QUANTIZE_NOTE)
+            storage = rescale_to(
+                b, rounded, np.array([1.0]), 0, zero_point, storage_type(user.result.type), rounding
+            )
+            user.result.replace_all_uses_with(materialize(b, storage, user.result.type))
+            user.erase()
+    terminator = body.terminator
+    assert terminator is not None
+    for index, value in enumerate(list(terminator.operands)):
+        producer = value.owner_op()
+        if producer is None or producer.name != "stablehlo.uniform_dequantize":
+            continue
+        params = _boundary_params(producer.operands[0].type)
+        if params is None:
+            problems.append(f"an output of {producer.operands[0].type} (per-tensor signed 8-bit only)")
+            continue
+        scale, zero_point = params
+        b = Builder.before(terminator)
+        rank = len(value.type.shape)  # type: ignore[attr-defined]
+        real = _note(ops.cast(b, storage_of(b, producer.operands[0]), F32), _DEQUANTIZE_NOTE)
+        centred = _note(ops.sub(b, real, _float_constant(b, float(zero_point), rank)), _DEQUANTIZE_NOTE)
+        scaled = ops.mul(b, centred, _float_constant(b, scale, rank), ops.zero_point(b, 0, I8))
+        terminator.set_operand(index, _note(scaled, _DEQUANTIZE_NOTE))
+    return problems
+
+
 def _not_legalized(body: Block) -> list[Operation]:
     """The ops left that are not TOSA or are float TOSA (PRO-INT has none); the casts between storage and
     quantized types are the legalization's own glue around them, not ops of the model."""
     return [
         op
         for op in body.ops
-        if not op.is_terminator and op.name != CAST and (not op.name.startswith("tosa.") or _is_float(op))
+        if not op.is_terminator
+        and op.name != CAST
+        and (not op.name.startswith("tosa.") or (_is_float(op) and NOTE not in op.attributes))
     ]
 
 
@@ -139,17 +217,20 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     from qconvert.backends.stablehlo import convert_to_stablehlo
 
     options = options if options is not None else TosaOptions()
-    if options.float_boundary or options.allow_float:
+    if options.allow_float:
         raise InputError(
-            "--float-boundary and --allow-float (float TOSA, PRO-FP) are not supported yet: the TOSA backend "
-            "emits integer-only TOSA with storage inputs and outputs"
+            "--allow-float (float islands as float TOSA, PRO-FP) is not supported yet: the TOSA backend "
+            "emits integer-only TOSA (with --float-boundary, float only at the inputs and outputs)"
         )
     rounding = TosaRounding(options.rounding)
     converted = convert_to_stablehlo(
         module, "quantized", "stablehlo", fuse_arithmetic=True, engine_profile=None
     )
     function = main_function(converted, "to convert")
-    storage_boundary(function)
+    if options.float_boundary:
+        float_boundary(function, rounding)
+    else:
+        storage_boundary(function)
     body = function.body
     refusals = Refusals()
     patterns = [

@@ -344,11 +344,12 @@ def minimum(b: Builder, lhs: Value, rhs: Value) -> Value:
 
 
 def mul(b: Builder, lhs: Value, rhs: Value, shift: Value) -> Value:
-    """`tosa.mul`: `(a * b) >> shift` rounded (i32 only; shift a `tensor<1xi8>`, 0 for i8 / i16 inputs,
-    whose product is i32)."""
+    """`tosa.mul`: `(a * b) >> shift` rounded (shift a `tensor<1xi8>`: 0 for i8 / i16 inputs, whose product
+    is i32, and for floats)."""
     lhs_type = _tensor(lhs)
-    width = element_type_of(lhs_type).width  # type: ignore[attr-defined]
-    element = I32 if width in (8, 16) else lhs_type.element_type
+    element = lhs_type.element_type
+    if isinstance(element, IntegerType) and element.width in (8, 16):
+        element = I32
     result = RankedTensorType(_broadcast_shape(lhs_type, _tensor(rhs)), element)
     return _op(b, "tosa.mul", [lhs, rhs, shift], result)
 

@@ -467,3 +467,28 @@ def test_average_pool_is_avg_pool2d_within_a_step() -> None:
     assert validate(text, ("pro_int",)) == ""
     assert np.abs(difference).max() <= 1
     assert np.count_nonzero(difference) <= 0.05 * difference.size
+
+
+def test_float_boundary_quantizes_and_dequantizes_at_the_edges() -> None:
+    """`float_boundary=True`: float in and out, the edges in TOSA float ops (PRO-FP), each with its
+    qconvert.note, the body integer. digits_cnn's float logits equal onnxruntime's bit for bit on the
+    reference model (the dequantize is ONNX's own f32 arithmetic), and IREE agrees."""
+    require_tosa_python()
+    import re
+
+    from qconvert.backends.tosa import TosaOptions, convert_to_tosa, run_reference, validate
+    from qconvert.frontends.onnx import import_onnx
+    from qconvert.ir.printer import print_module
+
+    model = str(MODELS / "digits_cnn.qdq.onnx")
+    text = print_module(convert_to_tosa(import_onnx(model), TosaOptions(float_boundary=True)))
+    assert "(%arg0: tensor<8x1x8x8xf32>" in text and "-> (tensor<8x10xf32>" in text
+    float_ops = [line for line in text.splitlines() if re.search(r"xf32>", line) and '"tosa.' in line]
+    assert float_ops and all("qconvert.note" in line for line in float_ops)
+    assert validate(text, ("pro_int", "pro_fp")) == ""
+    image = _digits_feeds()["image"]
+    (logits,) = run_reference(text, [image])
+    (expected,) = _session(model).run(None, {"image": image})
+    assert logits.dtype == np.float32 and np.array_equal(logits, expected)
+    with pytest.raises(InputError, match="--allow-float"):
+        convert_to_tosa(import_onnx(model), TosaOptions(allow_float=True))

@@ -11,10 +11,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from qconvert.atomic_file import atomic_text_file
 from qconvert.backends import BACKEND_PASS_MODULES
-from qconvert.errors import Diagnostic, InputError, Location, QConvertError
+from qconvert.errors import Diagnostic, InputError, Location, ParseError, QConvertError
 from qconvert.ir.core import Operation
 from qconvert.ir.parser import ParserOptions, parse_module
 from qconvert.ir.printer import print_module
@@ -24,9 +25,13 @@ from qconvert.passes import PASS_MODULES, get_pass
 # The core passes and the backends' own (each backend declares its passes with its registry entry).
 ALL_PASS_MODULES = {**PASS_MODULES, **BACKEND_PASS_MODULES}
 SPLIT_MARKER = re.compile(r"^// -----.*$", re.M)
+# mlir-opt's output between the outputs of two chunks (a failed chunk's output is empty).
+OUTPUT_SPLIT_MARKER = "// -----\n"
+# As upstream's verifier reads them (mlir/lib/IR/Diagnostics.cpp), one per line: the text runs to the last
+# `}}` of the line.
 EXPECTATION = re.compile(
-    r"expected-(?P<severity>error|note|warning|remark)(?P<regex>-re)?\s*(?:@(?P<where>[+-]\d+|above|below))?\s*"
-    r"\{\{(?P<text>.*?)\}\}"
+    r"expected-(?P<severity>error|note|warning|remark)(?P<regex>-re)? *(?:@(?P<where>[+-]\d+|above|below))? *"
+    r"\{\{(?P<text>.*)\}\}[ \t\r]*$"
 )
 USAGE = """usage: qconvert opt [FILE|-] [-o OUT] [--split-input-file] [--verify-diagnostics]
                     [--allow-unregistered-dialect] [--verify-each] [--emit-bytecode]
@@ -159,47 +164,94 @@ def process_chunk(chunk: Chunk, filename: str, options: OptOptions) -> Operation
 
 @dataclass(frozen=True)
 class Expectation:
-    line: int
+    line: int  # 0 when the offset names no line of the file (never met)
     severity: str
     text: str
-    is_regex: bool
     loc: Location
+    # `expected-*-re`: the compiled RE2 pattern (linear-time matching; see `compile_expectation_regex`).
+    regex: Any = None
 
     def matches(self, diagnostic: Diagnostic) -> bool:
         if diagnostic.severity != self.severity or diagnostic.loc is None or diagnostic.loc.line != self.line:
             return False
-        if self.is_regex:
-            pattern = "".join(
-                part if index % 2 else re.escape(part)
-                for index, part in enumerate(re.split(r"\{\{|\}\}", self.text))
-            )
-            return re.search(pattern, diagnostic.message) is not None
+        if self.regex is not None:
+            return self.regex.search(diagnostic.message) is not None
         return self.text in diagnostic.message
 
 
-def collect_expectations(chunk: Chunk, filename: str) -> list[Expectation]:
-    """`// expected-error@+1 {{text}}` comments of a chunk, each resolved to the line it expects."""
+def compile_expectation_regex(text: str) -> Any:
+    """The pattern of an `expected-*-re` text: `{{...}}` parts are regular expressions, the rest literal.
+
+    Compiled with RE2 (google-re2), which matches in time linear in the message whatever the pattern, as
+    llvm::Regex does for mlir-opt: Python's `re` backtracks, and `{{(.|.|.)*Z}}` never returns.
+
+    Raises:
+        ValueError: upstream's message for a `{{` without its `}}` or a pattern that does not compile.
+    """
+    import re2  # google-re2: imported here, as only `--verify-diagnostics` with `-re` needs it
+
+    pattern: list[str] = []
+    rest = text
+    while rest:
+        start = rest.find("{{")
+        if start < 0:
+            pattern.append(re2.escape(rest))
+            break
+        pattern.append(re2.escape(rest[:start]))
+        rest = rest[start + 2 :]
+        end = rest.find("}}")
+        if end < 0:
+            raise ValueError("found start of regex with no end '}}'")
+        pattern.append(f"({rest[:end]})")
+        rest = rest[end + 2 :]
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print its own log line to stderr; the diagnostic says it
+    try:
+        return re2.compile("".join(pattern), options)
+    except re2.error as error:
+        reason = error.args[0] if error.args else error
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", errors="replace")
+        raise ValueError(f"invalid regex: {reason}") from None
+
+
+def collect_expectations(chunk: Chunk, filename: str) -> tuple[list[Expectation], list[Diagnostic]]:
+    """`// expected-error@+1 {{text}}` comments of a chunk, each resolved to the line it expects; and the
+    errors in those comments themselves (a regex that does not compile), at the comment."""
     expectations = []
+    problems = []
     lines = chunk.text.split("\n")
+    absolute = chunk.line_offset + 1
     for index, line in enumerate(lines):
-        for match in EXPECTATION.finditer(line):
-            where = match.group("where")
-            target = index
-            if where in ("above", "below"):
-                target = index + (-1 if where == "above" else 1)
-            elif where is not None:
-                target = index + int(where)
-            absolute = chunk.line_offset + 1
-            expectations.append(
-                Expectation(
-                    line=target + absolute,
-                    severity=match.group("severity"),
-                    text=match.group("text"),
-                    is_regex=match.group("regex") is not None,
-                    loc=Location(filename, index + absolute, match.start() + 1),
-                )
+        match = EXPECTATION.search(line)
+        if match is None:
+            continue
+        loc = Location(filename, index + absolute, match.start() + 1)
+        where = match.group("where")
+        target = index + absolute
+        if where in ("above", "below"):
+            target += -1 if where == "above" else 1
+        elif where is not None:
+            digits = where[1:].lstrip("0")
+            # An offset past every line of any file (and past Python's int-from-text limit) names none.
+            target = target + int(where) if len(digits) <= 9 else 0
+        regex = None
+        if match.group("regex") is not None:
+            try:
+                regex = compile_expectation_regex(match.group("text"))
+            except ValueError as error:
+                problems.append(Diagnostic(loc, "error", str(error)))
+                continue
+        expectations.append(
+            Expectation(
+                line=max(target, 0),
+                severity=match.group("severity"),
+                text=match.group("text"),
+                loc=loc,
+                regex=regex,
             )
-    return expectations
+        )
+    return expectations, problems
 
 
 def check_diagnostics(expectations: list[Expectation], diagnostics: list[Diagnostic]) -> list[Diagnostic]:
@@ -244,14 +296,19 @@ class OptResult:
 
 def run_opt(text: str, filename: str, options: OptOptions) -> OptResult:
     """Run `qconvert opt` on a buffer: the printed modules, rendered diagnostics and the exit code."""
-    outputs: list[str] = []
+    outputs: list[str] = []  # one per chunk, empty for a chunk that failed
     messages: list[str] = []
     exit_code = 0
     source_lines = text.split("\n")
     for chunk in split_chunks(text, options.split_input_file):
+        outputs.append("")
         try:
-            module = process_chunk(chunk, filename, options)
-            outputs.append(print_module(module).rstrip("\n"))
+            try:
+                module = process_chunk(chunk, filename, options)
+                # As mlir-opt writes each module: its text, then a newline after its last line.
+                outputs[-1] = print_module(module).rstrip("\n") + "\n\n"
+            except RecursionError:  # a backstop: the parser's depth limit is meant to stop this first
+                raise ParseError("nesting too deep", Location(filename, chunk.line_offset + 1, 1)) from None
             emitted: list[Diagnostic] = []
         except QConvertError as error:
             emitted = error.diagnostics()
@@ -263,13 +320,13 @@ def run_opt(text: str, filename: str, options: OptOptions) -> OptResult:
                 exit_code = 1
                 continue
         if options.verify_diagnostics:
-            problems = check_diagnostics(collect_expectations(chunk, filename), emitted)
+            expectations, problems = collect_expectations(chunk, filename)
+            problems += check_diagnostics(expectations, emitted)
             for problem in problems:
                 messages.append(render_diagnostic(problem, source_lines))
             if problems:
                 exit_code = 1
-    output = "\n\n// -----\n".join(outputs) + "\n" if outputs else ""
-    return OptResult(output, messages, exit_code)
+    return OptResult(OUTPUT_SPLIT_MARKER.join(outputs), messages, exit_code)
 
 
 def main(arguments: Sequence[str]) -> int:
@@ -285,6 +342,11 @@ def main(arguments: Sequence[str]) -> int:
             except (OSError, UnicodeDecodeError) as error:
                 raise InputError(f"could not open input file '{path}': {error}") from None
             filename = options.input_path
+        if options.output_path is not None and options.output_path != "-":
+            # Before any work, as the other verbs do: a folder that does not exist, the input itself...
+            from qconvert.calibrate.outputs import check_output_paths
+
+            check_output_paths({"-o": options.output_path}, {"FILE": options.input_path})
     except InputError as error:
         print(
             error.message if error.message.startswith("usage") else f"qconvert opt: {error.message}",
@@ -296,8 +358,18 @@ def main(arguments: Sequence[str]) -> int:
         print(message, file=sys.stderr)
     if options.output_path is not None and options.output_path != "-":
         if result.exit_code == 0:  # never leave a partial output behind
-            with atomic_text_file(options.output_path) as stream:
-                stream.write(result.output)
+            try:
+                with atomic_text_file(options.output_path) as stream:
+                    stream.write(result.output)
+            except InputError as error:
+                print(f"qconvert opt: {error.message}", file=sys.stderr)
+                return 2
+            except OSError as error:
+                print(
+                    f"qconvert opt: cannot write '{options.output_path}': {error.strerror or error}",
+                    file=sys.stderr,
+                )
+                return 2
     else:
         sys.stdout.write(result.output)
     return result.exit_code

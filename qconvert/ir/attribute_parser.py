@@ -43,9 +43,11 @@ from qconvert.ir.attributes import (
     UnitAttr,
 )
 from qconvert.ir.float_format import bits_to_float, round_to_float_type
-from qconvert.ir.lexer import split_top_level, unescape_string
+from qconvert.ir.lexer import Token, integer_literal_value, split_top_level, unescape_string
 from qconvert.ir.type_parser import TypeParser, numpy_dtype, shareable
 from qconvert.ir.types import IndexType, IntegerType, RankedTensorType, Signedness, Type, VectorType
+
+INTEGER_LITERAL = re.compile(r"0x[0-9a-fA-F]+|[0-9]+")
 
 
 class AttributeParser(TypeParser):
@@ -59,6 +61,15 @@ class AttributeParser(TypeParser):
 
     def parse_attribute(self, type_hint: Type | None = None) -> Attribute:
         token = self.token
+        if token.kind == "punct" and token.text in "[{":  # nested attributes: bounded depth
+            self.enter_nesting()
+            try:
+                return self._parse_attribute(token)
+            finally:
+                self.exit_nesting()
+        return self._parse_attribute(token)
+
+    def _parse_attribute(self, token: Token) -> Attribute:
         kind, text = token.kind, token.text
         if kind == "bare":
             if text in ("true", "false"):
@@ -113,15 +124,25 @@ class AttributeParser(TypeParser):
         if token.kind == "float" or isinstance(type_, FloatType):
             float_type = type_ if isinstance(type_, FloatType) else FloatType("f64")
             if token.kind == "integer" and token.text.startswith("0x"):
-                value = bits_to_float(int(token.text, 16), float_type.name)
+                value = self.hex_float(token.text, float_type.name, token.start)
             else:
                 value = round_to_float_type(float(token.text), float_type.name)
             return FloatAttr(-value if negative else value, float_type)
         type_ = type_ if type_ is not None else IntegerType(64)
-        value = self.fit_integer(-int(token.text, 0) if negative else int(token.text, 0), type_, token.start)
+        magnitude = integer_literal_value(token.text)
+        if magnitude is None:
+            raise self.error("integer value too large", token.start)
+        value = self.fit_integer(-magnitude if negative else magnitude, type_, token.start)
         if isinstance(type_, IntegerType) and type_.width == 1 and type_.is_signless:
             return BoolAttr(bool(value))
         return IntegerAttr(value, type_)
+
+    def hex_float(self, text: str, float_type: str, position: int) -> float:
+        """The float whose bits a `0x...` literal gives, or MLIR's error when they do not fit the type."""
+        try:
+            return bits_to_float(int(text, 16), float_type)
+        except ValueError:
+            raise self.error("hexadecimal float constant out of range for type", position) from None
 
     def fit_integer(self, value: int, type_: Type, position: int, what: str = "attribute") -> int:
         """The value an integer literal stores in `type_`: signless literals may use the unsigned range
@@ -264,14 +285,25 @@ class AttributeParser(TypeParser):
         return DenseElementsAttr(array, type_), close_end
 
     def _parse_dense_literal(self) -> object:
-        if self.try_consume("["):
-            items: list[object] = []
-            if not self.try_consume("]"):
+        if self.peek("["):
+            self.enter_nesting()
+            try:
+                return self._parse_dense_literal_list()
+            finally:
+                self.exit_nesting()
+        return self._parse_dense_literal_element()
+
+    def _parse_dense_literal_list(self) -> list[object]:
+        self.expect("[")
+        items: list[object] = []
+        if not self.try_consume("]"):
+            items.append(self._parse_dense_literal())
+            while self.try_consume(","):
                 items.append(self._parse_dense_literal())
-                while self.try_consume(","):
-                    items.append(self._parse_dense_literal())
-                self.expect("]")
-            return items
+            self.expect("]")
+        return items
+
+    def _parse_dense_literal_element(self) -> object:
         if self.token.text in ("true", "false"):
             return self.advance().text == "true"
         negative = self.try_consume("-")
@@ -294,11 +326,18 @@ class AttributeParser(TypeParser):
             if isinstance(element_type, FloatType):
                 body = text.lstrip("-")
                 value = (
-                    bits_to_float(int(body, 16), element_type.name) if body.startswith("0x") else float(body)
+                    self.hex_float(body, element_type.name, start) if body.startswith("0x") else float(body)
                 )
                 return -value if text.startswith("-") else value
-            value = int(text, 0) if not text.lstrip("-").startswith("0x") else int(text, 16)
-            return self.fit_integer(value, element_type, start, "type")
+            body = text.lstrip("-")
+            if not INTEGER_LITERAL.fullmatch(body):
+                raise self.error("expected integer elements, but parsed floating-point", start)
+            magnitude = integer_literal_value(body)
+            if magnitude is None:
+                raise self.error("integer value too large", start)
+            return self.fit_integer(
+                -magnitude if text.startswith("-") else magnitude, element_type, start, "type"
+            )
 
         def flatten(item: object) -> tuple[list[object], tuple[int, ...]]:
             if isinstance(item, list):

@@ -69,6 +69,34 @@ TOKEN_BY_FIRST_CHARACTER: dict[str, tuple[str | None, Callable[[str, int, int], 
 }
 
 
+# Python refuses int <-> str conversions of more than 4,300 decimal digits (sys.get_int_max_str_digits) and
+# the printer must write back what the parser read: a literal of more digits is "integer value too large".
+MAX_DECIMAL_DIGITS = 4_000
+MAX_HEX_DIGITS = 3_300  # 13,200 bits: printed in decimal, under MAX_DECIMAL_DIGITS digits
+# How deeply regions may nest, and apart from them types, attributes and brackets (MLIR has no limit; its
+# C++ stack has one). Each level takes a few Python frames in the parser, the verifier, the passes and the
+# printer: both limits at once stay below Python's recursion limit, and no real module comes close.
+MAX_NESTING = 64
+
+
+def integer_literal_value(text: str) -> int | None:
+    """The value of an integer token, `0x` hex or decimal, or None when it has too many digits.
+
+    Decimal literals may have leading zeros (`01` is 1, as MLIR reads it: base 10, not octal).
+    """
+    if text.startswith("0x"):
+        return int(text, 16) if len(text) - 2 <= MAX_HEX_DIGITS else None
+    digits = text.lstrip("0")
+    return int(digits or "0") if len(digits) <= MAX_DECIMAL_DIGITS else None
+
+
+def integer_width(digits: str) -> int:
+    """The width written after `i`, `si`, `ui` or `u`: 1 << 30 (above any width allowed) when it has too
+    many digits to be one; the caller reports the width as invalid."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 9 else 1 << 30
+
+
 class Token(NamedTuple):
     kind: str
     text: str
@@ -114,6 +142,7 @@ class Lexer:
         self.line_offset = line_offset
         self.limit = len(text)
         self.source = SourceText(text, filename, line_offset)
+        self.nesting = 0  # open types, attributes and brackets being parsed (see `enter_nesting`)
         self.token = self._lex(0)
 
     # Lexing --------------------------------------------------------------------------------------
@@ -171,6 +200,19 @@ class Lexer:
     ) -> ParseError:
         return ParseError(message, self.location(position), tuple(related))
 
+    # Nesting ---------------------------------------------------------------------------------------
+    def enter_nesting(self, position: int | None = None) -> None:
+        """One level deeper (a nested type, attribute or bracket); pair with `exit_nesting` in a `finally`.
+
+        Past MAX_NESTING levels this is a diagnostic at `position` rather than Python's RecursionError.
+        """
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise self.error(f"nesting too deep (more than {MAX_NESTING} levels)", position)
+
+    def exit_nesting(self) -> None:
+        self.nesting -= 1
+
     # Token helpers ---------------------------------------------------------------------------------
     def peek(self, text: str) -> bool:
         token = self.token
@@ -213,7 +255,9 @@ class Lexer:
         token = self.token
         if token.kind != "integer":
             raise self.error("expected integer value")
-        value = int(self.advance().text, 0)
+        value = integer_literal_value(self.advance().text)
+        if value is None:
+            raise self.error("integer value too large", start)
         value = -value if negative else value
         if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
             raise self.error("integer value too large", start)

@@ -40,7 +40,14 @@ from qconvert.ir.core import (
     gc_paused,
 )
 from qconvert.ir.dialects.builtin import ModuleOp
-from qconvert.ir.lexer import SIMPLE_PUNCTUATION, Token, new_token, split_top_level, unescape_string
+from qconvert.ir.lexer import (
+    MAX_NESTING,
+    SIMPLE_PUNCTUATION,
+    Token,
+    new_token,
+    split_top_level,
+    unescape_string,
+)
 from qconvert.ir.type_parser import numpy_dtype
 from qconvert.ir.types import FloatType, IntegerType, RankedTensorType, Type
 
@@ -91,6 +98,7 @@ class Parser(AttributeParser):
         self.resources: dict[str, tuple[int, int]] = {}
         self.resource_attributes: list[tuple[DenseResourceAttr, int]] = []
         self._resource_elements: dict[tuple[str, Type], LazyElements] = {}
+        self.region_nesting = 0  # regions open around the current op, the implicit module's included
 
     # Symbols and operands ----------------------------------------------------------------------------
     def parse_operand_reference(self) -> OperandReference:
@@ -105,6 +113,9 @@ class Parser(AttributeParser):
         following = self.token = self._lex(end)
         index = 0
         if following.kind == "hash" and following.start == token.end and following.text[1:].isdigit():
+            digits = following.text[1:].lstrip("0") or "0"
+            if len(digits) > 9:
+                raise self.error("invalid SSA value result number", following.start)
             index = int(self.advance().text[1:])
         return new_token(OperandReference, (token.text, index, token.start))  # type: ignore[return-value]
 
@@ -248,6 +259,18 @@ class Parser(AttributeParser):
         self, owner: Operation, entry_arguments: Sequence[tuple[str, Type, int]] | None
     ) -> Region:
         """region ::= `{` entry-block? block* `}`; `entry_arguments` are the names from the op's signature."""
+        # Counted apart from types and attributes, which alias definitions can move into or out of regions.
+        self.region_nesting += 1
+        try:
+            if self.region_nesting > MAX_NESTING:
+                raise self.error(f"regions nested too deep (more than {MAX_NESTING} levels)")
+            return self._parse_region(owner, entry_arguments)
+        finally:
+            self.region_nesting -= 1
+
+    def _parse_region(
+        self, owner: Operation, entry_arguments: Sequence[tuple[str, Type, int]] | None
+    ) -> Region:
         self.expect("{")
         region = Region()
         isolated = isinstance(owner, ModuleOp) or owner.name == "func.func"
@@ -466,6 +489,10 @@ class Parser(AttributeParser):
             elif token.kind == "metadata_begin":
                 self._parse_file_metadata()
             else:
+                # A bare op is in the module the printer writes around it: one region deep, as the ops of
+                # an explicit top-level module are, so printed text parses at the depth its source did.
+                explicit_module = token.text in ("module", '"builtin.module"')
+                self.region_nesting = 0 if explicit_module else 1
                 ops.append(self.parse_operation())
         self._bind_resources()
         if len(ops) == 1 and isinstance(ops[0], ModuleOp):

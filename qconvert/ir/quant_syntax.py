@@ -13,6 +13,7 @@ import numpy as np
 
 from qconvert.errors import ParseError, VerifyError
 from qconvert.ir.float_format import round_to_float_type
+from qconvert.ir.lexer import integer_width
 from qconvert.ir.quant_types import (
     MAX_STORAGE_BITS,
     QUANT_FLOAT_STORAGE_TYPES,
@@ -68,7 +69,7 @@ def parse_storage_type(parser: Parser) -> tuple[IntegerType | FloatType, bool]:
     text = token.text
     storage: IntegerType | FloatType
     if (match := INTEGER_TYPE.match(text)) is not None:
-        width = int(match.group(2))
+        width = integer_width(match.group(2))
         if width > 16777215:
             raise parser.error("invalid integer width")
         signedness = {"i": Signedness.SIGNLESS, "si": Signedness.SIGNED, "ui": Signedness.UNSIGNED}[
@@ -76,7 +77,7 @@ def parse_storage_type(parser: Parser) -> tuple[IntegerType | FloatType, bool]:
         ]
         storage, is_signed = IntegerType(width, signedness), signedness is not Signedness.UNSIGNED
     elif (match := UNSIGNED_KEYWORD.match(text)) is not None:
-        storage, is_signed = IntegerType(int(match.group(1))), False
+        storage, is_signed = IntegerType(integer_width(match.group(1))), False
     elif text in QUANT_FLOAT_STORAGE_TYPES:
         storage, is_signed = FloatType(text), True
     else:
@@ -200,7 +201,11 @@ def parse_quant_param_list(
     size = 0
     while True:
         if parser.try_consume("{"):
-            these = parse_quant_param_list(parser, expressed_type, scales, zero_points)
+            parser.enter_nesting()
+            try:
+                these = parse_quant_param_list(parser, expressed_type, scales, zero_points)
+            finally:
+                parser.exit_nesting()
         else:
             scale, zero_point = parse_quant_params(parser, expressed_type)
             scales.append(scale)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from qconvert.errors import VerifyError
-from qconvert.ir.lexer import Lexer, Token, skip_end
+from qconvert.ir.lexer import Lexer, Token, integer_width, skip_end
 from qconvert.ir.quant_syntax import parse_quant_type
 from qconvert.ir.types import (
     DYNAMIC,
@@ -53,6 +53,8 @@ STRING_REST = re.compile(r'(?:[^"\\\n]|\\.)*"')
 DIMENSIONS = re.compile(r"(?:(?:\?|[0-9]+)x)*")
 INTEGER_TYPE = re.compile(r"(si|ui|i)([0-9]+)\Z")
 SIMPLE_TYPES: dict[str, Type] = {"index": IndexType(), "none": NoneType()}
+VECTOR_DIMENSION = re.compile(r"\[?([0-9]+)\]?x")
+MAX_DIMENSION = (1 << 63) - 1
 
 
 class TypeParser(Lexer):
@@ -86,10 +88,14 @@ class TypeParser(Lexer):
 
     def parse_function_type(self) -> FunctionType:
         """function-type ::= `(` type-list? `)` `->` (type | `(` type-list? `)`)"""
-        self.expect("(")
-        inputs = [] if self.try_consume(")") else self._type_list_until(")")
-        self.expect("->")
-        return FunctionType(tuple(inputs), tuple(self.parse_function_result_types()))
+        self.enter_nesting()
+        try:
+            self.expect("(")
+            inputs = [] if self.try_consume(")") else self._type_list_until(")")
+            self.expect("->")
+            return FunctionType(tuple(inputs), tuple(self.parse_function_result_types()))
+        finally:
+            self.exit_nesting()
 
     def parse_function_result_types(self) -> list[Type]:
         if self.try_consume("("):
@@ -126,7 +132,7 @@ class TypeParser(Lexer):
                 return type_
             match = INTEGER_TYPE.match(text)
             if match is not None:
-                width = int(match.group(2))
+                width = integer_width(match.group(2))
                 if width > MAX_INTEGER_WIDTH:
                     raise self.error("invalid integer width")
                 self.advance()
@@ -187,20 +193,28 @@ class TypeParser(Lexer):
         The first `>` (not of a `->`) after which as many `<` as `>` have been seen since `start`.
         """
         text, limit = self.text, self.limit
-        closes = 0
+        closes = opens = 0
         search = start
         while True:
             close = text.find(">", search, limit)
             if close < 0:
                 return None
+            opens += text.count("<", search, close)  # counted once each: linear in the body's length
             search = close + 1
             if text[close - 1] == "-":  # `->`
                 continue
             closes += 1
-            if text.count("<", start, close) == closes:
+            if opens == closes:
                 return None if text.find('"', start, close) >= 0 else close + 1
 
     def _parse_tensor_type(self) -> Type:
+        self.enter_nesting()
+        try:
+            return self._parse_tensor_type_body()
+        finally:
+            self.exit_nesting()
+
+    def _parse_tensor_type_body(self) -> Type:
         self.advance()
         if self.token.text != "<":
             raise self.error("expected '<' in tensor type")
@@ -216,7 +230,10 @@ class TypeParser(Lexer):
             return UnrankedTensorType(element_type)
         dimensions = DIMENSIONS.match(self.text, skip_end(self.text, position))
         assert dimensions is not None  # `(...)*` always matches
-        shape = tuple(DYNAMIC if d == "?" else int(d) for d in dimensions.group().split("x")[:-1])
+        shape = tuple(
+            DYNAMIC if d == "?" else self.dimension_size(d, position)
+            for d in dimensions.group().split("x")[:-1]
+        )
         self.reset(dimensions.end())
         element_type = self.parse_non_function_type()
         encoding = self.parse_attribute() if self.try_consume(",") else None
@@ -224,7 +241,21 @@ class TypeParser(Lexer):
         self.expect(">")
         return RankedTensorType(shape, element_type, encoding)
 
+    def dimension_size(self, digits: str, position: int) -> int:
+        """A static dimension: at most int64's largest value (MLIR's `invalid dimension` otherwise)."""
+        digits = digits.lstrip("0") or "0"
+        if len(digits) > 19 or int(digits) > MAX_DIMENSION:
+            raise self.error("invalid dimension", position)
+        return int(digits)
+
     def _parse_vector_type(self) -> Type:
+        self.enter_nesting()
+        try:
+            return self._parse_vector_type_body()
+        finally:
+            self.exit_nesting()
+
+    def _parse_vector_type_body(self) -> Type:
         vector_position = self.advance().start
         self.expect("<")
         shape: list[int] = []
@@ -232,10 +263,10 @@ class TypeParser(Lexer):
         while True:
             position = self.token.start
             scalable_dim = self.text.startswith("[", position)
-            match = re.compile(r"\[?([0-9]+)\]?x").match(self.text, position)
+            match = VECTOR_DIMENSION.match(self.text, position)
             if match is None:
                 break
-            shape.append(int(match.group(1)))
+            shape.append(self.dimension_size(match.group(1), position))
             scalable.append(scalable_dim)
             self.reset(match.end())
         element_type = self.parse_non_function_type()

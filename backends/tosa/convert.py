@@ -41,7 +41,13 @@ from . import ops
 from .backend import TosaOptions
 from .float_island import FloatIslandToTable
 from .legalize import fold_patterns, legalize_patterns
-from .legalize_quant import FloatMeanToReduceSum, FloatProductToMul, RequantizeToRescale, rescale_to
+from .legalize_quant import (
+    FloatDotToQuantizedDot,
+    FloatMeanToReduceSum,
+    FloatProductToMul,
+    RequantizeToRescale,
+    rescale_to,
+)
 from .storage import CAST, Refusals, fold_casts, materialize, quant_type, storage_of, storage_type
 
 __all__ = ["QUANT_TYPE", "convert_to_tosa", "write_tosa"]
@@ -181,7 +187,7 @@ def _not_legalized(body: Block) -> list[Operation]:
         op
         for op in body.ops
         if not op.is_terminator
-        and op.name != CAST
+        and op.name not in (CAST, "tosa.const", "tosa.const_shape")  # constants of the ops listed
         and (not op.name.startswith("tosa.") or (_is_float(op) and NOTE not in op.attributes))
     ]
 
@@ -237,6 +243,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
         RequantizeToRescale(rounding, refusals),
         FloatMeanToReduceSum(rounding, refusals),
         FloatProductToMul(rounding, refusals),
+        FloatDotToQuantizedDot(refusals),
         FloatIslandToTable(refusals),
         *legalize_patterns(refusals),
     ]

@@ -18,8 +18,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from qconvert.ir.core import Builder, Operation, Value
-from qconvert.ir.quant_types import QuantizedType, UniformQuantizedPerAxisType, uniform_params
+from qconvert.ir.core import Builder, GenericOp, Operation, Value
+from qconvert.ir.quant_types import (
+    QuantizedType,
+    UniformQuantizedPerAxisType,
+    UniformQuantizedType,
+    uniform_params,
+)
 from qconvert.ir.types import I8, I32, FloatType, IntegerType, RankedTensorType, element_type_of
 from qconvert.numerics.tosa import TosaRounding, compute_multiplier_and_shift
 from qconvert.passes.rewrite import PatternRewriter, Root
@@ -36,6 +41,7 @@ from .storage import (
 )
 
 __all__ = [
+    "FloatDotToQuantizedDot",
     "FloatMeanToReduceSum",
     "FloatProductToMul",
     "RequantizeToRescale",
@@ -357,4 +363,46 @@ class FloatProductToMul:
         except ValueError as error:
             return self.refusals.refuse(op, str(error))
         replace_with_storage(rewriter, op, [value])
+        return True
+
+
+class FloatDotToQuantizedDot:
+    """`uniform_quantize(dot_general(dequantize(a), dequantize(b)))` (attention's activation x activation
+    products, which StableHLO's quantized dot_general cannot take with a non-zero rhs zero point) as the
+    quantized `dot_general(a, b)` into an i32 accumulator of scale `s_a * s_b`, then `uniform_quantize` of it:
+    the next sweep makes them tosa.matmul (both zero points its operands) and one rescale."""
+
+    roots: ClassVar[tuple[Root, ...]] = ("stablehlo.uniform_quantize",)
+
+    def __init__(self, refusals: Refusals) -> None:
+        self.refusals = refusals
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        target = quant_type(op.result)
+        dot = _unwrapped(op.operands[0]).owner_op()
+        if target is None or dot is None or dot.name != "stablehlo.dot_general":
+            return False
+        sources = []
+        for operand in dot.operands:
+            producer = _unwrapped(operand).owner_op()
+            if producer is None or producer.name != "stablehlo.uniform_dequantize":
+                return False
+            sources.append(producer.operands[0])
+        types = [quant_type(source) for source in sources]
+        if not all(isinstance(type_, UniformQuantizedType) and _width(type_) == 8 for type_ in types):
+            return self.refusals.refuse(op, f"a float product of {types} (per-tensor 8-bit only)")
+        scale = float(types[0].scale) * float(types[1].scale)  # type: ignore[union-attr]
+        accumulator = UniformQuantizedType(
+            storage_type=I32,
+            expressed_type=types[0].expressed_type,
+            scale=scale,  # type: ignore[union-attr]
+        )
+        dot_type = dot.results[0].type
+        assert isinstance(dot_type, RankedTensorType)
+        quantized_dot = GenericOp(
+            "stablehlo.dot_general", sources, [dot_type.with_element_type(accumulator)], dict(dot.attributes)
+        )
+        product = rewriter.insert(quantized_dot).result
+        requantize = GenericOp("stablehlo.uniform_quantize", [product], [op.result.type])
+        rewriter.replace_op(op, [rewriter.insert(requantize).result])
         return True

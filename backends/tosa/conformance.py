@@ -6,10 +6,10 @@
         assert all(np.array_equal(a, b) for a, b in zip(ours, case.expected))
 
 `tosa_verif_conformance_generator` (tosa-tools 2026.8.0) writes one folder per test (desc.json, test.tosa, the
-placeholders' .npy); this module runs each graph on the reference model for its expected outputs (the Python
-binding; the model's command-line runner when an input or an output is i48: the binding refuses i48 inputs
-and returns an i48 output as an empty float64 array) and decodes the flatbuffer (`describe_flatbuffers`: the
-generator keeps parameters, tables and some inputs as constants); `case.mlir()` gives the graph as MLIR.
+placeholders' .npy); this module runs each graph on the reference model for its expected outputs
+(`run_reference_jobs`, which takes i48 tensors to the model's command-line runner) and decodes the
+flatbuffer (`describe_flatbuffers`: the generator keeps parameters, tables and some inputs as constants);
+`case.mlir()` gives the graph as MLIR text.
 """
 
 from __future__ import annotations
@@ -102,20 +102,6 @@ def run_generator(
     return sorted(path.parent for path in output.glob("operators/*/*/*/desc.json"))
 
 
-def _expected_by_command_line(folder: Path, description: dict) -> tuple[np.ndarray, ...]:
-    """The reference model's command-line runner on a test's desc.json (it reads i48 .npy inputs)."""
-    output = folder / "expected"
-    output.mkdir(exist_ok=True)
-    completed = subprocess.run(
-        [str(tosa_tool("tosa_reference_model")), "--test_desc", str(folder / "desc.json"),
-         "--output_dir", str(output)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    if completed.returncode != 0:
-        raise EngineError(f"{folder.name}: tosa_reference_model failed:\n{completed.stdout[-2000:]}")
-    return tuple(np.load(output / name) for name in description["ofm_file"])
-
-
 def generate_conformance(operators: Sequence[str], output: Path, **options: object) -> list[ConformanceCase]:
     """Generate the conformance tests of `operators` into `output` (options as `run_generator`), with the
     reference model's expected outputs and the decoded graphs. EngineError when the reference model refuses a
@@ -137,16 +123,11 @@ def generate_conformance(operators: Sequence[str], output: Path, **options: obje
     )
     graphs = describe_flatbuffers(flatbuffers)
     cases = []
-    for folder, description, placeholders, flatbuffer, result, graph in zip(
-        folders, descriptions, inputs, flatbuffers, results, graphs, strict=True
+    for folder, placeholders, flatbuffer, result, graph in zip(
+        folders, inputs, flatbuffers, results, graphs, strict=True
     ):
-        wide_input = any(a.dtype == np.int64 for a in placeholders.values())
-        wide_output = any(graph.tensors[name]["type"] == "INT48" for name in graph.outputs)
-        if (result.status == VALID and wide_output) or (result.status == "RUN_FAILED" and wide_input):
-            expected = _expected_by_command_line(folder, description)
-        elif result.status == VALID:
-            expected = result.outputs
-        else:
+        if result.status != VALID:
             raise EngineError(f"{folder.name}: the reference model says {result.status}:\n{result.messages}")
+        expected = result.outputs
         cases.append(ConformanceCase(folder.name, folder, flatbuffer, placeholders, expected, graph))
     return cases

@@ -7,10 +7,12 @@ Request: `request` holds JSON `{"jobs": [{"mlir": TEXT | null, "inputs": N}, ...
 arrays `job{i}_input{j}`; a job without MLIR text brings its flatbuffer as uint8 array `job{i}_flatbuffer`.
 MLIR text is serialized with `tosa-opt --tosa-serialize` (beside this Python). Response: `response` holds
 JSON `{"jobs": [{"status": S, "outputs": K, "messages": TEXT}]}` and arrays `job{i}_output{k}` (none unless
-S is TOSA_VALID); S is TOSA_VALID, TOSA_ERROR, TOSA_UNPREDICTABLE, SERIALIZE_FAILED or RUN_FAILED (the binding
-refused the inputs). `messages` is what tosa-opt or the reference model printed for that job (the model's
-REQUIRE / ERROR_IF reasons). A job with `"describe": true` is not run but decoded: its status is DESCRIBED,
-`graph` gives the first block's operators, attribute fields and tensors; its outputs are the constants.
+S is TOSA_VALID); S is TOSA_VALID, TOSA_ERROR, TOSA_UNPREDICTABLE, SERIALIZE_FAILED or RUN_FAILED (the
+binding refused the inputs). `messages` is what tosa-opt or the reference model printed for that job (the
+model's REQUIRE / ERROR_IF reasons). Graphs with i48 inputs or outputs run on the model's command-line runner
+instead of its binding, which refuses i48 inputs and returns i48 outputs as empty float64 arrays. A job with
+`"describe": true` is not run but decoded: its status is DESCRIBED, `graph` gives the first block's
+operators, attribute fields and tensors; its outputs are the constants.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -85,15 +88,16 @@ def enum_names(enum_class: type) -> dict[int, str]:
     return {value: name for name, value in vars(enum_class).items() if not name.startswith("_")}
 
 
-def tensor_data(raw: bytes, type_name: str) -> np.ndarray | None:
-    """The values of a constant's bytes, or None for element types this decoder does not read."""
+def tensor_data(raw: bytes, type_name: str, count: int) -> np.ndarray | None:
+    """The `count` values of a constant's bytes (serializers may pad the data), or None for element types
+    this decoder does not read."""
     if type_name not in ELEMENT_TYPES:
         return None
-    dtype = ELEMENT_TYPES[type_name]
+    dtype = np.dtype(ELEMENT_TYPES[type_name])
     if type_name != "INT48":
-        return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
-    padded = np.frombuffer(raw, np.uint8).reshape(-1, 6)
-    unsigned = sum(padded[:, k].astype(np.int64) << (8 * k) for k in range(6))
+        return np.frombuffer(raw[: count * dtype.itemsize], dtype=dtype.newbyteorder("<")).astype(dtype)
+    grouped = np.frombuffer(raw[: count * 6], np.uint8).reshape(-1, 6).astype(np.int64)
+    unsigned = sum(grouped[:, k] << (8 * k) for k in range(6))
     return np.where(unsigned >= 1 << 47, unsigned - (1 << 48), unsigned)
 
 
@@ -147,7 +151,7 @@ def describe(flatbuffer: bytes) -> tuple[dict[str, object], list[np.ndarray]]:
         shape = [] if tensor.ShapeIsNone() else [int(d) for d in tensor.ShapeAsNumpy()]
         tensors[name] = {"shape": shape, "type": type_name}
         if tensor.DataLength() > 0:
-            data = tensor_data(tensor.DataAsNumpy().tobytes(), type_name)
+            data = tensor_data(tensor.DataAsNumpy().tobytes(), type_name, int(np.prod(shape, dtype=np.int64)))
             if data is not None:
                 constants.append(name)
                 arrays.append(data.reshape(shape))
@@ -159,6 +163,39 @@ def describe(flatbuffer: bytes) -> tuple[dict[str, object], list[np.ndarray]]:
         "outputs": [block.Outputs(j).decode() for j in range(block.OutputsLength())],
     }
     return graph, arrays
+
+
+def run_by_command_line(flatbuffer: bytes, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], str, str]:
+    """Run one graph with the model's command-line runner, which reads and writes i48 tensors (.npy int64)
+    where the Python binding refuses i48 inputs and returns i48 outputs as empty float64 arrays."""
+    graph, _ = describe(flatbuffer)
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "graph.tosa"), "wb") as file:
+            file.write(flatbuffer)
+        input_files = [f"input{j}.npy" for j in range(len(inputs))]
+        output_files = [f"output{k}.npy" for k in range(len(graph["outputs"]))]
+        for name, array in zip(input_files, inputs):
+            np.save(os.path.join(folder, name), array)
+        command = [
+            os.path.join(os.path.dirname(sys.executable), "tosa_reference_model"),
+            "--tosa_file", "graph.tosa", "--flatbuffer_dir", folder, "--output_dir", folder,
+            "--ifm_name", ",".join(graph["inputs"]), "--ifm_file", ",".join(input_files),
+            "--ofm_name", ",".join(graph["outputs"]), "--ofm_file", ",".join(output_files),
+        ]  # fmt: skip
+        completed = subprocess.run(command, capture_output=True, text=True)
+        messages = completed.stdout + completed.stderr
+        if completed.returncode == 0:
+            return [np.load(os.path.join(folder, name)) for name in output_files], "TOSA_VALID", messages
+    verdict = re.search(r"Graph result: (\w+)", messages)
+    return [], f"TOSA_{verdict.group(1)}" if verdict else "RUN_FAILED", messages
+
+
+def is_wide(outputs: list[np.ndarray], inputs: list[np.ndarray], status: str) -> bool:
+    """Whether the binding could not carry an i48 tensor: it refused an int64 input, or returned an output
+    as an empty float64 array (its rendering of i48)."""
+    if status == "RUN_FAILED":
+        return any(np.asarray(a).dtype == np.int64 for a in inputs)
+    return any(np.asarray(o).dtype == np.float64 and np.asarray(o).size == 0 for o in outputs)
 
 
 def main() -> None:
@@ -182,6 +219,8 @@ def main() -> None:
             results.append({"status": "DESCRIBED", "outputs": len(constants), "messages": "", "graph": graph})
             continue
         outputs, status, messages = run_capturing_output(flatbuffer, inputs)
+        if is_wide(outputs, inputs, status):
+            outputs, status, messages = run_by_command_line(flatbuffer, inputs)
         if status != "TOSA_VALID":
             outputs = []  # what an invalid graph leaves in its outputs means nothing (and may be None)
         for k, output in enumerate(outputs):

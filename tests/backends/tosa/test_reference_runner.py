@@ -93,3 +93,44 @@ def test_validate_names_the_missing_extension() -> None:
     assert validate(rescale_text(31, "DOUBLE_ROUND"), extensions=("doubleround",)) == ""
     refused = validate(rescale_text(31, "DOUBLE_ROUND"))
     assert "doubleround" in refused
+
+
+@pytest.mark.engine
+def test_i48_tensors_go_through_the_command_line_runner() -> None:
+    """The model's Python binding refuses i48 inputs and returns i48 outputs as empty float64 arrays; the
+    worker runs such graphs on the model's command-line runner, so both come back as int64 values."""
+    require_tosa_python()
+    rng = np.random.default_rng(48)
+    wide = rng.integers(-(2**40), 2**40, 64, dtype=np.int64)
+    wide[:2] = [-(2**47), 2**47 - 1]
+    rescale_i48 = """func.func @main(%x: tensor<64xi48>) -> tensor<64xi32> {
+  %m = "tosa.const"() <{values = dense<12345> : tensor<1xi16>}> : () -> tensor<1xi16>
+  %s = "tosa.const"() <{values = dense<45> : tensor<1xi8>}> : () -> tensor<1xi8>
+  %iz = "tosa.const"() <{values = dense<0> : tensor<1xi48>}> : () -> tensor<1xi48>
+  %oz = "tosa.const"() <{values = dense<0> : tensor<1xi32>}> : () -> tensor<1xi32>
+  %y = "tosa.rescale"(%x, %m, %s, %iz, %oz) <{scale32 = false, \
+rounding_mode = #tosa.rounding_mode<SINGLE_ROUND>, per_channel = false, input_unsigned = false, \
+output_unsigned = false}> : (tensor<64xi48>, tensor<1xi16>, tensor<1xi8>, tensor<1xi48>, tensor<1xi32>) \
+-> tensor<64xi32>
+  return %y : tensor<64xi32>
+}"""
+    a = rng.integers(-(2**15), 2**15, (1, 3, 40), dtype=np.int64).astype(np.int16)
+    b = rng.integers(-(2**15), 2**15, (1, 40, 5), dtype=np.int64).astype(np.int16)
+    a[0, 0, :], b[0, :, 0] = -(2**15), -(2**15)  # the largest products: 40 * 2**30 needs 36 bits
+    matmul_i48 = """func.func @main(%a: tensor<1x3x40xi16>, %b: tensor<1x40x5xi16>) -> tensor<1x3x5xi48> {
+  %az = "tosa.const"() <{values = dense<0> : tensor<1xi16>}> : () -> tensor<1xi16>
+  %bz = "tosa.const"() <{values = dense<0> : tensor<1xi16>}> : () -> tensor<1xi16>
+  %y = "tosa.matmul"(%a, %b, %az, %bz) : (tensor<1x3x40xi16>, tensor<1x40x5xi16>, tensor<1xi16>, \
+tensor<1xi16>) -> tensor<1x3x5xi48>
+  return %y : tensor<1x3x5xi48>
+}"""
+    rescaled, product = run_reference_jobs(
+        [ReferenceJob(inputs=(wide,), mlir=rescale_i48), ReferenceJob(inputs=(a, b), mlir=matmul_i48)]
+    )
+    assert rescaled.status == "TOSA_VALID", rescaled.messages
+    expected = rescale(wide, 12345, 45, input_type="i48", output_type="i32", scale32=False)
+    assert np.array_equal(rescaled.outputs[0], expected)
+    assert product.status == "TOSA_VALID", product.messages
+    assert product.outputs[0].dtype == np.int64
+    assert np.array_equal(product.outputs[0], np.matmul(a.astype(np.int64), b.astype(np.int64)))
+    assert int(product.outputs[0][0, 0, 0]) == 40 * 2**30

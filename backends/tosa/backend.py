@@ -65,7 +65,9 @@ class TosaBackend:
         """`check --backend tosa [--engine reference|iree]`: the runner of check.py."""
         from .check import TosaCheckRunner
 
-        return TosaCheckRunner(lift, options, engine or self.default_engine)
+        return TosaCheckRunner(
+            lift, options, check_choice("--engine", engine or self.default_engine, self.engines)
+        )
 
 
 BACKEND = TosaBackend()

@@ -20,6 +20,7 @@ from qconvert.check.backends import CaseRun, make_backend
 from qconvert.check.nodes import judge, node_cases
 from qconvert.check.oracle import element_types, run_oracle
 from qconvert.check.report import FAIL, PASS, PASSED
+from qconvert.errors import InputError
 
 MODELS = Path(__file__).resolve().parents[3] / "models"
 DIGITS = MODELS / "digits_cnn.qdq.onnx"
@@ -160,3 +161,8 @@ def test_cli_check_backend_tosa_on_iree() -> None:
     )
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
     assert "PASSED: nodes: 6 passed, 0 failed, 0 not run" in completed.stdout
+
+
+def test_an_unknown_engine_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="unknown --engine 'xla'; available: reference, iree"):
+        make_backend("tosa", "xla")

@@ -39,7 +39,7 @@ from qconvert.passes.rewrite import apply_patterns
 
 from . import ops
 from .backend import TosaOptions
-from .float_island import FloatIslandToTable
+from .float_island import FloatIslandToTable, FloatPerChannelAffine
 from .legalize import fold_patterns, legalize_patterns
 from .legalize_quant import (
     FloatDotToQuantizedDot,
@@ -245,6 +245,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
         FloatProductToMul(rounding, refusals),
         FloatDotToQuantizedDot(refusals),
         FloatIslandToTable(refusals),
+        FloatPerChannelAffine(rounding, refusals),
         *legalize_patterns(refusals),
     ]
     apply_patterns(body, patterns, nested=False)

@@ -21,14 +21,15 @@ from qconvert.ir.attributes import OpaqueAttr
 from qconvert.ir.core import Operation, Value
 from qconvert.ir.quant_types import QuantizedType, UniformQuantizedType, uniform_params
 from qconvert.ir.type_parser import numpy_dtype
-from qconvert.ir.types import I8, FloatType, element_type_of
+from qconvert.ir.types import I8, I32, FloatType, RankedTensorType, element_type_of
 from qconvert.numerics import dequantize, quantize
+from qconvert.numerics.tosa import TosaRounding
 from qconvert.passes.rewrite import PatternRewriter, Root
 
 from . import ops
 from .storage import Refusals, constant_of, quant_type, replace_with_storage, storage_of
 
-__all__ = ["EVALUATE", "FloatIslandToTable", "splat_value"]
+__all__ = ["EVALUATE", "FloatIslandToTable", "FloatPerChannelAffine", "splat_value"]
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -212,3 +213,155 @@ def _table(values: np.ndarray, target: QuantizedType) -> np.ndarray:
     """ONNX's quantize of the function's values: the table entry of each code; a signed-storage view."""
     stored = quantize(np.asarray(values, np.float32), uniform_params(target))
     return stored.astype(np.int64).astype(np.uint8).view(np.int8) if stored.dtype == np.uint8 else stored
+
+
+_CHANNEL_AXIS = (
+    1  # ONNX's channel axis (NC...): where BatchNormalization's and a Mul's per-channel constants vary
+)
+
+
+class FloatPerChannelAffine:
+    """`uniform_quantize(f(uniform_dequantize(q)))` where `f` is elementwise with constants that vary along
+    the channel axis only (an unfused BatchNormalization, a per-channel Mul / Add): when f is affine in q per
+    channel (checked on every code), `clamp(round((q * m_c + n_c) / 2**k) + zp_out)` in i32: tosa.cast,
+    tosa.mul and tosa.add by per-channel constants (signed: a negative gamma is fine), one rescale by 2**-k.
+    The integer result is compared at conversion time with onnxruntime's float path on all 256 codes of
+    every channel: refused when any is more than one step off."""
+
+    roots: ClassVar[tuple[Root, ...]] = ("stablehlo.uniform_quantize",)
+
+    def __init__(self, rounding: object, refusals: Refusals) -> None:
+        self.rounding, self.refusals = rounding, refusals
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        target = quant_type(op.result)
+        if target is None or quant_type(op.operands[0]) is not None:
+            return False
+        result_type = op.result.type
+        if not isinstance(result_type, RankedTensorType) or result_type.rank < 2:
+            return False
+        shape = result_type.shape
+        sources: set[Value] = set()
+        values = _evaluate_per_channel(op.operands[0], shape, sources)
+        if values is None or len(sources) != 1:
+            return False
+        (source,) = sources
+        if source.type.shape != shape or not isinstance(target, UniformQuantizedType):  # type: ignore[attr-defined]
+            return False
+        if target.storage_type.width != 8 or not target.is_signed:  # type: ignore[union-attr]
+            return self.refusals.refuse(op, "a per-channel affine function quantized to other than i8")
+        channels = shape[_CHANNEL_AXIS]
+        real = np.broadcast_to(
+            values, (256, *[channels if d == _CHANNEL_AXIS else 1 for d in range(len(shape))])
+        )
+        real = real.reshape(256, channels).astype(np.float64)  # f(dequantize(code)) per code, per channel
+        expected = _table(real.astype(np.float32), target).astype(np.int64)  # onnxruntime: quantize(f(x))
+        codes = np.arange(-128, 128, dtype=np.float64)
+        scale = float(target.scale)
+        slope = (real[-1] - real[0]) / (codes[-1] - codes[0]) / scale  # steps of output per input code
+        offset = real[128] / scale  # at code 0
+        bound = np.abs(slope) * 128 + np.abs(offset) + 1
+        shift = int(min(24, np.floor(np.log2(2.0**30 / bound.max()))))
+        if shift < 8:
+            return self.refusals.refuse(op, "a per-channel affine function too steep for i32")
+        multiplier = np.round(slope * 2.0**shift).astype(np.int64)
+        addend = np.round(offset * 2.0**shift).astype(np.int64)
+        zero_point = int(target.zero_point)
+        integer = codes[:, None].astype(np.int64) * multiplier + addend
+        rounded = np.floor((integer + (1 << (shift - 1))) / 2.0**shift).astype(
+            np.int64
+        )  # half up, as rescale
+        got = np.clip(rounded + zero_point, -128, 127)
+        if np.abs(got - expected).max() > 1:
+            return self.refusals.refuse(op, "an elementwise per-channel function that is not affine")
+        reduced = [channels if d == _CHANNEL_AXIS else 1 for d in range(len(shape))]
+        wide = ops.cast(rewriter, storage_of(rewriter, source), I32)
+        product = ops.mul(
+            rewriter,
+            wide,
+            ops.const(rewriter, multiplier.reshape(reduced).astype(np.int32), I32),
+            ops.zero_point(rewriter, 0, I8),
+        )
+        total = ops.add(rewriter, product, ops.const(rewriter, addend.reshape(reduced).astype(np.int32), I32))
+        multiplier_shift = ops.const(rewriter, np.array([1 << 30], np.int32), I32)
+        shift_value = ops.const(rewriter, np.array([30 + shift], np.int8), I8)
+        value = ops.rescale(
+            rewriter,
+            total,
+            multiplier_shift,
+            shift_value,
+            ops.zero_point(rewriter, 0, I32),
+            ops.zero_point(rewriter, zero_point, I8),
+            RankedTensorType(shape, I8),
+            rounding=TosaRounding.SINGLE,
+            per_channel=False,
+        )
+        replace_with_storage(rewriter, op, [value])
+        return True
+
+
+def _evaluate_per_channel(value: Value, shape: tuple[int, ...], sources: set[Value]) -> np.ndarray | None:
+    """f at every code, as an array `(256 or 1, *reduced)`: every dim 1 but the channel axis (C or 1).
+    None when a value is not elementwise in the one quantized input or varies along another dim."""
+    memo: dict[Value, np.ndarray | None] = {}
+    rank = len(shape)
+
+    def reduced(array: np.ndarray, leading: int) -> np.ndarray | None:
+        """`array` of `(leading, *dims)` with every non-channel dim collapsed, None when it varies there."""
+        for axis in range(1, array.ndim):
+            if axis - 1 != _CHANNEL_AXIS and array.shape[axis] > 1:
+                first = np.take(array, [0], axis=axis)
+                if not np.all(array == first):
+                    return None
+                array = first
+        return array
+
+    def constant(array: np.ndarray) -> np.ndarray | None:
+        """A constant of the island's rank, reduced; of another (a vector before its broadcast), as it is."""
+        if array.ndim != rank:
+            return array.reshape(1, *array.shape)
+        return reduced(array.reshape(1, *array.shape), 1)
+
+    def evaluate(value: Value) -> np.ndarray | None:
+        if value in memo:
+            return memo[value]
+        memo[value] = None
+        result: np.ndarray | None = None
+        producer = value.owner_op()
+        array = constant_of(value) if producer is not None else None
+        if array is not None:
+            result = constant(np.asarray(array))
+        elif producer is None:
+            result = None
+        elif producer.name == "stablehlo.uniform_dequantize":
+            type_ = quant_type(producer.operands[0])
+            stored = constant_of(producer.operands[0])
+            if stored is not None and isinstance(type_, QuantizedType):
+                params = uniform_params(type_)
+                real = dequantize(np.asarray(stored).astype(np.int64).astype(params.storage_dtype), params)
+                result = constant(real)
+            elif isinstance(type_, UniformQuantizedType) and type_.storage_type.width == 8:  # type: ignore[union-attr]
+                sources.add(producer.operands[0])
+                params = uniform_params(type_)
+                codes = np.arange(-128, 128, dtype=np.int64).astype(params.storage_dtype)
+                result = dequantize(codes, params).astype(np.float32).reshape((256,) + (1,) * rank)
+        elif producer.name == "stablehlo.broadcast_in_dim":
+            inner = evaluate(producer.operands[0])
+            dims = [int(d) for d in producer.attributes["broadcast_dimensions"].values]  # type: ignore[attr-defined]
+            if inner is not None:
+                expanded = [1] * rank
+                for index, dim in enumerate(dims):
+                    expanded[dim] = inner.shape[1 + index]
+                result = reduced(inner.reshape(inner.shape[0], *expanded), inner.shape[0])
+        elif producer.name in EVALUATE:
+            operands = [evaluate(operand) for operand in producer.operands]
+            ranks = {operand.ndim for operand in operands if operand is not None}
+            if all(operand is not None for operand in operands) and len(ranks) == 1:
+                try:
+                    result = EVALUATE[producer.name](producer, *operands)
+                except _NotEvaluable:
+                    result = None
+        memo[value] = result
+        return result
+
+    return evaluate(value)

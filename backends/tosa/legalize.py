@@ -360,11 +360,14 @@ class ConvolutionToConv2D(_Pattern):
         result_type = RankedTensorType(out_shape, I32)
         bias = ops.const(rewriter, np.zeros((1,), np.int32), I32)
         zps = ops.zero_point(rewriter, input_zp, I8), ops.zero_point(rewriter, weight_zp, I8)
-        geometry = {
-            "pad": [int(v) for v in padding.reshape(-1)],
-            "stride": _ints(op, "window_strides", [1, 1]),
-            "dilation": _ints(op, "rhs_dilation", [1, 1]),
-        }
+        stride, dilation = _ints(op, "window_strides", [1, 1]), _ints(op, "rhs_dilation", [1, 1])
+        kernel_shape = _ranked(op.operands[1]).shape
+        extents = [(kernel_shape[layout_kernel.index(d)] - 1) * dilation[d] + 1 for d in (0, 1)]
+        input_shape = _ranked(input_).shape
+        pads, rows = _strided_pads(input_shape[1:3], extents, stride, padding)
+        if rows != list(input_shape[1:3]):  # the last rows no window reaches, beyond the padding
+            input_ = ops.slice_(rewriter, input_, [0, 0, 0, 0], [input_shape[0], *rows, input_shape[3]])
+        geometry = {"pad": pads, "stride": stride, "dilation": dilation}
         if depthwise:
             kernel = _transposed(rewriter, kernel, [layout_kernel.index(d) for d in (0, 1, "i", "o")])
             height, width, _, outputs = _ranked(kernel).shape
@@ -513,6 +516,21 @@ class FloatDataMovementOnStorage(_Pattern):
         moved = GenericOp(movement.name, operands, [op.result.type], dict(movement.attributes))
         rewriter.replace_op(op, [rewriter.insert(moved).result])
         return True
+
+
+def _strided_pads(
+    sizes: tuple[int, ...], extents: list[int], strides: list[int], padding: np.ndarray
+) -> tuple[list[int], list[int]]:
+    """A convolution's TOSA pads `[top, bottom, left, right]` and input sizes such that `size + pads - extent`
+    is divisible by the stride, as TOSA requires: what no window reaches is dropped, bottom / right padding
+    first, then input rows (a slice)."""
+    pads, kept = [], []
+    for size, extent, stride, (low, high) in zip(sizes, extents, strides, padding.tolist(), strict=True):
+        remainder = (size + low + high - extent) % stride
+        dropped_padding = min(remainder, high)
+        pads += [int(low), int(high - dropped_padding)]
+        kept.append(int(size - (remainder - dropped_padding)))
+    return pads, kept
 
 
 def _exact_pads(

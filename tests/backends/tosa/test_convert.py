@@ -347,6 +347,26 @@ PATTERNS = {
         {"wq": _weights((8, 8)), "wk": _weights((8, 8), 3)},
         {"tosa.matmul", "tosa.rescale"},
     ),
+    "conv_strided_batchnorm": (
+        [
+            # stride 2 on an even size: TOSA wants the padding no window reaches dropped
+            helper.make_node(
+                "Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2], kernel_shape=[3, 3]
+            ),
+            # an unfused BatchNormalization: a per-channel affine island (gamma of both signs)
+            helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["y"]),
+        ],
+        {"x": (2, 3, 8, 8)},
+        {"y": (2, 4, 4, 4)},
+        {
+            "w": _weights((4, 3, 3, 3)),
+            "gamma": np.array([1.5, -0.75, 0.5, 2.0], np.float32),
+            "beta": np.array([0.1, -0.2, 0.3, 0.0], np.float32),
+            "mean": np.array([0.05, -0.1, 0.2, 0.0], np.float32),
+            "var": np.array([1.2, 0.8, 2.0, 0.5], np.float32),
+        },
+        {"tosa.conv2d", "tosa.mul", "tosa.add", "tosa.rescale"},
+    ),
     "transpose_reshape_slice_concat": (
         [
             helper.make_node("MatMul", ["x", "w"], ["m"]),  # quantizes x: data movement alone stays float

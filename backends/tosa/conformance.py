@@ -94,6 +94,7 @@ def run_generator(
         "--schema-path", str(packages / "bin" / "tosa.fbs"),
         "--flatc-path", str(tosa_tool("flatc")),
         "--output-directory", str(output),
+        "--build-directory", str(output / "build"),  # its default: ./conformance_build where it is run
         "-j", str(jobs),
     ]  # fmt: skip
     completed = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=3600)

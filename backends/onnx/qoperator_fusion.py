@@ -243,6 +243,7 @@ def onnxruntime_fusions(model: str | os.PathLike[str] | onnx.ModelProto) -> froz
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.log_severity_level = 4  # fatal only: its errors reach us as exceptions, named once by us
     # Weights go beside the optimized graph: only its nodes are read, and a large model passes 2 GB.
     options.add_session_config_entry(
         "session.optimized_model_external_initializers_file_name", "optimized.onnx.data"

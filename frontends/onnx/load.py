@@ -23,6 +23,7 @@ from onnx.external_data_helper import load_external_data_for_model, uses_externa
 from qconvert.errors import InputError
 
 from .static_shapes import infer_static_types, override_input_shapes
+from .validate import check_model_structure
 from .wire import RawData, strip_raw_data
 
 MICROSOFT_DOMAIN = "com.microsoft"
@@ -59,6 +60,7 @@ def read_model(source: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto,
     if isinstance(source, ModelProto):
         model = ModelProto()
         model.CopyFrom(source)
+        _check_structure(model, None, "<ModelProto>")
         return model, None
     path = Path(source)
     if not path.is_file():
@@ -87,15 +89,27 @@ def read_model_mapped(
             stripped = strip_raw_data(path)
     if stripped is None:  # read_model gives the error, if there is one
         return *read_model(path), None
-    _check_parsed(stripped.model, path)
-    return stripped.model, path.parent, dict(stripped.raw_data)
+    raw_data = dict(stripped.raw_data)
+    _check_parsed(stripped.model, path, {index: len(raw) for index, raw in raw_data.items()})
+    return stripped.model, path.parent, raw_data
 
 
-def _check_parsed(model: ModelProto, path: Path) -> None:
+def _check_parsed(model: ModelProto, path: Path, raw_sizes: dict[int, int] | None = None) -> None:
     if not model.HasField("graph") or model.ir_version <= 0:
         raise InputError(
             f"{path}: not a valid ONNX model (no graph or no ir_version: truncated or not an ONNX file)"
         )
+    _check_structure(model, path.parent, str(path), raw_sizes)
+
+
+def _check_structure(
+    model: ModelProto, base_dir: Path | None, label: str, raw_sizes: dict[int, int] | None = None
+) -> None:
+    """Before any tensor is read or any attribute trusted: a malformed model is one InputError."""
+    try:
+        check_model_structure(model, base_dir, raw_sizes)
+    except InputError as error:
+        raise InputError(f"{label}: {error.message}") from None
 
 
 @dataclass

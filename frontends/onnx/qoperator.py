@@ -121,6 +121,12 @@ class QOperatorLifter:
         self, data: str, scale: str | None, zero_point: str | None, shape: tuple[int, ...] | None, axis: int
     ) -> QuantizedType:
         storage = self.storage_of(zero_point or data)
+        data_type = ELEMENT_TYPES.get(self.lifter.onnx_type(data))
+        if zero_point is not None and data_type is not None and data_type.name != storage.name:
+            # onnxruntime refuses the model (one type parameter bound to two types): so do we, by name
+            raise self.ref.error(
+                f"zero point '{zero_point}' is {storage.name} but its data '{data}' is {data_type.name}"
+            )
         zero = None if zero_point is None else self.lifter.constant_array(self.ref, zero_point, "zero point")
         if scale is None:  # *Integer ops: scale 1, real = q - zp
             scale_array = np.ones(() if zero is None else zero.shape, np.float32)

@@ -29,6 +29,8 @@ all (a scalar, a fixed table). Runs are counted where samples are, and NaN/Inf o
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -200,13 +202,64 @@ def _check_part(
     return next(iter(counts.values())), sample_shapes
 
 
+def available_memory() -> int | None:
+    """Bytes this process may still allocate: the smaller of what its address-space limit (`ulimit -v`)
+    leaves and the system's available memory; None where neither can be read."""
+    limits = []
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            with open("/proc/self/statm") as statm:  # pages of address space in use
+                used = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            limits.append(max(0, soft - used))
+    except (ImportError, OSError, ValueError):
+        pass
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    limits.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError):
+        pass
+    return min(limits) if limits else None
+
+
+COPIES_WHILE_BATCHING = 3
+"""A batch is held up to three times while it is assembled: the read blocks, their concatenation, and
+the contiguous array fed to the model."""
+
+
+def _check_batch_fits(
+    part: Part, inputs: Sequence[InputSpec], sample_shapes: Mapping[str, tuple[int, ...]], samples: int
+) -> None:
+    """Refuse, from the headers alone, a batch that cannot be held in memory (before allocating any of it)."""
+    sizes = {
+        spec.name: math.prod(sample_shapes[spec.name]) * part.arrays[spec.name].dtype.itemsize
+        for spec in inputs
+    }
+    needed = sum(sizes.values()) * samples * COPIES_WHILE_BATCHING
+    available = available_memory()
+    if available is not None and needed > available:
+        largest = max(sizes, key=lambda name: sizes[name])
+        array = part.arrays[largest]
+        raise InputError(
+            f"{array.where}: one sample of input '{largest}' is shape {list(sample_shapes[largest])} of "
+            f"{array.dtype} ({sizes[largest] / 2**30:.2f} GiB); a batch of {samples} sample(s) needs "
+            f"{needed / 2**30:.2f} GiB while it is assembled, more than the {available / 2**30:.2f} GiB this "
+            f"process can still allocate (a smaller --batch-size, or smaller samples)"
+        )
+
+
 def _sample_blocks(
-    part: Part, inputs: Sequence[InputSpec], as_given: bool
+    part: Part, inputs: Sequence[InputSpec], as_given: bool, batch_size: int = 1
 ) -> Iterator[dict[str, np.ndarray]]:
     """The part's samples (or runs) as blocks {input: array[n, *sample_shape]}, a few megabytes at a time."""
     count, sample_shapes = _check_part(part, inputs, as_given)
     if count == 0:
         return
+    _check_batch_fits(part, inputs, sample_shapes, 1 if as_given else min(count, batch_size))
     readers = {}
     sample_sizes = {}
     dtypes = {spec.name: part.arrays[spec.name].dtype for spec in inputs}
@@ -370,7 +423,7 @@ class Dataset:
             return batch
 
         for part in self.source.parts(self.input_names):
-            for block in _sample_blocks(part, self.inputs, self.as_given):
+            for block in _sample_blocks(part, self.inputs, self.as_given, self.batch_size):
                 block_size = next(iter(block.values())).shape[0]
                 stats.samples_read += block_size
                 read_since += block_size

@@ -8,6 +8,7 @@ noise floor.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper
 
+from qconvert.check.ort_large import inference_session
 from qconvert.errors import InputError
 
 RANDOM_SEED = 0
@@ -147,7 +149,7 @@ def ort_session(model: ModelProto, optimized: bool, label: str) -> Any:
     options.graph_optimization_level = (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # fatal only: its errors reach us as exceptions, named once by us
     # Without onnxruntime's arena, the memory of the every-intermediate oracle run goes back when the run
     # ends (an 82 M-parameter model: 0.3 GB less at the check's peak); it costs no measurable time here.
     options.enable_cpu_mem_arena = False
@@ -156,9 +158,18 @@ def ort_session(model: ModelProto, optimized: bool, label: str) -> Any:
         # per chunk of batch rows when it has more, so its numbers depend on the thread count.
         options.intra_op_num_threads = 1
     try:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return inference_session(model, options, ["CPUExecutionProvider"])  # any size (ort_large.py)
     except Exception as error:  # onnxruntime raises its own exception types for any invalid model
-        raise InputError(f"{label}: onnxruntime cannot load the model: {error}") from None
+        raise InputError(f"{label}: onnxruntime cannot load the model: {ort_message(error)}") from None
+
+
+_SOURCE_LOCATION = re.compile(r"(?:/onnxruntime_src/|[\w./-]*onnxruntime/)[\w./-]+:\d+ (?:[^\n]*?\)\s)?")
+
+
+def ort_message(error: BaseException) -> str:
+    """onnxruntime's exception text without its C++ source locations and function signatures (read by
+    users of the model, not of onnxruntime's sources)."""
+    return _SOURCE_LOCATION.sub("", str(error)).strip()
 
 
 def run_session(session: Any, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -177,8 +177,11 @@ def test_a_name_given_twice_is_detached_once_as_by_a_whole_parse(
 def unexpected_layouts(model: ModelProto) -> dict[str, bytes]:
     data = model.SerializeToString()
     graph = model.graph.SerializeToString()
+    # the second raw_data as large as the first tensor's dims need (a wrong size is refused, validate.py)
+    size = int(np.prod(model.graph.initializer[0].dims)) * 4
     tensor = (
-        model.graph.initializer[0].SerializeToString() + TensorProto(raw_data=b"\0" * 4).SerializeToString()
+        model.graph.initializer[0].SerializeToString()
+        + TensorProto(raw_data=b"\0" * size).SerializeToString()
     )
     two_raw = ModelProto()
     two_raw.CopyFrom(model)

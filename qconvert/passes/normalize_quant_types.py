@@ -8,6 +8,13 @@ rewritten when its scales table allows it:
 2. exactly one table dimension is not 1 -> per-axis on that dimension, scales and zero points in order;
 3. anything else stays sub-channel.
 
+Where rule 2's dimension has a block size above 1 (`tensor<4x2x!quant.uniform<i4:f32:{0:2},
+{{0.125},{0.25}}>>`), upstream (torch-mlir 20261001) writes a per-axis type with one scale per block, which
+fails verification (`quantized dimension size does not match number of scales`). We write a type that
+means the same values instead: per-tensor when every scale and zero point is equal, else per-axis with
+each block's scale and zero point repeated over its block (`{1.25e-01,1.25e-01,2.5e-01,2.5e-01}`); a type
+whose repetition would exceed MAX_REPEATED_SCALES entries stays sub-channel.
+
 The storage type, its signedness flag, the storage bounds and the expressed type are kept. Sub-channel
 zero points are held at the storage width and read signed, so a `u8` zero point written 200 becomes
 `-56` (upstream sign-extends its APInt the same way). Scales are converted to f64 exactly: an f16 scale
@@ -64,6 +71,9 @@ from qconvert.ir.types import FunctionType, RankedTensorType, Type, UnrankedTens
 from qconvert.passes import ModulePass, PassResult, register_pass
 from qconvert.passes.conversion import fold_casts, replace_folded, value_location, walk_in_conversion_order
 
+# The most scales a per-axis type repeated from blocks may have (a dimension of 2**20 channels).
+MAX_REPEATED_SCALES = 1 << 20
+
 __all__ = [
     "NormalizeQuantTypesPass",
     "check_normalizable",
@@ -74,6 +84,7 @@ __all__ = [
     "normalize_op_types",
     "normalize_quant_type",
     "normalize_sub_channel_type",
+    "upstream_writes_invalid",
 ]
 
 
@@ -97,11 +108,29 @@ def normalize_sub_channel_type(element: UniformQuantizedSubChannelType) -> Quant
     if len(scales) == 1:
         return UniformQuantizedType(scale=scales[0], zero_point=zero_points[0], **common)
     non_unit_dimensions = [axis for axis, size in enumerate(element.scales.shape) if size != 1]
-    if len(non_unit_dimensions) == 1:
-        return UniformQuantizedPerAxisType(
-            scales=scales, zero_points=zero_points, quantized_dimension=non_unit_dimensions[0], **common
-        )
-    return element
+    if len(non_unit_dimensions) != 1:
+        return element
+    axis = non_unit_dimensions[0]
+    block_size = dict(element.block_size_info).get(axis, 1)
+    if upstream_writes_invalid(element):  # one scale per block would be invalid IR: see the docstring
+        if len(set(scales)) == 1 and len(set(zero_points)) == 1:
+            return UniformQuantizedType(scale=scales[0], zero_point=zero_points[0], **common)
+        if len(scales) * block_size > MAX_REPEATED_SCALES:
+            return element
+        scales = tuple(scale for scale in scales for _ in range(block_size))
+        zero_points = tuple(zero_point for zero_point in zero_points for _ in range(block_size))
+    return UniformQuantizedPerAxisType(
+        scales=scales, zero_points=zero_points, quantized_dimension=axis, **common
+    )
+
+
+def upstream_writes_invalid(element: Type) -> bool:
+    """True for a sub-channel type that upstream normalizes to invalid IR: its one dimension of several
+    scales has blocks of several elements (upstream writes one scale per block on a per-axis type)."""
+    if not isinstance(element, UniformQuantizedSubChannelType) or element.scales.array.size == 1:
+        return False
+    axes = [axis for axis, size in enumerate(element.scales.shape) if size != 1]
+    return len(axes) == 1 and dict(element.block_size_info).get(axes[0], 1) != 1
 
 
 def normalize_quant_type(type_: Type) -> Type:

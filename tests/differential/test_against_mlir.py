@@ -375,7 +375,27 @@ def test_pass_output(oracle: MlirOracle, pass_name: str, group: str) -> None:
     """Where MLIR's pass output verifies, ours is byte-identical (and we do not reject what MLIR accepts)."""
     require_pass(pass_name)
     cases = [c for c in _pass_comparisons(oracle, pass_name) if module_group(c.category) == group]
+    if pass_name == "normalize-quant-types":  # where upstream's output is invalid IR, ours differs by design
+        cases = [c for c in cases if not upstream_normalizes_to_invalid(c.text)]
     assert_none(f"{pass_name} [{group}]", cases, lambda c: c.mlir.ok and not c.agrees)
+
+
+def upstream_normalizes_to_invalid(text: str) -> bool:
+    """Whether a value or signature of the module has a type that upstream's normalize-quant-types makes
+    invalid (issue 23; our output for those is checked in tests/unit/test_opt_normalize_blocks.py)."""
+    from qconvert.ir import ParserOptions, parse_module
+    from qconvert.ir.dialects.func import FuncOp
+    from qconvert.passes.normalize_quant_types import upstream_writes_invalid
+
+    module = parse_module(text, options=ParserOptions(allow_unregistered_dialect=True))
+    for op in module.walk():
+        types = [value.type for value in op.results]
+        types += [a.type for region in op.regions for block in region.blocks for a in block.arguments]
+        if isinstance(op, FuncOp):
+            types += [*op.function_type.inputs, *op.function_type.results]
+        if any(upstream_writes_invalid(getattr(type_, "element_type", None)) for type_ in types):
+            return True
+    return False
 
 
 @pytest.mark.parametrize("pass_name", PASSES)

@@ -99,10 +99,69 @@ def assert_same_as_upstream(text: str, pass_name: str) -> None:
     """
     for chunk in SPLIT.split(text):
         expected, actual = upstream_opt(chunk, pass_name), qconvert_opt(chunk, pass_name)
+        if pass_name == "normalize-quant-types":  # where upstream's type is invalid IR, ours is expected
+            texts = upstream_invalid_types(chunk)
+            if texts and expected.errors and set(expected.errors) == {INVALID_PER_AXIS}:
+                # Upstream's verifier refuses upstream's own output (a quant op checks the scale count).
+                assert actual.text is not None, actual.errors  # ours was verified after the pass
+                continue
+            expected = with_our_types(expected, texts)
         assert actual.text == expected.text, f"input:\n{chunk}\nupstream errors: {expected.errors}"
         if actual.errors:
             (message,) = actual.errors
             assert any(error.startswith(message) for error in expected.errors), f"input:\n{chunk}"
+
+
+def blocked_single_axis(element: object) -> bool:
+    """A sub-channel type whose one dimension of several scales has blocks of several elements: upstream
+    normalizes it to a per-axis type with one scale per block, which does not verify (issue 23)."""
+    if not isinstance(element, UniformQuantizedSubChannelType) or element.scales.array.size == 1:
+        return False
+    axes = [axis for axis, size in enumerate(element.scales.shape) if size != 1]
+    return len(axes) == 1 and dict(element.block_size_info).get(axes[0], 1) != 1
+
+
+INVALID_PER_AXIS = "quantized dimension size does not match number of scales"
+
+
+def upstream_invalid_types(chunk: str) -> dict[str, str]:
+    """For each `blocked_single_axis` element type on a value or signature of `chunk`: the text of the
+    per-axis type upstream writes for it (one scale per block) -> the text of ours (equal values)."""
+    module = parse_module(chunk, options=ParserOptions(allow_unregistered_dialect=True))
+    types = []
+    for op in module.walk():
+        if isinstance(op, FuncOp):
+            types += [*op.function_type.inputs, *op.function_type.results]
+        types += [value.type for value in op.results]
+        types += [a.type for region in op.regions for block in region.blocks for a in block.arguments]
+    texts = {}
+    for type_ in types:
+        element = getattr(type_, "element_type", None)
+        if blocked_single_axis(element):
+            assert isinstance(element, UniformQuantizedSubChannelType)
+            (axis,) = [axis for axis, size in enumerate(element.scales.shape) if size != 1]
+            upstream = UniformQuantizedPerAxisType(
+                scales=tuple(float(scale) for scale in element.scales.array.reshape(-1)),
+                zero_points=tuple(int(zero_point) for zero_point in element.zero_points.array.reshape(-1)),
+                quantized_dimension=axis,
+                storage_type=element.storage_type,
+                expressed_type=element.expressed_type,
+                is_signed=element.is_signed,
+                storage_type_min=element.storage_type_min,
+                storage_type_max=element.storage_type_max,
+            )
+            texts[str(upstream)] = str(normalize_sub_channel_type(element))
+    return texts
+
+
+def with_our_types(outcome: Outcome, texts: dict[str, str]) -> Outcome:
+    """`outcome` with each of upstream's invalid types written as ours (see `upstream_invalid_types`)."""
+    if not texts:
+        return outcome
+    pattern = re.compile("|".join(map(re.escape, sorted(texts, key=len, reverse=True))))
+    text = pattern.sub(lambda match: texts[match.group()], outcome.text) if outcome.text is not None else None
+    errors = tuple(pattern.sub(lambda match: texts[match.group()], error) for error in outcome.errors)
+    return Outcome(text, errors)
 
 
 # -------------------------------------------------------------------------------------------------------
@@ -681,12 +740,15 @@ def test_normalize_one_non_unit_dimension_gives_per_axis_with_sign_extended_zero
     normalized = normalize_sub_channel_type(element)
     assert isinstance(normalized, UniformQuantizedPerAxisType)
     assert normalized.quantized_dimension == 1
-    assert normalized.scales == (0.300048828125, 0.5, 2.0)  # the f16 values, exactly, as f64
-    assert normalized.zero_points == (-56, 7, 0)
+    # The f16 values, exactly, as f64; each block's scale once per element of its block of 2 (upstream's
+    # one per block does not verify on a dimension of 6: issue 23).
+    assert normalized.scales == (0.300048828125, 0.300048828125, 0.5, 0.5, 2.0, 2.0)
+    assert normalized.zero_points == (-56, -56, 7, 7, 0, 0)
     assert (normalized.is_signed, normalized.storage_type) == (False, IntegerType(8))
     assert (normalized.storage_type_min, normalized.storage_type_max) == (1, 255)
     assert str(normalized) == (
-        "!quant.uniform<u8<1:255>:f16:1, {0.300048828125:-56,5.000000e-01:7,2.000000e+00}>"
+        "!quant.uniform<u8<1:255>:f16:1, {0.300048828125:-56,0.300048828125:-56,5.000000e-01:7,"
+        "5.000000e-01:7,2.000000e+00,2.000000e+00}>"
     )
 
 

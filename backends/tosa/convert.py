@@ -240,13 +240,13 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     body = function.body
     refusals = Refusals()
     patterns = [
+        *legalize_patterns(refusals),  # first: a quantize of a plain dequantize is no float island
         RequantizeToRescale(rounding, refusals),
         FloatMeanToReduceSum(rounding, refusals),
         FloatProductToMul(rounding, refusals),
         FloatDotToQuantizedDot(refusals),
         FloatIslandToTable(refusals),
         FloatPerChannelAffine(rounding, refusals),
-        *legalize_patterns(refusals),
     ]
     apply_patterns(body, patterns, nested=False)
     while fold_casts(list(body.ops)):

@@ -10,6 +10,7 @@ that cannot legalize an op records why (`Refusals`), for the one InputError conv
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 import numpy as np
@@ -25,6 +26,7 @@ from .float_island import splat_value
 from .legalize_quant import storage_zero_point
 from .storage import (
     Refusals,
+    broadcast_source,
     constant_of,
     materialize,
     quant_type,
@@ -224,12 +226,6 @@ class PadToPad(_Pattern):
 
 
 # Elementwise ------------------------------------------------------------------------------------
-def _broadcast_source(value: Value) -> Value:
-    """The input of the tile a broadcast made (TOSA's elementwise ops broadcast dims of 1 themselves)."""
-    producer = value.owner_op()
-    return producer.operands[0] if producer is not None and producer.name == "tosa.tile" else value
-
-
 _ELEMENTWISE = {
     "stablehlo.add": ops.add,
     "stablehlo.subtract": ops.sub,
@@ -264,7 +260,7 @@ class ElementwiseOnStorage(_Pattern):
             return self.refuse(op, "an add of quantized values that is not the i32 accumulator's")
         if isinstance(element, QuantizedType) and not element.is_signed:
             return self.refuse(op, "max / min / add of unsigned storage (TOSA compares its bits as signed)")
-        lhs, rhs = (_broadcast_source(storage_of(rewriter, operand)) for operand in op.operands)
+        lhs, rhs = (broadcast_source(storage_of(rewriter, operand)) for operand in op.operands)
         replace_with_storage(rewriter, op, [_ELEMENTWISE[op.name](rewriter, lhs, rhs)])
         return True
 
@@ -478,6 +474,118 @@ class ReduceWindowMaxToMaxPool(_Pattern):
 
 
 _SIGNED = {8: np.int8, 16: np.int16, 32: np.int32}
+
+
+_COMMUTING = ("stablehlo.transpose", "stablehlo.reshape", "stablehlo.slice", "stablehlo.broadcast_in_dim")
+
+
+class DequantizeThroughDataMovement(_Pattern):
+    """`m(uniform_dequantize(q))` -> `uniform_dequantize(m(q))` for data movement `m` (transpose, reshape,
+    slice, broadcast, a gather at constant indices): moving values commutes with dequantizing each, exactly.
+    The dequantize moves towards the quantize that ends the float region, where QuantizeOfDequantize
+    meets it."""
+
+    roots = (*_COMMUTING, "stablehlo.gather")
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        producer = op.operands[0].owner_op()
+        if producer is None or producer.name != "stablehlo.uniform_dequantize":
+            return False
+        if op.name == "stablehlo.gather" and _take(op) is None:
+            return False
+        source = producer.operands[0]
+        quantized = quant_type(source)
+        if quantized is None or isinstance(quantized, UniformQuantizedPerAxisType):
+            return False  # a per-axis type's axis would move too
+        if constant_of(source) is not None:
+            return False  # a constant's dequantize is read as a constant by the float-island patterns
+        result_type = _ranked(op.result)
+        moved_type = result_type.with_element_type(quantized)
+        moved = GenericOp(op.name, [source, *op.operands[1:]], [moved_type], dict(op.attributes))
+        value = rewriter.insert(moved).result
+        dequantized = GenericOp("stablehlo.uniform_dequantize", [value], [result_type])
+        rewriter.replace_op(op, [rewriter.insert(dequantized).result])
+        return True
+
+
+class QuantizeOfDequantize(_Pattern):
+    """`uniform_quantize(uniform_dequantize(x))`: x itself when the types are one, else a requantize of x
+    (RequantizeToRescale's): onnxruntime's float path rounds x * s_x / s the same way, within a step."""
+
+    roots = ("stablehlo.uniform_quantize",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        producer = op.operands[0].owner_op()
+        if producer is None or producer.name != "stablehlo.uniform_dequantize":
+            return False
+        source = producer.operands[0]
+        if source.type == op.result.type:
+            rewriter.replace_op(op, [source])
+            return True
+        requantize = GenericOp("stablehlo.uniform_quantize", [source], [op.result.type])
+        rewriter.replace_op(op, [rewriter.insert(requantize).result])
+        return True
+
+
+def _take(op: Operation) -> tuple[int, np.ndarray] | None:
+    """`(axis, indices)` when a `stablehlo.gather` takes whole slices at constant indices along one axis
+    (np.take: what Resize nearest and a Gather of constant indices lower to), else None."""
+    attribute = op.attributes.get("dimension_numbers")
+    text = getattr(attribute, "text", "")
+    fields = dict(re.findall(r"(\w+) = (\[[^\]]*\]|\d+)", text))
+    indices = constant_of(op.operands[1])
+    operand = _ranked(op.operands[0])
+    if indices is None or set(fields) != {
+        "offset_dims",
+        "collapsed_slice_dims",
+        "start_index_map",
+        "index_vector_dim",
+    }:
+        return None
+    collapsed = [int(v) for v in re.findall(r"-?\d+", fields["collapsed_slice_dims"])]
+    start_map = [int(v) for v in re.findall(r"-?\d+", fields["start_index_map"])]
+    offsets = [int(v) for v in re.findall(r"-?\d+", fields["offset_dims"])]
+    index_vector_dim = int(fields["index_vector_dim"])
+    if len(collapsed) != 1 or start_map != collapsed or indices.ndim != 2 or indices.shape[1] != 1:
+        return None
+    axis = collapsed[0]
+    sizes = _ints(op, "slice_sizes")
+    expected_sizes = [1 if d == axis else n for d, n in enumerate(operand.shape)]
+    if (
+        index_vector_dim != 1
+        or sizes != expected_sizes
+        or offsets != [d for d in range(operand.rank) if d != axis]
+    ):
+        return None
+    flat = indices.reshape(-1).astype(np.int64)
+    if np.any((flat < 0) | (flat >= operand.shape[axis])):
+        return None  # StableHLO clamps an index out of range; TOSA's gather does not
+    if _ranked(op.result).shape != tuple(n if d != axis else flat.size for d, n in enumerate(operand.shape)):
+        return None
+    return axis, flat
+
+
+class GatherToGather(_Pattern):
+    """A gather at constant indices along one axis (`_take`) as `tosa.gather` on `[outer, K, inner]`."""
+
+    roots = ("stablehlo.gather",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        if _is_float(op.operands[0]):
+            return False
+        taken = _take(op)
+        if taken is None:
+            return self.refuse(op, "a gather other than whole slices at constant indices along one axis")
+        axis, indices = taken
+        shape = _ranked(op.operands[0]).shape
+        outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1 :]))
+        values = ops.reshape(rewriter, storage_of(rewriter, op.operands[0]), [outer, shape[axis], inner])
+        table = ops.const(rewriter, np.tile(indices.astype(np.int32), (outer, 1)), I32)
+        gathered = ops.gather(rewriter, values, table)
+        replace_with_storage(rewriter, op, [ops.reshape(rewriter, gathered, _ranked(op.result).shape)])
+        return True
+
+
 _DATA_MOVEMENT = ("stablehlo.transpose", "stablehlo.reshape", "stablehlo.slice", "stablehlo.pad")
 
 
@@ -670,6 +778,9 @@ def legalize_patterns(refusals: Refusals) -> list[_Pattern]:
             ReduceWindowMaxToMaxPool,
             FloatDataMovementOnStorage,
             FloatAveragePoolToAvgPool,
+            DequantizeThroughDataMovement,
+            QuantizeOfDequantize,
+            GatherToGather,
         )
     ]
 

@@ -32,6 +32,7 @@ from qconvert.passes.rewrite import PatternRewriter, Root
 from . import ops
 from .storage import (
     Refusals,
+    broadcast_source,
     constant_of,
     is_uniform,
     quant_type,
@@ -292,7 +293,13 @@ def _dequantized_operand(value: Value) -> tuple[Value, list[int] | None] | None:
         producer = value.owner_op()
     if producer is None or producer.name != "stablehlo.uniform_dequantize":
         return None
-    return producer.operands[0], dims
+    source = producer.operands[0]
+    broadcast = source.owner_op()
+    if dims is None and broadcast is not None and broadcast.name == "stablehlo.broadcast_in_dim":
+        # the broadcast moved onto the quantized value (DequantizeThroughDataMovement), not yet legalized
+        dims = [int(d) for d in broadcast.attributes["broadcast_dimensions"].values]  # type: ignore[attr-defined]
+        source = broadcast.operands[0]
+    return source, dims
 
 
 class FloatProductToMul:
@@ -326,11 +333,12 @@ class FloatProductToMul:
                 or _width(type_) not in (8, 16)
             ):
                 return self.refusals.refuse(op, f"a product of {type_} values (per-tensor i8 / i16 only)")
-            source_type = source.type
+            storage = broadcast_source(storage_of(rewriter, source))  # TOSA's mul broadcasts dims of 1
+            source_type = storage.type
             assert isinstance(source_type, RankedTensorType) and type_ is not None
             wide = rescale_to(
                 rewriter,
-                storage_of(rewriter, source),
+                storage,
                 np.array([1.0]),
                 int(storage_zero_point(type_)[0]),
                 0,

@@ -21,6 +21,7 @@ are those of TOSA 1.0's MLIR dialect (llvm-project mlir/include/mlir/Dialect/Tos
     tosa.slice            (input, start : !tosa.shape, size : !tosa.shape)
     tosa.concat           (inputs...) {axis : i32}
     tosa.tile             (input, multiples : !tosa.shape)
+    tosa.gather           (values [N,K,C], indices [N,W] i32)          -> [N,W,C]
     tosa.pad              (input, padding : !tosa.shape<2*rank>, pad_const : tensor<1xT>)
     tosa.reduce_sum       (input) {axis : i32}                        (the reduced dim kept, of size 1)
     tosa.table            (input, table)
@@ -83,6 +84,7 @@ __all__ = [
     "shape_type",
     "slice_",
     "sub",
+    "gather",
     "table",
     "tile",
     "transpose",
@@ -410,6 +412,13 @@ def tile(b: Builder, input_: Value, multiples: Sequence[int]) -> Value:
     shape = tuple(n * int(m) for n, m in zip(input_type.shape, multiples, strict=True))
     result = RankedTensorType(shape, input_type.element_type)
     return _op(b, "tosa.tile", [input_, const_shape(b, multiples)], result)
+
+
+def gather(b: Builder, values: Value, indices: Value) -> Value:
+    """`tosa.gather`: `out[n, w, c] = values[n, indices[n, w], c]`."""
+    values_type, indices_type = _tensor(values), _tensor(indices)
+    shape = (values_type.shape[0], indices_type.shape[1], values_type.shape[2])
+    return _op(b, "tosa.gather", [values, indices], RankedTensorType(shape, values_type.element_type))
 
 
 def concat(b: Builder, inputs: Sequence[Value], axis: int) -> Value:

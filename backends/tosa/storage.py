@@ -75,6 +75,12 @@ def replace_with_storage(rewriter: PatternRewriter, op: Operation, values: Seque
     )
 
 
+def broadcast_source(value: Value) -> Value:
+    """The input of the tile a broadcast made (TOSA's elementwise ops broadcast dims of 1 themselves)."""
+    producer = value.owner_op()
+    return producer.operands[0] if producer is not None and producer.name == "tosa.tile" else value
+
+
 def constant_of(value: Value) -> np.ndarray | None:
     """The array of a `tosa.const` / `stablehlo.constant` (through casts), None when not a constant."""
     producer = value.owner_op()

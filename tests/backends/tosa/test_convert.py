@@ -367,6 +367,17 @@ PATTERNS = {
         },
         {"tosa.conv2d", "tosa.mul", "tosa.add", "tosa.rescale"},
     ),
+    "conv_resize_nearest": (
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"]),
+            # nearest upsampling: two gathers at constant indices, float between Q/DQ, moved on storage
+            helper.make_node("Resize", ["c", "", "scales"], ["y"], mode="nearest"),
+        ],
+        {"x": (1, 3, 4, 5)},
+        {"y": (1, 4, 8, 10)},
+        {"w": _weights((4, 3, 1, 1)), "scales": np.array([1, 1, 2, 2], np.float32)},
+        {"tosa.gather", "tosa.conv2d"},
+    ),
     "transpose_reshape_slice_concat": (
         [
             helper.make_node("MatMul", ["x", "w"], ["m"]),  # quantizes x: data movement alone stays float

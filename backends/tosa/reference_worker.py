@@ -176,11 +176,18 @@ def run_by_command_line(flatbuffer: bytes, inputs: list[np.ndarray]) -> tuple[li
         output_files = [f"output{k}.npy" for k in range(len(graph["outputs"]))]
         for name, array in zip(input_files, inputs):
             np.save(os.path.join(folder, name), array)
+        description = {
+            "tosa_file": "graph.tosa",
+            "ifm_name": graph["inputs"],
+            "ifm_file": input_files,
+            "ofm_name": graph["outputs"],
+            "ofm_file": output_files,
+        }
+        with open(os.path.join(folder, "desc.json"), "w") as file:
+            json.dump(description, file)  # a test descriptor also runs graphs without placeholders
         command = [
             os.path.join(os.path.dirname(sys.executable), "tosa_reference_model"),
-            "--tosa_file", "graph.tosa", "--flatbuffer_dir", folder, "--output_dir", folder,
-            "--ifm_name", ",".join(graph["inputs"]), "--ifm_file", ",".join(input_files),
-            "--ofm_name", ",".join(graph["outputs"]), "--ofm_file", ",".join(output_files),
+            "--test_desc", os.path.join(folder, "desc.json"), "--output_dir", folder,
         ]  # fmt: skip
         completed = subprocess.run(command, capture_output=True, text=True)
         messages = completed.stdout + completed.stderr

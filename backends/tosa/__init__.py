@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .backend import BACKEND, TosaBackend, TosaOptions
-    from .conformance import ConformanceCase, generate_conformance, run_generator
+    from .conformance import ConformanceCase, generate_conformance, load_conformance, run_generator
     from .convert import QUANT_TYPE, convert_to_tosa, write_tosa
     from .emulate import SUPPORTED_OPS, emulate_module, emulate_tosa, parse_tosa
     from .iree import IREE_PACKAGES, compile_iree, iree_available, run_iree
@@ -73,7 +73,10 @@ _EXPORTS.update({name: ("samples", name) for name in ("SampleGraph", "sample_gra
 _EXPORTS.update({name: ("backend", name) for name in ("BACKEND", "TosaBackend", "TosaOptions")})
 _EXPORTS.update({name: ("convert", name) for name in ("QUANT_TYPE", "convert_to_tosa", "write_tosa")})
 _EXPORTS.update(
-    {name: ("conformance", name) for name in ("ConformanceCase", "generate_conformance", "run_generator")}
+    {
+        name: ("conformance", name)
+        for name in ("ConformanceCase", "generate_conformance", "load_conformance", "run_generator")
+    }
 )
 
 __all__ = [
@@ -99,6 +102,7 @@ __all__ = [
     "emulate_tosa",
     "generate_conformance",
     "iree_available",
+    "load_conformance",
     "missing_message",
     "parse_tosa",
     "require_tosa_python",

@@ -107,7 +107,12 @@ def generate_conformance(operators: Sequence[str], output: Path, **options: obje
     """Generate the conformance tests of `operators` into `output` (options as `run_generator`), with the
     reference model's expected outputs and the decoded graphs. EngineError when the reference model refuses a
     generated positive test."""
-    folders = run_generator(operators, output, **options)  # type: ignore[arg-type]
+    return load_conformance(run_generator(operators, output, **options))  # type: ignore[arg-type]
+
+
+def load_conformance(folders: Sequence[Path]) -> list[ConformanceCase]:
+    """Generated test folders (desc.json, test.tosa, .npy placeholders) as cases: the reference model's
+    outputs and the decoded graphs. EngineError when the model refuses one (a positive test must run)."""
     descriptions = [json.loads((folder / "desc.json").read_text()) for folder in folders]
     inputs = [
         {name: np.load(folder / file) for name, file in zip(d["ifm_name"], d["ifm_file"], strict=True)}

@@ -227,6 +227,9 @@ def convert_command(
     fuse_arithmetic: bool = typer.Option(False, "--fuse-arithmetic", help=option_help("fuse_arithmetic")),
     inputs: str | None = typer.Option(None, "--inputs", help=option_help("inputs")),
     outputs: str | None = typer.Option(None, "--outputs", help=option_help("outputs")),
+    rounding: str | None = typer.Option(None, "--rounding", help=option_help("rounding")),
+    allow_float: bool = typer.Option(False, "--allow-float", help=option_help("allow_float")),
+    float_boundary: bool = typer.Option(False, "--float-boundary", help=option_help("float_boundary")),
     backend_option: list[str] = typer.Option([], "--backend-option", help=BACKEND_OPTION_HELP),  # noqa: B008
 ) -> None:
     """Convert an ONNX model with a backend (`--to`: StableHLO MLIR text, or back to ONNX); every op that
@@ -244,6 +247,9 @@ def convert_command(
         "fuse_arithmetic": fuse_arithmetic,
         "inputs": inputs,
         "outputs": outputs,
+        "rounding": rounding,
+        "allow_float": allow_float,
+        "float_boundary": float_boundary,
     }
     options = _backend_options(backend_option, flags)
     module = convert(model, to=to, input_shapes=_parse_input_shapes(input_shape), **options)

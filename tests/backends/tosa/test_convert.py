@@ -183,24 +183,22 @@ def test_float_islands_are_one_error_listing_every_op(tmp_path: Path) -> None:
 
 
 def test_cli_convert_to_tosa(tmp_path: Path) -> None:
+    """`--to tosa` with its flags (`--rounding`, `--float-boundary`; any as `--backend-option`), refused for
+    another backend and for a bad value (exit 2)."""
     from qconvert.cli import main
 
+    model = str(MODELS / "digits_cnn.qdq.onnx")
     output = tmp_path / "digits.mlir"
-    assert main(["convert", str(MODELS / "digits_cnn.qdq.onnx"), "--to", "tosa", "-o", str(output)]) == 0
+    assert main(["convert", model, "--to", "tosa", "-o", str(output)]) == 0
     _assert_integer_only(output.read_text())
-    assert (
-        main(
-            [
-                "convert",
-                str(MODELS / "digits_cnn.qdq.onnx"),
-                "--to",
-                "tosa",
-                "--backend-option",
-                "rounding=half",
-            ]
-        )
-        == 2
-    )
+    assert main(["convert", model, "--to", "tosa", "--backend-option", "rounding=half"]) == 2
+    double = tmp_path / "double.mlir"
+    assert main(["convert", model, "--to", "tosa", "--rounding", "double", "-o", str(double)]) == 0
+    assert "DOUBLE_ROUND" in double.read_text() and "SINGLE_ROUND" not in double.read_text()
+    edges = tmp_path / "edges.mlir"
+    assert main(["convert", model, "--to", "tosa", "--float-boundary", "-o", str(edges)]) == 0
+    assert "(%arg0: tensor<8x1x8x8xf32>" in edges.read_text()
+    assert main(["convert", model, "--rounding", "double", "-o", str(tmp_path / "x.mlir")]) == 2  # stablehlo
 
 
 # One small model per pattern ---------------------------------------------------------------------------

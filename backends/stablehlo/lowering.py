@@ -425,6 +425,8 @@ def numpy_dtype(element_type: Type) -> np.dtype:
         if element_type.width == 1:
             return np.dtype(np.bool_)
         kind = "u" if element_type.is_unsigned else "i"
+        if element_type.width in (2, 4):  # sub-byte storage (int4 weights): ml_dtypes' containers
+            return np.dtype(getattr(ml_dtypes, f"{'u' if kind == 'u' else ''}int{element_type.width}"))
         return np.dtype(f"{kind}{element_type.width // 8}")
     if isinstance(element_type, FloatType):
         names = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "bf16": ml_dtypes.bfloat16}

@@ -97,7 +97,7 @@ from .dtypes import (
 )
 from .load import load_model
 from .qoperator import lift_qoperator
-from .quant import NodeRef, check_storage, normalize_axis, quant_type_of
+from .quant import NodeRef, check_storage, normalize_axis, padded_shape, quant_type_of
 from .weights import RESOURCE_THRESHOLD, ResourceNames, as_resource, initializer_array, lazy_elements
 from .wire import RawData
 
@@ -531,10 +531,14 @@ class Lifter:
         precision = _int_attribute(node, "precision", 0)
         if precision:
             attributes["onnx.precision"] = IntegerAttr(precision, I64)
+        padding = self.ragged_padding(ref, x_type, node)
+        source = x if padding is None else self.pad_to_blocks(x, padding, node.name)
         quantized = self.insert(
-            QuantizeCastOp(x, with_element_type(x_type, quant_type), attributes=attributes)
+            QuantizeCastOp(source, with_element_type(source.type, quant_type), attributes=attributes)
         ).result
-        stored = self.insert(storage_cast(quantized, with_element_type(x_type, storage.ir_type))).result
+        stored = self.insert(storage_cast(quantized, with_element_type(source.type, storage.ir_type))).result
+        if padding is not None:
+            stored = self.slice_from_blocks(stored, _shape(x_type), padding[0], node.name)  # type: ignore[arg-type]
         self.values[node.output[0]] = stored
         self.onnx_types[node.output[0]] = storage.onnx_type
 
@@ -545,7 +549,15 @@ class Lifter:
         if storage is None:
             raise ref.error(f"the element type of input '{node.input[0]}' is unknown")
         check_storage(ref, storage, quantize=False)
-        x = self.value(node, node.input[0])
+        padding = self.ragged_padding(ref, self.ir_type(node.input[0]), node)
+        if padding is not None and node.input[0] in self.initializers and node.input[0] not in self.values:
+            # A ragged constant (a weight) is padded here, not by an onnx.Pad a backend would fold
+            padded_array = pad_array(self.constant_array(ref, node.input[0], "input"), *padding)
+            x = self.constant(padded_array, storage.onnx_type, node.input[0])
+            padding_done = True
+        else:
+            x = self.value(node, node.input[0])
+            padding_done = False
         block_size = _int_attribute(node, "block_size", 0)
         signs = None
         if block_size > 0 and needs_signs(np.asarray(scale)):
@@ -577,11 +589,13 @@ class Lifter:
             zero_type = ELEMENT_TYPES.get(self.onnx_type(node.input[2]))
             if zero_type is not None and zero_type.name != storage.name:
                 raise ref.error(f"zero point type {zero_type.name} differs from input type {storage.name}")
-        quantized = self.quantized_view(x, quant_type)
+        unpadded_shape = _shape(self.ir_type(node.input[0])) if padding_done else _shape(x.type)
+        padded = x if padding is None or padding_done else self.pad_to_blocks(x, padding, node.name)
+        quantized = self.quantized_view(padded, quant_type)
         result = self.insert(
             DequantizeCastOp(
                 quantized,
-                with_element_type(x.type, expressed_entry.ir_type),
+                with_element_type(padded.type, expressed_entry.ir_type),
                 attributes={NODE_NAME: StringAttr(node.name)},
             )
         ).result
@@ -590,8 +604,54 @@ class Lifter:
             result = self.apply_block_signs(
                 result, signs, axis, block_size, expressed_entry.onnx_type, node.name
             )
+        if padding is not None:
+            result = self.slice_from_blocks(result, unpadded_shape, padding[0], node.name)  # type: ignore[arg-type]
         self.values[node.output[0]] = result
         self.onnx_types[node.output[0]] = expressed_entry.onnx_type
+
+    def ragged_padding(self, ref: NodeRef, type_: Type, node: NodeProto) -> tuple[int, int] | None:
+        """(axis, padded size) when a blocked Q/DQ's block size does not divide its axis (ONNX's shorter
+        last block; quant.py types the tensor padded to whole blocks), else None."""
+        block_size = _int_attribute(node, "block_size", 0)
+        shape = _shape(type_)
+        if block_size <= 0 or shape is None:
+            return None
+        axis = normalize_axis(ref, _int_attribute(node, "axis", 1), len(shape))
+        padded = padded_shape(shape, axis, block_size)
+        return None if padded == shape else (axis, padded[axis])
+
+    def pad_to_blocks(self, value: Value, padding: tuple[int, int], node_name: str) -> Value:
+        """`value` padded with zeros at the end of `axis` to `size` (whole blocks), as an `onnx.Pad`."""
+        axis, size = padding
+        shape = tuple(value.type.shape)  # type: ignore[attr-defined]
+        pads = np.zeros(2 * len(shape), np.int64)
+        pads[len(shape) + axis] = size - shape[axis]
+        result_type = RankedTensorType(
+            (*shape[:axis], size, *shape[axis + 1 :]),
+            value.type.element_type,  # type: ignore[attr-defined]
+        )
+        op = GenericOp(
+            "onnx.Pad",
+            [value, self.constant(pads, TensorProto.INT64)],
+            [result_type],
+            {NODE_NAME: StringAttr(node_name), "mode": StringAttr("constant")},
+        )
+        return self.insert(op).results[0]
+
+    def slice_from_blocks(self, value: Value, shape: tuple[int, ...], axis: int, node_name: str) -> Value:
+        """The first `shape[axis]` entries of a value padded by `pad_to_blocks`, as an `onnx.Slice`."""
+
+        def index(number: int) -> Value:
+            return self.constant(np.asarray([number], np.int64), TensorProto.INT64)
+
+        element = value.type.element_type  # type: ignore[attr-defined]
+        op = GenericOp(
+            "onnx.Slice",
+            [value, index(0), index(shape[axis]), index(axis)],
+            [RankedTensorType(shape, element)],
+            {NODE_NAME: StringAttr(node_name)},
+        )
+        return self.insert(op).results[0]
 
     def apply_block_signs(
         self, weight: Value, signs: np.ndarray, axis: int, block_size: int, onnx_type: int, node_name: str
@@ -638,6 +698,13 @@ def storage_cast(value: Value, result_type: Type) -> Operation:
     if any(isinstance(s, FloatType) for s in storages):
         return FloatStorageCastOp(value, result_type)
     return StorageCastOp(value, result_type)
+
+
+def pad_array(array: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """`array` with zeros appended along `axis` up to `size` (its dtype kept: int4 too)."""
+    shape = list(array.shape)
+    shape[axis] = size - shape[axis]
+    return np.concatenate([array, np.zeros(shape, array.dtype)], axis=axis)
 
 
 def display_name(node: NodeProto) -> str:

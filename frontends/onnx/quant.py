@@ -11,7 +11,9 @@ type (per-tensor `UniformQuantizedType`, per-axis `UniformQuantizedPerAxisType`,
   else the scale's type (opset 19+), else f32;
 - granularity: a one-element scale is per-tensor; a 1-D scale with `block_size` 0 is per-axis on
   `axis` (default 1, negative counts from the end); `block_size` B > 0 is blocked on `axis`, every
-  other scale dimension equal to the input's (listed in the sub-channel type with block size 1);
+  other scale dimension equal to the input's (listed in the sub-channel type with block size 1); B
+  need not divide the dimension (ceil(D / B) blocks, the last shorter): the type is then that of the
+  tensor padded to whole blocks (`padded_shape`), which the lifter pads to and slices back from;
 - scale: finite and > 0 and inside the expressed type's range; zero point: inside the storage range,
   exactly 0 for float storage, same shape as the scale.
 """
@@ -199,16 +201,17 @@ def _blocked_type(
                 f"blocked scale shape {list(scale.shape)} does not fit input shape {list(input_shape)} with "
                 f"block_size {block_size} on axis {blocked_axis} (dimension {dimension} should be {expected})"
             )
-    if input_shape[blocked_axis] % block_size:
-        raise node.error(
-            f"block_size {block_size} does not divide input dimension {input_shape[blocked_axis]}: a ragged "
-            f"last block is not representable in the IR's sub-channel type (not supported yet)"
-        )
     return blocked_type(
         **common,
         scales=scale,
         zero_points=zero_points,
-        tensor_shape=input_shape,
+        tensor_shape=padded_shape(input_shape, blocked_axis, block_size),
         axis=blocked_axis,
         block_size=block_size,
     )
+
+
+def padded_shape(shape: tuple[int, ...], axis: int, block_size: int) -> tuple[int, ...]:
+    """`shape` with `axis` rounded up to whole blocks: ONNX's last block may be shorter, MLIR's verifier
+    wants every block whole, so the lifter pads a ragged tensor to this shape and slices the result back."""
+    return tuple(-(-size // block_size) * block_size if d == axis else size for d, size in enumerate(shape))

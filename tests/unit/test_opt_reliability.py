@@ -86,6 +86,11 @@ def test_integers_too_large_for_python_are_diagnostics(text: str, message: str) 
     assert code == 1 and message in errors, errors
 
 
+def test_found_by_fuzzing_an_untyped_constant_is_a_diagnostic() -> None:
+    code, _, errors = opt("%c = arith.constant f16<[1.0]> : tensor<1xf32>\n")
+    assert code == 1 and "in.mlir:1:21: error: custom op 'arith.constant' invalid kind of attribute" in errors
+
+
 def test_a_huge_diagnostic_offset_is_an_unmet_expectation() -> None:
     text = f"// expected-error@+{LONG} {{{{x}}}}\nfunc.func private @f()\n"
     code, _, errors = opt(text, "--verify-diagnostics")

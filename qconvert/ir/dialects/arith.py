@@ -39,9 +39,16 @@ class ConstantOp(Operation):
     @classmethod
     def parse_custom(cls, parser: Parser, num_results: int) -> Operation:
         attributes = parser.parse_optional_attr_dict()
+        position = parser.token.start
         value = parser.parse_attribute()
         attributes["value"] = value
-        return cls([], [attribute_type(value)], attributes)
+        try:
+            result_type = attribute_type(value)
+        except ValueError:  # `arith.constant f16`: upstream's TypedAttr constraint, as it words it
+            raise parser.error(
+                "custom op 'arith.constant' invalid kind of attribute specified", position
+            ) from None
+        return cls([], [result_type], attributes)
 
     def result_names(self) -> list[str | None]:
         value = self.value

@@ -42,9 +42,11 @@ from .backend import TosaOptions
 from .float_island import FloatIslandToTable, FloatPerChannelAffine
 from .legalize import fold_patterns, legalize_patterns
 from .legalize_quant import (
+    FloatConvToQuantizedConv,
     FloatDotToQuantizedDot,
     FloatMeanToReduceSum,
     FloatProductToMul,
+    FloatSumToAccumulatorAdd,
     RequantizeToRescale,
     rescale_to,
 )
@@ -245,6 +247,8 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
         FloatMeanToReduceSum(rounding, refusals),
         FloatProductToMul(rounding, refusals),
         FloatDotToQuantizedDot(refusals),
+        FloatConvToQuantizedConv(refusals),
+        FloatSumToAccumulatorAdd(refusals),
         FloatIslandToTable(refusals),
         FloatPerChannelAffine(rounding, refusals),
     ]

@@ -27,6 +27,7 @@ from qconvert.numerics.tosa import TosaRounding
 from qconvert.passes.rewrite import PatternRewriter, Root
 
 from . import ops
+from .legalize_quant import rescale_to
 from .storage import Refusals, constant_of, quant_type, replace_with_storage, storage_of
 
 __all__ = ["EVALUATE", "FloatIslandToTable", "FloatPerChannelAffine", "splat_value"]
@@ -248,34 +249,56 @@ class FloatPerChannelAffine:
         (source,) = sources
         if source.type.shape != shape or not isinstance(target, UniformQuantizedType):  # type: ignore[attr-defined]
             return False
-        if target.storage_type.width != 8 or not target.is_signed:  # type: ignore[union-attr]
-            return self.refusals.refuse(op, "a per-channel affine function quantized to other than i8")
+        if target.storage_type.width != 8:  # type: ignore[union-attr]
+            return self.refusals.refuse(op, "a per-channel affine function quantized to other than 8 bits")
         channels = shape[_CHANNEL_AXIS]
         real = np.broadcast_to(
             values, (256, *[channels if d == _CHANNEL_AXIS else 1 for d in range(len(shape))])
         )
         real = real.reshape(256, channels).astype(np.float64)  # f(dequantize(code)) per code, per channel
-        expected = _table(real.astype(np.float32), target).astype(np.int64)  # onnxruntime: quantize(f(x))
-        codes = np.arange(-128, 128, dtype=np.float64)
+        params = uniform_params(target)
+        expected = quantize(real.astype(np.float32), params).astype(np.int64)  # onnxruntime: quantize(f(x))
+        source_unsigned = not quant_type(source).is_signed  # type: ignore[union-attr]
+        bits = np.arange(-128, 128, dtype=np.int64)  # row r of `real` is the storage whose bits are r - 128
+        codes = bits & 0xFF if source_unsigned else bits  # the integer each row stands for
         scale = float(target.scale)
-        slope = (real[-1] - real[0]) / (codes[-1] - codes[0]) / scale  # steps of output per input code
-        offset = real[128] / scale  # at code 0
-        bound = np.abs(slope) * 128 + np.abs(offset) + 1
+        low_row, high_row, zero_row = (
+            int(np.argmin(codes)),
+            int(np.argmax(codes)),
+            int(np.argmin(np.abs(codes))),
+        )
+        slope = (
+            (real[high_row] - real[low_row]) / (codes[high_row] - codes[low_row]) / scale
+        )  # steps per code
+        offset = real[zero_row] / scale  # at code 0
+        bound = np.abs(slope) * 256 + np.abs(offset) + 1
         shift = int(min(24, np.floor(np.log2(2.0**30 / bound.max()))))
         if shift < 8:
             return self.refusals.refuse(op, "a per-channel affine function too steep for i32")
         multiplier = np.round(slope * 2.0**shift).astype(np.int64)
         addend = np.round(offset * 2.0**shift).astype(np.int64)
-        zero_point = int(target.zero_point)
-        integer = codes[:, None].astype(np.int64) * multiplier + addend
-        rounded = np.floor((integer + (1 << (shift - 1))) / 2.0**shift).astype(
-            np.int64
-        )  # half up, as rescale
-        got = np.clip(rounded + zero_point, -128, 127)
+        zero_point = int(params.zero_point)
+        integer = codes[:, None] * multiplier + addend
+        rounded = (integer + (1 << (shift - 1))) >> shift  # half up, as the rescale by 2**-shift
+        low, high = (0, 255) if not target.is_signed else (-128, 127)
+        got = np.clip(rounded + zero_point, low, high)
         if np.abs(got - expected).max() > 1:
             return self.refusals.refuse(op, "an elementwise per-channel function that is not affine")
         reduced = [channels if d == _CHANNEL_AXIS else 1 for d in range(len(shape))]
-        wide = ops.cast(rewriter, storage_of(rewriter, source), I32)
+        storage = storage_of(rewriter, source)
+        if source_unsigned:  # the codes 0..255: exact rescales reading the bits as unsigned
+            wide = rescale_to(
+                rewriter,
+                storage,
+                np.array([1.0]),
+                0,
+                0,
+                RankedTensorType(shape, I32),
+                TosaRounding.SINGLE,
+                input_unsigned=True,
+            )
+        else:
+            wide = ops.cast(rewriter, storage, I32)
         product = ops.mul(
             rewriter,
             wide,
@@ -283,18 +306,15 @@ class FloatPerChannelAffine:
             ops.zero_point(rewriter, 0, I8),
         )
         total = ops.add(rewriter, product, ops.const(rewriter, addend.reshape(reduced).astype(np.int32), I32))
-        multiplier_shift = ops.const(rewriter, np.array([1 << 30], np.int32), I32)
-        shift_value = ops.const(rewriter, np.array([30 + shift], np.int8), I8)
-        value = ops.rescale(
+        value = rescale_to(
             rewriter,
             total,
-            multiplier_shift,
-            shift_value,
-            ops.zero_point(rewriter, 0, I32),
-            ops.zero_point(rewriter, zero_point, I8),
+            np.array([2.0**-shift]),
+            0,
+            zero_point - 256 if zero_point > 127 else zero_point,
             RankedTensorType(shape, I8),
-            rounding=TosaRounding.SINGLE,
-            per_channel=False,
+            TosaRounding.SINGLE,
+            output_unsigned=not target.is_signed,
         )
         replace_with_storage(rewriter, op, [value])
         return True

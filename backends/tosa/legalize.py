@@ -19,11 +19,12 @@ from qconvert.ir.attributes import DenseArrayAttr, DenseElementsAttr, IntegerAtt
 from qconvert.ir.core import GenericOp, Operation, Value
 from qconvert.ir.quant_types import QuantizedType, UniformQuantizedPerAxisType
 from qconvert.ir.types import I8, I32, FloatType, IntegerType, RankedTensorType, Type, element_type_of
+from qconvert.numerics.tosa import TosaRounding
 from qconvert.passes.rewrite import PatternRewriter, Root
 
 from . import ops
 from .float_island import splat_value
-from .legalize_quant import storage_zero_point
+from .legalize_quant import rescale_to, storage_zero_point
 from .storage import (
     Refusals,
     broadcast_source,
@@ -102,7 +103,10 @@ class ConstantToConst(_Pattern):
         if array is None:
             return self.refuse(op, "a constant without its data (elided)")
         element = storage_element(op.result.type)
-        replace_with_storage(rewriter, op, [ops.const(rewriter, np.asarray(array), element)])
+        array = np.asarray(array)
+        if array.dtype.kind == "u" and array.dtype.itemsize < 8:  # unsigned storage: its bits, signless
+            array = array.view(np.dtype(f"i{array.dtype.itemsize}"))
+        replace_with_storage(rewriter, op, [ops.const(rewriter, array, element)])
         return True
 
 
@@ -308,14 +312,45 @@ def _accumulating_operands(op: Operation) -> tuple[QuantizedType, QuantizedType,
         return "a float (not quantized) product"
     if lhs.storage_type.width != 8 or rhs.storage_type.width != 8:  # type: ignore[union-attr]
         return "operands of other than 8 bits (i16 activations accumulate in i48: not supported yet)"
-    if not lhs.is_signed or not rhs.is_signed:
-        return "unsigned 8-bit operands (not supported yet)"
     if isinstance(lhs, UniformQuantizedPerAxisType):
         return "a per-axis quantized activation"
     lhs_zp, rhs_zp = _single_zero_point(lhs), _single_zero_point(rhs)
     if lhs_zp is None or rhs_zp is None:
         return "per-channel weight zero points (TOSA takes one)"
-    return lhs, rhs, lhs_zp, rhs_zp
+    if not rhs.is_signed and constant_of(op.operands[1]) is None:
+        return "an unsigned 8-bit right-hand side that is not a constant"
+    # unsigned operands are re-centred to i8 (signed_storage): their zero points move by 128
+    return lhs, rhs, _recentred(lhs, lhs_zp), _recentred(rhs, rhs_zp)
+
+
+def _recentred(type_: QuantizedType, zero_point: int) -> int:
+    """The zero point of `type_`'s storage as i8: an unsigned one less 128 (its bits read as signed, plus
+    128: storage_zero_point gives the bits)."""
+    return zero_point if type_.is_signed else (zero_point + 256) % 256 - 128
+
+
+def signed_storage(rewriter: PatternRewriter, value: Value) -> Value:
+    """`value`'s storage as signed i8: unsigned storage re-centred by 128 (a constant in numpy, else an exact
+    rescale with input_unsigned), which TOSA's conv2d / matmul need; signed storage as it is."""
+    type_ = quant_type(value)
+    storage = storage_of(rewriter, value)
+    if type_ is None or type_.is_signed:
+        return storage
+    array = constant_of(value)
+    if array is not None:
+        recentred = (np.asarray(array).astype(np.int64) & 0xFF) - 128
+        return ops.const(rewriter, recentred.astype(np.int8), I8)
+    zero_point = int(storage_zero_point(type_)[0])
+    return rescale_to(
+        rewriter,
+        storage,
+        np.array([1.0]),
+        zero_point,
+        _recentred(type_, zero_point),
+        storage_type(value.type),
+        TosaRounding.SINGLE,
+        input_unsigned=True,
+    )
 
 
 class ConvolutionToConv2D(_Pattern):
@@ -348,9 +383,9 @@ class ConvolutionToConv2D(_Pattern):
             return self.refuse(op, "a grouped convolution that is not depthwise")
         nhwc = ["b", 0, 1, "f"]
         input_ = _transposed(
-            rewriter, storage_of(rewriter, op.operands[0]), [layout_in.index(d) for d in nhwc]
+            rewriter, signed_storage(rewriter, op.operands[0]), [layout_in.index(d) for d in nhwc]
         )
-        kernel = storage_of(rewriter, op.operands[1])
+        kernel = signed_storage(rewriter, op.operands[1])
         result_shape = _ranked(op.result).shape
         out_shape = tuple(result_shape[layout_out.index(d)] for d in nhwc)
         result_type = RankedTensorType(out_shape, I32)
@@ -399,9 +434,13 @@ class DotGeneralToMatmul(_Pattern):
             return int(np.prod([type_.shape[d] for d in dims]))
 
         batch = size(lhs_type, lhs_batch)
-        lhs = _transposed(rewriter, storage_of(rewriter, op.operands[0]), lhs_batch + lhs_free + lhs_contract)
+        lhs = _transposed(
+            rewriter, signed_storage(rewriter, op.operands[0]), lhs_batch + lhs_free + lhs_contract
+        )
         lhs = ops.reshape(rewriter, lhs, [batch, size(lhs_type, lhs_free), size(lhs_type, lhs_contract)])
-        rhs = _transposed(rewriter, storage_of(rewriter, op.operands[1]), rhs_batch + rhs_contract + rhs_free)
+        rhs = _transposed(
+            rewriter, signed_storage(rewriter, op.operands[1]), rhs_batch + rhs_contract + rhs_free
+        )
         rhs = ops.reshape(rewriter, rhs, [batch, size(rhs_type, rhs_contract), size(rhs_type, rhs_free)])
         product = ops.matmul(
             rewriter, lhs, rhs, ops.zero_point(rewriter, lhs_zp, I8), ops.zero_point(rewriter, rhs_zp, I8)

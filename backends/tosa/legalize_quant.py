@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from qconvert.ir.attributes import DenseArrayAttr
 from qconvert.ir.core import Builder, GenericOp, Operation, Value
 from qconvert.ir.quant_types import (
     QuantizedType,
@@ -25,7 +26,7 @@ from qconvert.ir.quant_types import (
     UniformQuantizedType,
     uniform_params,
 )
-from qconvert.ir.types import I8, I32, FloatType, IntegerType, RankedTensorType, element_type_of
+from qconvert.ir.types import I8, I32, I64, FloatType, IntegerType, RankedTensorType, element_type_of
 from qconvert.numerics.tosa import TosaRounding, compute_multiplier_and_shift
 from qconvert.passes.rewrite import PatternRewriter, Root
 
@@ -42,9 +43,11 @@ from .storage import (
 )
 
 __all__ = [
+    "FloatConvToQuantizedConv",
     "FloatDotToQuantizedDot",
     "FloatMeanToReduceSum",
     "FloatProductToMul",
+    "FloatSumToAccumulatorAdd",
     "RequantizeToRescale",
     "rescale_to",
     "storage_zero_point",
@@ -86,11 +89,33 @@ def rescale_to(
     """`tosa.rescale` of storage integers by `scale` (one value, or one per channel of the last dim).
 
     ValueError when TOSA cannot take the scale (too large for a 32-bit multiplier)."""
+    input_element = element_type_of(storage.type)
+    if output_unsigned and _width(input_element) > 16:
+        # TOSA: no RESCALE from i32 to an unsigned output (ERROR_IF): to i8 re-centred by 128, then an
+        # exact i8 -> u8 rescale (both exact: the second only reads the bits as unsigned)
+        centred = (output_zp & 0xFF) - 128
+        signed = rescale_to(b, storage, scale, input_zp, centred, result_type, rounding)
+        return rescale_to(
+            b, signed, np.array([1.0]), centred, output_zp, result_type, rounding, output_unsigned=True
+        )
+    if input_unsigned and _width(result_type) > 16:
+        # TOSA: no RESCALE from an unsigned input to i32 (ERROR_IF): to i8 re-centred by 128 first (exact)
+        centred = (input_zp & 0xFF) - 128
+        signed = rescale_to(
+            b,
+            storage,
+            np.array([1.0]),
+            input_zp,
+            centred,
+            storage.type,  # type: ignore[arg-type]
+            rounding,
+            input_unsigned=True,
+        )
+        return rescale_to(b, signed, scale, centred, output_zp, result_type, rounding)
     multiplier, shift = compute_multiplier_and_shift(np.asarray(scale, np.float64).reshape(-1))
     per_channel = multiplier.size > 1
     if per_channel and multiplier.size != result_type.shape[-1]:
         raise ValueError(f"{multiplier.size} scales for {result_type.shape[-1]} channels")
-    input_element = element_type_of(storage.type)
     return ops.rescale(
         b,
         storage,
@@ -413,4 +438,163 @@ class FloatDotToQuantizedDot:
         product = rewriter.insert(quantized_dot).result
         requantize = GenericOp("stablehlo.uniform_quantize", [product], [op.result.type])
         rewriter.replace_op(op, [rewriter.insert(requantize).result])
+        return True
+
+
+def _dequantized(value: Value) -> Value | None:
+    """q when `value` is `uniform_dequantize(q)` (through float conversions), else None."""
+    producer = _unwrapped(value).owner_op()
+    if producer is None or producer.name != "stablehlo.uniform_dequantize":
+        return None
+    return producer.operands[0]
+
+
+def _close(lhs: np.ndarray, rhs: np.ndarray) -> bool:
+    return lhs.shape == rhs.shape and bool(np.all(np.abs(lhs - rhs) <= 1e-6 * np.abs(rhs)))
+
+
+class FloatConvToQuantizedConv:
+    """`uniform_quantize(convolution(dequantize(x), dequantize(w)) [+ broadcast(dequantize(bias))])`, which
+    the quantized form leaves float (unsigned storage, which quant-to-math misreads), as the quantized
+    convolution into an i32 accumulator of scales `s_x * s_w` in NHWC, the i32 bias added, its requantize
+    and a transpose back: the next sweeps make them conv2d (unsigned operands re-centred), add, rescale."""
+
+    roots: ClassVar[tuple[Root, ...]] = ("stablehlo.uniform_quantize",)
+
+    def __init__(self, refusals: Refusals) -> None:
+        self.refusals = refusals
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        from qconvert.backends.stablehlo import ConvDimensionNumbers
+
+        target = quant_type(op.result)
+        value = _unwrapped(op.operands[0])
+        producer = value.owner_op()
+        if target is None or producer is None:
+            return False
+        bias = None
+        if producer.name == "stablehlo.add":
+            conv_value, bias_value = producer.operands
+            bias_broadcast = _unwrapped(bias_value).owner_op()
+            if bias_broadcast is None or bias_broadcast.name != "stablehlo.broadcast_in_dim":
+                return False
+            bias = _dequantized(bias_broadcast.operands[0])
+            producer = _unwrapped(conv_value).owner_op()
+            if bias is None or producer is None:
+                return False
+        if producer.name != "stablehlo.convolution":
+            return False
+        sources = [_dequantized(operand) for operand in producer.operands]
+        if sources[0] is None or sources[1] is None:
+            return False
+        input_type, kernel_type = quant_type(sources[0]), quant_type(sources[1])
+        if not isinstance(input_type, UniformQuantizedType) or not is_uniform(kernel_type):
+            return self.refusals.refuse(op, "a float convolution of other than per-tensor activations")
+        numbers = ConvDimensionNumbers.parse(producer.attributes["dimension_numbers"])
+        if len(numbers.output) != 4:
+            return False
+        kernel_scales = _scales(kernel_type)  # type: ignore[arg-type]
+        per_axis = isinstance(kernel_type, UniformQuantizedPerAxisType)
+        if per_axis and kernel_type.quantized_dimension != numbers.kernel.index("o"):  # type: ignore[union-attr]
+            return self.refusals.refuse(op, "per-axis weights on another dim than the output channels")
+        scales = float(input_type.scale) * kernel_scales
+        channels_last = ("b", 0, 1, "f")
+        old_shape = _ranked_shape(producer.results[0])
+        shape = tuple(old_shape[numbers.output.index(d)] for d in channels_last)
+        channels = shape[3]
+        if scales.size == 1:
+            accumulator: QuantizedType = UniformQuantizedType(
+                storage_type=I32, expressed_type=input_type.expressed_type, scale=float(scales[0])
+            )
+        else:
+            accumulator = UniformQuantizedPerAxisType(
+                storage_type=I32,
+                expressed_type=input_type.expressed_type,
+                scales=tuple(float(v) for v in scales),
+                zero_points=(0,) * channels,
+                quantized_dimension=3,
+            )
+        attributes = dict(producer.attributes)
+        attributes["dimension_numbers"] = ConvDimensionNumbers(
+            numbers.input, numbers.kernel, channels_last
+        ).attribute()
+        accumulator_type = RankedTensorType(shape, accumulator)
+        result: Value = rewriter.insert(
+            GenericOp("stablehlo.convolution", list(sources), [accumulator_type], attributes)
+        ).result
+        if bias is not None:
+            bias_type = quant_type(bias)
+            bias_scales = np.broadcast_to(_scales(bias_type), scales.shape) if bias_type is not None else None  # type: ignore[arg-type]
+            if bias_type is None or _width(bias_type) != 32 or not _close(bias_scales, scales):  # type: ignore[arg-type]
+                return self.refusals.refuse(op, "a float convolution's bias not at the accumulator's scale")
+            if np.any(storage_zero_point(bias_type) != 0) or _ranked_shape(bias) != (channels,):
+                return self.refusals.refuse(
+                    op, "a float convolution's bias with a zero point or of another shape"
+                )
+            broadcast = GenericOp(
+                "stablehlo.broadcast_in_dim",
+                [bias],
+                [accumulator_type],
+                {"broadcast_dimensions": DenseArrayAttr(I64, (3,))},
+            )
+            added = GenericOp(
+                "stablehlo.add", [result, rewriter.insert(broadcast).result], [accumulator_type]
+            )
+            result = rewriter.insert(added).result
+        target_type = RankedTensorType(shape, target)
+        requantized = rewriter.insert(GenericOp("stablehlo.uniform_quantize", [result], [target_type])).result
+        perms = [channels_last.index(d) for d in numbers.output]
+        back = GenericOp(
+            "stablehlo.transpose",
+            [requantized],
+            [op.result.type],
+            {"permutation": DenseArrayAttr(I64, tuple(perms))},
+        )
+        rewriter.replace_op(op, [rewriter.insert(back).result])
+        return True
+
+
+def _ranked_shape(value: Value) -> tuple[int, ...]:
+    assert isinstance(value.type, RankedTensorType)
+    return value.type.shape
+
+
+class FloatSumToAccumulatorAdd:
+    """`uniform_quantize(dequantize(a) + dequantize(b))` (or `-`), left float (unsigned storage), as the
+    fused form writes a quantized add: both requantized to one i32 scale (`2 max(s_a, s_b) / 2**20`, as
+    upstream's rescale legalization), added in i32, requantized: each rounding at 2**-19 of a step."""
+
+    roots: ClassVar[tuple[Root, ...]] = ("stablehlo.uniform_quantize",)
+
+    def __init__(self, refusals: Refusals) -> None:
+        self.refusals = refusals
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        target = quant_type(op.result)
+        producer = _unwrapped(op.operands[0]).owner_op()
+        if target is None or producer is None or producer.name not in ("stablehlo.add", "stablehlo.subtract"):
+            return False
+        sources = [_dequantized(operand) for operand in producer.operands]
+        if sources[0] is None or sources[1] is None:
+            return False
+        types = [quant_type(source) for source in sources]
+        result_type = op.result.type
+        assert isinstance(result_type, RankedTensorType)
+        if not all(isinstance(t, UniformQuantizedType) and _width(t) in (8, 16) for t in types):
+            return self.refusals.refuse(op, f"a float sum of {types} (per-tensor 8 / 16-bit only)")
+        if any(_ranked_shape(source) != result_type.shape for source in sources):
+            return False  # a broadcast operand: not this pattern's
+        scale = 2 * max(float(t.scale) for t in types) / 2**20  # type: ignore[union-attr]
+        common = RankedTensorType(
+            result_type.shape,
+            UniformQuantizedType(storage_type=I32, expressed_type=types[0].expressed_type, scale=scale),  # type: ignore[union-attr]
+        )
+        wide = [
+            rewriter.insert(GenericOp("stablehlo.uniform_quantize", [source], [common])).result
+            for source in sources
+        ]
+        total = rewriter.insert(GenericOp(producer.name, wide, [common])).result
+        rewriter.replace_op(
+            op, [rewriter.insert(GenericOp("stablehlo.uniform_quantize", [total], [result_type])).result]
+        )
         return True

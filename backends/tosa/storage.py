@@ -34,11 +34,14 @@ def is_uniform(type_: object) -> bool:
 
 
 def storage_element(type_: Type) -> Type:
-    """The storage element type of a quantized element type (signless, as TOSA takes it); else `type_`."""
+    """The storage element type of a quantized element type, signless as TOSA takes integers; a float as it
+    is."""
     element = element_type_of(type_)
     if isinstance(element, QuantizedType):
         assert isinstance(element.storage_type, IntegerType), f"float storage {element}"
         return IntegerType(element.storage_type.width)
+    if isinstance(element, IntegerType) and element.width > 1:
+        return IntegerType(element.width)  # ui8 / si8 -> i8: TOSA's integers are signless
     return element
 
 

@@ -208,6 +208,7 @@ def _quantized(
     outputs: dict[str, tuple[int, ...]],
     initializers: dict[str, np.ndarray],
     seed: int = 0,
+    unsigned: bool = False,
 ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """A float model of `nodes`, quantized by onnxruntime's quantize_static (QDQ, int8 activations and
     per-channel weights), and feeds for it."""
@@ -245,8 +246,8 @@ def _quantized(
             str(target),
             Reader(),
             quant_format=QuantFormat.QDQ,
-            activation_type=QuantType.QInt8,
-            weight_type=QuantType.QInt8,
+            activation_type=QuantType.QUInt8 if unsigned else QuantType.QInt8,
+            weight_type=QuantType.QUInt8 if unsigned else QuantType.QInt8,
             per_channel=True,
         )
         quantized = onnx.load(str(target))
@@ -540,3 +541,37 @@ def test_float_boundary_quantizes_and_dequantizes_at_the_edges() -> None:
     assert logits.dtype == np.float32 and np.array_equal(logits, expected)
     with pytest.raises(InputError, match="--allow-float"):
         convert_to_tosa(import_onnx(model), TosaOptions(allow_float=True))
+
+
+def test_unsigned_model_converts_through_the_float_regions() -> None:
+    """onnxruntime's uint8 QDQ (activations and weights u8): the quantized form leaves the u8 Conv, Add and
+    BatchNormalization float (quant-to-math misreads unsigned storage); they become conv2d on re-centred i8
+    (weights shifted by 128 as constants, activations by an exact rescale), an i32 add, a per-channel affine
+    into u8 storage. 0 elements off onnxruntime on the reference model."""
+    require_tosa_python()
+    from qconvert.backends.tosa import validate
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c", "x2"], ["a"]),
+        helper.make_node("BatchNormalization", ["a", "gamma", "beta", "mean", "var"], ["y"]),
+    ]
+    initializers = {
+        "w": _weights((4, 3, 3, 3)),
+        "b": _weights((4,), 2),
+        "gamma": np.array([1.5, -0.75, 0.5, 2.0], np.float32),
+        "beta": np.array([0.1, -0.2, 0.3, 0.0], np.float32),
+        "mean": np.array([0.05, -0.1, 0.2, 0.0], np.float32),
+        "var": np.array([1.2, 0.8, 2.0, 0.5], np.float32),
+    }
+    model, feeds = _quantized(
+        nodes, {"x": (1, 3, 6, 6), "x2": (1, 4, 6, 6)}, {"y": (1, 4, 6, 6)}, initializers, unsigned=True
+    )
+    assert any(i.data_type == TensorProto.UINT8 for i in model.graph.initializer)
+    (difference,), text = _steps_off(model, feeds)
+    _assert_integer_only(text)
+    assert {"tosa.conv2d", "tosa.add", "tosa.mul"} <= _tosa_ops(text)
+    assert "input_unsigned = true" in text and "output_unsigned = true" in text
+    assert validate(text, ("pro_int",)) == ""
+    assert np.abs(difference).max() <= 1
+    assert np.count_nonzero(difference) <= 0.005 * difference.size

@@ -30,7 +30,7 @@ def inference_session(model: ModelProto, options: Any, providers: list[str]) -> 
         fits = False
     if fits:
         return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
-    detached: list[tuple[TensorProto, bytes]] = []
+    detached: list[tuple[TensorProto, bytes, int | None]] = []
     try:
         names, values = [], []
         for tensor in model.graph.initializer:
@@ -42,7 +42,9 @@ def inference_session(model: ModelProto, options: Any, providers: list[str]) -> 
                 continue
             names.append(tensor.name)
             values.append(ort.OrtValue.ortvalue_from_numpy(np.frombuffer(data, dtype).reshape(tensor.dims)))
-            detached.append((tensor, data))
+            detached.append(
+                (tensor, data, tensor.data_location if tensor.HasField("data_location") else None)
+            )
             tensor.ClearField("raw_data")
             tensor.data_location = TensorProto.EXTERNAL
             tensor.external_data.add(key="location", value=_LOCATION)
@@ -51,9 +53,11 @@ def inference_session(model: ModelProto, options: Any, providers: list[str]) -> 
         session.qconvert_initializers = values  # pyright: ignore[reportAttributeAccessIssue]
         return session
     finally:
-        for tensor, data in detached:  # the caller's model as it was
-            del tensor.external_data[:]
-            tensor.data_location = TensorProto.DEFAULT
+        for tensor, data, location in detached:  # the caller's model as it was
+            tensor.ClearField("external_data")
+            tensor.ClearField("data_location")
+            if location is not None:  # onnx's loader of external data leaves DEFAULT set
+                tensor.data_location = location
             tensor.raw_data = data
 
 

@@ -13,7 +13,7 @@ few of ours. Mutations work on tokens (our lexer's): numbers swapped for edge va
 corpus, punctuation and keywords inserted, spans spliced from another seed, and spans wrapped in many
 levels of brackets.
 
-Fixed seed and a ~60 s budget in CI (`QCONVERT_FUZZ_EXAMPLES`, default 1500 inputs;
+Fixed seed and a ~60 s budget in CI (`QCONVERT_FUZZ_EXAMPLES`, default 10,000 inputs;
 `QCONVERT_FUZZ_SECONDS`, default 60); a longer run:
 
     QCONVERT_FUZZ_EXAMPLES=100000 QCONVERT_FUZZ_SECONDS=3600 QCONVERT_FUZZ_SEED=7 \
@@ -43,7 +43,7 @@ from qconvert.ir.verify import verify
 from qconvert.passes import get_pass
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = int(os.environ.get("QCONVERT_FUZZ_EXAMPLES", "1500"))
+EXAMPLES = int(os.environ.get("QCONVERT_FUZZ_EXAMPLES", "10000"))
 SECONDS = float(os.environ.get("QCONVERT_FUZZ_SECONDS", "60"))
 SEED = int(os.environ.get("QCONVERT_FUZZ_SEED", "23"))
 SECONDS_PER_INPUT = 10  # a chunk of a few hundred bytes takes milliseconds

@@ -31,7 +31,8 @@ def test_round_trip_from_stdin_wraps_bare_ops_in_a_module() -> None:
     result = run_opt("-", stdin=VALID)
     assert result.returncode == 0, result.stderr
     # mlir-opt writes a newline after the module's last line: the output ends with a blank line.
-    assert result.stdout == "module {\n" + "".join("  " + line + "\n" for line in VALID.splitlines()) + "}\n\n"
+    body = "".join("  " + line + "\n" for line in VALID.splitlines())
+    assert result.stdout == "module {\n" + body + "}\n\n"
 
 
 def test_split_input_file_joins_chunks_like_mlir_opt() -> None:

@@ -39,7 +39,7 @@ from qconvert.passes.rewrite import apply_patterns
 
 from . import ops
 from .backend import TosaOptions
-from .float_island import FloatIslandToTable, FloatPerChannelAffine
+from .float_island import FloatIslandToTable, FloatLinearCombination, FloatPerChannelAffine
 from .legalize import fold_patterns, legalize_patterns
 from .legalize_quant import (
     FloatConvToQuantizedConv,
@@ -251,6 +251,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
         FloatSumToAccumulatorAdd(refusals),
         FloatIslandToTable(refusals),
         FloatPerChannelAffine(rounding, refusals),
+        FloatLinearCombination(refusals),
     ]
     apply_patterns(body, patterns, nested=False)
     while fold_casts(list(body.ops)):

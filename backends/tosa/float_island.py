@@ -30,7 +30,13 @@ from . import ops
 from .legalize_quant import rescale_to
 from .storage import Refusals, constant_of, quant_type, replace_with_storage, storage_of
 
-__all__ = ["EVALUATE", "FloatIslandToTable", "FloatPerChannelAffine", "splat_value"]
+__all__ = [
+    "EVALUATE",
+    "FloatIslandToTable",
+    "FloatLinearCombination",
+    "FloatPerChannelAffine",
+    "splat_value",
+]
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -385,3 +391,197 @@ def _evaluate_per_channel(value: Value, shape: tuple[int, ...], sources: set[Val
         return result
 
     return evaluate(value)
+
+
+class _Linear:
+    """A float value as `sum_i coefficient_i * q_i + constant` over storage integers q_i (arrays that
+    broadcast to the value's shape)."""
+
+    def __init__(self, terms: dict[Value, np.ndarray], constant: np.ndarray) -> None:
+        self.terms, self.constant = terms, constant
+
+    def scaled(self, factor: np.ndarray) -> _Linear:
+        return _Linear({q: c * factor for q, c in self.terms.items()}, self.constant * factor)
+
+    def plus(self, other: _Linear, sign: float = 1.0) -> _Linear:
+        terms = dict(self.terms)
+        for q, c in other.terms.items():
+            terms[q] = terms[q] + sign * c if q in terms else sign * c
+        return _Linear(terms, self.constant + sign * other.constant)
+
+
+def _compressed(array: np.ndarray) -> np.ndarray:
+    """`array` with every dim along which it does not vary cut to 1 (it still broadcasts the same)."""
+    for axis in range(array.ndim):
+        if array.shape[axis] > 1 and np.all(array == np.take(array, [0], axis=axis)):
+            array = np.take(array, [0], axis=axis)
+    return array
+
+
+def _linear_form(value: Value, shape: tuple[int, ...]) -> _Linear | None:
+    """`value` as a `_Linear` of the quantized values it is computed from, None when it is not linear in
+    them (a product of two of them, a function of one) or not elementwise."""
+    memo: dict[Value, _Linear | None] = {}
+    rank = len(shape)
+
+    def constant_array(value: Value) -> np.ndarray | None:
+        producer = value.owner_op()
+        if producer is not None and producer.name == "stablehlo.broadcast_in_dim":
+            inner = constant_array(producer.operands[0])
+            if inner is None:
+                return None
+            expanded = [1] * rank
+            dims = [int(d) for d in producer.attributes["broadcast_dimensions"].values]  # type: ignore[attr-defined]
+            for index, dim in enumerate(dims):
+                expanded[dim] = inner.shape[index]
+            return inner.reshape(expanded)
+        if producer is not None and producer.name in ("stablehlo.convert", "stablehlo.reduce_precision"):
+            return constant_array(producer.operands[0])
+        array = constant_of(value)
+        return None if array is None else np.asarray(array, np.float64)
+
+    def form(value: Value) -> _Linear | None:
+        if value in memo:
+            return memo[value]
+        memo[value] = None
+        result: _Linear | None = None
+        producer = value.owner_op()
+        array = constant_array(value)
+        if array is not None:
+            if array.ndim != rank and array.size != 1:
+                result = None  # a vector not yet broadcast: only its broadcast is a term's weight
+            else:
+                result = _Linear({}, array if array.ndim == rank else array.reshape((1,) * rank))
+        elif producer is None:
+            result = None
+        elif producer.name == "stablehlo.uniform_dequantize":
+            type_ = quant_type(producer.operands[0])
+            if isinstance(type_, UniformQuantizedType) and type_.storage_type.width == 8:  # type: ignore[union-attr]
+                params = uniform_params(type_)
+                scale, zero_point = float(params.scale), float(params.zero_point)
+                result = _Linear({producer.operands[0]: np.array(scale)}, np.array(-scale * zero_point))
+        elif producer.name in ("stablehlo.convert", "stablehlo.reduce_precision"):
+            result = form(producer.operands[0])  # float roundings: the quantize's rounding dominates
+        elif producer.name in ("stablehlo.add", "stablehlo.subtract"):
+            lhs, rhs = form(producer.operands[0]), form(producer.operands[1])
+            if lhs is not None and rhs is not None:
+                result = lhs.plus(rhs, 1.0 if producer.name == "stablehlo.add" else -1.0)
+        elif producer.name == "stablehlo.negate":
+            inner = form(producer.operands[0])
+            result = None if inner is None else inner.scaled(np.array(-1.0))
+        elif producer.name in ("stablehlo.multiply", "stablehlo.divide"):
+            lhs, rhs = form(producer.operands[0]), form(producer.operands[1])
+            if lhs is not None and rhs is not None:
+                if not rhs.terms:
+                    factor = rhs.constant if producer.name == "stablehlo.multiply" else 1.0 / rhs.constant
+                    result = lhs.scaled(factor)
+                elif not lhs.terms and producer.name == "stablehlo.multiply":
+                    result = rhs.scaled(lhs.constant)
+        memo[value] = result
+        return result
+
+    return form(value)
+
+
+class FloatLinearCombination:
+    """`uniform_quantize(sum_i w_i * dequantize(q_i) + d)` with constant (broadcast) weights and offset, q_i
+    8-bit per tensor, none a constant: a bilinear Resize, a weighted sum, a scale and shift. In i32 fixed
+    point: `clamp(round((sum_i m_i * q_i + n) / 2**k) + zp)` with tosa.mul / tosa.add by integer constants and
+    one rescale by 2**-k; the weights are rounded at 2**-k of an output step, so only the quantize's own
+    near-ties can round the other way (within a step of onnxruntime's float path)."""
+
+    roots: ClassVar[tuple[Root, ...]] = ("stablehlo.uniform_quantize",)
+
+    def __init__(self, refusals: Refusals) -> None:
+        self.refusals = refusals
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        target = quant_type(op.result)
+        result_type = op.result.type
+        if (
+            target is None
+            or quant_type(op.operands[0]) is not None
+            or not isinstance(result_type, RankedTensorType)
+        ):
+            return False
+        linear = _linear_form(op.operands[0], result_type.shape)
+        if linear is None or not linear.terms:
+            return False
+        if any(constant_of(q) is not None for q in linear.terms):
+            return False  # a constant's: other patterns fold it
+        if not isinstance(target, UniformQuantizedType) or target.storage_type.width != 8:  # type: ignore[union-attr]
+            return self.refusals.refuse(op, "a weighted sum quantized to other than 8 bits per tensor")
+        shape = result_type.shape
+        scale = float(target.scale)
+        weights = {q: _compressed(np.broadcast_to(c / scale, shape)) for q, c in linear.terms.items()}
+        offset = _compressed(np.broadcast_to(linear.constant / scale, shape))
+        extent = sum(np.abs(w).max() * 256 for w in weights.values()) + np.abs(offset).max() + 1
+        shift = int(min(24, np.floor(np.log2(2.0**30 / extent))))
+        if shift < 12:
+            return self.refusals.refuse(op, "a weighted sum too large for i32 fixed point")
+        total: Value | None = None
+        for q, weight in weights.items():
+            if _ranked_shape_of(q) != shape:
+                return False
+            q_type = quant_type(q)
+            storage = storage_of(rewriter, q)
+            if q_type is not None and not q_type.is_signed:
+                wide = rescale_to(
+                    rewriter,
+                    storage,
+                    np.array([1.0]),
+                    0,
+                    0,
+                    RankedTensorType(shape, I32),
+                    TosaRounding.SINGLE,
+                    input_unsigned=True,
+                )
+            else:
+                wide = ops.cast(rewriter, storage, I32)
+            integer = np.round(weight * 2.0**shift).astype(np.int64)
+            term = ops.mul(
+                rewriter,
+                wide,
+                ops.const(rewriter, integer.astype(np.int32), I32),
+                ops.zero_point(rewriter, 0, I8),
+            )
+            total = term if total is None else ops.add(rewriter, total, term)
+        assert total is not None
+        addend = np.round(offset * 2.0**shift).astype(np.int64)
+        total = ops.add(rewriter, total, ops.const(rewriter, addend.astype(np.int32), I32))
+        total = _ties_to_even(rewriter, total, shift, RankedTensorType(shape, I32))
+        zero_point = int(uniform_params(target).zero_point)
+        value = rescale_to(
+            rewriter,
+            total,
+            np.array([2.0**-shift]),
+            0,
+            zero_point - 256 if zero_point > 127 else zero_point,
+            RankedTensorType(shape, I8),
+            TosaRounding.SINGLE,
+            output_unsigned=not target.is_signed,
+        )
+        replace_with_storage(rewriter, op, [value])
+        return True
+
+
+def _ties_to_even(rewriter: PatternRewriter, total: Value, shift: int, wide: RankedTensorType) -> Value:
+    """`total + parity - 1`, parity the lowest bit of `floor(total / 2**shift)`: RESCALE's half-up rounding of
+    that by 2**-shift is then onnxruntime's half to even (an exact tie, as bilinear weights of 1/4 make, goes
+    to the even neighbour; nothing else moves). Integer ops only: floors by rescales of the shifted value."""
+    one = ops.const(rewriter, np.array([1 << (shift - 1)], np.int32).reshape([1] * wide.rank), I32)
+    floor = rescale_to(
+        rewriter, ops.sub(rewriter, total, one), np.array([2.0**-shift]), 0, 0, wide, TosaRounding.SINGLE
+    )  # half up of (t - 2**(k-1)) / 2**k is floor(t / 2**k)
+    unit = ops.const(rewriter, np.ones([1] * wide.rank, np.int32), I32)
+    half = rescale_to(
+        rewriter, ops.sub(rewriter, floor, unit), np.array([0.5]), 0, 0, wide, TosaRounding.SINGLE
+    )
+    two = ops.const(rewriter, np.full([1] * wide.rank, 2, np.int32), I32)
+    parity = ops.sub(rewriter, floor, ops.mul(rewriter, half, two, ops.zero_point(rewriter, 0, I8)))
+    return ops.add(rewriter, total, ops.sub(rewriter, parity, unit))
+
+
+def _ranked_shape_of(value: Value) -> tuple[int, ...]:
+    assert isinstance(value.type, RankedTensorType)
+    return value.type.shape

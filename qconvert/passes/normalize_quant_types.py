@@ -71,8 +71,9 @@ from qconvert.ir.types import FunctionType, RankedTensorType, Type, UnrankedTens
 from qconvert.passes import ModulePass, PassResult, register_pass
 from qconvert.passes.conversion import fold_casts, replace_folded, value_location, walk_in_conversion_order
 
-# The most scales a per-axis type repeated from blocks may have (a dimension of 2**20 channels).
-MAX_REPEATED_SCALES = 1 << 20
+# The most scales a per-axis type repeated from blocks may have: a type is printed at every use, and
+# `{0:65535}` over two scales would print 131,070 of them each time (the fuzz run found it).
+MAX_REPEATED_SCALES = 1 << 13
 
 __all__ = [
     "NormalizeQuantTypesPass",

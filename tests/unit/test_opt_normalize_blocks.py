@@ -9,6 +9,8 @@ and upstream's output for the same input fails verification (the oracle)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from conftest import require_module
@@ -107,3 +109,14 @@ def test_upstream_writes_invalid_ir_for_the_same_input(case: str) -> None:
         assert "{{" not in written  # it did rewrite the type
         with pytest.raises(ir.MLIRError, match="quantized dimension size does not match number of scales"):
             module.operation.verify()
+
+
+def test_huge_blocks_stay_sub_channel_rather_than_printing_a_huge_type() -> None:
+    """Found by the fuzz run: blocks of 65,535 over two scales would repeat into 131,070 scales per use."""
+    element = "!quant.uniform<i8:f32:{0:65535}, {{2.0:127}, {3.0:127}}>"
+    text = dequantize_function("?x?", element)
+    started = time.perf_counter()
+    result = run_opt(text, "in.mlir", parse_arguments(["in.mlir", "--normalize-quant-types"]))
+    assert time.perf_counter() - started < 5
+    assert result.exit_code == 0, result.diagnostics
+    assert "{0:65535}" in result.output

@@ -19,11 +19,12 @@ Integer literals follow MLIR's APInt rules (`fit_integer`); messages are upstrea
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
 
-from qconvert.errors import ParseError
+from qconvert.errors import ParseError, QConvertError
 from qconvert.ir.attributes import (
     AffineMapAttr,
     ArrayAttr,
@@ -48,6 +49,9 @@ from qconvert.ir.type_parser import TypeParser, numpy_dtype, shareable
 from qconvert.ir.types import IndexType, IntegerType, RankedTensorType, Signedness, Type, VectorType
 
 INTEGER_LITERAL = re.compile(r"0x[0-9a-fA-F]+|[0-9]+")
+# The largest `dense<...>` array parsed into memory (a 1 GiB splat); larger constants go in dense_resource
+# blobs, which are read lazily.
+MAX_ELEMENTS_BYTES = 1 << 30
 
 
 class AttributeParser(TypeParser):
@@ -273,11 +277,36 @@ class AttributeParser(TypeParser):
         type_ = self.parse_type()
         if not isinstance(type_, RankedTensorType | VectorType):
             raise self.error("elements literal must be a shaped type", start)
-        dtype = numpy_dtype(type_.element_type)
+        try:
+            dtype = numpy_dtype(type_.element_type)
+        except QConvertError as error:  # located at the literal, as a parse error
+            raise self.error(error.message, start) from None
         shape = tuple(type_.shape)
+        if any(size < 0 for size in shape):
+            raise self.error("elements literal type must have static shape", start)
+        count = math.prod(shape)
+        if count * dtype.itemsize > MAX_ELEMENTS_BYTES:  # a splat's few characters would fill the memory
+            raise self.error(
+                f"elements literal of {count} elements ({count * dtype.itemsize} bytes) is larger than "
+                f"qconvert holds in memory ({MAX_ELEMENTS_BYTES} bytes); use dense_resource",
+                start,
+            )
         if hex_blob is not None:
-            array = np.frombuffer(bytes.fromhex(hex_blob[2:]), dtype=dtype)
+            try:
+                if not hex_blob.startswith("0x"):
+                    raise ValueError
+                array = np.frombuffer(bytes.fromhex(hex_blob[2:]), dtype=dtype)
+            except ValueError:
+                raise self.error("expected string containing hex digits starting with `0x`", start) from None
+            if array.size not in (1, count):
+                raise self.error("elements hex data size is invalid for provided type", start)
             array = np.broadcast_to(array, shape) if array.size == 1 else array.reshape(shape)
+        elif literal is None:  # `dense<>`: only a type with no elements (tosa.const_shape of rank 0)
+            if math.prod(shape) != 0:
+                raise self.error(
+                    f"elements literal has no elements, but the type has {math.prod(shape)}", start
+                )
+            array = np.zeros(shape, dtype=dtype)
         else:
             array = self._dense_array(literal, type_, dtype, start)
         array = np.array(array)

@@ -91,6 +91,30 @@ def test_found_by_fuzzing_an_untyped_constant_is_a_diagnostic() -> None:
     assert code == 1 and "in.mlir:1:21: error: custom op 'arith.constant' invalid kind of attribute" in errors
 
 
+@pytest.mark.parametrize(
+    ("literal", "message"),
+    [
+        ("dense<1> : tensor<?xi8>", "elements literal type must have static shape"),
+        ('dense<"0xZZ"> : tensor<2xi8>', "expected string containing hex digits starting with `0x`"),
+        ('dense<"abc"> : tensor<2xi8>', "expected string containing hex digits starting with `0x`"),
+        ('dense<"0x010203"> : tensor<2xi8>', "elements hex data size is invalid for provided type"),
+        (
+            "dense<1> : tensor<2x!quant.uniform<i8:f32, 1.0>>",
+            "1:23: error: no numpy dtype for !quant.uniform",
+        ),
+        (
+            "dense<1.0> : tensor<4294967296xf32>",
+            "(17179869184 bytes) is larger than qconvert holds in memory",
+        ),
+    ],
+)
+def test_malformed_or_huge_dense_literals_are_diagnostics(literal: str, message: str) -> None:
+    """Found reading the dense parser after the fuzz run: these were ValueError or MemoryError (a splat of
+    4 Gi elements was allocated whole)."""
+    code, _, errors = opt(f'"test.op"() {{a = {literal}}} : () -> ()\n', "--allow-unregistered-dialect")
+    assert code == 1 and message in errors, errors
+
+
 def test_a_huge_diagnostic_offset_is_an_unmet_expectation() -> None:
     text = f"// expected-error@+{LONG} {{{{x}}}}\nfunc.func private @f()\n"
     code, _, errors = opt(text, "--verify-diagnostics")

@@ -100,7 +100,7 @@ def test_found_by_fuzzing_an_untyped_constant_is_a_diagnostic() -> None:
         ('dense<"0x010203"> : tensor<2xi8>', "elements hex data size is invalid for provided type"),
         (
             "dense<1> : tensor<2x!quant.uniform<i8:f32, 1.0>>",
-            "1:23: error: no numpy dtype for !quant.uniform",
+            "1:24: error: no numpy dtype for !quant.uniform",
         ),
         (
             "dense<1.0> : tensor<4294967296xf32>",

@@ -884,6 +884,35 @@ class FoldReshape:
         return False
 
 
+class FoldBiasIntoConvolution:
+    """`add(conv2d(x, w, 0, ...), bias)` with a constant bias of one value per output channel, the convolution
+    read by nothing else: the bias becomes the convolution's own operand (TOSA's form; the sum is the same
+    i32 arithmetic)."""
+
+    roots: ClassVar[tuple[Root, ...]] = ("tosa.add",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        for conv_side, bias_side in ((0, 1), (1, 0)):
+            conv = op.operands[conv_side].owner_op()
+            if conv is None or conv.name not in ("tosa.conv2d", "tosa.depthwise_conv2d"):
+                continue
+            if len(conv.results[0].uses) != 1 or conv.results[0].type != op.result.type:
+                continue
+            bias = constant_of(op.operands[bias_side])
+            zero = constant_of(conv.operands[2])
+            channels = _ranked(conv.results[0]).shape[-1]
+            if bias is None or zero is None or np.any(zero != 0):
+                continue
+            if bias.shape != (1, 1, 1, channels):
+                continue
+            rewriter.set_insertion_point_before(conv)
+            conv.set_operand(2, ops.const(rewriter, bias.reshape(channels).astype(np.int32), I32))
+            rewriter.replace_op(op, [conv.results[0]])
+            return True
+        return False
+
+
 def fold_patterns() -> list[object]:
-    """The folds run once every op is legalized (transposes and reshapes of weights become constants)."""
-    return [FoldTranspose(), FoldReshape()]
+    """The folds run once every op is legalized (transposes and reshapes of weights become constants, a
+    constant bias add becomes the convolution's bias)."""
+    return [FoldTranspose(), FoldReshape(), FoldBiasIntoConvolution()]

@@ -182,6 +182,36 @@ def _check_node(node: NodeProto, opsets: dict[str, int]) -> None:
             )
 
 
+def _text(value: str | bytes, what: str) -> None:
+    """protobuf hands back a `string` field that is not valid UTF-8 as bytes: name it, as ONNX refuses it."""
+    if isinstance(value, bytes):
+        raise InputError(f"{what} {value!r} is not valid UTF-8")
+
+
+def _check_names(graph: GraphProto) -> None:
+    for tensor in graph.initializer:
+        _text(tensor.name, "an initializer name")
+    for infos in (graph.input, graph.output, graph.value_info):
+        for info in infos:
+            _text(info.name, "a graph value name")
+    for index, node in enumerate(graph.node):
+        where = f"node #{index}"
+        for field in ("name", "op_type", "domain"):
+            _text(getattr(node, field), f"{where}: its {field}")
+        for name in [*node.input, *node.output]:
+            _text(name, f"{where} ({node.op_type}): a tensor name")
+        for attribute in node.attribute:
+            _text(attribute.name, f"{where} ({node.op_type}): an attribute name")
+            for value in [attribute.s] if attribute.type == AttributeProto.STRING else attribute.strings:
+                try:
+                    value.decode("utf-8")
+                except UnicodeDecodeError:
+                    label = _node_label(node)
+                    raise InputError(
+                        f"{label}: attribute '{attribute.name}' string {value!r} is not valid UTF-8"
+                    ) from None
+
+
 def _graphs(graph: GraphProto) -> Iterator[GraphProto]:
     yield graph
     for node in graph.node:
@@ -200,6 +230,7 @@ def check_model_structure(
     `raw_sizes`: main-graph initializer position -> raw_data length, for raw_data kept out of the proto."""
     opsets = {("" if e.domain in _DEFAULT_DOMAINS else e.domain): e.version for e in model.opset_import}
     for graph in _graphs(model.graph):
+        _check_names(graph)
         sizes = raw_sizes if graph is model.graph and raw_sizes else {}
         for index, tensor in enumerate(graph.initializer):
             check_tensor(tensor, "initializer", base_dir, sizes.get(index))

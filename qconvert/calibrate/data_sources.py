@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
 import os
 import sys
 import zipfile
@@ -54,19 +55,40 @@ def _in_memory(where: str, array: np.ndarray, python_type: str | None = None) ->
 
 
 def _npy_file(path: Path) -> StoredArray:
+    # The header first: a shape it declares that the file cannot hold is named before anything is mapped.
+    try:
+        with path.open("rb") as stream:
+            shape, dtype, _ = _read_header(stream, str(path))
+            offset = stream.tell()
+        size = path.stat().st_size
+    except (OSError, ValueError, EOFError) as error:
+        raise InputError(f"{path}: not a readable .npy array ({error})") from None
+    if any(d < 0 for d in shape):
+        raise InputError(f"{path}: the .npy header declares shape {list(shape)}, with a negative dim")
+    needed = math.prod(shape) * dtype.itemsize
+    if offset + needed > size:
+        raise InputError(
+            f"{path}: the .npy header declares shape {list(shape)} of {dtype} ({needed:,} bytes), but the "
+            f"file holds {size - offset:,} bytes after its header (truncated?)"
+        )
     try:
         mapped = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, EOFError) as error:
+    except (OSError, ValueError, EOFError, OverflowError) as error:
         raise InputError(f"{path}: not a readable .npy array ({error})") from None
     return _in_memory(str(path), mapped)
 
 
 def _read_header(stream: BinaryIO, where: str) -> tuple[tuple[int, ...], np.dtype, bool]:
     version = np.lib.format.read_magic(stream)
-    if version == (1, 0):
-        shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(stream)
-    elif version == (2, 0):
-        shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(stream)
+    if version in ((1, 0), (2, 0)):
+        formats = np.lib.format
+        read = formats.read_array_header_1_0 if version == (1, 0) else formats.read_array_header_2_0
+        try:
+            shape, fortran_order, dtype = read(stream)
+        except (ValueError, EOFError, OSError):
+            raise
+        except Exception as error:  # numpy parses the header as a Python literal: tokenizer / syntax errors
+            raise ValueError(f"header does not parse: {type(error).__name__}: {error}") from None
     else:
         raise InputError(
             f"{where}: .npy format version {version} is not supported (save with numpy's default)"

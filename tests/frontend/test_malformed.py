@@ -122,7 +122,38 @@ def qlinearconv_uint8_weight_zero_point(path: Path) -> Path:
     )
 
 
+def name_not_utf8(path: Path) -> Path:
+    """The graph output's name made invalid UTF-8 in the serialized bytes (protobuf reads it as bytes)."""
+    node = helper.make_node("Relu", ["x"], ["yy"], name="relu")
+    save(
+        path,
+        [node],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("yy", TensorProto.FLOAT, [4])],
+        [],
+    )
+    path.write_bytes(path.read_bytes().replace(b"yy", b"y\xfe"))
+    return path
+
+
+def string_attribute_not_utf8(path: Path) -> Path:
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    node.attribute.append(helper.make_attribute("note", b"\x80abc"))
+    return save(
+        path,
+        [node],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [],
+    )
+
+
 CASES: dict[str, tuple[ModelMaker, str]] = {
+    "tensor name not UTF-8": (name_not_utf8, "a graph value name b'y\\xfe' is not valid UTF-8"),
+    "string attribute not UTF-8": (
+        string_attribute_not_utf8,
+        "node 'relu' (Relu): attribute 'note' string b'\\x80abc' is not valid UTF-8",
+    ),
     "axis STRING": (axis_string, "node 'dq' (DequantizeLinear): attribute 'axis' is a STRING"),
     "DequantizeLinear without inputs": (no_inputs, "node 'dq' (DequantizeLinear): required input 0 ('x')"),
     "int32_data shorter than dims": (
@@ -161,7 +192,7 @@ CASES: dict[str, tuple[ModelMaker, str]] = {
     ),
     "uint8 zero point on int8 QLinearConv weights": (
         qlinearconv_uint8_weight_zero_point,
-        "node 'conv' (QLinearConv, opset 13): zero point 'wz' is uint8 but its data 'w' is int8",
+        "node name: conv): [TypeInferenceError] weight and zero_point pair is expected to have same type",
     ),
 }
 

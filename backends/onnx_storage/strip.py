@@ -16,6 +16,7 @@ The metadata follows the contract of qconvert/storage_metadata.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,8 +91,13 @@ def strip_to_storage(
 
 def save_storage_model(model: StorageModel, path: str | os.PathLike[str]) -> Path:
     """Write the model to `path` and its sidecar (`OUT.quant.json`) beside it, atomically together."""
+    from qconvert.atomic_file import output_place
     from qconvert.backends.onnx import save_onnx
 
+    with contextlib.suppress(OSError):  # save_onnx names what is wrong with the path
+        place = output_place(path)
+        if place.kind == "atomic":  # a symlink's target: its sidecar beside it, under its name
+            path = place.path
     sidecar = sidecar_path(path)
     return save_onnx(
         model.module,

@@ -201,3 +201,21 @@ def test_opt_into_a_missing_folder_is_bad_input(tmp_path: Path, capsys: pytest.C
     code = main(_opt_flags(tmp_path)(str(tmp_path / "missing" / "out.mlir")))
     error = capsys.readouterr().err
     assert code == 2 and "missing" in error and "internal error" not in error
+
+
+def test_a_storage_model_through_a_symlink_gets_its_sidecar_beside_the_target(tmp_path: Path) -> None:
+    target = tmp_path / "real" / "target.onnx"
+    target.parent.mkdir()
+    link = tmp_path / "link.onnx"
+    link.symlink_to(target)
+    _run(["convert", str(DIGITS_QDQ), "--to", "onnx-storage", "-o", str(link)])
+    assert link.is_symlink() and _is_onnx(target.read_bytes())
+    assert sorted(p.name for p in target.parent.iterdir()) == ["target.onnx", "target.quant.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.onnx", "real"]
+
+
+def test_a_storage_model_is_refused_on_a_device(capsys: pytest.CaptureFixture[str]) -> None:
+    """Its sidecar has no place beside /dev/null: exit 2 naming why, nothing written."""
+    assert main(["convert", str(DIGITS_QDQ), "--to", "onnx-storage", "-o", "/dev/null"]) == 2
+    error = capsys.readouterr().err
+    assert "/dev/null" in error and "quant.json" in error and "give a regular file path" in error

@@ -77,6 +77,24 @@ func.func @f(%arg0: tensor<4xf32>) -> tensor<4xf32> {
   }) {attr = [1, 2.5, "s", @sym, array<i32: 1, 2>, dense_resource<b> : tensor<2xi8>]} : (tensor<3xi8>) -> i8
   return %0 : tensor<3xi8>
 }""",
+    """#map = affine_map<(d0, d1) -> (d1, d0)>
+!c = !quant.calibrated<f32<-1.0:2.5>>
+!a = !quant.any<i8<-8:7>:f32>
+!t = !quant.quantile<i2:f16, {-1.0, -0.5, 0.5, 1.0}>
+func.func private @decl(tensor<2x!c>, vector<[4]x2xf32>, !a, tensor<*x!t>) -> (index, none)
+func.func @k() -> (tensor<2x2xi8>, tensor<3xf16>) attributes {m = #map, u, f = 0x7FC00000 : f32} {
+  %0 = arith.constant dense<"0x01020304"> : tensor<2x2xi8>
+  %1 = arith.constant dense_resource<blob> : tensor<3xf16> loc("x.mlir":1:2)
+  %2 = arith.constant dense<[0x7C00, -0.0, 1.5]> : tensor<3xf16>
+  return %0, %1 : tensor<2x2xi8>, tensor<3xf16>
+}
+{-#
+  dialect_resources: {
+    builtin: {
+      blob: "0x02000000003C00400042"
+    }
+  }
+#-}""",
 ]
 
 

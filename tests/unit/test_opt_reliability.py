@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -297,3 +298,20 @@ def test_split_input_file_output_is_mlir_opts_byte_for_byte(name: str, tmp_path:
         )
     assert done.returncode == upstream.returncode, done.stderr
     assert ours.read_text() == upstream.stdout
+
+
+def test_a_float_beyond_its_type_is_infinity_without_a_numpy_warning() -> None:
+    """Found by the fuzz run: numpy printed 'overflow encountered in cast' on stderr. The output is
+    iree-opt's (MlirOptMain) for the same input, checked by hand: dense<[0x7C00, 1.000000e+00]>."""
+    text = (
+        "%c = arith.constant dense<[1.0e10, 1.0]> : tensor<2xf16>\n"
+        "%d = arith.constant dense<1.0e10> : tensor<2xf16>\n"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code, output, errors = opt(text)
+    assert code == 0, errors
+    assert (
+        "dense<[0x7C00, 1.000000e+00]> : tensor<2xf16>" in output
+        and "dense<0x7C00> : tensor<2xf16>" in output
+    )

@@ -381,15 +381,16 @@ class AttributeParser(TypeParser):
             return [convert(item)], ()
 
         values, shape = flatten(literal)
-        if shape == ():
-            return np.full(type_.shape, values[0], dtype=dtype)
-        if tuple(shape) != tuple(type_.shape):
+        if shape != () and tuple(shape) != tuple(type_.shape):
             raise self.error(
                 f"inferred shape of elements literal ([{', '.join(map(str, shape))}]) does not match type "
                 f"([{', '.join(map(str, type_.shape))}])",
                 start,
             )
-        return np.array(values, dtype=dtype).reshape(shape)
+        with np.errstate(over="ignore"):  # a float beyond the type's range is its infinity, as in MLIR
+            if shape == ():
+                return np.full(type_.shape, values[0], dtype=dtype)
+            return np.array(values, dtype=dtype).reshape(shape)
 
     def _parse_dense_resource(self) -> DenseResourceAttr:
         self.advance()

@@ -43,6 +43,7 @@ from qconvert.numerics.integer_accumulation import exact_integer_matmul
 from qconvert.numerics.tosa_arithmetic import (
     CONTAINERS,
     cast_integer,
+    cast_to_boolean,
     float_to_integer,
     multiply,
     require_range,
@@ -510,6 +511,8 @@ def _cast(op: Operation, operands: list[RuntimeValue]) -> list[RuntimeValue]:
         if input_type in _FLOAT_DTYPES:
             return [float_to_integer(array, output_type)]
         return [cast_integer(array, output_type)]
+    if output_type == "i1" and input_type in CONTAINERS:
+        return [cast_to_boolean(array)]
     if output_type in _FLOAT_DTYPES and input_type in CONTAINERS:
         return [array.astype(np.float64).astype(_FLOAT_DTYPES[output_type])]
     raise InputError(f"'{op.name}' ({_where(op)}): cast from {input_type} to {output_type} is not emulated")

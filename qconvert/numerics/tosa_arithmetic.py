@@ -13,7 +13,8 @@ UNPREDICTABLE) rather than wrap.
 | add / sub / sum              | exact; REQUIRE the result fits the type                                  |
 | mul, i32 with shift > 0      | (a * b + 2**(shift-1)) >> shift   (round half up); REQUIRE fits i32      |
 | mul, shift 0                 | a * b wrapped to int32 (its low 32 bits), as the reference model does     |
-| cast int -> wider int        | sign extension                                                           |
+| cast int -> wider int        | sign extension (a bool is 0 or 1)                                        |
+| cast int -> bool             | x != 0                                                                   |
 | cast int -> narrower int     | truncation to the low bits (wraps, no saturation)                        |
 | cast float -> int            | clamp(rne(x)) to the output range; NaN is not allowed                    |
 """
@@ -28,6 +29,7 @@ from .tosa import INTEGER_TYPES, TosaErrorIf, TosaUnpredictable
 __all__ = [
     "CONTAINERS",
     "cast_integer",
+    "cast_to_boolean",
     "float_to_integer",
     "multiply",
     "require_range",
@@ -84,6 +86,11 @@ def cast_integer(values: np.ndarray, output_type: str) -> np.ndarray:
     patterns = np.asarray(values, np.int64) & ((1 << bits) - 1)
     signed = np.where(patterns >= 1 << (bits - 1), patterns - (1 << bits), patterns)
     return signed.astype(CONTAINERS[output_type])
+
+
+def cast_to_boolean(values: np.ndarray) -> np.ndarray:
+    """TOSA CAST from an integer type to bool: true where the value is not zero."""
+    return np.asarray(values) != 0
 
 
 def float_to_integer(values: np.ndarray, output_type: str) -> np.ndarray:

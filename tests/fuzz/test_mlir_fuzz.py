@@ -4,6 +4,7 @@ print -> parse again -> passes, as `qconvert opt` runs them.
 Contract, per mutated input:
 - no exception but our diagnostics (QConvertError): anything else is a bug of ours (exit 3 in the CLI);
 - no hang: each input is bounded in time (SIGALRM), and the whole run by a time budget;
+- memory bounded: the process's peak stays under PEAK_BYTES (a small splat of a huge type was 16 GiB);
 - what parses and verifies prints, and the printed text parses and prints to the same text; the same for
   each pass's output.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import resource
 import signal
 import time
 from collections.abc import Iterator
@@ -47,6 +49,7 @@ EXAMPLES = int(os.environ.get("QCONVERT_FUZZ_EXAMPLES", "10000"))
 SECONDS = float(os.environ.get("QCONVERT_FUZZ_SECONDS", "60"))
 SEED = int(os.environ.get("QCONVERT_FUZZ_SEED", "23"))
 SECONDS_PER_INPUT = 10  # a chunk of a few hundred bytes takes milliseconds
+PEAK_BYTES = 3 * 2**30  # the process's peak: a few hundred MB for pytest, numpy and the IR; never GBs
 PASSES = [
     "normalize-quant-types",
     "lower-quant-ops",
@@ -328,6 +331,8 @@ def test_mutated_mlir_gives_diagnostics_or_round_trips(text: str) -> None:
         return
     with time_limit(SECONDS_PER_INPUT):
         check_contract(text)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+    assert peak < PEAK_BYTES, f"peak memory {peak} bytes after:\n{text[:2000]}"
 
 
 @pytest.mark.parametrize("index", range(len(OUR_SEEDS)))

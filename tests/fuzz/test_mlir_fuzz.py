@@ -42,6 +42,7 @@ from qconvert.ir.lexer import Lexer
 from qconvert.ir.parser import ParserOptions, parse_module
 from qconvert.ir.printer import print_module
 from qconvert.ir.verify import verify
+from qconvert.opt import parse_arguments, run_opt
 from qconvert.passes import get_pass
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +108,11 @@ def seeds() -> list[str]:
     chunks = list(OUR_SEEDS)
     for path in sorted((folder / "mlir-quant").glob("*.mlir")):
         for chunk in re.split(r"^// -----.*$", path.read_text(encoding="utf-8"), flags=re.M):
-            body = "\n".join(line for line in chunk.split("\n") if not line.lstrip().startswith("//"))
+            body = "\n".join(
+                line
+                for line in chunk.split("\n")
+                if not line.lstrip().startswith("//") or "expected-" in line  # for --verify-diagnostics
+            )
             if body.strip() and len(body) < 4000:
                 chunks.append(body)
     return chunks
@@ -189,6 +194,10 @@ INSERTS = [
     "return",
     "quant.qcast",
     "module {",
+    "// expected-error@+1 {{",
+    "// expected-error-re@+1 {{{{(.|.)*[}}}}\n",
+    "}}\n",
+    "\n// -----\n",
     "u8",
     "i4",
     "f16",
@@ -297,6 +306,9 @@ def round_trip(text: str) -> str | None:
 
 
 def check_contract(text: str) -> None:
+    # The driver itself: split chunks, expected-* comments and their regular expressions (RE2).
+    for flags in (["--split-input-file", "--verify-diagnostics"], ["--split-input-file", "--canonicalize"]):
+        run_opt(text, "fuzz.mlir", parse_arguments(["fuzz.mlir", "--allow-unregistered-dialect", *flags]))
     printed = round_trip(text)
     if printed is None:
         return

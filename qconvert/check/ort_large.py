@@ -24,12 +24,13 @@ def inference_session(model: ModelProto, options: Any, providers: list[str]) -> 
     """`onnxruntime.InferenceSession` of `model`, serialized whole when it fits in a protobuf message."""
     import onnxruntime as ort
 
-    try:
-        fits = model.ByteSize() < PROTOBUF_LIMIT
-    except EncodeError:  # what ByteSize itself raises past the limit
-        fits = False
-    if fits:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
+    try:  # encoded once, as before (ByteSize would encode the whole model once more)
+        serialized: bytes | None = model.SerializeToString()
+    except EncodeError:  # past the limit (ByteSize raises it too)
+        serialized = None
+    if serialized is not None and len(serialized) < PROTOBUF_LIMIT:
+        return ort.InferenceSession(serialized, options, providers=providers)
+    del serialized
     detached: list[tuple[TensorProto, bytes, int | None]] = []
     try:
         names, values = [], []

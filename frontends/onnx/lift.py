@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import ModelProto, NodeProto, TensorProto, TypeProto, helper, numpy_helper
+from onnx import ModelProto, NodeProto, TensorProto, TypeProto, numpy_helper
 
 from qconvert.errors import InputError
 from qconvert.ir.attributes import (
@@ -90,6 +90,7 @@ from .blockwise import NOTE_SIGNS, needs_signs, split_scale_signs
 from .dtypes import (
     BY_NAME,
     ELEMENT_TYPES,
+    EXPRESSED,
     FLOAT_STORAGE,
     UNKNOWN_ELEMENT,
     UNREPRESENTABLE_STORAGE,
@@ -512,8 +513,8 @@ class Lifter:
         check_storage(ref, storage, quantize=True)
         x_type = x.type
         expressed = getattr(x_type, "element_type", None)
-        if not isinstance(expressed, FloatType):
-            raise ref.error(f"input of type {x_type} is not supported (a float tensor is)")
+        if not isinstance(expressed, FloatType) or expressed.name not in EXPRESSED_FLOATS:
+            raise ref.error(f"input of type {x_type} is not supported (a f32, f16, bf16 or f64 tensor is)")
         quant_type = quant_type_of(
             ref,
             scale=scale,
@@ -571,8 +572,8 @@ class Lifter:
             expressed_entry = scale_type
         else:
             expressed_entry = BY_NAME["float"]
-        if expressed_entry is None or not isinstance(expressed_entry.ir_type, FloatType):
-            raise ref.error(f"output type {output_dtype} is not a float type")
+        if expressed_entry is None or expressed_entry.name not in EXPRESSED:
+            raise ref.error(f"output type {output_dtype} is not float, float16, bfloat16 or double")
         quant_type = quant_type_of(
             ref,
             scale=scale,
@@ -700,6 +701,10 @@ def storage_cast(value: Value, result_type: Type) -> Operation:
     return StorageCastOp(value, result_type)
 
 
+# The IR names of the expressed types `!quant.uniform` takes (dtypes.EXPRESSED, by ONNX name).
+EXPRESSED_FLOATS = {"f32", "f16", "bf16", "f64"}
+
+
 def pad_array(array: np.ndarray, axis: int, size: int) -> np.ndarray:
     """`array` with zeros appended along `axis` up to `size` (its dtype kept: int4 too)."""
     shape = list(array.shape)
@@ -724,7 +729,14 @@ def _attribute(node: NodeProto, name: str) -> onnx.AttributeProto | None:
 
 def _int_attribute(node: NodeProto, name: str, default: int) -> int:
     attribute = _attribute(node, name)
-    return default if attribute is None else int(helper.get_attribute_value(attribute))
+    if attribute is None:
+        return default
+    if attribute.type != onnx.AttributeProto.INT:  # validate.py checks known attributes; this, any
+        kind = onnx.AttributeProto.AttributeType.Name(attribute.type)
+        raise InputError(
+            f"node '{display_name(node)}' ({node.op_type}): attribute '{name}' is a {kind}, not an INT"
+        )
+    return int(attribute.i)
 
 
 def _has_schema(op_type: str, opset: int) -> bool:

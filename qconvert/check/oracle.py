@@ -7,6 +7,7 @@ noise floor.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper
 
+from qconvert.calibrate.dataset import available_memory
 from qconvert.check.ort_large import inference_session
 from qconvert.errors import InputError
 
@@ -129,6 +131,15 @@ def random_inputs(model: ModelProto, seed: int = RANDOM_SEED) -> dict[str, np.nd
             )
         shape = tuple(int(d) for d in dims)  # type: ignore[arg-type]
         dtype = _input_dtype(info)
+        # float64 draws, then the input's dtype: two copies, refused before either is allocated
+        needed = math.prod(shape) * (8 + dtype.itemsize)
+        available = available_memory()
+        if available is not None and needed > available:
+            raise InputError(
+                f"graph input '{info.name}' of shape {list(shape)}: random inputs of that size need "
+                f"{needed / 2**30:.2f} GiB, more than the {available / 2**30:.2f} GiB this process can still "
+                f"allocate; give smaller --input-shape dims or --data"
+            )
         if dtype.kind == "f":
             arrays[info.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind in "iu":

@@ -148,7 +148,60 @@ def string_attribute_not_utf8(path: Path) -> Path:
     )
 
 
+def quantize_of_float8e8m0(path: Path) -> Path:
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], name="q")
+    return save(
+        path,
+        [node],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT8E8M0, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.INT8, [4])],
+        [
+            numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+            numpy_helper.from_array(np.array(0, np.int8), "z"),
+        ],
+    )
+
+
+def block_size_string_at_opset_13(path: Path) -> Path:
+    """opset 13's DequantizeLinear has no block_size (so no schema says its kind); the lifter reads it."""
+    weight = numpy_helper.from_array(np.ones(4, np.int8), "w")
+    node = helper.make_node("DequantizeLinear", ["w", "s", "z"], ["y"], name="dq")
+    node.attribute.append(helper.make_attribute("block_size", b""))
+    return save(
+        path,
+        [node],
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [
+            weight,
+            numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+            numpy_helper.from_array(np.array(0, np.int8), "z"),
+        ],
+        opset=13,
+    )
+
+
+def contradicted_output_shape(path: Path) -> Path:
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    return save(
+        path,
+        [node],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        [],
+    )
+
+
 CASES: dict[str, tuple[ModelMaker, str]] = {
+    "QuantizeLinear of float8e8m0": (quantize_of_float8e8m0, "node 'q' (QuantizeLinear"),
+    "block_size STRING at opset 13": (
+        block_size_string_at_opset_13,
+        "node 'dq' (DequantizeLinear): attribute 'block_size' is a STRING, not an INT",
+    ),
+    "declared output shape contradicted": (
+        contradicted_output_shape,
+        "(op_type:Relu, node name: relu): [ShapeInferenceError] Inferred shape and existing shape differ",
+    ),
     "tensor name not UTF-8": (name_not_utf8, "a graph value name b'y\\xfe' is not valid UTF-8"),
     "string attribute not UTF-8": (
         string_attribute_not_utf8,
@@ -197,8 +250,13 @@ CASES: dict[str, tuple[ModelMaker, str]] = {
 }
 
 # `check` asks onnxruntime first where our checks would come later (in the lifter): its reason is named.
+# (exit code, text on stderr or stdout). onnxruntime runs a model whose declared output shape its node
+# contradicts: the check runs the nodes, and the end to end output the lift refuses is not run (exit 1).
 CHECK_MESSAGES = {
-    "uint8 zero point on int8 QLinearConv weights": "(QLinearConv) bound to different types",
+    "uint8 zero point on int8 QLinearConv weights": (2, "(QLinearConv) bound to different types"),
+    "QuantizeLinear of float8e8m0": (2, "graph input 'x': cannot generate random float8_e8m0fnu values"),
+    "block_size STRING at opset 13": (2, "Unrecognized attribute: block_size for operator DequantizeLinear"),
+    "declared output shape contradicted": (1, "Inferred shape and existing shape differ in rank"),
 }
 
 VERBS = {
@@ -215,14 +273,16 @@ def test_malformed_model_is_exit_2_naming_what(
     case: str, verb: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     make, message = CASES[case]
+    expected_code = 2
     if verb == "check":
-        message = CHECK_MESSAGES.get(case, message)
+        expected_code, message = CHECK_MESSAGES.get(case, (2, message))
     model = make(tmp_path / "m.onnx")
     code = main(VERBS[verb](model, tmp_path))
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert message in err
-    assert str(model) in err or "node '" in err  # the file, or the node, is named
+    captured = capsys.readouterr()
+    err = captured.err
+    assert code == expected_code, err
+    assert message in (err if code == 2 else captured.out)
+    assert code == 1 or str(model) in err or "node '" in err or "graph input '" in err  # what is named
     assert "internal error" not in err and "Traceback" not in err
     assert not (tmp_path / "out.mlir").exists()
 

@@ -343,10 +343,10 @@ def main(arguments: Sequence[str]) -> int:
                 raise InputError(f"could not open input file '{path}': {error}") from None
             filename = options.input_path
         if options.output_path is not None and options.output_path != "-":
-            # Before any work, as the other verbs do: a folder that does not exist, the input itself...
+            # Before any work, as the other verbs do: a folder that does not exist, a folder as the file.
             from qconvert.calibrate.outputs import check_output_paths
 
-            check_output_paths({"-o": options.output_path}, {"FILE": options.input_path})
+            check_output_paths({"-o": options.output_path}, {})  # the input may be rewritten in place
     except InputError as error:
         print(
             error.message if error.message.startswith("usage") else f"qconvert opt: {error.message}",

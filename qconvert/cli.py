@@ -262,12 +262,24 @@ def convert_command(
 def inspect_command(
     model: str = typer.Argument(..., help="ONNX model file"),
     input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
+    json_path: str | None = typer.Option(
+        None, "--json", help="write the summary as JSON to this path ('-': stdout, instead of the text)"
+    ),
 ) -> None:
     """Summarize an ONNX model as lifted: its quantization style(s) (static Q/DQ, QOperator, dynamic,
     weight-only, MatMulNBits) with counts, ops, quantized tensors by scheme, storage types."""
+    import json
+
+    from qconvert.atomic_file import atomic_text_file
     from qconvert.frontends.onnx.summary import summarize_model
 
+    _check_output(json_path, model, "--json")
     summary = summarize_model(model, _parse_input_shapes(input_shape))
+    if json_path is not None:
+        with atomic_text_file(json_path) as stream:
+            stream.write(json.dumps(summary.to_json(), indent=1) + "\n")
+        if json_path == "-":
+            return
     typer.echo("\n".join(summary.lines()))
 
 

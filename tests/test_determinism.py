@@ -47,6 +47,7 @@ RUNS: dict[str, Run] = {
     "import tiny_encoder qdq": Run(("import", ENCODER_QDQ, "-o", "out.mlir"), ("out.mlir",)),
     "import tiny_encoder qop": Run(("import", ENCODER_QOP)),
     "inspect tiny_encoder": Run(("inspect", ENCODER_QDQ)),
+    "inspect --json": Run(("inspect", ENCODER_QOP, "--json", "summary.json"), ("summary.json",)),
     "convert stablehlo quantized": Run(("convert", ENCODER_QDQ, "--to", "stablehlo")),
     "convert stablehlo integer": Run(("convert", ENCODER_QDQ, "--form", "integer")),
     "convert stablehlo qdq": Run(("convert", ENCODER_QDQ, "--form", "qdq", "--semantics", "stablehlo")),

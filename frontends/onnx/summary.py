@@ -10,6 +10,7 @@ data) like upstream's `--mlir-elide-elementsattrs-if-larger`.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -68,6 +69,25 @@ class ModuleSummary:
             out += [f"  output '{name}': {describe_entry(e)}" for name, e in self.storage.outputs.items()]
             out += [f"  kept float '{name}': {reason}" for name, reason in self.storage.float_reasons.items()]
         return out
+
+    def to_json(self) -> dict[str, object]:
+        """What `lines()` says, for `qconvert inspect --json`: counts as name -> count, sorted by name."""
+        styles = (
+            None
+            if self.styles is None
+            else [{"name": s.name, "counts": dict(sorted(s.counts.items()))} for s in self.styles]
+        )
+        return {
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "constants": self.constants,
+            "constant_bytes": self.constant_bytes,
+            "quantization_styles": styles,
+            "ops": dict(sorted(self.ops.items())),
+            "schemes": dict(sorted(self.schemes.items())),
+            "storage_types": dict(sorted(self.storage_types.items())),
+            "storage": json.loads(self.storage.sidecar_text()) if self.storage else None,
+        }
 
 
 def describe_entry(entry: StorageEntry, shown: int = 4) -> str:

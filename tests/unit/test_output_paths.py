@@ -39,6 +39,10 @@ def _convert_onnx(out: str) -> list[str]:
     return ["convert", str(DIGITS_QDQ), "--to", "onnx", "-o", out]
 
 
+def _inspect(out: str) -> list[str]:
+    return ["inspect", str(DIGITS_QDQ), "--json", out]
+
+
 def _check(out: str) -> list[str]:
     return ["check", str(DIGITS_QDQ), "--quiet", "--max-samples", "8", "--json", out]
 
@@ -67,6 +71,7 @@ VERBS: dict[str, tuple[Callable[[str], list[str]], Callable[[bytes], bool]]] = {
     "import -o": (_import, _is_mlir),
     "convert -o": (_convert, _is_mlir),
     "convert --to onnx -o": (_convert_onnx, _is_onnx),
+    "inspect --json": (_inspect, _is_json),
     "check --json": (_check, _is_json),
     "calibrate --out": (_calibrate_flags("--out"), _is_onnx),
     "calibrate --ranges": (_calibrate_flags("--ranges"), _is_json),
@@ -167,7 +172,7 @@ def test_dev_stdout_stays_a_link_and_gets_the_output(verb: str, tmp_path: Path) 
     result = subprocess.run(command, capture_output=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr.decode()
     assert os.path.islink("/dev/stdout")
-    if verb != "check --json" and verb != "calibrate --ranges" and verb != "calibrate --json":
+    if verb not in ("check --json", "inspect --json", "calibrate --ranges", "calibrate --json"):
         assert valid(result.stdout)
     else:  # the report's table shares stdout: the JSON object comes first
         assert result.stdout.lstrip().startswith(b"{")
@@ -219,3 +224,12 @@ def test_a_storage_model_is_refused_on_a_device(capsys: pytest.CaptureFixture[st
     assert main(["convert", str(DIGITS_QDQ), "--to", "onnx-storage", "-o", "/dev/null"]) == 2
     error = capsys.readouterr().err
     assert "/dev/null" in error and "quant.json" in error and "give a regular file path" in error
+
+
+def test_inspect_json_says_what_the_text_says(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(DIGITS_QDQ)]) == 0
+    text = capsys.readouterr().out
+    assert main(["inspect", str(DIGITS_QDQ), "--json", "-"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["ops"] and all(f"  {op}: {count}\n" in text for op, count in summary["ops"].items())
+    assert summary["quantization_styles"][0]["name"] in text and summary["inputs"] == ["image"]

@@ -220,7 +220,12 @@ def convert_command(
     to: str = typer.Option("stablehlo", "--to", help=_targets_help()),
     form: str | None = typer.Option(None, "--form", help=option_help("form")),
     semantics: str | None = typer.Option(None, "--semantics", help=option_help("semantics")),
-    output: str = typer.Option("-", "-o", "--output", help="output .mlir file ('-' for stdout)"),
+    output: str | None = typer.Option(
+        None,
+        "-o",
+        "--output",
+        help="output file (omitted or '-': stdout; an ONNX model: -o PATH, or -o - into a pipe)",
+    ),
     input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
     elide_weights: bool = typer.Option(False, "--elide-weights", help=option_help("elide_weights")),
     inline_weights: bool = typer.Option(False, "--inline-weights", help=option_help("inline_weights")),
@@ -253,7 +258,7 @@ def convert_command(
     }
     options = _backend_options(backend_option, flags)
     module = convert(model, to=to, input_shapes=_parse_input_shapes(input_shape), **options)
-    write(module, sys.stdout if output == "-" else output, to=to)
+    write(module, sys.stdout if output is None else output, to=to)  # "-" given: the backend writes to stdout
     for line in getattr(module, "summary_lines", list)():  # the artifact's summary, when it has one
         typer.echo(line, err=True)
 

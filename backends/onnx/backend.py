@@ -30,9 +30,8 @@ class OnnxBackend:
         return module  # the lifted module is the artifact: write() maps it to ONNX
 
     def write(self, artifact: ModuleOp, output: str | IO[str]) -> None:
-        if output is sys.stdout and not sys.stdout.isatty():  # -o - into a pipe or a file: the model's bytes
-            output = "-"
-        if not isinstance(output, str):
+        # A stream is text (convert without -o); `-o -` asks for the model's bytes, into a pipe or a file.
+        if not isinstance(output, str) or (output == "-" and sys.stdout.isatty()):
             raise InputError("--to onnx writes a file: give -o PATH (or -o - into a pipe)")
         from .save import save_onnx
 

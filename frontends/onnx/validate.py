@@ -171,6 +171,14 @@ def _check_node(node: NodeProto, opsets: dict[str, int]) -> None:
                 f"{label}: attribute '{attribute.name}' is a {got}, but {node.op_type} (opset {opset}) takes "
                 f"an {expected}"
             )
+    for kind, names, most in (
+        ("input", node.input, schema.max_input),
+        ("output", node.output, schema.max_output),
+    ):
+        if len(names) > most:
+            raise InputError(
+                f"{label}: {len(names)} {kind}s, but {node.op_type} (opset {opset}) takes at most {most}"
+            )
     option = onnx.defs.OpSchema.FormalParameterOption
     for index, formal in enumerate(schema.inputs):
         if formal.option != option.Single:

@@ -192,7 +192,22 @@ def contradicted_output_shape(path: Path) -> Path:
     )
 
 
+def relu_of_three_inputs(path: Path) -> Path:
+    node = helper.make_node("Relu", ["x", "x", "x"], ["y"], name="relu")
+    return save(
+        path,
+        [node],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [],
+    )
+
+
 CASES: dict[str, tuple[ModelMaker, str]] = {
+    "Relu of three inputs": (
+        relu_of_three_inputs,
+        "node 'relu' (Relu): 3 inputs, but Relu (opset 21) takes at most 1",
+    ),
     "QuantizeLinear of float8e8m0": (quantize_of_float8e8m0, "node 'q' (QuantizeLinear"),
     "block_size STRING at opset 13": (
         block_size_string_at_opset_13,

@@ -38,6 +38,20 @@ BACKEND_MODULES: dict[str, str] = {
     "tosa": "qconvert.backends.tosa",
 }
 
+
+def lazy_exports(package: str, exports: Mapping[str, tuple[str, str]]) -> Callable[[str], Any]:
+    """A backend facade's module `__getattr__` (PEP 562): each public name, `exports[name] = (module of the
+    package, its name there)`, is imported on first use, so that reading `BACKEND` imports no engine."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module, attribute = exports[name]
+        return getattr(importlib.import_module(f"{package}.{module}"), attribute)
+
+    return __getattr__
+
+
 # Passes on a backend's own dialect (MLIR name -> the backend's module that registers it), which `qconvert
 # opt` runs beside qconvert.passes' own: declared with the backends, so that the core names none of them.
 BACKEND_PASS_MODULES: dict[str, str] = {

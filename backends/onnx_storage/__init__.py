@@ -19,8 +19,9 @@ backend's `qdq_to_qoperator`).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from qconvert.backends import lazy_exports
 
 if TYPE_CHECKING:
     from .backend import BACKEND, OnnxStorageBackend, StorageOptions
@@ -47,8 +48,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, attribute = _EXPORTS[name]
-    return getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -14,8 +14,9 @@ the runner's module (run.py), so its `run` function is exported as `run_stablehl
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from qconvert.backends import lazy_exports
 
 if TYPE_CHECKING:
     from .backend import BACKEND, StableHLOBackend, StableHLOOptions
@@ -90,9 +91,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # A submodule's name (`run`, `ops`) is not an export: `from . import run` still finds the module.
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, attribute = _EXPORTS[name]
-    return getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+# A submodule's name (`run`, `ops`) is not an export: `from . import run` still finds the module.
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -9,9 +9,9 @@ numerics itself.
 from __future__ import annotations
 
 import ast
-import sys
 import dataclasses
 import math
+import sys
 from fractions import Fraction
 from pathlib import Path
 from types import ModuleType

@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from qconvert.cli import main
 
 ModelMaker = Callable[[Path], Path]
+MICROSOFT = "com.microsoft"
 
 
 def save(path: Path, nodes: list, inputs: list, outputs: list, initializers: list, opset: int = 21) -> Path:
@@ -192,6 +193,34 @@ def contradicted_output_shape(path: Path) -> Path:
     )
 
 
+def qlinear_add_int8_zero_point_on_uint8(path: Path) -> Path:
+    """com.microsoft QLinearAdd (no ONNX schema, so onnx's inference cannot say): A is uint8, its zero
+    point int8."""
+    parameters = {
+        "as": np.array(0.1, np.float32),
+        "az": np.array(0, np.int8),
+        "bs": np.array(0.1, np.float32),
+        "bz": np.array(128, np.uint8),
+        "cs": np.array(0.2, np.float32),
+        "cz": np.array(128, np.uint8),
+    }
+    node = helper.make_node(
+        "QLinearAdd", ["a", "as", "az", "b", "bs", "bz", "cs", "cz"], ["c"], name="add", domain=MICROSOFT
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(name, TensorProto.UINT8, [4]) for name in ("a", "b")],
+        [helper.make_tensor_value_info("c", TensorProto.UINT8, [4])],
+        [numpy_helper.from_array(value, name) for name, value in parameters.items()],
+    )
+    opsets = [helper.make_opsetid("", 13), helper.make_opsetid(MICROSOFT, 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
 def relu_of_three_inputs(path: Path) -> Path:
     node = helper.make_node("Relu", ["x", "x", "x"], ["y"], name="relu")
     return save(
@@ -204,6 +233,10 @@ def relu_of_three_inputs(path: Path) -> Path:
 
 
 CASES: dict[str, tuple[ModelMaker, str]] = {
+    "int8 zero point on uint8 QLinearAdd input": (
+        qlinear_add_int8_zero_point_on_uint8,
+        "node 'add' (QLinearAdd, opset 13): zero point 'az' is int8 but its data 'a' is uint8",
+    ),
     "Relu of three inputs": (
         relu_of_three_inputs,
         "node 'relu' (Relu): 3 inputs, but Relu (opset 21) takes at most 1",
@@ -269,6 +302,7 @@ CASES: dict[str, tuple[ModelMaker, str]] = {
 # contradicts: the check runs the nodes, and the end to end output the lift refuses is not run (exit 1).
 CHECK_MESSAGES = {
     "uint8 zero point on int8 QLinearConv weights": (2, "(QLinearConv) bound to different types"),
+    "int8 zero point on uint8 QLinearAdd input": (2, "(QLinearAdd) bound to different types"),
     "QuantizeLinear of float8e8m0": (2, "graph input 'x': cannot generate random float8_e8m0fnu values"),
     "block_size STRING at opset 13": (2, "Unrecognized attribute: block_size for operator DequantizeLinear"),
     "declared output shape contradicted": (1, "Inferred shape and existing shape differ in rank"),

@@ -113,7 +113,7 @@ class TosaCheckRunner:
     def _lower(self, case: NodeCase) -> str | NotRun:
         assert case.model is not None
         try:
-            return self._convert(case.model)
+            return self._convert(_shapes_as_constants(case.model, case.feeds))
         except QConvertError as error:
             return NotRun(f"the backend cannot lower it: {error.message}")
         except Exception as error:  # a converter bug: never a pass, and the rest of the report still runs
@@ -141,7 +141,7 @@ class TosaCheckRunner:
                 advance(1)
                 continue
             assert case.model is not None
-            inputs = _storage_inputs(case.model, case.feeds)
+            inputs = _storage_inputs(_shapes_as_constants(case.model, case.feeds), case.feeds)
             try:
                 emulated = _named(case.model, emulate_tosa(text, inputs))
             except QConvertError as error:
@@ -290,6 +290,30 @@ class TosaCheckRunner:
 
 
 # Helpers ---------------------------------------------------------------------------------------------------
+
+
+def _shapes_as_constants(model: ModelProto, feeds: Mapping[str, np.ndarray]) -> ModelProto:
+    """The case's model with its int32 / int64 inputs (a Reshape's shape, Gather's indices, computed upstream)
+    as initializers: TOSA takes shapes as constants, and storage inputs are 8 or 16 bits."""
+    from onnx import numpy_helper
+
+    wide = [
+        i
+        for i in model.graph.input
+        if i.name in feeds
+        and np.asarray(feeds[i.name]).dtype.kind == "i"
+        and np.asarray(feeds[i.name]).dtype.itemsize >= 4
+    ]
+    if not wide:
+        return model
+    copy = ModelProto()
+    copy.CopyFrom(model)
+    names = {i.name for i in wide}
+    kept = [i for i in copy.graph.input if i.name not in names]
+    del copy.graph.input[:]
+    copy.graph.input.extend(kept)
+    copy.graph.initializer.extend(numpy_helper.from_array(np.asarray(feeds[name]), name) for name in names)
+    return copy
 
 
 def _storage_inputs(model: ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

@@ -14,8 +14,9 @@ TOSA's integer arithmetic (RESCALE, TABLE, ...) is `qconvert.numerics.tosa`.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from qconvert.backends import lazy_exports
 
 if TYPE_CHECKING:
     from .backend import BACKEND, TosaBackend, TosaOptions
@@ -118,8 +119,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, attribute = _EXPORTS[name]
-    return getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -227,6 +227,23 @@ _CHANNEL_AXIS = (
 )
 
 
+def _storage_as_i32(b: PatternRewriter, storage: Value, shape: tuple[int, ...], *, unsigned: bool) -> Value:
+    """Storage integers widened to i32: a cast, or for unsigned codes 0..255 an exact rescale reading the bits
+    as unsigned (a cast would read them as signed)."""
+    if not unsigned:
+        return ops.cast(b, storage, I32)
+    return rescale_to(
+        b,
+        storage,
+        np.array([1.0]),
+        0,
+        0,
+        RankedTensorType(shape, I32),
+        TosaRounding.SINGLE,
+        input_unsigned=True,
+    )
+
+
 class FloatPerChannelAffine:
     """`uniform_quantize(f(uniform_dequantize(q)))` where `f` is elementwise with constants that vary along
     the channel axis only (an unfused BatchNormalization, a per-channel Mul / Add): when f is affine in q per
@@ -291,20 +308,7 @@ class FloatPerChannelAffine:
         if np.abs(got - expected).max() > 1:
             return self.refusals.refuse(op, "an elementwise per-channel function that is not affine")
         reduced = [channels if d == _CHANNEL_AXIS else 1 for d in range(len(shape))]
-        storage = storage_of(rewriter, source)
-        if source_unsigned:  # the codes 0..255: exact rescales reading the bits as unsigned
-            wide = rescale_to(
-                rewriter,
-                storage,
-                np.array([1.0]),
-                0,
-                0,
-                RankedTensorType(shape, I32),
-                TosaRounding.SINGLE,
-                input_unsigned=True,
-            )
-        else:
-            wide = ops.cast(rewriter, storage, I32)
+        wide = _storage_as_i32(rewriter, storage_of(rewriter, source), shape, unsigned=source_unsigned)
         product = ops.mul(
             rewriter,
             wide,
@@ -524,20 +528,8 @@ class FloatLinearCombination:
             if _ranked_shape_of(q) != shape:
                 return False
             q_type = quant_type(q)
-            storage = storage_of(rewriter, q)
-            if q_type is not None and not q_type.is_signed:
-                wide = rescale_to(
-                    rewriter,
-                    storage,
-                    np.array([1.0]),
-                    0,
-                    0,
-                    RankedTensorType(shape, I32),
-                    TosaRounding.SINGLE,
-                    input_unsigned=True,
-                )
-            else:
-                wide = ops.cast(rewriter, storage, I32)
+            unsigned = q_type is not None and not q_type.is_signed
+            wide = _storage_as_i32(rewriter, storage_of(rewriter, q), shape, unsigned=unsigned)
             integer = np.round(weight * 2.0**shift).astype(np.int64)
             term = ops.mul(
                 rewriter,

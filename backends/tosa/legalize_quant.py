@@ -144,6 +144,33 @@ def clamp_to_range(b: Builder, storage: Value, type_: QuantizedType) -> Value:
     return ops.clamp(b, storage, type_.storage_type_min, type_.storage_type_max)
 
 
+def rescale_into(
+    b: Builder,
+    storage: Value,
+    scale: np.ndarray,
+    input_zp: int,
+    target: QuantizedType,
+    result_type: RankedTensorType,
+    rounding: TosaRounding,
+    *,
+    input_unsigned: bool = False,
+) -> Value:
+    """`rescale_to` the storage of `target` (its zero point, signedness and shape `result_type`'s), clamped
+    to its storage range. ValueError as `rescale_to` and `clamp_to_range`."""
+    rescaled = rescale_to(
+        b,
+        storage,
+        scale,
+        input_zp,
+        int(storage_zero_point(target)[0]),
+        storage_type(result_type),
+        rounding,
+        input_unsigned=input_unsigned,
+        output_unsigned=not target.is_signed,
+    )
+    return clamp_to_range(b, rescaled, target)
+
+
 def _refuse_unless_rescalable(
     refusals: Refusals, op: Operation, source: QuantizedType, target: QuantizedType, rank: int
 ) -> str | None:
@@ -183,18 +210,16 @@ class RequantizeToRescale:
             return self.refusals.refuse(op, reason)
         scale = _scales(source) / _scales(target)
         try:
-            rescaled = rescale_to(
+            rescaled = rescale_into(
                 rewriter,
                 storage_of(rewriter, op.operands[0]),
                 scale,
                 int(storage_zero_point(source)[0]),
-                int(storage_zero_point(target)[0]),
-                storage_type(result_type),
+                target,
+                result_type,
                 self.rounding,
                 input_unsigned=not source.is_signed,
-                output_unsigned=not target.is_signed,
             )
-            rescaled = clamp_to_range(rewriter, rescaled, target)
         except ValueError as error:
             return self.refusals.refuse(op, str(error))
         replace_with_storage(rewriter, op, [rescaled])
@@ -276,17 +301,7 @@ class FloatMeanToReduceSum:
         sums = ops.reshape(rewriter, sums, result_type.shape)
         scale = _scales(source) / (count * _scales(target))
         try:
-            mean = rescale_to(
-                rewriter,
-                sums,
-                scale,
-                0,
-                int(storage_zero_point(target)[0]),
-                storage_type(result_type),
-                self.rounding,
-                output_unsigned=not target.is_signed,
-            )
-            mean = clamp_to_range(rewriter, mean, target)
+            mean = rescale_into(rewriter, sums, scale, 0, target, result_type, self.rounding)
         except ValueError as error:
             return self.refusals.refuse(op, str(error))
         replace_with_storage(rewriter, op, [mean])
@@ -382,17 +397,15 @@ class FloatProductToMul:
         (lhs, lhs_scale), (rhs, rhs_scale) = factors
         integer_product = ops.mul(rewriter, lhs, rhs, ops.zero_point(rewriter, 0, I8))
         try:
-            value = rescale_to(
+            value = rescale_into(
                 rewriter,
                 integer_product,
                 np.array([lhs_scale * rhs_scale]) / _scales(target),
                 0,
-                int(storage_zero_point(target)[0]),
-                storage_type(result_type),
+                target,
+                result_type,
                 self.rounding,
-                output_unsigned=not target.is_signed,
             )
-            value = clamp_to_range(rewriter, value, target)
         except ValueError as error:
             return self.refusals.refuse(op, str(error))
         replace_with_storage(rewriter, op, [value])

@@ -331,20 +331,29 @@ def _bias(bias: RuntimeValue, channels: int, op: Operation) -> np.ndarray:
     return array
 
 
-def _conv2d(op: Operation, operands: list[RuntimeValue]) -> list[RuntimeValue]:
+def _centred_windows(
+    op: Operation, operands: list[RuntimeValue], kernel_axes: slice
+) -> tuple[np.ndarray, np.ndarray, RuntimeValue]:
+    """A convolution's padded input windows and its weight, each minus its zero point (int64: exact), and
+    its bias; `kernel_axes`: where the weight's layout keeps KH, KW."""
     x, weight, bias, input_zp, weight_zp = operands
     input_type, weight_type = _operand_type(op, 0), _operand_type(op, 1)
     x_zero = _zero_point_value(input_zp, op, "input_zp", input_type)
     w_zero = _zero_point_value(weight_zp, op, "weight_zp", weight_type)
-    weight64 = np.asarray(weight, np.int64) - w_zero  # [OC, KH, KW, IC]
+    weight64 = np.asarray(weight, np.int64) - w_zero
     windows = _padded_windows(
         np.asarray(x, np.int64) - x_zero,
-        weight64.shape[1:3],
+        weight64.shape[kernel_axes],
         _ints(op, "stride"),
         _ints(op, "dilation"),
         _ints(op, "pad"),
         0,
     )
+    return windows, weight64, bias
+
+
+def _conv2d(op: Operation, operands: list[RuntimeValue]) -> list[RuntimeValue]:
+    windows, weight64, bias = _centred_windows(op, operands, slice(1, 3))  # weight [OC, KH, KW, IC]
     batch, out_h, out_w = windows.shape[:3]
     patches = windows.reshape(batch * out_h * out_w, -1)
     sums = exact_integer_matmul(patches, weight64.reshape(weight64.shape[0], -1).T)
@@ -353,19 +362,7 @@ def _conv2d(op: Operation, operands: list[RuntimeValue]) -> list[RuntimeValue]:
 
 
 def _depthwise_conv2d(op: Operation, operands: list[RuntimeValue]) -> list[RuntimeValue]:
-    x, weight, bias, input_zp, weight_zp = operands
-    input_type, weight_type = _operand_type(op, 0), _operand_type(op, 1)
-    x_zero = _zero_point_value(input_zp, op, "input_zp", input_type)
-    w_zero = _zero_point_value(weight_zp, op, "weight_zp", weight_type)
-    weight64 = np.asarray(weight, np.int64) - w_zero  # [KH, KW, C, M]
-    windows = _padded_windows(
-        np.asarray(x, np.int64) - x_zero,
-        weight64.shape[0:2],
-        _ints(op, "stride"),
-        _ints(op, "dilation"),
-        _ints(op, "pad"),
-        0,
-    )
+    windows, weight64, bias = _centred_windows(op, operands, slice(0, 2))  # weight [KH, KW, C, M]
     sums = np.einsum("nhwyxc,yxcm->nhwcm", windows, weight64)  # int64: exact
     channels = weight64.shape[2] * weight64.shape[3]
     sums = sums.reshape(*sums.shape[:3], channels) + _bias(bias, channels, op)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from onnx import ModelProto
 
-from qconvert.check.backends import CaseRun, NotRun
+from qconvert.check.backends import CaseRun, NotRun, lowered_or_not_run
 from qconvert.check.nodes import (
     CASE_BATCH_BYTES,
     INTEGER_WEIGHT_OPS,
@@ -112,13 +112,7 @@ class StableHLOCheckRunner:
         """The case's StableHLO text (integer weights as arguments: `_case_model`), or why it cannot be
         lowered."""
         assert case.model is not None
-        try:
-            return self._convert(_case_model(case)[0])
-        except QConvertError as error:
-            return NotRun(f"the backend cannot lower it: {error.message}")
-        except Exception as error:  # a converter bug: never a pass, and the rest of the report still runs
-            failure = f"{type(error).__name__}: {error}"
-            return NotRun(f"the backend failed while lowering it {BUG_MARKER}: {failure}")
+        return lowered_or_not_run(lambda: self._convert(_case_model(case)[0]))
 
     def _run_one(self, case: NodeCase, text: str) -> CaseRun | NotRun:
         assert case.model is not None

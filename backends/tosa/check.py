@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from onnx import ModelProto
 
-from qconvert.check.backends import CaseRun, NotRun
+from qconvert.check.backends import CaseRun, NotRun, lowered_or_not_run
 from qconvert.check.nodes import NodeCase, node_scale
 from qconvert.check.report import BUG_MARKER, LayerResult
 from qconvert.errors import QConvertError
@@ -111,15 +111,9 @@ class TosaCheckRunner:
         return print_module(convert_to_tosa(self.lift(model), self.options))
 
     def _lower(self, case: NodeCase) -> str | NotRun:
-        assert case.model is not None
-        try:
-            return self._convert(_shapes_as_constants(case.model, case.feeds))
-        except QConvertError as error:
-            return NotRun(f"the backend cannot lower it: {error.message}")
-        except Exception as error:  # a converter bug: never a pass, and the rest of the report still runs
-            return NotRun(
-                f"the backend failed while lowering it {BUG_MARKER}: {type(error).__name__}: {error}"
-            )
+        model = case.model
+        assert model is not None
+        return lowered_or_not_run(lambda: self._convert(_shapes_as_constants(model, case.feeds)))
 
     # Running -------------------------------------------------------------------------------------------
 

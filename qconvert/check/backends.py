@@ -32,7 +32,7 @@ from qconvert.check.report import (
     EVALUATED_BY_REFERENCE,
     LayerResult,
 )
-from qconvert.errors import InputError
+from qconvert.errors import InputError, QConvertError
 
 if TYPE_CHECKING:
     from qconvert.ir.dialects.builtin import ModuleOp
@@ -42,6 +42,17 @@ INTERPRETER = "interpreter"  # check's own runner: the lifted IR on qconvert.int
 
 class NotRun(Exception):
     """The backend cannot lower or run a case or the model; the message says why."""
+
+
+def lowered_or_not_run(lower: Callable[[], str]) -> str | NotRun:
+    """A case's text as `lower()` converts it, or why the backend cannot lower it: an input error's message,
+    or any other exception as a converter bug (never a pass, and the rest of the report still runs)."""
+    try:
+        return lower()
+    except QConvertError as error:
+        return NotRun(f"the backend cannot lower it: {error.message}")
+    except Exception as error:
+        return NotRun(f"the backend failed while lowering it {BUG_MARKER}: {type(error).__name__}: {error}")
 
 
 @dataclass(frozen=True, slots=True)

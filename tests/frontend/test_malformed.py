@@ -182,17 +182,6 @@ def block_size_string_at_opset_13(path: Path) -> Path:
     )
 
 
-def contradicted_output_shape(path: Path) -> Path:
-    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
-    return save(
-        path,
-        [node],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
-        [],
-    )
-
-
 def qlinear_add_int8_zero_point_on_uint8(path: Path) -> Path:
     """com.microsoft QLinearAdd (no ONNX schema, so onnx's inference cannot say): A is uint8, its zero
     point int8."""
@@ -245,10 +234,6 @@ CASES: dict[str, tuple[ModelMaker, str]] = {
     "block_size STRING at opset 13": (
         block_size_string_at_opset_13,
         "node 'dq' (DequantizeLinear): attribute 'block_size' is a STRING, not an INT",
-    ),
-    "declared output shape contradicted": (
-        contradicted_output_shape,
-        "(op_type:Relu, node name: relu): [ShapeInferenceError] Inferred shape and existing shape differ",
     ),
     "tensor name not UTF-8": (name_not_utf8, "a graph value name b'y\\xfe' is not valid UTF-8"),
     "string attribute not UTF-8": (
@@ -305,7 +290,6 @@ CHECK_MESSAGES = {
     "int8 zero point on uint8 QLinearAdd input": (2, "(QLinearAdd) bound to different types"),
     "QuantizeLinear of float8e8m0": (2, "graph input 'x': cannot generate random float8_e8m0fnu values"),
     "block_size STRING at opset 13": (2, "Unrecognized attribute: block_size for operator DequantizeLinear"),
-    "declared output shape contradicted": (1, "Inferred shape and existing shape differ in rank"),
 }
 
 VERBS = {

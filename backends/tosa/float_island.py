@@ -244,6 +244,24 @@ def _storage_as_i32(b: PatternRewriter, storage: Value, shape: tuple[int, ...], 
     )
 
 
+def _shifted_into(
+    b: PatternRewriter, total: Value, shift: int, target: UniformQuantizedType, shape: tuple[int, ...]
+) -> Value:
+    """The i32 `total` times 2**-shift (RESCALE's half up) into the 8-bit `target`'s storage, its zero point
+    written as the storage's bits."""
+    zero_point = int(uniform_params(target).zero_point)
+    return rescale_to(
+        b,
+        total,
+        np.array([2.0**-shift]),
+        0,
+        zero_point - 256 if zero_point > 127 else zero_point,
+        RankedTensorType(shape, I8),
+        TosaRounding.SINGLE,
+        output_unsigned=not target.is_signed,
+    )
+
+
 class FloatPerChannelAffine:
     """`uniform_quantize(f(uniform_dequantize(q)))` where `f` is elementwise with constants that vary along
     the channel axis only (an unfused BatchNormalization, a per-channel Mul / Add): when f is affine in q per
@@ -316,16 +334,7 @@ class FloatPerChannelAffine:
             ops.zero_point(rewriter, 0, I8),
         )
         total = ops.add(rewriter, product, ops.const(rewriter, addend.reshape(reduced).astype(np.int32), I32))
-        value = rescale_to(
-            rewriter,
-            total,
-            np.array([2.0**-shift]),
-            0,
-            zero_point - 256 if zero_point > 127 else zero_point,
-            RankedTensorType(shape, I8),
-            TosaRounding.SINGLE,
-            output_unsigned=not target.is_signed,
-        )
+        value = _shifted_into(rewriter, total, shift, target, shape)
         replace_with_storage(rewriter, op, [value])
         return True
 
@@ -542,17 +551,7 @@ class FloatLinearCombination:
         addend = np.round(offset * 2.0**shift).astype(np.int64)
         total = ops.add(rewriter, total, ops.const(rewriter, addend.astype(np.int32), I32))
         total = _ties_to_even(rewriter, total, shift, RankedTensorType(shape, I32))
-        zero_point = int(uniform_params(target).zero_point)
-        value = rescale_to(
-            rewriter,
-            total,
-            np.array([2.0**-shift]),
-            0,
-            zero_point - 256 if zero_point > 127 else zero_point,
-            RankedTensorType(shape, I8),
-            TosaRounding.SINGLE,
-            output_unsigned=not target.is_signed,
-        )
+        value = _shifted_into(rewriter, total, shift, target, shape)
         replace_with_storage(rewriter, op, [value])
         return True
 

@@ -180,11 +180,10 @@ def import_command(
     """Lift an ONNX model into the quant-dialect IR and write its text, weights as `dense_resource`
     blobs (parse it with `qconvert opt --allow-unregistered-dialect`)."""
 
-    from qconvert.atomic_file import atomic_text_file
     from qconvert.errors import InputError
     from qconvert.frontends.onnx import import_onnx
     from qconvert.frontends.onnx.summary import elide_weights as elide
-    from qconvert.ir.printer import write_module
+    from qconvert.ir.printer import write_module_to
 
     if resource_threshold < 0:
         raise InputError(f"--resource-threshold {resource_threshold}: expected 0 or more elements")
@@ -207,11 +206,7 @@ def import_command(
             print(f"qconvert: warning: {warning}", file=sys.stderr)
     if elide_weights:
         elide(module)
-    if output == "-":
-        write_module(module, sys.stdout)
-        return
-    with atomic_text_file(output) as stream:
-        write_module(module, stream)  # streamed: each weight is read only while it is written
+    write_module_to(module, output)  # streamed: each weight is read only while it is written
 
 
 @app.command("convert")

@@ -16,10 +16,9 @@ import importlib
 from dataclasses import dataclass
 from typing import IO, NamedTuple
 
-from qconvert.atomic_file import atomic_text_file
 from qconvert.ir.attributes import DenseElementsAttr, DenseResourceAttr, OpaqueAttr
 from qconvert.ir.dialects.builtin import ModuleOp
-from qconvert.ir.printer import print_module, write_module
+from qconvert.ir.printer import print_module, write_module_to
 from qconvert.passes.dce import erase_unused
 
 from . import onnx_fold
@@ -183,8 +182,4 @@ def elide_weights(module: ModuleOp, threshold: int = 16) -> int:
 
 def write_stablehlo(converted: ModuleOp, output: str | IO[str]) -> None:
     """Write a converted module to a stream, or to a path atomically (temporary file, then rename)."""
-    if not isinstance(output, str):
-        write_module(converted, output)
-        return
-    with atomic_text_file(output) as stream:
-        write_module(converted, stream)
+    write_module_to(converted, output)

@@ -22,7 +22,6 @@ from typing import IO
 
 import numpy as np
 
-from qconvert.atomic_file import atomic_text_file
 from qconvert.errors import InputError
 from qconvert.ir.attributes import ArrayAttr, Attribute, DictionaryAttr, StringAttr
 from qconvert.ir.core import Block, Builder, Operation, Value
@@ -30,7 +29,7 @@ from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp
 from qconvert.ir.dialects.onnx import main_function
 from qconvert.ir.dialects.qconvert import NOTE
-from qconvert.ir.printer import print_type, write_module
+from qconvert.ir.printer import print_type, write_module_to
 from qconvert.ir.quant_types import UniformQuantizedType
 from qconvert.ir.types import F32, I8, I32, FloatType, FunctionType, Type, element_type_of
 from qconvert.numerics.tosa import TosaRounding
@@ -267,8 +266,4 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
 
 def write_tosa(converted: ModuleOp, output: str | IO[str]) -> None:
     """Write a converted module to a stream, or to a path atomically (temporary file, then rename)."""
-    if not isinstance(output, str):
-        write_module(converted, output)
-        return
-    with atomic_text_file(output) as stream:
-        write_module(converted, stream)
+    write_module_to(converted, output)

@@ -13,6 +13,7 @@ from typing import IO
 
 import numpy as np
 
+from qconvert.atomic_file import atomic_text_file
 from qconvert.ir.attributes import (
     AffineMapAttr,
     ArrayAttr,
@@ -596,6 +597,16 @@ def write_module(op: Operation, out: IO[str]) -> None:
         _resource_sinks.pop()
     out.write(text)
     write_resources(resources, out)
+
+
+def write_module_to(op: Operation, output: str | IO[str]) -> None:
+    """`write_module` into a stream, or into the output `path` by qconvert.atomic_file's rules (`-` is
+    stdout; a regular file is replaced only once the whole text is written)."""
+    if not isinstance(output, str):
+        write_module(op, output)
+        return
+    with atomic_text_file(output) as stream:
+        write_module(op, stream)
 
 
 # `print_attribute` records the `dense_resource` blobs it prints into the innermost `write_module` call's

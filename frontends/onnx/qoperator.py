@@ -83,7 +83,7 @@ from qconvert.ir.types import RankedTensorType, Type, with_element_type
 
 from . import attributes as attrs
 from .blockwise import needs_signs
-from .dtypes import BY_NAME, ELEMENT_TYPES, UNKNOWN_ELEMENT
+from .dtypes import BY_NAME, ELEMENT_TYPES, INTEGER_STORAGE, UNKNOWN_ELEMENT
 from .load import MICROSOFT_DOMAIN
 from .quant import NodeRef, check_storage, quant_type_of
 
@@ -115,6 +115,8 @@ class QOperatorLifter:
         if storage is None:
             raise self.ref.error(f"the element type of '{name}' is unknown")
         check_storage(self.ref, storage, quantize=False)
+        if storage.name not in INTEGER_STORAGE:  # onnxruntime's QOperator kernels are integer only
+            raise self.ref.error(f"'{name}' is {storage.name}; a QOperator op takes integer storage")
         return storage
 
     def quant_type(

@@ -182,6 +182,17 @@ def block_size_string_at_opset_13(path: Path) -> Path:
     )
 
 
+def qlinear_add_float8_zero_point(path: Path) -> Path:
+    """A QLinearAdd whose A and zero point are float8e4m3fn: onnxruntime's QOperator kernels are integer."""
+    qlinear_add_int8_zero_point_on_uint8(path)
+    model = onnx.load(str(path))
+    zero = next(t for t in model.graph.initializer if t.name == "az")
+    zero.CopyFrom(helper.make_tensor("az", TensorProto.FLOAT8E4M3FN, [], [0.0]))
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT8E4M3FN
+    onnx.save(model, str(path))
+    return path
+
+
 def qlinear_add_int8_zero_point_on_uint8(path: Path) -> Path:
     """com.microsoft QLinearAdd (no ONNX schema, so onnx's inference cannot say): A is uint8, its zero
     point int8."""
@@ -222,6 +233,10 @@ def relu_of_three_inputs(path: Path) -> Path:
 
 
 CASES: dict[str, tuple[ModelMaker, str]] = {
+    "float8 zero point on a QLinearAdd": (
+        qlinear_add_float8_zero_point,
+        "node 'add' (QLinearAdd, opset 13): 'az' is float8e4m3fn; a QOperator op takes integer storage",
+    ),
     "int8 zero point on uint8 QLinearAdd input": (
         qlinear_add_int8_zero_point_on_uint8,
         "node 'add' (QLinearAdd, opset 13): zero point 'az' is int8 but its data 'a' is uint8",
@@ -288,6 +303,7 @@ CASES: dict[str, tuple[ModelMaker, str]] = {
 CHECK_MESSAGES = {
     "uint8 zero point on int8 QLinearConv weights": (2, "(QLinearConv) bound to different types"),
     "int8 zero point on uint8 QLinearAdd input": (2, "(QLinearAdd) bound to different types"),
+    "float8 zero point on a QLinearAdd": (2, "graph input 'a': cannot generate random float8_e4m3fn values"),
     "QuantizeLinear of float8e8m0": (2, "graph input 'x': cannot generate random float8_e8m0fnu values"),
     "block_size STRING at opset 13": (2, "Unrecognized attribute: block_size for operator DequantizeLinear"),
 }

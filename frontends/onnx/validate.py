@@ -134,7 +134,12 @@ def _check_external(
 
 
 def _check_value_info(info: ValueInfoProto, where: str) -> None:
-    if info.type.WhichOneof("value") != "tensor_type" or not info.type.tensor_type.HasField("shape"):
+    is_tensor = info.type.WhichOneof("value") == "tensor_type"
+    if is_tensor and where == "graph input" and _data_type_name(info.type.tensor_type.elem_type) is None:
+        raise InputError(
+            f"{where} '{info.name}': elem_type {info.type.tensor_type.elem_type} is not an ONNX element type"
+        )
+    if not is_tensor or not info.type.tensor_type.HasField("shape"):
         return
     dims = [d.dim_value for d in info.type.tensor_type.shape.dim if d.HasField("dim_value")]
     if any(d < 0 for d in dims):

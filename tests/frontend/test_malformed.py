@@ -232,7 +232,19 @@ def relu_of_three_inputs(path: Path) -> Path:
     )
 
 
+def input_elem_type_0(path: Path) -> Path:
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    return save(
+        path,
+        [node],
+        [helper.make_tensor_value_info("x", 0, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [],
+    )
+
+
 CASES: dict[str, tuple[ModelMaker, str]] = {
+    "graph input elem_type 0": (input_elem_type_0, "graph input 'x': elem_type 0 is not an ONNX element"),
     "float8 zero point on a QLinearAdd": (
         qlinear_add_float8_zero_point,
         "node 'add' (QLinearAdd, opset 13): 'az' is float8e4m3fn; a QOperator op takes integer storage",

@@ -9,7 +9,7 @@ graphs (Q/DQ pairs, a blocked DequantizeLinear, an int4 weight, external data). 
 another kind or value, inputs removed or blanked, initializer dims / data_type / raw_data changed,
 external data offsets and lengths, graph input shapes and element types, op types and opsets.
 
-Fixed seed and a ~60 s budget in CI (`QCONVERT_FUZZ_EXAMPLES`, default 150 models and 100 data files);
+Fixed seed and a ~60 s budget in CI (`QCONVERT_FUZZ_EXAMPLES`, default 400 models and 266 data files);
 a longer run: `QCONVERT_FUZZ_EXAMPLES=2000 QCONVERT_FUZZ_SEED=7 pytest tests/fuzz/test_onnx_fuzz.py`.
 """
 
@@ -31,7 +31,7 @@ from onnx import ModelProto, TensorProto, helper, numpy_helper
 from qconvert.cli import main
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
-EXAMPLES = int(os.environ.get("QCONVERT_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("QCONVERT_FUZZ_EXAMPLES", "400"))
 SEED = int(os.environ.get("QCONVERT_FUZZ_SEED", "23"))
 SECONDS_PER_RUN = 30.0  # a verb on a model of a few kilobytes
 PEAK_GROWTH_BYTES = 3 * 2**30

@@ -16,6 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# Domains -------------------------------------------------------------------------------------------
+
+DEFAULT_DOMAINS = ("", "ai.onnx")  # the two spellings of ONNX's default domain in a node or an opset import
+
+
 # Axes ----------------------------------------------------------------------------------------------
 
 

@@ -36,7 +36,7 @@ from onnx import (
 )
 
 from qconvert.errors import InputError
-from qconvert.ir.dialects.onnx import DEFAULT_DOMAINS
+from qconvert.onnx_semantics import DEFAULT_DOMAINS
 
 from .wire import RawData
 

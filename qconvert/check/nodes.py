@@ -21,8 +21,8 @@ from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper, num
 
 from qconvert.check import bounds
 from qconvert.check.report import FAIL, NOT_RUN, PASS, LayerResult, compare
+from qconvert.onnx_semantics import DEFAULT_DOMAINS
 
-DEFAULT_DOMAINS = ("", "ai.onnx")
 QUANTIZATION_OPS = frozenset(
     {
         ("", "QuantizeLinear"),

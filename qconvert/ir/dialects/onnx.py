@@ -42,12 +42,12 @@ from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp
 from qconvert.ir.types import FloatType, IntegerType, OpaqueType, Type
+from qconvert.onnx_semantics import DEFAULT_DOMAINS
 
 # Opsets --------------------------------------------------------------------------------------------
 
 OPSET_IMPORT = "onnx.opset_import"
 DEFAULT_DOMAIN_KEY = "ai.onnx"  # how `onnx.opset_import` spells the default domain ("" in ONNX)
-DEFAULT_DOMAINS = ("", DEFAULT_DOMAIN_KEY)
 DEFAULT_OPSET = 21  # the default domain's opset of a module that records none (the lifter's own)
 
 

@@ -198,8 +198,9 @@ def load_model(
             )
         except onnx.shape_inference.InferenceError as error:
             # ...but not a declared shape it contradicts: onnx's inference differs from onnxruntime's on
-            # some ops (ceil_mode pools, STFT), and the declared one is then right
-            if "differ" not in str(error):
+            # some ops (ceil_mode pools, STFT), and the declared one is then right; nor an input whose type
+            # onnx could not infer (`is null`: a deprecated op upstream, e.g. GroupNormalization-18)
+            if "differ" not in str(error) and "instead is null" not in str(error):
                 raise
             inferred = onnx.shape_inference.infer_shapes(
                 scratch, check_type=False, strict_mode=False, data_prop=True

@@ -272,8 +272,12 @@ def make_backend(backend: str, engine: str | None = None, **options: Any) -> Che
     if backend == INTERPRETER:
         given = given_options({"engine": engine, **options})
         if given:
-            takers = " / ".join(choices[1:])
-            raise InputError(f"{described(given)}: only the {takers} backend takes these options")
+            from qconvert.backends import REGISTRY
+            from qconvert.options import option_fields
+
+            fields = {name.replace("-", "_") for name in given} - {"engine"}
+            takers = [b.name for b in REGISTRY if b.engines and fields <= set(option_fields(b.Options))]
+            raise InputError(f"{described(given)}: only the {' / '.join(takers)} backend takes these options")
         return InterpreterBackend()
     chosen = get_backend(backend)
     runner = chosen.check_runner(parse_options(chosen, options), engine, lift_inline)

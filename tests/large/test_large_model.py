@@ -37,16 +37,26 @@ def _model_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(f"{path.name}*") if p.is_file())
 
 
+# The measured command's parent: a small process of its own. A child forked from pytest (gigabytes by this
+# point of a full run) starts with pytest's resident size as its peak and keeps it across exec.
+LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.executable, [sys.executable, "-m", "qconvert", *sys.argv[1:]])
+_, status, usage = os.wait4(pid, 0)
+with open("peak", "w") as peak:
+    peak.write(str(usage.ru_maxrss * 1024))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def _run(arguments: list[str], cwd: Path) -> tuple[int, bytes, bytes]:
-    """Exit code, stdout and stderr of `qconvert ARGUMENTS` in a fresh process, and its peak RSS in bytes."""
+    """Peak RSS in bytes, stdout and stderr of `qconvert ARGUMENTS` in a fresh process (exit 0 required)."""
     with open(cwd / "stdout", "wb") as out, open(cwd / "stderr", "wb") as err:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "qconvert", *arguments], stdout=out, stderr=err, cwd=cwd
-        )
-        _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    assert process.returncode == 0, (cwd / "stderr").read_text()[-2000:]
-    return usage.ru_maxrss * 1024, (cwd / "stdout").read_bytes(), (cwd / "stderr").read_bytes()
+        code = subprocess.call([sys.executable, "-c", LAUNCHER, *arguments], stdout=out, stderr=err, cwd=cwd)
+    assert code == 0, (cwd / "stderr").read_text()[-2000:]
+    return int((cwd / "peak").read_text()), (cwd / "stdout").read_bytes(), (cwd / "stderr").read_bytes()
 
 
 def _tail(path: Path, count: int) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -48,3 +49,23 @@ def require_tosa_python() -> None:
     if engines_required():
         pytest.fail(f"{reason}, and {REQUIRE_ENGINES_ENV}=1 requires every engine", pytrace=False)
     pytest.skip(reason)
+
+
+def _status_bytes(field: str) -> int:
+    """A `/proc/self/status` memory field (`VmRSS`; `VmHWM`, the peak since the last reset), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} in /proc/self/status")
+
+
+def reset_peak_memory() -> int:
+    """Reset this process's high-water mark (`clear_refs` 5) and return its resident size now: in a full run
+    pytest has peaked at gigabytes before a module starts, and ru_maxrss never goes down."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status_bytes("VmRSS")
+
+
+def peak_memory() -> int:
+    """This process's peak resident size since the last `reset_peak_memory`, in bytes."""
+    return _status_bytes("VmHWM")

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from conftest import peak_memory, reset_peak_memory
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from onnx import ModelProto, TensorProto, helper, numpy_helper
@@ -94,20 +95,9 @@ SEEDS = seeds()
 BEFORE_THE_RUNS: dict[str, int] = {}
 
 
-def _status_bytes(field: str) -> int:
-    """A `/proc/self/status` memory field (`VmRSS`, `VmHWM`: the peak since the last reset), in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no {field} in /proc/self/status")
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _peak_reset_before_the_runs() -> None:
-    """In a full run this process has peaked at gigabytes before this module starts (ru_maxrss never goes
-    down): reset the kernel's high-water mark (`clear_refs` 5) so the last test sees this module's peak."""
-    Path("/proc/self/clear_refs").write_text("5")
-    BEFORE_THE_RUNS["rss"] = _status_bytes("VmRSS")
+    BEFORE_THE_RUNS["rss"] = reset_peak_memory()
 
 
 ATTRIBUTE_VALUES = st.one_of(
@@ -311,5 +301,5 @@ def test_mutated_data_never_crash(
 
 def test_peak_memory_stayed_bounded() -> None:
     """After the runs above (module order): the process grew by less than PEAK_GROWTH_BYTES at its peak."""
-    growth = _status_bytes("VmHWM") - BEFORE_THE_RUNS["rss"]
+    growth = peak_memory() - BEFORE_THE_RUNS["rss"]
     assert growth < PEAK_GROWTH_BYTES, f"grew by {growth / 2**30:.2f} GiB at the peak"

@@ -55,6 +55,19 @@ def check_external_data(model: ModelProto, base_dir: Path) -> None:
             )
 
 
+def _static_inputs(model: ModelProto) -> bool:
+    """Whether every graph input (initializers aside) has a known rank and only fixed dims."""
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    for value in model.graph.input:
+        if value.name in initializers or not value.type.HasField("tensor_type"):
+            continue
+        tensor_type = value.type.tensor_type
+        dims = tensor_type.shape.dim
+        if not tensor_type.HasField("shape") or any(not d.HasField("dim_value") for d in dims):
+            return False
+    return True
+
+
 def _node_errors(error: Exception) -> list[str]:
     """The per-node lines of onnx's inference error (`(op_type:Conv, node name: c): ...`), one per node."""
     return [line for line in str(error).splitlines() if "(op_type:" in line]
@@ -197,19 +210,24 @@ def load_model(
         from .qoperator import infer_contrib_shapes as infer_contrib
 
     def infer(scratch: ModelProto) -> ModelProto:
-        try:  # strict first: a node whose op cannot take its inputs' ranks or types is the model's error
-            inferred = onnx.shape_inference.infer_shapes(
-                scratch, check_type=False, strict_mode=True, data_prop=True
-            )
-        except onnx.shape_inference.InferenceError as error:
-            # ...but not a declared shape it contradicts: onnx's inference differs from onnxruntime's on
-            # some ops (ceil_mode pools, STFT), and the declared one is then right; nor an input whose type
-            # onnx could not infer (`is null`: a deprecated op upstream, e.g. GroupNormalization-18)
-            if not all("differ" in line or "instead is null" in line for line in _node_errors(error)):
-                raise
-            inferred = onnx.shape_inference.infer_shapes(
-                scratch, check_type=False, strict_mode=False, data_prop=True
-            )
+        # A strict pass first, as a check, where the inputs are static: a node whose op cannot take its
+        # inputs' ranks or types is the model's error. Without data propagation, which in strict mode
+        # refuses models onnxruntime runs (MiniLM's embedding Add, once check declares one batch's shapes);
+        # from symbolic dims nothing is refused.
+        if _static_inputs(scratch):
+            try:
+                onnx.shape_inference.infer_shapes(
+                    scratch, check_type=False, strict_mode=True, data_prop=False
+                )
+            except onnx.shape_inference.InferenceError as error:
+                # ...but not a declared shape it contradicts (onnx's inference differs from onnxruntime's
+                # on ceil_mode pools and STFT, and the declared one is then right), nor an input onnx could
+                # not type (`is null`: downstream of a deprecated op, e.g. GroupNormalization-18)
+                if not all("differ" in line or "instead is null" in line for line in _node_errors(error)):
+                    raise
+        inferred = onnx.shape_inference.infer_shapes(
+            scratch, check_type=False, strict_mode=False, data_prop=True
+        )
         if infer_contrib is not None:  # com.microsoft QOperator outputs, then downstream again
             inferred = infer_contrib(inferred)
         return inferred

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from qconvert.backends import lazy_exports
 
 if TYPE_CHECKING:
-    from .backend import BACKEND, OnnxStorageBackend, StorageOptions
+    from .backend import BACKEND, OnnxStorageBackend
+    from .options import StorageOptions
     from .strip import StorageModel, save_storage_model, strip_to_storage
 
 # Public name -> (module of this package, its name there); loaded on first use, so that the registry
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, tuple[str, str]] = {
     "BACKEND": ("backend", "BACKEND"),
     "OnnxStorageBackend": ("backend", "OnnxStorageBackend"),
-    "StorageOptions": ("backend", "StorageOptions"),
+    "StorageOptions": ("options", "StorageOptions"),
     "StorageModel": ("strip", "StorageModel"),
     "save_storage_model": ("strip", "save_storage_model"),
     "strip_to_storage": ("strip", "strip_to_storage"),

@@ -30,7 +30,7 @@ from qconvert.passes.absorb_boundary_quant_casts import (
 )
 from qconvert.storage_metadata import StorageEntry, StorageMetadata, sidecar_path
 
-from .backend import ONNXRUNTIME_GROUPS
+from .options import ONNXRUNTIME_GROUPS
 
 
 @dataclass

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 from qconvert.backends import lazy_exports
 
 if TYPE_CHECKING:
-    from .backend import BACKEND, TosaBackend, TosaOptions
+    from .backend import BACKEND, TosaBackend
     from .conformance import ConformanceCase, generate_conformance, load_conformance, run_generator
     from .convert import QUANT_TYPE, convert_to_tosa, write_tosa
     from .emulate import SUPPORTED_OPS, emulate_module, emulate_tosa, parse_tosa
     from .iree import IREE_PACKAGES, compile_iree, iree_available, run_iree
+    from .options import TosaOptions
     from .run import (
         TOSA_PYTHON_ENV,
         TOSA_TOOLS_VERSION,
@@ -71,7 +72,8 @@ _EXPORTS.update(
     {name: ("iree", name) for name in ("IREE_PACKAGES", "compile_iree", "iree_available", "run_iree")}
 )
 _EXPORTS.update({name: ("samples", name) for name in ("SampleGraph", "sample_graphs")})
-_EXPORTS.update({name: ("backend", name) for name in ("BACKEND", "TosaBackend", "TosaOptions")})
+_EXPORTS.update({name: ("backend", name) for name in ("BACKEND", "TosaBackend")})
+_EXPORTS["TosaOptions"] = ("options", "TosaOptions")
 _EXPORTS.update({name: ("convert", name) for name in ("QUANT_TYPE", "convert_to_tosa", "write_tosa")})
 _EXPORTS.update(
     {

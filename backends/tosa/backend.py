@@ -4,11 +4,9 @@ CLI reads the options' help): the lowering loads when first used.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
-from qconvert.numerics.tosa import TosaRounding
-from qconvert.options import CHOICES, check_choice, flag, option, option_fields
+from qconvert.options import check_choice
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -21,25 +19,7 @@ if TYPE_CHECKING:
 
     Lift = Callable[[ModelProto], ModuleOp]
 
-ENGINE_NAMES = ("reference", "iree")
-
-
-@dataclass(frozen=True, kw_only=True)
-class TosaOptions:
-    """`--rounding`, `--allow-float`, `--float-boundary`."""
-
-    rounding: str = option(
-        TosaRounding.SINGLE.value,
-        "tosa.rescale rounding (double needs TOSA's doubleround extension)",
-        [r.value for r in TosaRounding],
-    )
-    allow_float: bool = option(False, "keep what cannot be integer as float TOSA ops (PRO-FP)")
-    float_boundary: bool = option(False, "float inputs and outputs, quantized at the edges (PRO-FP)")
-
-    def __post_init__(self) -> None:
-        check_choice(
-            flag("rounding"), self.rounding, option_fields(TosaOptions)["rounding"].metadata[CHOICES]
-        )
+from .options import ENGINE_NAMES, TosaOptions
 
 
 class TosaBackend:

@@ -35,7 +35,7 @@ from qconvert.check.nodes import NodeCase, node_scale
 from qconvert.check.report import BUG_MARKER, LayerResult
 from qconvert.errors import QConvertError
 
-from .backend import ENGINE_NAMES, TosaOptions
+from .options import ENGINE_NAMES, TosaOptions
 
 if TYPE_CHECKING:
     from qconvert.ir.dialects.builtin import ModuleOp

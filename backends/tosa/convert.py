@@ -37,7 +37,6 @@ from qconvert.passes.dce import erase_unused
 from qconvert.passes.rewrite import apply_patterns
 
 from . import ops
-from .backend import TosaOptions
 from .float_island import FloatIslandToTable, FloatLinearCombination, FloatPerChannelAffine
 from .legalize import fold_patterns, legalize_patterns
 from .legalize_quant import (
@@ -49,6 +48,7 @@ from .legalize_quant import (
     RequantizeToRescale,
     rescale_to,
 )
+from .options import TosaOptions
 from .storage import CAST, Refusals, fold_casts, materialize, quant_type, storage_of, storage_type
 
 __all__ = ["QUANT_TYPE", "convert_to_tosa", "write_tosa"]

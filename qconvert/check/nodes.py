@@ -374,6 +374,7 @@ def judge(
         result.mismatches += comparison.mismatches
         if comparison.max_lsb_diff is not None:
             result.max_lsb_diff = max(result.max_lsb_diff or 0.0, comparison.max_lsb_diff)
+        result.accumulate(comparison)  # steps off and SQNR, for the report
     expected = 0
     if predicted is not None:
         result.predicted_mismatches, result.explanation = predicted
@@ -394,6 +395,7 @@ def _judge_float(
     for output in case.compared:
         magnitude = (case.magnitude or {}).get(output)
         judged = bounds.judge_output(node, kind, inputs, values[output], np.asarray(ours[output]), magnitude)
+        result.accumulate(compare(values[output], np.asarray(ours[output])))  # SQNR, for the report
         result.elements += judged.elements
         result.mismatches += judged.outside
         result.max_abs_diff = max(result.max_abs_diff or 0.0, judged.max_abs_diff)

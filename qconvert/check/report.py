@@ -57,6 +57,9 @@ FLOAT_OUTPUT_LEVEL_DB = 40.0
 STEP_SLACK_DB = 0.5  # exactly one step everywhere (--semantics stablehlo on ties) is not below the level
 EXAMPLE_NODES = 3  # node names shown per group of not-run nodes
 METRICS = ("elements", "mismatches", "max_abs_diff", "max_lsb_diff", "sqnr_db", "cosine")
+# Elements off by k quantization steps are counted for k = 0 .. STEPS_OFF_CAP; the last count holds every
+# element STEPS_OFF_CAP or more steps off (or non-finite), so the histogram stays short on a wild node.
+STEPS_OFF_CAP = 16
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +94,8 @@ class Comparison:
     ours_energy: float = 0.0
     step_energy: float | None = None
     comparable: bool = True  # False: shapes or dtypes differ, nothing to measure
+    # Elements off by k steps, k = 0 .. STEPS_OFF_CAP (the last: that many or more); None: no step known.
+    steps_off: list[int] | None = None
 
     def merged(self, other: Comparison) -> Comparison:
         """This comparison and `other` (another batch of the same output) as one."""
@@ -103,6 +108,9 @@ class Comparison:
         comparable = self.comparable and other.comparable
         signal, noise = self.signal + other.signal, self.noise + other.noise
         dot, ours_energy = self.dot + other.dot, self.ours_energy + other.ours_energy
+        steps_off = None
+        if self.steps_off is not None and other.steps_off is not None:
+            steps_off = add_steps_off(self.steps_off, other.steps_off)
         return Comparison(
             elements=self.elements + other.elements,
             mismatches=self.mismatches + other.mismatches,
@@ -117,6 +125,7 @@ class Comparison:
             ours_energy=ours_energy,
             step_energy=step,
             comparable=comparable,
+            steps_off=steps_off,
         )
 
     @property
@@ -161,6 +170,27 @@ class LayerResult:
     bound: str | None = None  # the float bound applied, in words
     max_abs_diff: float | None = None
     max_bound_ratio: float | None = None  # float nodes: max |diff| / bound (1 or less passes)
+    # What `accumulate` gathers for the report: elements off by k steps, and sum ref^2 / sum (ref - ours)^2.
+    steps_off: list[int] | None = None
+    signal: float = 0.0
+    noise: float = 0.0
+
+    def accumulate(self, comparison: Comparison) -> None:
+        """Add one compared output's steps-off counts and SQNR sums (the report's plots)."""
+        if comparison.steps_off is not None:
+            previous = self.steps_off
+            self.steps_off = (
+                comparison.steps_off if previous is None else add_steps_off(previous, comparison.steps_off)
+            )
+        self.signal += comparison.signal
+        self.noise += comparison.noise
+
+    @property
+    def sqnr_db(self) -> float | None:
+        """The node's SQNR against onnxruntime (inf: exact), None when nothing was compared."""
+        if self.verdict == NOT_RUN or not self.elements:
+            return None
+        return _sqnr(self.signal, self.noise)
 
     @property
     def label(self) -> str:
@@ -186,6 +216,10 @@ class LayerResult:
         if self.predicted_mismatches is not None:
             entry["predicted_mismatches"] = self.predicted_mismatches
             entry["explanation"] = self.explanation
+        sqnr = self.sqnr_db
+        entry["sqnr_db"] = None if sqnr is None else _finite(sqnr)  # inf (exact) is null, as end to end
+        entry["exact"] = self.verdict != NOT_RUN and self.elements > 0 and self.noise == 0.0
+        entry["steps_off"] = self.steps_off
         return entry
 
 
@@ -444,7 +478,8 @@ def compare(
             within_tolerance=False,
             comparable=False,
         )
-    mismatches = elements - int(np.count_nonzero(_equal_mask(reference, ours)))
+    equal = _equal_mask(reference, ours)
+    mismatches = elements - int(np.count_nonzero(equal))
     ref64, ours64 = reference.astype(np.float64), ours.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(ref64 - ours64)
@@ -470,6 +505,9 @@ def compare(
     elif lsb_unit is not None:
         steps = np.broadcast_to(np.abs(np.asarray(lsb_unit, np.float64)), reference.shape)[finite]
         step_energy = float(np.sum(steps * steps))
+    steps_off = None
+    if reference.dtype.kind in "iub" or lsb_unit is not None:
+        steps_off = _steps_off(diff, None if reference.dtype.kind in "iub" else lsb_unit, equal)
     within = True
     if atol is not None or rtol is not None:
         bound = (atol or 0.0) + (rtol or 0.0) * np.abs(ref64)
@@ -487,7 +525,35 @@ def compare(
         dot=dot,
         ours_energy=ours_energy,
         step_energy=step_energy,
+        steps_off=steps_off,
     )
+
+
+def _steps_off(diff: np.ndarray, lsb_unit: np.ndarray | None, equal: np.ndarray) -> list[int]:
+    """Elements off by k steps (`diff` in steps already when `lsb_unit` is None), k capped at STEPS_OFF_CAP;
+    only the differing elements are divided, the equal ones are 0 steps off."""
+    differing = ~equal
+    off = diff[differing]
+    if lsb_unit is not None:
+        units = np.broadcast_to(np.abs(np.asarray(lsb_unit, np.float64)), diff.shape)[differing]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            off = np.rint(off / units)
+    off = np.nan_to_num(off, nan=STEPS_OFF_CAP, posinf=STEPS_OFF_CAP)  # 0/0 or NaN against a number: far off
+    counts = np.bincount(np.minimum(off, STEPS_OFF_CAP).astype(np.int64), minlength=1)
+    counts[0] += int(np.count_nonzero(equal))
+    return _trimmed([int(c) for c in counts])
+
+
+def add_steps_off(first: list[int], second: list[int]) -> list[int]:
+    """Two steps-off histograms (lists of counts by k) as one."""
+    longer, shorter = (first, second) if len(first) >= len(second) else (second, first)
+    return _trimmed([count + (shorter[k] if k < len(shorter) else 0) for k, count in enumerate(longer)])
+
+
+def _trimmed(counts: list[int]) -> list[int]:
+    while len(counts) > 1 and counts[-1] == 0:
+        counts.pop()
+    return counts
 
 
 def _sqnr(signal: float, noise: float) -> float:

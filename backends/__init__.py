@@ -21,6 +21,7 @@ import importlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
+from qconvert.did_you_mean import did_you_mean
 from qconvert.errors import InputError
 from qconvert.options import CHOICES, HELP, flag, option_fields, options_from_text
 
@@ -118,7 +119,10 @@ class BackendRegistry:
         """The backend called `name`; InputError naming the available ones when there is none."""
         if name not in self.loaded:
             if name not in self.modules:
-                raise InputError(f"unknown backend '{name}'; available: {', '.join(self.names())}")
+                suggestion = did_you_mean(name, self.names())
+                raise InputError(
+                    f"unknown backend '{name}'; available: {', '.join(self.names())}{suggestion}"
+                )
             self.loaded[name] = importlib.import_module(self.modules[name]).BACKEND
         return self.loaded[name]
 

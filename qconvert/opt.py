@@ -15,6 +15,7 @@ from typing import Any
 
 from qconvert.atomic_file import atomic_text_file
 from qconvert.backends import BACKEND_PASS_MODULES
+from qconvert.did_you_mean import closest, did_you_mean
 from qconvert.errors import Diagnostic, InputError, Location, ParseError, QConvertError
 from qconvert.ir.core import Operation
 from qconvert.ir.parser import ParserOptions, parse_module
@@ -58,6 +59,17 @@ class OptOptions:
     passes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
 
 
+# mlir-opt's own flags (besides the passes), for "did you mean" on a misspelled one
+OPT_FLAGS = (
+    "split-input-file",
+    "verify-diagnostics",
+    "allow-unregistered-dialect",
+    "verify-each",
+    "emit-bytecode",
+    "pass-pipeline",
+)
+
+
 def parse_arguments(arguments: Sequence[str]) -> OptOptions:
     """Read mlir-opt style flags; anything unknown is a usage error (exit 2)."""
     options = OptOptions()
@@ -89,7 +101,9 @@ def parse_arguments(arguments: Sequence[str]) -> OptOptions:
         elif flag in ALL_PASS_MODULES:
             options.passes.append((flag, parse_pass_options(flag, value)))
         else:
-            raise InputError(f"unknown command line argument '{argument}'; try 'qconvert opt --help'")
+            match = closest(flag, [*ALL_PASS_MODULES, *OPT_FLAGS])
+            hint = f"; did you mean '--{match}'?" if match else ""
+            raise InputError(f"unknown command line argument '{argument}'{hint}; try 'qconvert opt --help'")
     if len(positional) > 1:
         raise InputError(f"expected one input file, got {len(positional)}: {' '.join(positional)}")
     if positional:
@@ -115,7 +129,9 @@ def parse_pipeline(text: str) -> list[tuple[str, dict[str, str]]]:
         if name in ("builtin.module", "func.func", "any"):
             continue
         if name not in ALL_PASS_MODULES:
-            raise InputError(f"unknown pass '{name}' in pipeline '{text}'")
+            raise InputError(
+                f"unknown pass '{name}' in pipeline '{text}'{did_you_mean(name, ALL_PASS_MODULES)}"
+            )
         passes.append((name, parse_pass_options(name, body)))
     return passes
 

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from qconvert.did_you_mean import did_you_mean
 from qconvert.errors import InputError
 
 HELP = "help"
@@ -38,7 +39,8 @@ def check_choice(option_flag: str, value: str, choices: Iterable[str]) -> str:
     """`value` when it is one of `choices`, else InputError naming the option and the choices."""
     allowed = tuple(choices)
     if value not in allowed:
-        raise InputError(f"unknown {option_flag} '{value}'; available: {', '.join(allowed)}")
+        suggestion = did_you_mean(value, allowed)
+        raise InputError(f"unknown {option_flag} '{value}'; available: {', '.join(allowed)}{suggestion}")
     return value
 
 

@@ -58,6 +58,7 @@ from qconvert.calibrate.sentinel import (
     needs_magnitude_observer,
     sentinel_guard,
 )
+from qconvert.did_you_mean import did_you_mean
 from qconvert.errors import InputError
 
 if TYPE_CHECKING:
@@ -310,6 +311,7 @@ def _method(
     if method not in METHODS:  # before the scheme's checks below, which take the name as valid
         raise InputError(
             f"--method {method}: unknown calibration method (expected one of {', '.join(METHODS)})"
+            + did_you_mean(str(method), METHODS)
         )
     if method == "mse" and scheme.activation_type == "float8e4m3fn":
         raise InputError(

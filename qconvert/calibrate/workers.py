@@ -37,6 +37,7 @@ import numpy as np
 
 from qconvert.calibrate.dataset import Batch, Dataset, DatasetStats
 from qconvert.calibrate.observer import Observer
+from qconvert.did_you_mean import did_you_mean
 from qconvert.errors import InputError, QConvertError
 
 ENGINES = ("local", "ray")
@@ -483,7 +484,9 @@ def open_engine(augmented: AugmentedModel, workers: int = 1, engine: str = "loca
     if workers < 1:
         raise InputError(f"--workers {workers}: expected 1 or more")
     if engine not in ENGINES:
-        raise InputError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
+        raise InputError(
+            f"--executor {engine}: expected one of {', '.join(ENGINES)}{did_you_mean(engine, ENGINES)}"
+        )
     if engine == "ray":
         with ray_instance(workers):
             yield RayEngine(augmented, workers)

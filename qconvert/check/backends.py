@@ -32,6 +32,7 @@ from qconvert.check.report import (
     EVALUATED_BY_REFERENCE,
     LayerResult,
 )
+from qconvert.did_you_mean import did_you_mean
 from qconvert.errors import InputError, QConvertError
 
 if TYPE_CHECKING:
@@ -268,7 +269,9 @@ def make_backend(backend: str, engine: str | None = None, **options: Any) -> Che
 
     choices = backend_choices()
     if backend not in choices:
-        raise InputError(f"unknown backend '{backend}'; available: {', '.join(choices)}")
+        raise InputError(
+            f"unknown backend '{backend}'; available: {', '.join(choices)}{did_you_mean(backend, choices)}"
+        )
     if backend == INTERPRETER:
         given = given_options({"engine": engine, **options})
         if given:

@@ -45,6 +45,7 @@ from qconvert.calibrate.collect import (
 )
 from qconvert.calibrate.dataset import AS_GIVEN, DatasetStats, DataSource, open_dataset
 from qconvert.calibrate.evaluate import Agreement, evaluate, quantized_activations, tensor_losses
+from qconvert.calibrate.histograms import exported_histogram
 from qconvert.calibrate.methods import METHODS, Method, make_method
 from qconvert.calibrate.observers import MinMaxObserver
 from qconvert.calibrate.outputs import TextOutput, check_output_paths, write_outputs
@@ -86,6 +87,8 @@ class CalibrationResult:
     output: Path | None = None
     ranges_path: Path | None = None
     agreement: Agreement | None = None  # the QDQ model against the float one (`evaluate_samples`)
+    # tensor -> the histogram its method binned (histograms.py), for the report; empty for minmax
+    histograms: dict[str, dict[str, object]] = field(default_factory=dict)
 
     @property
     def unit(self) -> str:
@@ -124,6 +127,7 @@ class CalibrationResult:
             "keep_float": self.keep_float,
             "agreement": None if self.agreement is None else self.agreement.to_json(),
             "ranges": self.ranges.to_json()["tensors"],
+            "histograms": self.histograms,
         }
 
     def json_text(self) -> str:
@@ -140,6 +144,7 @@ class _Observed:
     stats: DatasetStats
     batch_size: int | str
     seconds: float
+    histograms: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
 def _clipped(first: object, bounds: tuple[float, float]) -> object:
@@ -277,7 +282,12 @@ def _observe(
         f"{name}: {r.note}" for name, r in ranges.items() if r.note and name not in decision.keep_float
     ]
     batch = AS_GIVEN if dataset.as_given else dataset.batch_size
-    return _Observed(ranges, keep_float, warnings, stats, batch, seconds)
+    histograms = {}  # the last pass's histogram (over a clipped range when the guard clipped it)
+    for name, (first, final) in observers.items():
+        histogram = exported_histogram([*final, *first])
+        if histogram is not None:
+            histograms[name] = histogram
+    return _Observed(ranges, keep_float, warnings, stats, batch, seconds, histograms)
 
 
 # The public function ----------------------------------------------------------------------------------
@@ -464,6 +474,7 @@ def calibrate(
             workers=workers,
             engine=engine,
             seconds_collecting=observed.seconds,
+            histograms=observed.histograms,
         )
     texts = []
     if ranges_path is not None:

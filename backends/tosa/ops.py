@@ -67,11 +67,13 @@ __all__ = [
     "avg_pool2d",
     "cast",
     "clamp",
+    "compare",
     "concat",
     "const",
     "const_shape",
     "conv2d",
     "depthwise_conv2d",
+    "float_matmul",
     "matmul",
     "max_pool2d",
     "maximum",
@@ -85,9 +87,14 @@ __all__ = [
     "slice_",
     "sub",
     "gather",
+    "logical_not",
+    "power",
+    "reduce",
+    "select",
     "table",
     "tile",
     "transpose",
+    "unary",
     "zero_point",
 ]
 
@@ -446,3 +453,52 @@ def reduce_sum(b: Builder, input_: Value, axis: int) -> Value:
     shape = tuple(1 if d == axis else n for d, n in enumerate(input_type.shape))
     result = RankedTensorType(shape, input_type.element_type)
     return _op(b, "tosa.reduce_sum", [input_], result, axis=IntegerAttr(axis, I32))
+
+
+# Comparisons, selection and float functions (token-id wraps; --allow-float islands) ---------------------
+def compare(b: Builder, name: str, lhs: Value, rhs: Value) -> Value:
+    """`tosa.equal` / `tosa.greater` / `tosa.greater_equal`: an i1 tensor (same rank; dims of 1 broadcast)."""
+    result = RankedTensorType(_broadcast_shape(_tensor(lhs), _tensor(rhs)), IntegerType(1))
+    return _op(b, name, [lhs, rhs], result)
+
+
+def logical_not(b: Builder, input_: Value) -> Value:
+    return _op(b, "tosa.logical_not", [input_], input_.type)
+
+
+def select(b: Builder, condition: Value, on_true: Value, on_false: Value) -> Value:
+    """`tosa.select`: `on_true` where `condition`, else `on_false` (one rank; dims of 1 broadcast)."""
+    shape = _broadcast_shape(_tensor(condition), _tensor(on_true))
+    shape = _broadcast_shape(RankedTensorType(shape, I32), _tensor(on_false))
+    return _op(
+        b,
+        "tosa.select",
+        [condition, on_true, on_false],
+        RankedTensorType(shape, _tensor(on_true).element_type),
+    )
+
+
+def unary(b: Builder, name: str, input_: Value) -> Value:
+    """A TOSA op of one operand and a result of its type: exp, rsqrt, reciprocal, tanh, sigmoid, erf, ..."""
+    return _op(b, name, [input_], input_.type)
+
+
+def power(b: Builder, base: Value, exponent: Value) -> Value:
+    """`tosa.pow` (float): base ** exponent elementwise (same rank; dims of 1 broadcast)."""
+    return _binary("tosa.pow", b, base, exponent)
+
+
+def reduce(b: Builder, name: str, input_: Value, axis: int) -> Value:
+    """`tosa.reduce_sum` / `reduce_max` / `reduce_min` along `axis`, which stays as a dim of 1."""
+    input_type = _tensor(input_)
+    shape = tuple(1 if d == axis else n for d, n in enumerate(input_type.shape))
+    return _op(
+        b, name, [input_], RankedTensorType(shape, input_type.element_type), axis=IntegerAttr(axis, I32)
+    )
+
+
+def float_matmul(b: Builder, a: Value, b_: Value, zero: Value) -> Value:
+    """`tosa.matmul` of float `[N, H, C]` by `[N, C, W]` (zero points: the float 0 `zero`, tensor<1xf32>)."""
+    a_type, b_type = _tensor(a), _tensor(b_)
+    result = RankedTensorType((a_type.shape[0], a_type.shape[1], b_type.shape[2]), a_type.element_type)
+    return _op(b, "tosa.matmul", [a, b_, zero, zero], result)

@@ -10,6 +10,7 @@ import typer
 
 from qconvert import opt as opt_command
 from qconvert.backends import REGISTRY, option_help
+from qconvert.cli_help import HELP_OPTION_NAMES, WorkflowGroup
 from qconvert.errors import QConvertError
 
 INTERNAL_ERROR = 3
@@ -20,6 +21,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=WorkflowGroup,  # verbs in workflow order, flags shown as flags, examples at each verb's foot
+    context_settings={"help_option_names": HELP_OPTION_NAMES},
 )
 
 
@@ -32,8 +35,20 @@ def opt(context: typer.Context) -> None:
     raise typer.Exit(opt_command.main(context.args))
 
 
+def _print_version(given: bool) -> None:
+    if given:
+        from qconvert.cli_help import version
+
+        typer.echo(f"qconvert {version()}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def callback() -> None:
+def callback(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="print the version and exit"
+    ),
+) -> None:
     """qconvert: quantized ONNX -> quant-dialect IR -> StableHLO / TOSA / AscendC / storage ONNX."""
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         convert_to_stablehlo,
         convert_with_stats,
         elide_weights,
+        stablehlo_lowerings,
         stablehlo_text,
         write_stablehlo,
     )
@@ -53,6 +54,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "convert_to_stablehlo": ("convert", "convert_to_stablehlo"),
     "convert_with_stats": ("convert", "convert_with_stats"),
     "elide_weights": ("convert", "elide_weights"),
+    "stablehlo_lowerings": ("convert", "stablehlo_lowerings"),
     "stablehlo_text": ("convert", "stablehlo_text"),
     "write_stablehlo": ("convert", "write_stablehlo"),
     "Form": ("forms", "Form"),
@@ -85,6 +87,7 @@ __all__ = [
     "legalize_quant_to_math",
     "predicted_mismatches",
     "run_stablehlo",
+    "stablehlo_lowerings",
     "stablehlo_text",
     "verify",
     "write_stablehlo",

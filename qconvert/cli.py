@@ -122,7 +122,11 @@ def _check_backends_help() -> str:
     return "interpreter (the lifted IR, default) or " + " / ".join(runners)
 
 
-BACKEND_OPTION_HELP = "NAME=VALUE: any option of the backend, flag or not (e.g. form=integer); repeatable"
+INPUT_SHAPE_HELP = "NAME=1x128, fixes dynamic dims (repeat, or NAME=..,NAME=..)"
+SENTINEL_HELP = "NAME=keep|clip|quantize (repeat, or commas)"
+BACKEND_OPTION_HELP = (
+    "NAME=VALUE: any option of the backend, flag or not (e.g. form=integer); repeat, or NAME=V,NAME=V"
+)
 
 
 def _backend_options(specs: list[str], flags: dict[str, object]) -> dict[str, object]:
@@ -132,7 +136,7 @@ def _backend_options(specs: list[str], flags: dict[str, object]) -> dict[str, ob
     from qconvert.errors import InputError
 
     options: dict[str, object] = dict(given_options(flags))
-    for spec in specs:
+    for spec in _named_values(specs):
         name, equals, value = spec.partition("=")
         key = name.strip().replace("-", "_")
         if not equals or not key:
@@ -143,6 +147,23 @@ def _backend_options(specs: list[str], flags: dict[str, object]) -> dict[str, ob
     return options
 
 
+def _one_of_two(name: str, value: str | None, old_name: str, old_value: str | None) -> str | None:
+    """The value of a flag given by its name or by its old spelling (a hidden alias); both: InputError."""
+    from qconvert.errors import InputError
+
+    if value is not None and old_value is not None:
+        raise InputError(f"{name} and {old_name} (its old spelling) are the same option; give one")
+    return value if value is not None else old_value
+
+
+def _named_values(specs: list[str]) -> list[str]:
+    """`--input-shape x=1x128,mask=1,128` as two: repetition and commas both list values; a comma splits
+    only before the next NAME= (dims may be comma-separated)."""
+    import re
+
+    return [part for spec in specs for part in re.split(r",(?=[^,=]+=)", spec) if part]
+
+
 def _parse_input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
     """`["x=1x128", "mask=1,128"]` -> `{"x": (1, 128), "mask": (1, 128)}` (dims split by x or a comma; an
     empty shape is a scalar); InputError when malformed or a name is given twice."""
@@ -151,7 +172,7 @@ def _parse_input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
     from qconvert.errors import InputError
 
     shapes: dict[str, tuple[int, ...]] = {}
-    for spec in specs:
+    for spec in _named_values(specs):
         name, _, dims = spec.rpartition("=")
         try:
             shape = tuple(int(d) for d in re.split(r"[x,]", dims)) if dims else ()
@@ -185,7 +206,7 @@ def import_command(
         "--resource-threshold",
         help="weights of at least this many elements print as dense_resource blobs (0: all inline)",
     ),
-    input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
+    input_shape: list[str] = typer.Option([], "--input-shape", help=INPUT_SHAPE_HELP),  # noqa: B008
     ranges: str | None = typer.Option(
         None,
         "--ranges",
@@ -236,7 +257,7 @@ def convert_command(
         "--output",
         help="output file (omitted or '-': stdout; an ONNX model: -o PATH, or -o - into a pipe)",
     ),
-    input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
+    input_shape: list[str] = typer.Option([], "--input-shape", help=INPUT_SHAPE_HELP),  # noqa: B008
     elide_weights: bool = typer.Option(False, "--elide-weights", help=option_help("elide_weights")),
     inline_weights: bool = typer.Option(False, "--inline-weights", help=option_help("inline_weights")),
     fuse_arithmetic: bool = typer.Option(False, "--fuse-arithmetic", help=option_help("fuse_arithmetic")),
@@ -276,7 +297,7 @@ def convert_command(
 @app.command("inspect")
 def inspect_command(
     model: str = typer.Argument(..., help="ONNX model file"),
-    input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
+    input_shape: list[str] = typer.Option([], "--input-shape", help=INPUT_SHAPE_HELP),  # noqa: B008
     json_path: str | None = typer.Option(
         None, "--json", help="write the summary as JSON to this path ('-': stdout, instead of the text)"
     ),
@@ -334,7 +355,7 @@ def check_command(
         None, "--max-mismatch-fraction", help="end to end: max fraction of differing elements"
     ),
     min_sqnr: float | None = typer.Option(None, "--min-sqnr", help="end to end: minimum SQNR in dB"),
-    input_shape: list[str] = typer.Option([], "--input-shape", help="NAME=1x128, fixes dynamic dims"),  # noqa: B008
+    input_shape: list[str] = typer.Option([], "--input-shape", help=INPUT_SHAPE_HELP),  # noqa: B008
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar; the verdict line only"),
     against: str | None = typer.Option(
         None,
@@ -440,9 +461,13 @@ def calibrate_command(
     method: str | None = typer.Option(
         None,
         "--method",
-        help="minmax (default) | moving-average | percentile | entropy | mse | distribution",
+        help="minmax | moving-average | percentile | entropy | mse | distribution",
+        show_default="minmax",
     ),
-    out: str | None = typer.Option(None, "--out", "-o", help="write the QDQ ONNX model here ('-': stdout)"),
+    out: str | None = typer.Option(
+        None, "-o", "--output", help="write the QDQ ONNX model here ('-': stdout)", show_default="none"
+    ),
+    out_alias: str | None = typer.Option(None, "--out", hidden=True, help="old spelling of -o/--output"),
     ranges: str | None = typer.Option(
         None, "--ranges", help="save the calibrated ranges as JSON ('-': stdout)"
     ),
@@ -450,9 +475,12 @@ def calibrate_command(
         None, "--load-ranges", help="reuse a ranges JSON instead of calibrating (--data: for --evaluate)"
     ),
     workers: int | None = typer.Option(
-        None, "--workers", help="processes (or Ray tasks) sharing the batches (default: 1)"
+        None, "--workers", help="processes (or Ray tasks) sharing the batches", show_default="1"
     ),
-    engine: str | None = typer.Option(None, "--engine", help="local (processes, default) or ray"),
+    executor: str | None = typer.Option(
+        None, "--executor", help="where the workers run: local (processes) or ray", show_default="local"
+    ),
+    engine: str | None = typer.Option(None, "--engine", hidden=True, help="old spelling of --executor"),
     batch_size: str | None = typer.Option(
         None,
         "--batch-size",
@@ -485,13 +513,13 @@ def calibrate_command(
         help="per-tensor overrides: a JSON file in onnxruntime's TensorQuantOverrides form",
     ),
     op_types: list[str] = typer.Option([], "--op-types", help="only these op types (comma-separated)"),  # noqa: B008
-    exclude_op_types: list[str] = typer.Option([], "--exclude-op-types", help="not these op types"),  # noqa: B008
+    exclude_op_types: list[str] = typer.Option([], "--exclude-op-types", help="not these op types (commas)"),  # noqa: B008
     nodes: list[str] = typer.Option([], "--nodes", help="only these node names (comma-separated)"),  # noqa: B008
-    exclude_nodes: list[str] = typer.Option([], "--exclude-nodes", help="not these node names"),  # noqa: B008
+    exclude_nodes: list[str] = typer.Option([], "--exclude-nodes", help="not these node names (commas)"),  # noqa: B008
     sentinel: str | None = typer.Option(
-        None, "--sentinel", help="masked/padded ranges: keep (float, default) | clip | off"
+        None, "--sentinel", help="masked/padded ranges: keep (float) | clip | off", show_default="keep"
     ),
-    sentinel_override: list[str] = typer.Option([], "--sentinel-override", help="NAME=keep|clip|quantize"),  # noqa: B008
+    sentinel_override: list[str] = typer.Option([], "--sentinel-override", help=SENTINEL_HELP),  # noqa: B008
     json_path: str | None = typer.Option(
         None, "--json", help="write the result (ranges, samples) as JSON ('-': stdout, the table to stderr)"
     ),
@@ -516,8 +544,19 @@ def calibrate_command(
     from qconvert.calibrate.overrides import read_overrides
     from qconvert.calibrate.render import progress_bar, render
 
+    out = _one_of_two("-o/--output", out, "--out", out_alias)
+    executor_flag = "--engine" if engine is not None else "--executor"  # the message names the one given
+    executor = _one_of_two("--executor", executor, "--engine", engine)
+    if executor is not None:
+        from qconvert.calibrate.workers import ENGINES
+        from qconvert.did_you_mean import did_you_mean
+        from qconvert.errors import InputError
+
+        if executor not in ENGINES:
+            suggestion = did_you_mean(executor, ENGINES)
+            raise InputError(f"{executor_flag} {executor}: expected one of {', '.join(ENGINES)}{suggestion}")
     if load_ranges is not None:  # what only calibrating reads (calibrate() checks the rest)
-        options = {"--method": method, "--sentinel": sentinel, "--workers": workers, "--engine": engine}
+        options = {"--method": method, "--sentinel": sentinel, "--workers": workers, executor_flag: executor}
         options["--batch-size"] = batch_size if data is None else None  # with --data: --evaluate's batches
         refuse_unused_with_load_ranges(
             load_ranges, {name: value is not None for name, value in options.items()}
@@ -559,10 +598,10 @@ def calibrate_command(
             load_ranges=load_ranges,
             json_path=json_path,
             workers=1 if workers is None else workers,
-            engine="local" if engine is None else engine,
+            engine="local" if executor is None else executor,
             batch_size=batch,
             sentinel="keep" if sentinel is None else sentinel,
-            sentinel_overrides=sentinel_override,
+            sentinel_overrides=_named_values(sentinel_override),
             progress=progress,
             evaluate_samples=evaluate_samples,
             evaluate_tensors=worst_tensors > 0,

@@ -21,6 +21,9 @@ truncates, so it differs from both wherever they round away from zero (|fraction
 Submodules hold the rules of one engine family each: `onnxruntime_kernels` (QOperator integer
 kernels, re-exported here); `tosa` (TOSA 1.0's fixed-point RESCALE, multiplier / shift, TABLE, pooling's
 reciprocal, pinned to the TOSA reference model; imported as `qconvert.numerics.tosa`).
+`ascendc` emulates the AscendC quantization APIs (AscendQuant's half pipeline, AscendDequant,
+AscendAntiQuant, their round modes) and `hifloat8` the HiFloat8 format, from the CANN documentation (no
+Ascend engine exists here; imported as `qconvert.numerics.ascendc` / `qconvert.numerics.hifloat8`).
 """
 
 from __future__ import annotations

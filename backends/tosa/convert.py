@@ -28,12 +28,14 @@ from qconvert.ir.core import Block, Builder, Operation, Value
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp
 from qconvert.ir.dialects.onnx import main_function
-from qconvert.ir.dialects.qconvert import NOTE
+from qconvert.ir.dialects.qconvert import NOTE, QOperatorOp
 from qconvert.ir.printer import print_type, write_module_to
 from qconvert.ir.quant_types import UniformQuantizedType
 from qconvert.ir.types import F32, I8, I32, FloatType, FunctionType, Type, element_type_of
 from qconvert.numerics.tosa import TosaRounding
 from qconvert.passes.dce import erase_unused
+from qconvert.passes.inline import clone_op
+from qconvert.passes.qoperator_to_qdq import qoperator_to_qdq
 from qconvert.passes.rewrite import apply_patterns
 
 from . import ops
@@ -217,6 +219,19 @@ def _default_reason(op: Operation) -> str:
     return "no TOSA lowering yet"
 
 
+def _as_qdq(module: ModuleOp) -> ModuleOp:
+    """A copy of `module` whose QOperator ops are the QDQ form of their ONNX definitions (qoperator-to-qdq):
+    the StableHLO backend writes QLinear ops out as onnxruntime's kernels, which no TOSA pattern reads,
+    while its quantized form of dcast -> op -> qcast is what legalize_quant.py rescales. Without QOperator
+    ops, `module` itself."""
+    if not any(isinstance(op, QOperatorOp) for op in module.walk()):
+        return module
+    copied = clone_op(module, {})
+    assert isinstance(copied, ModuleOp)
+    qoperator_to_qdq(copied)
+    return copied
+
+
 def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> ModuleOp:
     """A new module holding `@main` as integer-only TOSA 1.0 ops (storage in and out).
 
@@ -231,7 +246,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
         )
     rounding = TosaRounding(options.rounding)
     converted = convert_to_stablehlo(
-        module, "quantized", "stablehlo", fuse_arithmetic=True, engine_profile=None
+        _as_qdq(module), "quantized", "stablehlo", fuse_arithmetic=True, engine_profile=None
     )
     function = main_function(converted, "to convert")
     if options.float_boundary:

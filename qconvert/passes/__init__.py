@@ -19,6 +19,7 @@ PASS_MODULES: dict[str, str] = {
     "inline": "qconvert.passes.inline",
     "lower-quant-ops": "qconvert.passes.lower_quant_ops",
     "normalize-quant-types": "qconvert.passes.normalize_quant_types",
+    "qoperator-to-qdq": "qconvert.passes.qoperator_to_qdq",
     "strip-func-quant-types": "qconvert.passes.strip_func_quant_types",
 }
 PASS_REGISTRY: dict[str, type[ModulePass]] = {}

@@ -71,6 +71,7 @@ _FP8_E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 _FP8_E5M2 = np.dtype(ml_dtypes.float8_e5m2)
 _FP4_E2M1 = np.dtype(ml_dtypes.float4_e2m1fn)
 _FP8_E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
+_HALF_MAX = float(np.finfo(np.float16).max)
 
 
 class AscendRoundMode(StrEnum):
@@ -313,9 +314,10 @@ def ascend_quant(
     - `offset` None: no offset (PER_TOKEN / PER_GROUP `hasOffset = false`); ignored for fp4 destinations.
     - `src_dtype` (half / bfloat16 / float32; default src's own float type): the source as the kernel reads
       it.
-    - the compute type `c`: half for PER_TENSOR / PER_CHANNEL (the A2/A3 implementation casts float inputs,
-      scale and offset to half); for PER_TOKEN / PER_GROUP (950) `scale_dtype` (default float32), float32 for
-      fp8 / fp4 destinations; `compute_dtype` overrides either.
+    - the compute type `c`: float32 for fp8 / fp4 destinations (every mode); otherwise half for PER_TENSOR /
+      PER_CHANNEL (`ascend_quant_pre_impl.h` and the 950's `ascend_quant_3510_impl.h` cast float / bf16
+      inputs, scale and offset to half, the float -> half cast saturating) and `scale_dtype` (default
+      float32) for PER_TOKEN / PER_GROUP (`ascend_quant_per_group_3510_impl.h`); `compute_dtype` overrides.
     - `dst_dtype`: int8, ml_dtypes.int4, float8_e4m3fn, float8_e5m2, float4_e2m1fn, or HIFLOAT8 (uint8 codes).
     - `round_mode`: falls back to the destination's default when unsupported (`effective_round_mode`).
     """
@@ -330,15 +332,19 @@ def ascend_quant(
     )
     if compute_dtype is not None:
         compute = np.dtype(compute_dtype)
-    elif quant_mode in (AscendQuantMode.PER_TENSOR, AscendQuantMode.PER_CHANNEL):
-        compute = _HALF
     elif _destination_kind(dst) in ("fp8", "fp4"):
         compute = _FLOAT32
+    elif quant_mode in (AscendQuantMode.PER_TENSOR, AscendQuantMode.PER_CHANNEL):
+        compute = _HALF
     else:
         compute = np.dtype(scale_dtype) if scale_dtype is not None else _FLOAT32
     shape = source.shape
     # The source as stored (read_as), then converted to the compute type: two exact-or-RNE conversions.
-    values = _round_to(_as_float64(source, read_as), compute)
+    stored = _as_float64(source, read_as)
+    if compute == _HALF:
+        # The float -> half source cast saturates (SatS): ±Inf and overflow become ±65504.
+        stored = np.clip(stored, -_HALF_MAX, _HALF_MAX)
+    values = _round_to(stored, compute)
     scales = _round_to(
         _as_float64(
             _expand_quant_params(scale, shape, quant_mode, group_size, axis, "scale"),

@@ -301,22 +301,29 @@ def inspect_command(
     json_path: str | None = typer.Option(
         None, "--json", help="write the summary as JSON to this path ('-': stdout, instead of the text)"
     ),
+    output: str = typer.Option("-", "-o", "--output", help="write the text summary here ('-': stdout)"),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="list every quantized tensor (else the first 12)"
+    ),
 ) -> None:
-    """Summarize an ONNX model as lifted: its quantization style(s) (static Q/DQ, QOperator, dynamic,
-    weight-only, MatMulNBits) with counts, ops, quantized tensors by scheme, storage types."""
+    """Summarize an ONNX model: each input and output (dtype, shape), the opsets, its quantization style(s)
+    (static Q/DQ, QOperator, dynamic, weight-only, MatMulNBits) with counts, ops, and each quantized
+    tensor's type (storage, scale, zero point, axis, block)."""
     import json
 
     from qconvert.atomic_file import atomic_text_file
     from qconvert.frontends.onnx.summary import summarize_model
 
     _check_output(json_path, model, "--json")
+    _check_output(output, model)
     summary = summarize_model(model, _parse_input_shapes(input_shape))
     if json_path is not None:
         with atomic_text_file(json_path) as stream:
             stream.write(json.dumps(summary.to_json(), indent=1) + "\n")
-        if json_path == "-":
+        if json_path == "-" and output == "-":
             return
-    typer.echo("\n".join(summary.lines()))
+    with atomic_text_file(output) as stream:
+        stream.write("\n".join(summary.lines(shown=None if verbose else 12)) + "\n")
 
 
 @app.command("check")

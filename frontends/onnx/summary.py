@@ -10,23 +10,27 @@ data) like upstream's `--mlir-elide-elementsattrs-if-larger`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
-from onnx import ModelProto, NodeProto, TensorProto
+from onnx import ModelProto, NodeProto, TensorProto, ValueInfoProto, helper
 
 from qconvert.interpret import input_names, output_names
 from qconvert.ir.attributes import DenseElementsAttr, DenseResourceAttr
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
+from qconvert.ir.dialects.onnx import node_name
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
 from qconvert.ir.quant_types import (
     QuantizedType,
     UniformQuantizedPerAxisType,
     UniformQuantizedSubChannelType,
+    UniformQuantizedType,
 )
 from qconvert.ir.types import element_type_of
 from qconvert.storage_metadata import StorageEntry, StorageMetadata
@@ -47,9 +51,32 @@ class ModuleSummary:
     constant_bytes: int = 0
     styles: list[QuantizationStyle] | None = None  # from the ONNX graph (quantization_styles), when known
     storage: StorageMetadata | None = None  # a stripped model's boundary (its qconvert.storage metadata)
+    # from the ONNX graph, when known (summarize_model): each input and output's type, the opsets
+    input_types: list[TensorDescription] = field(default_factory=list)
+    output_types: list[TensorDescription] = field(default_factory=list)
+    opsets: dict[str, int] = field(default_factory=dict)
+    # each quantized tensor once, in graph order: (ONNX node the cast was lifted from, its quant type)
+    quantized: dict[str, QuantizedType] = field(default_factory=dict)
+    quantized_tensor_names: dict[str, str] = field(default_factory=dict)  # node name -> tensor name
 
-    def lines(self) -> list[str]:
-        out = [f"inputs: {', '.join(self.inputs)}", f"outputs: {', '.join(self.outputs)}"]
+    def quantized_tensors(self) -> list[dict[str, object]]:
+        """Each quantized tensor: its name, storage, scale(s), zero point(s), axis, block (for --json)."""
+        return [
+            {"tensor": self.quantized_tensor_names.get(node, node), **describe_quant_type(quant_type)}
+            for node, quant_type in self.quantized.items()
+        ]
+
+    def lines(self, shown: int | None = 12) -> list[str]:
+        """The summary as text; `shown`: quantized tensors listed (None: all), the rest counted."""
+        if self.input_types:
+            out = ["inputs:"] + [f"  {tensor.line()}" for tensor in self.input_types]
+            out += ["outputs:"] + [f"  {tensor.line()}" for tensor in self.output_types]
+        else:
+            out = [f"inputs: {', '.join(self.inputs)}", f"outputs: {', '.join(self.outputs)}"]
+        if self.opsets:
+            out.append(
+                "opsets: " + ", ".join(f"{domain or 'ai.onnx'} {v}" for domain, v in self.opsets.items())
+            )
         out.append(f"constants: {self.constants} ({self.constant_bytes} bytes)")
         if self.styles is not None:
             names = " + ".join(style.name for style in self.styles) or "none (no quantization op or pattern)"
@@ -63,6 +90,13 @@ class ModuleSummary:
         out += [f"  {name}: {count}" for name, count in sorted(self.schemes.items())] or [none]
         out.append("storage types:")
         out += [f"  {name}: {count}" for name, count in sorted(self.storage_types.items())] or ["  none"]
+        tensors = self.quantized_tensors()
+        if tensors:
+            out.append(f"quantized tensors ({len(tensors)}):")
+            listed = tensors if shown is None else tensors[:shown]
+            out += [f"  {tensor['tensor']}: {quant_type_line(tensor)}" for tensor in listed]
+            if len(tensors) > len(listed):
+                out.append(f"  ... and {len(tensors) - len(listed)} more (--verbose lists all)")
         if self.storage:
             out.append("storage boundary (stripped by qconvert: feed and read storage integers):")
             out += [f"  input '{name}': {describe_entry(e)}" for name, e in self.storage.inputs.items()]
@@ -80,6 +114,9 @@ class ModuleSummary:
         return {
             "inputs": self.inputs,
             "outputs": self.outputs,
+            "input_types": [tensor.to_json() for tensor in self.input_types],
+            "output_types": [tensor.to_json() for tensor in self.output_types],
+            "opsets": {domain or "ai.onnx": version for domain, version in self.opsets.items()},
             "constants": self.constants,
             "constant_bytes": self.constant_bytes,
             "quantization_styles": styles,
@@ -87,7 +124,96 @@ class ModuleSummary:
             "schemes": dict(sorted(self.schemes.items())),
             "storage_types": dict(sorted(self.storage_types.items())),
             "storage": json.loads(self.storage.sidecar_text()) if self.storage else None,
+            "quantized_tensors": self.quantized_tensors(),
         }
+
+
+@dataclass(frozen=True)
+class TensorDescription:
+    """A graph input or output as the ONNX model declares it: `image: float32 [batch, 1, 8, 8]`."""
+
+    name: str
+    dtype: str
+    shape: list[int | str] | None  # a str: a named (dynamic) dim; None: the rank is unknown
+
+    def line(self) -> str:
+        shape = "unknown shape" if self.shape is None else "[" + ", ".join(str(d) for d in self.shape) + "]"
+        return f"{self.name}: {self.dtype} {shape}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "dtype": self.dtype, "shape": self.shape}
+
+
+def _dtype_name(elem_type: int) -> str:
+    """`float32`, `int8`, `float8e4m3fn`: numpy's name where numpy has the type, else ONNX's, lowercased."""
+    if not elem_type:
+        return "?"
+    with contextlib.suppress(KeyError, ValueError, TypeError):
+        return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)))
+    return TensorProto.DataType.Name(elem_type).lower()
+
+
+def describe_value(value: ValueInfoProto) -> TensorDescription:
+    """The dtype and shape an ONNX value info declares (a dynamic dim by its name, or '?')."""
+    tensor_type = value.type.tensor_type
+    dtype = _dtype_name(tensor_type.elem_type)
+    if not value.type.HasField("tensor_type"):
+        return TensorDescription(value.name, value.type.WhichOneof("value") or "?", None)
+    if not tensor_type.HasField("shape"):
+        return TensorDescription(value.name, dtype, None)
+    shape: list[int | str] = [
+        dim.dim_value if dim.HasField("dim_value") else (dim.dim_param or "?")
+        for dim in tensor_type.shape.dim
+    ]
+    return TensorDescription(value.name, dtype, shape)
+
+
+def describe_quant_type(quant_type: QuantizedType) -> dict[str, object]:
+    """A quant type's parameters by name: storage, scale(s), zero point(s), axis, block size(s)."""
+    described: dict[str, object] = {
+        "storage": quant_type.storage_type_spelling,
+        "scheme": scheme_of(quant_type),
+    }
+    if isinstance(quant_type, UniformQuantizedType):
+        described |= {"scale": quant_type.scale, "zero_point": quant_type.zero_point}
+    elif isinstance(quant_type, UniformQuantizedPerAxisType):
+        described |= {
+            "axis": quant_type.quantized_dimension,
+            "scales": list(quant_type.scales),
+            "zero_points": list(quant_type.zero_points),
+        }
+    elif isinstance(quant_type, UniformQuantizedSubChannelType):
+        described |= {
+            "axes": list(quant_type.quantized_dimensions),
+            "block_sizes": list(quant_type.block_sizes),
+            "scales_shape": list(quant_type.scales.array.shape),
+            "scale_range": [float(quant_type.scales.array.min()), float(quant_type.scales.array.max())],
+            "zero_points": sorted({int(z) for z in np.unique(quant_type.zero_points.array)[:8]}),
+        }
+    return described
+
+
+def quant_type_line(described: dict[str, object]) -> str:
+    """`i8, scale 0.0039215689, zero point -128`; per-axis: axis, the scales' count and range."""
+    storage = described["storage"]
+    if "scale" in described:
+        return f"{storage} per-tensor, scale {described['scale']:.8g}, zero point {described['zero_point']}"
+    if "axis" in described:
+        scales = cast(list[float], described["scales"])
+        zero_points = sorted(set(cast(list[int], described["zero_points"])))
+        shown = ", ".join(str(z) for z in zero_points[:4]) + (", ..." if len(zero_points) > 4 else "")
+        return (
+            f"{storage} per-axis (axis {described['axis']}), {len(scales)} scales in "
+            f"[{min(scales):.6g}, {max(scales):.6g}], zero points {{{shown}}}"
+        )
+    if "block_sizes" in described:
+        low, high = cast(list[float], described["scale_range"])
+        return (
+            f"{storage} blocked (axes {described['axes']}, block sizes {described['block_sizes']}), scales "
+            f"{'x'.join(str(d) for d in cast(list[int], described['scales_shape']))} "
+            f"in [{low:.6g}, {high:.6g}]"
+        )
+    return str(storage)
 
 
 def describe_entry(entry: StorageEntry, shown: int = 4) -> str:
@@ -135,6 +261,7 @@ def summarize(module: ModuleOp) -> ModuleSummary:
         if isinstance(quantized, QuantizedType):
             summary.schemes[scheme_of(quantized)] += 1
             summary.storage_types[quantized.storage_type_spelling] += 1
+            summary.quantized.setdefault(node_name(op) or f"#{len(summary.quantized)}", quantized)
     return summary
 
 
@@ -355,4 +482,21 @@ def summarize_model(
     summary = summarize(module)
     summary.styles = styles
     summary.storage = storage
+    initializers = {init.name for init in model.graph.initializer}
+    summary.input_types = [describe_value(v) for v in model.graph.input if v.name not in initializers]
+    summary.output_types = [describe_value(v) for v in model.graph.output]
+    summary.opsets = {entry.domain: entry.version for entry in model.opset_import}
+    # a tensor is named by what is quantized: a Q node's input, or a DQ node's (its Q node's input if any)
+    quantizers = {node.output[0]: node for node in model.graph.node if node.op_type == "QuantizeLinear"}
+    for node in model.graph.node:
+        if node.name in summary.quantized and node.input:
+            quantizer = quantizers.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+            summary.quantized_tensor_names[node.name] = (quantizer or node).input[0]
+    # a tensor quantized then dequantized is listed once (the Q and DQ nodes name the same tensor)
+    seen: set[str] = set()
+    for node_key in list(summary.quantized):
+        tensor = summary.quantized_tensor_names.get(node_key, node_key)
+        if tensor in seen:
+            del summary.quantized[node_key]
+        seen.add(tensor)
     return summary

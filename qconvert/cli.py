@@ -364,6 +364,17 @@ def check_command(
     min_sqnr: float | None = typer.Option(None, "--min-sqnr", help="end to end: minimum SQNR in dB"),
     input_shape: list[str] = typer.Option([], "--input-shape", help=INPUT_SHAPE_HELP),  # noqa: B008
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar; the verdict line only"),
+    report_path: str | None = typer.Option(
+        None,
+        "--report",
+        help="also write the report as one self-contained HTML page (plots; `qconvert report`)",
+    ),
+    model_explorer: str | None = typer.Option(
+        None,
+        "--model-explorer",
+        help="write per-node results as Model Explorer node data: OUT.json (SQNR, verdict colours) and "
+        "OUT.steps.json (max steps off), to load beside the model in Model Explorer",
+    ),
     against: str | None = typer.Option(
         None,
         "--against",
@@ -382,6 +393,8 @@ def check_command(
     from qconvert.stdout_console import stdout_console
 
     _check_output(json_path, model, "--json")
+    _check_output(report_path, model, "--report")
+    _check_output(model_explorer, model, "--model-explorer")
     if against is not None:
         given = {
             "--allow-not-run": allow_not_run,
@@ -395,6 +408,7 @@ def check_command(
             != (None, None, None)
             or (max_mismatch_fraction, min_sqnr) != (None, None),
             "--input-shape": input_shape,
+            "--report / --model-explorer": report_path is not None or model_explorer is not None,
         }
         _check_against(model, against, data, max_samples, batch_size, json_path, quiet, given)
     tolerances = Tolerances(
@@ -417,6 +431,7 @@ def check_command(
     )
     if json_path is not None:
         report.write_json(json_path)
+    _write_check_reports(report.to_json(), model, report_path, model_explorer)
     table = sys.stderr if json_path == "-" else sys.stdout  # --json -: stdout carries the JSON alone
     with stdout_console(table, piped_width=200) as console:  # piped: one row per node, for grep
         render(report, console, summary_only=quiet)
@@ -428,6 +443,20 @@ def check_command(
         )
         raise typer.Exit(3)
     raise typer.Exit(0 if report.passed else 1)
+
+
+def _write_check_reports(
+    result: dict[str, object], model: str, report_path: str | None, model_explorer: str | None
+) -> None:
+    """check's --report (HTML) and --model-explorer (node data) files, from its JSON result."""
+    if report_path is not None:
+        from qconvert.report import write_report
+
+        write_report(result, report_path)
+    if model_explorer is not None:
+        from qconvert.report import write_model_explorer
+
+        write_model_explorer(result, model, model_explorer)
 
 
 def _check_against(
@@ -537,6 +566,11 @@ def calibrate_command(
         help="compare the QDQ model with the float one in onnxruntime on this many of the "
         "first samples, whole batches (0: skip)",
     ),
+    report_path: str | None = typer.Option(
+        None,
+        "--report",
+        help="also write the result as one self-contained HTML page (histograms, ranges; `qconvert report`)",
+    ),
     worst_tensors: int = typer.Option(
         0,
         "--worst-tensors",
@@ -613,10 +647,79 @@ def calibrate_command(
             evaluate_samples=evaluate_samples,
             evaluate_tensors=worst_tensors > 0,
         )
-    if "-" in (out, ranges, json_path):  # stdout carries that output alone, for a pipe; the table: stderr
+    if report_path is not None:
+        from qconvert.report import write_report
+
+        write_report(result.to_json(), report_path)
+    if "-" in (out, ranges, json_path, report_path):  # stdout carries that output alone; the table: stderr
         render(result, sys.stderr, sys.stderr, quiet, worst_tensors)
         return
     render(result, sys.stdout, sys.stderr, quiet, worst_tensors)
+
+
+@app.command("report")
+def report_command(
+    result: str = typer.Argument(..., help="a `check --json` or `calibrate --json` result"),
+    output: str = typer.Option("report.html", "-o", "--output", help="the HTML page ('-': stdout)"),
+) -> None:
+    """Draw a check or calibrate result as one self-contained HTML page (no network needed to open it)."""
+    from qconvert.report import write_report
+
+    _check_output(output, result)
+    write_report(result, output)
+    if output != "-":
+        typer.echo(f"wrote {output}", err=True)
+
+
+@app.command("run")
+def run_command(
+    artifact: str = typer.Argument(
+        ..., help="what qconvert emitted: .onnx (QDQ / storage) or .mlir (StableHLO / TOSA)"
+    ),
+    data: str | None = typer.Option(
+        None,
+        "--data",
+        help="folder of .npz/.npy samples, one .npz (samples on axis 0), or MODULE:FUNCTION "
+        "(default: seeded random inputs)",
+    ),
+    output: str | None = typer.Option(None, "-o", "--output", help="write the outputs as .npz ('-': stdout)"),
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        help="onnx: onnxruntime; stablehlo: xla (default) | interpreter; tosa: reference (default) | iree",
+    ),
+    max_samples: int | None = typer.Option(None, "--max-samples", help="read at most N samples of --data"),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", help="samples per run (default: the artifact's fixed batch dim, else 8)"
+    ),
+    json_path: str | None = typer.Option(
+        None, "--json", help="write a summary (outputs' shapes, dtypes, ranges) as JSON ('-': stdout)"
+    ),
+) -> None:
+    """Run an artifact qconvert emitted on data, on a real engine; quantized storage at its boundary takes
+    and gives floats (ONNX's Q/DQ rules), the raw storage kept as NAME.storage."""
+    import json
+
+    from qconvert.atomic_file import atomic_text_file
+    from qconvert.run import run
+
+    _check_output(output, artifact)
+    _check_output(json_path, artifact, "--json")
+    result = run(artifact, data, engine=engine, max_samples=max_samples, batch_size=batch_size)
+    if output is not None:
+        result.save(output)
+    summary = result.to_json()
+    if json_path is not None:
+        with atomic_text_file(json_path) as stream:
+            stream.write(json.dumps(summary, indent=1) + "\n")
+    if "-" in (output, json_path):
+        return
+    typer.echo(f"ran {artifact} on {result.engine}: {result.samples} samples in {result.runs} run(s)")
+    for name, entry in summary["outputs"].items():  # type: ignore[union-attr]
+        ranges = f" min {entry['min']:.6g} max {entry['max']:.6g}" if "min" in entry else ""
+        typer.echo(f"  {name}: {entry['dtype']}{entry['shape']}{ranges}")
+    for note in result.notes:
+        typer.echo(f"qconvert: note: {note}", err=True)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ __all__ = [
     "ascend_quant",
     "dequant_scale_from_onnx",
     "effective_round_mode",
+    "float_parameters_after_call",
     "pack_deq_scale",
     "predicted_mismatch",
     "quant_parameters_from_onnx",
@@ -221,7 +222,8 @@ def _round_to(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if dtype == _BFLOAT16:
         # ml_dtypes rounds float64 through float32: round to odd there so the second rounding is the only one.
         return _round_to_float32_odd(values).astype(_BFLOAT16).astype(np.float64)
-    return values.astype(dtype).astype(np.float64)
+    with np.errstate(over="ignore"):  # beyond the type's range: ±Inf, as the IEEE conversion gives
+        return values.astype(dtype).astype(np.float64)
 
 
 def _cast_destination(
@@ -361,6 +363,22 @@ def ascend_quant(
         return _cast_destination(result, dst, effective, rng)
 
 
+def float_parameters_after_call(parameters: np.ndarray) -> np.ndarray:
+    """A float32 scale (or offset) tensor as an A2/A3 AscendQuant PER_CHANNEL call with T = float leaves it.
+
+    `ascend_quant_pre_impl.h` (`__NPU_ARCH__` 2002 / 2201) converts the float tensor to half IN PLACE
+    ("source vector of scale is reused"): its first `2 n` bytes now hold the n halves, the rest is unchanged.
+    Read as float32 again, e.g. by the next tile's call when the parameters are kept resident, it is garbage:
+    a kernel must copy the parameters in again (or into a scratch buffer) before every call. An implementation
+    detail of the headers, not of the documentation: only hardware can confirm it.
+    """
+    original = np.ascontiguousarray(parameters, dtype=np.float32).reshape(-1)
+    buffer = original.copy()
+    halves = original.astype(np.float16)
+    buffer.view(np.uint8)[: halves.nbytes] = halves.view(np.uint8)
+    return buffer.reshape(np.shape(parameters))
+
+
 def pack_deq_scale(deq_scale: np.ndarray | float, control_bits: int = 0) -> np.ndarray:
     """float32 deqScale -> the uint64 form AscendDequant takes: low 32 bits the float32's bits, high 32 bits
     `control_bits` (hardware control, ignored by the dequantization itself)."""
@@ -390,7 +408,10 @@ def ascend_dequant(
     `acc_int32` `[m, n]` int32 (a 1-D source is one row). `deq_scale`: float32 / bfloat16 values, or the
     uint64 packed form (`pack_deq_scale`); PER_TENSOR a scalar, PER_CHANNEL `[>= cal_count]` per column,
     PER_TOKEN `[m]`, PER_GROUP as AscendQuant's layout. `dst_dtype` float32, float16 or bfloat16 (the float32
-    product is rounded once, half to even).
+    product is rounded once, half to even; a float32 result is copied out by `Adds(x, 0)`, so -0 becomes +0).
+    Under the default DEQUANT_WITH_SINGLE_ROW a single row `{1, n, calCount}` with `n % calCount == 0` is
+    computed as `n / calCount` rows, defining its later columns too; only the first `cal_count` columns are
+    defined in every mode, and those are what this returns.
     """
     quant_mode = AscendQuantMode(mode)
     source = np.asarray(acc_int32)
@@ -423,6 +444,8 @@ def ascend_dequant(
     dst = np.dtype(dst_dtype)
     if dst not in (_FLOAT32, _HALF, _BFLOAT16):
         raise ValueError(f"AscendDequant's destination must be float32, float16 or bfloat16, got {dst}")
+    if dst == _FLOAT32:
+        return product + np.float32(0.0)  # the implementation's Adds(dst, src, 0) copy
     return product.astype(dst)
 
 

@@ -25,6 +25,7 @@ from qconvert.numerics.ascendc import (
     ascend_quant,
     dequant_scale_from_onnx,
     effective_round_mode,
+    float_parameters_after_call,
     pack_deq_scale,
     predicted_mismatch,
     quant_parameters_from_onnx,
@@ -301,6 +302,19 @@ def test_unknown_destination_and_bad_shapes_are_refused() -> None:
         ascend_quant(np.zeros((4, 32), np.float32), np.ones(3), None, mode="per_token", dst_dtype=INT8)
 
 
+def test_resident_float_parameters_are_clobbered_by_the_a2_per_channel_call(rng: np.random.Generator) -> None:
+    """The A2/A3 T = float PER_CHANNEL form converts the scale tensor to half in place: the buffer's first
+    half holds the halves' bits, so a second call reading it as float32 computes garbage."""
+    scale = (np.arange(1, 33, dtype=np.float32) * 0.25).astype(np.float32)
+    after = float_parameters_after_call(scale)
+    np.testing.assert_array_equal(after[16:], scale[16:])  # beyond 2 n bytes: untouched
+    np.testing.assert_array_equal(after[:16].view(np.float16), scale.astype(np.float16))
+    src = (rng.standard_normal((4, 32)) * 50).astype(np.float32)
+    first = ascend_quant(src, scale, 0.0, mode="per_channel", dst_dtype=INT8)
+    second = ascend_quant(src, after, 0.0, mode="per_channel", dst_dtype=INT8)
+    assert (first != second).mean() > 0.2
+
+
 # --- parameters from ONNX ---------------------------------------------------------------------------------
 
 
@@ -437,6 +451,13 @@ def test_dequant_per_channel_float32_and_packed_scales(rng: np.random.Generator)
     )
     with pytest.raises(ValueError, match="calCount"):
         ascend_dequant(acc, deq, mode="per_channel", cal_count=65)
+
+
+def test_dequant_float32_result_has_no_negative_zero() -> None:
+    acc = np.array([[0, -5, 7, 0, 0, 0, 0, 0]], np.int32)
+    result = ascend_dequant(acc, np.float32(-0.5), mode="per_tensor")
+    assert result.tolist() == [[0.0, 2.5, -3.5, 0.0, 0.0, 0.0, 0.0, 0.0]]
+    assert not np.signbit(result[0, 0])  # 0 * -0.5 = -0, copied out by Adds(x, 0) as +0
 
 
 def test_dequant_per_tensor_and_per_token_to_bfloat16(rng: np.random.Generator) -> None:

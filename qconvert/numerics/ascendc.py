@@ -482,8 +482,9 @@ def ascend_antiquant(
       same in float32, rounded to `dst_dtype`.
     - `mode` PER_TENSOR: scalars. PER_CHANNEL, weight `[K, N]`: `scale[i/G][j]` with `G = K / scale.shape[0]`
       (scale `[N]` or `[1, N]` is one per column); `is_transpose`, weight `[N, K]`: `scale[i][j/G]`,
-      `G = K / scale.shape[1]`. PER_GROUP fp4 (950): `dst = scale_e8m0[group] · src` along the last axis in
-      groups of `group_size` (default 32), scale as float8_e8m0fnu, no offset.
+      `G = K / scale.shape[1]`. PER_GROUP (950): the same layouts with G = `group_size` along K; fp4 weights
+      (float4_e2m1fn) with float8_e8m0fnu scales and no offset: `dst = out(out(scale) · src)`, one product in
+      the output type (half or bf16); 8-bit weights in float32. PER_TOKEN (950): scale `[rows]`, float32.
     """
     quant_mode = AscendQuantMode(mode)
     values, family = _weight_values(weight, weight_dtype)
@@ -491,19 +492,47 @@ def ascend_antiquant(
     if dst not in (_HALF, _BFLOAT16, _FLOAT32):
         raise ValueError(f"AscendAntiQuant's destination must be float16 or bfloat16, got {dst}")
     shape = values.shape
+    if quant_mode is AscendQuantMode.PER_TOKEN:
+        # 950: one scale (and offset) per row of the weight, in float32 like the other 950 forms.
+        rows = shape[0] if values.ndim else 1
+        scales = np.asarray(scale, np.float32).astype(np.float64).reshape(rows, *([1] * (values.ndim - 1)))
+        result = values
+        if offset is not None:
+            offsets = np.asarray(offset, np.float32).astype(np.float64).reshape(scales.shape)
+            result = _round_to(result + offsets, _FLOAT32)
+        return _round_to(_round_to(result * scales, _FLOAT32), dst).astype(dst)
     if family == "fp4" or quant_mode is AscendQuantMode.PER_GROUP:
-        size = 32 if group_size is None else int(group_size)
-        scales = np.asarray(scale)
-        scales = (
-            scales.astype(np.float64)
-            if scales.dtype != _FP8_E8M0
-            else scales.astype(np.float32).astype(np.float64)
-        )
-        expanded = np.repeat(scales.reshape((*shape[:-1], -1)), size, axis=-1)[..., : shape[-1]]
-        if offset is not None and family != "fp4":
-            offsets = np.repeat(np.asarray(offset, np.float64).reshape((*shape[:-1], -1)), size, axis=-1)
-            values = _round_to(values + offsets[..., : shape[-1]], _FLOAT32)
-        return _round_to(_round_to(values * expanded, _FLOAT32), dst).astype(dst)
+        # Groups along K: scale [ceil(K/G), N] (weight [K, N]) or [N, ceil(K/G)] (transposed, weight [N, K]);
+        # an e8m0 scale is 2**(e - 127) (0x00 -> 2**-127, 0xFF -> NaN), exactly a bfloat16.
+        scales = np.asarray(scale).astype(np.float32).astype(np.float64)
+        expanded = _antiquant_layout(scales, shape, AscendQuantMode.PER_CHANNEL, is_transpose, "scale")
+        if group_size is not None and scales.size > 1:
+            k = shape[1] if is_transpose else shape[0]
+            groups = (
+                scales.reshape(shape[0], -1).shape[1]
+                if is_transpose
+                else scales.reshape(-1, shape[1]).shape[0]
+            )
+            if k != groups * int(group_size):
+                raise ValueError(f"PER_GROUP: K = {k} is not {groups} groups of {group_size}")
+        if family == "fp4":
+            # ascend_antiquant_3510_impl.h: fp4 -> bf16 (exact), half out: both -> half (saturating), one
+            # product in the output type.
+            if dst == _HALF:
+                expanded = np.clip(expanded, -_HALF_MAX, _HALF_MAX)
+            with np.errstate(over="ignore", invalid="ignore"):
+                return _round_to(values * _round_to(expanded, dst), dst).astype(dst)
+        result = values
+        if offset is not None:
+            offsets = _antiquant_layout(
+                np.asarray(offset, np.float32).astype(np.float64),
+                shape,
+                AscendQuantMode.PER_CHANNEL,
+                is_transpose,
+                "offset",
+            )
+            result = _round_to(result + offsets, _FLOAT32)
+        return _round_to(_round_to(result * expanded, _FLOAT32), dst).astype(dst)
     compute = _HALF if family == "integer" and dst == _HALF else _FLOAT32
     scales = _round_to(
         _as_float64(_antiquant_layout(scale, shape, quant_mode, is_transpose, "scale"), dst), compute

@@ -516,14 +516,46 @@ def test_antiquant_int4_and_per_tensor() -> None:
 
 
 def test_antiquant_fp4_per_group_with_e8m0_scales() -> None:
-    weight = np.tile(FP4_GRID.astype(np.float32), 8).reshape(1, 64).astype(ml_dtypes.float4_e2m1fn)
-    scale = np.array([[2.0**-3, 2.0**5]], np.float32).astype(ml_dtypes.float8_e8m0fnu)
-    result = ascend_antiquant(
+    """Weight [K, N] = [64, 2], groups of 32 along K: scale [2, 2] as e8m0 (2**(e-127)); one product in the
+    output type. Transposed ([N, K], scale [N, 2]) gives the transpose."""
+    column = np.tile(FP4_GRID, 8)  # 64 values of K
+    weight = np.stack([column, -column], axis=1).astype(ml_dtypes.float4_e2m1fn)
+    exponents = np.array([[-3, 5], [14, -130]], np.float64)  # 2**-130 is below e8m0's 2**-127: use 0x00
+    scale = np.exp2(np.maximum(exponents, -127)).astype(ml_dtypes.float8_e8m0fnu)
+    assert scale.view(np.uint8)[1, 1] == 0  # the 0x00 code, 2**-127
+    expected_scale = np.repeat(np.exp2(np.maximum(exponents, -127)), 32, axis=0)
+    values = weight.astype(np.float64)
+    as_bf16 = ascend_antiquant(
         weight, scale, None, mode="per_group", group_size=32, dst_dtype=ml_dtypes.bfloat16
     )
-    values = weight.astype(np.float32).ravel()
-    expected = np.concatenate([values[:32] * 2.0**-3, values[32:] * 2.0**5])
-    np.testing.assert_array_equal(result.astype(np.float32).ravel(), expected)
+    np.testing.assert_array_equal(as_bf16.astype(np.float64), values * expected_scale)  # exact in bf16
+    as_half = ascend_antiquant(weight, scale, None, mode="per_group", group_size=32, dst_dtype=np.float16)
+    # half: 2**14 * 6 = 98304 overflows to Inf; 2**-127 flushes to 0 when converted to half.
+    half_scale = np.where(expected_scale < 2.0**-25, 0.0, expected_scale)
+    with np.errstate(over="ignore"):
+        expected_half = (values * half_scale).astype(np.float16)
+    np.testing.assert_array_equal(as_half, expected_half)
+    transposed = ascend_antiquant(
+        weight.T.copy(),
+        scale.T.copy(),
+        None,
+        mode="per_group",
+        group_size=32,
+        dst_dtype=ml_dtypes.bfloat16,
+        is_transpose=True,
+    )
+    np.testing.assert_array_equal(transposed, as_bf16.T)
+    with pytest.raises(ValueError, match="groups of 16"):
+        ascend_antiquant(weight, scale, None, mode="per_group", group_size=16)
+
+
+def test_antiquant_per_token_in_float32() -> None:
+    weight = np.arange(-64, 64, dtype=INT8).reshape(4, 32)
+    scale = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+    offset = np.array([1.0, -1.0, 0.5, 0.0], np.float32)
+    result = ascend_antiquant(weight, scale, offset, mode="per_token", dst_dtype=ml_dtypes.bfloat16)
+    expected = ((weight.astype(np.float32) + offset[:, None]) * scale[:, None]).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(result, expected)
 
 
 def test_antiquant_hifloat8_weights() -> None:

@@ -1,0 +1,132 @@
+"""The HTML report (`qconvert report`, `--report`) in a real headless Chromium, and the JSON it draws."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from report.report_support import DIGITS, DIGITS_INPUTS, load, screenshot_folder
+
+from qconvert.check.report import STEPS_OFF_CAP, compare
+from qconvert.cli import main
+
+# Per drawn plot: whether plotly drew it, and how many marks (bars, points, line paths) its SVG holds.
+_PLOTS = """
+return Array.from(document.querySelectorAll('div.plot')).map(function (div) {
+  const svg = div.querySelector('svg.main-svg');
+  return {
+    id: div.id,
+    visible: div.offsetParent !== null,
+    drawn: !!div.dataset.drawn && !!svg,
+    marks: div.querySelectorAll('g.point, g.trace.bars path, g.scatterlayer path.js-line').length,
+    traces: div.data ? div.data.map(function (t) { return (t.y || []).length; }) : [],
+  };
+});
+"""
+
+
+def _open(
+    browser: Any, page: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> list[dict[str, Any]]:
+    """Load `page`; assert no console error; save a screenshot (path printed); the plots' state."""
+    browser.get_log("browser")  # drop what an earlier page logged
+    browser.get(page.as_uri())
+    errors = [entry for entry in browser.get_log("browser") if entry["level"] in ("SEVERE", "ERROR")]
+    assert errors == []
+    screenshot = screenshot_folder(tmp_path) / f"{page.stem}.png"
+    assert browser.save_screenshot(str(screenshot))
+    assert screenshot.stat().st_size > 10_000
+    with capsys.disabled():
+        print(f"\nscreenshot of the {page.stem} report: {screenshot}")
+    return browser.execute_script(_PLOTS)
+
+
+def test_check_report_draws_every_plot(
+    browser: Any, results: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    check = load(results["check"])
+    page = results["check_html"].read_text()
+    assert "<script src=" not in page and "http://" not in page.split("<script>", 1)[0]  # nothing to fetch
+    plots = _open(browser, results["check_html"], tmp_path, capsys)
+    visible = [plot for plot in plots if plot["visible"]]
+    assert visible and all(plot["drawn"] and plot["marks"] > 0 for plot in visible)
+    # The SQNR plot along the graph: one point per node that ran, in the JSON's order.
+    ran = [name for name, layer in check["layers"].items() if layer["verdict"] != "not run"]
+    sqnr_plot = next(
+        p
+        for p in plots
+        if browser.execute_script(
+            f"return document.getElementById('{p['id']}').layout.title.text"
+        ).startswith("SQNR per node")
+    )
+    assert sum(sqnr_plot["traces"][:-1]) == len(ran)  # the markers by verdict; the last trace is the line
+    text = browser.find_element("tag name", "body").text
+    assert check["verdict_line"] in text
+    assert all(name in page for name in check["layers"])
+
+
+def test_calibrate_report_draws_histograms_lazily(
+    browser: Any, results: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    calibration = load(results["calibrate"])
+    plots = _open(browser, results["calibrate_html"], tmp_path, capsys)
+    visible = [plot for plot in plots if plot["visible"]]
+    assert visible and all(plot["drawn"] and plot["marks"] > 0 for plot in visible)
+    hidden = [plot for plot in plots if not plot["visible"]]
+    histograms = calibration["histograms"]
+    assert len(plots) == len(histograms) + 1  # one per tensor histogram, and the worst tensors
+    if hidden:  # a folded section is drawn when opened
+        first = hidden[0]["id"]
+        browser.execute_script(f"document.getElementById('{first}').closest('details').open = true")
+        drawn = browser.execute_script(f"return !!document.getElementById('{first}').dataset.drawn")
+        assert drawn
+    text = browser.find_element("tag name", "body").text
+    assert calibration["method"] in text
+
+
+def test_calibrate_json_histograms_count_every_observed_value(results: dict[str, Path]) -> None:
+    """The exported histogram of each tensor holds one count per value onnxruntime computed for it."""
+    calibration = load(results["calibrate"])
+    histograms = calibration["histograms"]
+    assert histograms
+    model = onnx.load(str(DIGITS))
+    names = list(histograms)
+    model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name) for name in names
+                              if name not in {o.name for o in model.graph.output})  # fmt: skip
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = dict(np.load(DIGITS_INPUTS))
+    values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    for name, histogram in histograms.items():
+        array = values[name] if name in values else feeds[name]
+        assert sum(histogram["counts"]) == array.size, name
+        low = histogram["start"]
+        high = low + histogram["width"] * len(histogram["counts"])
+        assert low <= float(array.min()) and float(array.max()) <= high, name
+
+
+def test_steps_off_counts_each_elements_distance_in_steps() -> None:
+    rng = np.random.default_rng(3)
+    reference = rng.integers(-100, 100, size=4000).astype(np.int8)
+    offsets = rng.choice([0, 0, 0, 1, -1, 2, -3, 25], size=reference.size)
+    ours = (reference.astype(np.int32) + offsets).astype(np.int8)
+    counts = compare(reference, ours).steps_off
+    expected = np.bincount(np.minimum(np.abs(offsets), STEPS_OFF_CAP), minlength=STEPS_OFF_CAP + 1)
+    assert counts == [int(c) for c in np.trim_zeros(expected, "b")]
+    # Dequantized values: the difference divided by the scale, per channel.
+    scale = np.array([0.5, 0.25], np.float32)[:, None]
+    dequantized = reference.reshape(2, -1).astype(np.float32) * scale
+    shifted = (ours.reshape(2, -1).astype(np.float32)) * scale
+    assert compare(dequantized, shifted, lsb_unit=scale).steps_off == counts
+
+
+def test_report_of_something_else_is_refused(tmp_path: Path, capsys) -> None:
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"format": "something"}))
+    assert main(["report", str(other), "-o", str(tmp_path / "page.html")]) == 2
+    assert "not a result of `qconvert check --json`" in capsys.readouterr().err
+    assert not (tmp_path / "page.html").exists()

@@ -1,0 +1,326 @@
+"""The ascendc backend's check runner (`qconvert check MODEL --backend ascendc`): every quantization site on
+the emulator of its API, against onnxruntime.
+
+Per node, each QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear / MatMulInteger / ConvInteger
+node is cut out (check's cases), lifted, converted to its call graph (the same builder as `convert`, so a
+node the product cannot run is "not run" with the refusal's reason) and run on the emulator
+(qconvert/numerics/ascendc.py) tile by tile with the kernel's own tiling; the whole-tensor emulation must
+give the same result (else the case fails). The verdict per site:
+
+- AscendQuant (QuantizeLinear, DynamicQuantizeLinear's y): the half pipeline is not ONNX's float32
+  division, so each element may be one step off where `predicted_mismatch` says so. The predicted count is
+  that function's count; an element more than one step off, or a difference where it predicts none, makes
+  the prediction -1 (FAIL), with why.
+- AscendAntiQuant (an int8 DequantizeLinear): half arithmetic, so an element may differ from onnxruntime's
+  float32 by the half roundings of the scale and the product (`half_bound`); the predicted count is the
+  number of differing elements within that bound, -1 if any is outside it.
+- AscendDequant (int32 DequantizeLinear): float32, exact: bit-exact.
+- Mmad (MatMulInteger / ConvInteger): exact int8 x int8 -> int32 arithmetic, run on qconvert's interpreter.
+
+Float nodes are not AscendC quantization calls: they are not cases here (`notes` counts them), and the
+model end to end covers them: the lifted model runs on qconvert's interpreter with every site whose value
+the call computes (AscendQuant, AscendAntiQuant, int32 AscendDequant) replaced by the emulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+from onnx import ModelProto, numpy_helper
+
+from qconvert.check.backends import CaseRun, NotRun
+from qconvert.check.nodes import NodeCase
+from qconvert.check.report import BUG_MARKER, LayerResult
+from qconvert.errors import QConvertError
+from qconvert.interpret import Interpreter
+
+from .options import AscendcOptions
+from .products import API_ANTIQUANT, API_DEQUANT, API_MMAD, API_QUANT
+
+if TYPE_CHECKING:
+    from qconvert.ir.core import Operation
+    from qconvert.ir.dialects.builtin import ModuleOp
+
+    from .callgraph import Site
+
+__all__ = ["SITE_OPS", "AscendcCheckRunner", "half_bound"]
+
+Lift = Callable[[ModelProto], "ModuleOp"]
+SITE_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger")
+EVALUATED_BY = "the AscendC emulator (qconvert.numerics.ascendc), tile by tile as the kernel"
+EVALUATED_BY_MMAD = "Mmad int8 x int8 -> int32: exact integer arithmetic on qconvert's interpreter"
+
+
+@dataclass(slots=True)
+class _SiteRun:
+    site: Site
+    source: np.ndarray
+    emulated: np.ndarray
+    tiled_differs: int  # elements where the tile-by-tile run differs from the whole-tensor one
+
+
+def half_bound(weight: np.ndarray, scale: np.ndarray, result: np.ndarray) -> np.ndarray:
+    """How far AscendAntiQuant's half result may be from float32 `(w - zp)·s`: half a half-precision step of
+    the scale times |w - zp|, plus half a step of the result, plus a float32 step (the reference's own)."""
+    weight = np.abs(np.asarray(weight, np.float64))
+    scale_step = np.spacing(np.abs(np.asarray(scale, np.float16))).astype(np.float64)
+    result_step = np.spacing(np.abs(np.asarray(result, np.float16))).astype(np.float64)
+    reference_step = np.spacing(np.abs(np.asarray(result, np.float32))).astype(np.float64)
+    return weight * scale_step / 2 + result_step / 2 + reference_step
+
+
+@dataclass(slots=True)
+class AscendcCheckRunner:
+    """Each quantization site on the emulator; the whole model with the sites emulated."""
+
+    lift: Lift
+    options: AscendcOptions = field(default_factory=AscendcOptions)
+    name: str = "ascendc"
+    engine: str = "emulator"
+    form: str | None = None
+    feeds_weights: bool = False
+    runs: dict[str, _SiteRun] = field(default_factory=dict)
+
+    @property
+    def semantics(self) -> str:
+        return f"AscendC on {self.options.product}, CAST_{self.options.round_mode.upper()}"
+
+    def fused_groups(self) -> bool:
+        return False
+
+    def keep_case(self, case: NodeCase) -> bool:
+        return case.group is None and case.op_type in SITE_OPS
+
+    def notes(self, cases: Sequence[NodeCase], layers: Mapping[str, LayerResult]) -> list[str]:
+        others = [case for case in cases if not self.keep_case(case)]
+        notes = []
+        if others:
+            notes.append(
+                f"{len(others)} float nodes are not AscendC quantization calls and not cases here; the model "
+                "end to end covers them (the lifted model on qconvert's interpreter, every site emulated)"
+            )
+        notes.append(
+            "a DequantizeLinear is judged as its own AscendAntiQuant / AscendDequant call; where the "
+            "converted model feeds an int8 Conv / MatMul / Gemm it becomes Mmad + AscendDequant "
+            "(deqScale = s_x·s_w), which per-node check does not cut out"
+        )
+        return notes
+
+    # Running -------------------------------------------------------------------------------------------
+
+    def run_cases(
+        self, cases: Sequence[NodeCase], advance: Callable[[int], None]
+    ) -> dict[str, CaseRun | NotRun]:
+        found: dict[str, CaseRun | NotRun] = {}
+        for case in cases:
+            if self.keep_case(case) and case.model is not None:
+                found[case.name] = self._run_case(case)
+            advance(1)
+        return found
+
+    def _run_case(self, case: NodeCase) -> CaseRun | NotRun:
+        from .callgraph import build_call_graph
+
+        assert case.model is not None
+        try:
+            module = self.lift(case.model)
+            graph = build_call_graph(module, self.options.product, self.options.round_mode)
+        except QConvertError as error:
+            return NotRun(f"the backend cannot convert it: {error.message}")
+        except Exception as error:  # a converter bug: reported, never a pass
+            return NotRun(
+                f"the backend failed while converting it {BUG_MARKER}: {type(error).__name__}: {error}"
+            )
+        node = case.last
+        if any(site.api == API_MMAD for site in graph.sites):
+            try:
+                outputs = Interpreter(module).run(case.feeds)
+            except QConvertError as error:
+                return NotRun(f"the interpreter cannot run the Mmad: {error.message}")
+            return CaseRun(dict(outputs), EVALUATED_BY_MMAD)
+        called = [site for site in graph.sites if site.op is not None]
+        if len(called) != 1:
+            return NotRun(f"the node became {len(called)} calls, not one {BUG_MARKER}")
+        site = called[0]
+        try:
+            source = _input(case, node.input[0])
+            return self._emulate(case, site, source)
+        except QConvertError as error:
+            return NotRun(f"the emulator cannot run it: {error.message}")
+        except Exception as error:
+            return NotRun(f"the emulator failed on it {BUG_MARKER}: {type(error).__name__}: {error}")
+
+    def _emulate(self, case: NodeCase, site: Site, source: np.ndarray) -> CaseRun:
+        from .emulate import emulate_site
+        from .products import PRODUCTS
+        from .tiling import tiling_for
+
+        tiling = tiling_for(site, PRODUCTS[self.options.product]) if site.m is not None else None
+        whole, extra = emulate_site(site, source)
+        tiled = whole if tiling is None else emulate_site(site, source, tiling)[0]
+        node = case.last
+        outputs = {node.output[0]: tiled}
+        if extra and len(node.output) > 2:
+            outputs[node.output[1]] = extra["scale"]
+            outputs[node.output[2]] = extra["zero_point"]
+        self.runs[case.name] = _SiteRun(site, source, tiled, int(np.count_nonzero(tiled != whole)))
+        return CaseRun(outputs, EVALUATED_BY)
+
+    def prepare_model(self, model: ModelProto) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
+        """The whole model lifted once, every site whose value its call computes run on the emulator."""
+        from .callgraph import build_call_graph
+
+        try:
+            module = self.lift(model)
+            graph = build_call_graph(module, self.options.product, self.options.round_mode)
+        except QConvertError as error:
+            raise NotRun(f"the backend cannot convert the whole model: {error.message}") from None
+        interpreter = EmulatedInterpreter(
+            module, {site.op: site for site in graph.sites if site.op is not None}
+        )
+
+        def run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+            from qconvert.check.backends import quiet_float_warnings
+
+            try:
+                with quiet_float_warnings():
+                    return interpreter.run(feeds)
+            except QConvertError as error:
+                raise NotRun(f"the emulated model cannot run: {error.message}") from None
+
+        return run
+
+    # Judging -------------------------------------------------------------------------------------------
+
+    def predicted_mismatches(
+        self, case: NodeCase, values: Mapping[str, np.ndarray]
+    ) -> tuple[int, str] | None:
+        run = self.runs.get(case.name)
+        if run is None:
+            return None  # Mmad: exact
+        output = case.last.output[0]
+        reference = np.asarray(values[output])
+        if run.tiled_differs:
+            return (
+                -1,
+                f"the tile-by-tile run differs from the whole-tensor one on {run.tiled_differs} elements",
+            )
+        if run.site.api == API_QUANT:
+            return self._quant_prediction(run, reference, values, case)
+        if run.site.api == API_ANTIQUANT:
+            return _antiquant_prediction(run, reference)
+        assert run.site.api == API_DEQUANT
+        return 0, "AscendDequant multiplies in float32 as ONNX does: bit-exact"
+
+    def _quant_prediction(
+        self, run: _SiteRun, reference: np.ndarray, values: Mapping[str, np.ndarray], case: NodeCase
+    ) -> tuple[int, str]:
+        from qconvert.numerics.ascendc import predicted_mismatch
+
+        site = run.site
+        if site.dst_type != "int8":
+            return -1, f"no mismatch prediction for {site.dst_type} destinations"
+        scale, zero_point = _onnx_parameters(site, case, values, run.source.shape)
+        shift = site.storage_shift
+        predicted = predicted_mismatch(run.source, scale, zero_point - shift, round_mode=site.round_mode)
+        ours = run.emulated.astype(np.int64)
+        theirs = reference.astype(np.int64)
+        differs = ours != theirs
+        far = int(np.count_nonzero(np.abs(ours - theirs) > 1))
+        unpredicted = int(np.count_nonzero(differs & ~predicted))
+        missed = int(np.count_nonzero(predicted & ~differs))
+        count = int(np.count_nonzero(predicted))
+        measured = int(np.count_nonzero(differs))
+        share = 100.0 * measured / max(ours.size, 1)
+        why = (
+            f"AscendQuant's half pipeline (half(x)·half(1/s) + half(zp), CAST_{site.round_mode.upper()}) "
+            f"against ONNX's float32 x/s: {measured} of {ours.size} elements one step off ({share:.2f}%), "
+            f"predicted_mismatch gives {count}; the tile-by-tile run equals the whole-tensor emulation"
+        )
+        if far or unpredicted or missed:
+            why += (
+                f"; {far} more than one step off, {unpredicted} not predicted, {missed} predicted but equal"
+            )
+            return -1, why
+        return count, why
+
+
+def _antiquant_prediction(run: _SiteRun, reference: np.ndarray) -> tuple[int, str]:
+    site = run.site
+    params = site.onnx_params
+    assert params is not None
+    from qconvert.numerics import broadcast_params
+
+    scale, zero_point = broadcast_params(params, run.source.shape)
+    centred = run.source.astype(np.float64) - zero_point
+    ours = run.emulated.astype(np.float64)
+    theirs = reference.astype(np.float64)
+    differs = ours != theirs
+    outside = differs & (np.abs(ours - theirs) > half_bound(centred, scale, theirs))
+    measured = int(np.count_nonzero(differs))
+    within = measured - int(np.count_nonzero(outside))
+    why = (
+        f"AscendAntiQuant computes half(half(w + offset)·half(s)): {measured} of {ours.size} elements differ "
+        f"from onnxruntime's float32 (w - zp)·s, {within} within half precision's rounding of the scale and "
+        "product"
+    )
+    if np.any(outside):
+        why += f"; {int(np.count_nonzero(outside))} beyond it"
+        return -1, why
+    return within, why
+
+
+def _onnx_parameters(
+    site: Site, case: NodeCase, values: Mapping[str, np.ndarray], shape: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """ONNX's scale and zero point broadcast against the source (DynamicQuantizeLinear: onnxruntime's)."""
+    node = case.last
+    if site.runtime_scale:
+        return (
+            np.asarray(values[node.output[1]], np.float32),
+            np.asarray(values[node.output[2]]).astype(np.int64),
+        )
+    from qconvert.numerics import broadcast_params
+
+    assert site.onnx_params is not None
+    scale, zero_point = broadcast_params(site.onnx_params, shape)
+    return np.asarray(scale, np.float32), np.asarray(zero_point).astype(np.int64)
+
+
+def _input(case: NodeCase, name: str) -> np.ndarray:
+    if name in case.feeds:
+        return np.asarray(case.feeds[name])
+    assert case.model is not None
+    for tensor in case.model.graph.initializer:
+        if tensor.name == name:
+            return numpy_helper.to_array(tensor)
+    raise QConvertError(f"input '{name}' of the case is neither fed nor an initializer")
+
+
+# The whole model -----------------------------------------------------------------------------------------
+
+
+class EmulatedInterpreter(Interpreter):
+    """qconvert's interpreter with each call-graph site's op computed by the emulator."""
+
+    def __init__(self, module: ModuleOp, sites: dict[Operation, Site]) -> None:
+        super().__init__(module)
+        self.sites = sites
+
+    def execute(self, op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+        site = self.sites.get(op)
+        if site is None:
+            return super().execute(op, operands)
+        from .emulate import emulate_site
+
+        if site.api == API_ANTIQUANT and "weight" in site.constants:
+            source = site.constants["weight"]
+        else:
+            source = operands[0]
+        result, extra = emulate_site(site, source)
+        if extra:
+            return [result, extra["scale"], extra["zero_point"]][: len(op.results)]
+        return [result]

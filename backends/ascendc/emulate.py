@@ -1,0 +1,192 @@
+"""A site of the call graph run on the emulator of its API (qconvert/numerics/ascendc.py), on the whole
+tensor or tile by tile exactly as its kernel cuts it (tiling.py): the data laid out as the kernel's GM
+buffer (rows padded to the API's n), each tile given to the API call with the kernel's counts, the padding
+dropped on the way out. No rounding rule is written here: every number comes from the numerics module.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from qconvert.numerics.ascendc import (
+    AscendQuantMode,
+    ascend_antiquant,
+    ascend_dequant,
+    ascend_quant,
+    quant_parameters_from_onnx,
+)
+from qconvert.numerics.onnxruntime_kernels import dynamic_quantize_parameters_onnxruntime
+
+from .callgraph import Site
+from .products import API_ANTIQUANT, API_DEQUANT, API_QUANT
+from .tiling import Tiling, tiles
+
+__all__ = ["emulate_site", "gm_layout"]
+
+UINT8_SHIFT = 128
+
+
+def gm_layout(site: Site, array: np.ndarray) -> np.ndarray:
+    """The site's source as the kernel's GM buffer: flat, rows padded to the API's n with zeros."""
+    values = np.asarray(array)
+    if site.api == API_QUANT and site.mode == "PER_TENSOR":
+        flat = values.reshape(-1)
+        return np.pad(flat, (0, site.n - flat.size)) if site.n > flat.size else flat
+    columns = _columns(site)
+    matrix = values.reshape(-1, columns)
+    return (
+        np.pad(matrix, ((0, 0), (0, site.n - columns))).reshape(-1)
+        if site.n > columns
+        else matrix.reshape(-1)
+    )
+
+
+def _columns(site: Site) -> int:
+    if site.api == API_QUANT:
+        return site.channels if site.mode == "PER_CHANNEL" and site.channels else site.n
+    if site.api == API_DEQUANT:
+        return site.channels or site.n
+    return math.prod(site.shape[1:]) if len(site.shape) > 1 else max(math.prod(site.shape), 1)
+
+
+def _from_layout(site: Site, flat: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    size = math.prod(shape)
+    if site.api == API_QUANT and site.mode == "PER_TENSOR":
+        return flat[:size].reshape(shape)
+    columns = _columns(site)
+    return flat.reshape(-1, site.n)[:, :columns].reshape(shape)
+
+
+def emulate_site(
+    site: Site, array: np.ndarray, tiling: Tiling | None = None
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The site's result on `array` (ONNX's storage type and shape back), and any run-time parameters
+    (DynamicQuantizeLinear's scale and zero point). `tiling`: run tile by tile as the kernel does."""
+    shape = tuple(np.asarray(array).shape)
+    extra: dict[str, np.ndarray] = {}
+    scale, offset = site.scale, site.offset
+    if site.runtime_scale:
+        onnx_scale, zero_point = dynamic_quantize_parameters_onnxruntime(array)
+        scale, offset = quant_parameters_from_onnx(onnx_scale, zero_point - UINT8_SHIFT, src_dtype=np.float32)
+        extra = {"scale": np.array(onnx_scale, np.float32), "zero_point": np.array(zero_point, np.uint8)}
+    source = np.asarray(array)
+    if site.api == API_ANTIQUANT and site.storage_shift:
+        source = (source.astype(np.int16) + site.storage_shift).astype(np.int8)  # uint8 codes read as int8
+    if site.api == API_QUANT and site.mode == "PER_TOKEN":
+        result = _per_token(site, source, scale, offset)
+    elif site.api == API_QUANT and site.mode == "PER_GROUP":
+        result = _call(site, source, scale, offset, 0, source.size)
+    else:
+        flat = gm_layout(site, source)
+        if tiling is None:
+            out = _call(site, flat, scale, offset, 0, flat.size)
+        else:
+            parts = np.zeros(flat.size, dtype=_dst_dtype(site))
+            for _, start, length in tiles(tiling):
+                parts[start : start + length] = _call(
+                    site, flat[start : start + length], scale, offset, start, length
+                ).reshape(-1)
+            out = parts
+        result = _from_layout(site, out.reshape(-1), shape)
+    if site.api == API_QUANT and site.storage_shift:
+        result = (result.astype(np.int16) + site.storage_shift).astype(np.uint8)
+    if site.api in (API_ANTIQUANT, API_DEQUANT):
+        result = result.astype(np.float32)
+    return result, extra
+
+
+def _dst_dtype(site: Site) -> np.dtype:
+    if site.api == API_QUANT:
+        return np.dtype(site.dst_type) if site.dst_type == "int8" else np.dtype(np.float32)
+    return np.dtype(np.float16 if site.api == API_ANTIQUANT else np.float32)
+
+
+def _call(
+    site: Site, flat: np.ndarray, scale: np.ndarray | None, offset: np.ndarray | None, start: int, length: int
+) -> np.ndarray:
+    """One API call on `length` elements of the GM layout starting at `start` (whole rows where rows
+    matter): the counts the kernel passes."""
+    assert scale is not None
+    if site.api == API_QUANT:
+        import ml_dtypes
+
+        destination = {
+            "int8": np.int8,
+            "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+            "float8_e5m2": ml_dtypes.float8_e5m2,
+        }[site.dst_type]
+        mode = AscendQuantMode[site.mode or "PER_TENSOR"]
+        if mode is AscendQuantMode.PER_GROUP:
+            return ascend_quant(
+                flat.reshape(site.m or -1, site.n),
+                scale,
+                offset,
+                mode=mode,
+                dst_dtype=destination,
+                round_mode=site.round_mode,
+                group_size=site.group_size,
+                axis=site.k_dim if site.k_dim is not None else 1,
+            )
+        return ascend_quant(
+            flat,
+            scale,
+            offset if offset is not None else 0.0,
+            mode=mode,
+            dst_dtype=destination,
+            round_mode=site.round_mode,
+            src_dtype=np.dtype(site.src_type),
+        )
+    if site.api == API_DEQUANT:
+        rows = flat.reshape(-1, site.n)
+        columns = site.channels or site.n
+        mode = AscendQuantMode.PER_CHANNEL if np.asarray(scale).size > 1 else AscendQuantMode.PER_TENSOR
+        found = ascend_dequant(
+            rows,
+            scale if np.asarray(scale).size > 1 else float(np.asarray(scale).reshape(-1)[0]),
+            mode=mode,
+            cal_count=columns,
+        )
+        return np.pad(found, ((0, 0), (0, site.n - columns))).reshape(-1)
+    rows = flat.reshape(-1, site.n)
+    mode = AscendQuantMode[site.mode or "PER_TENSOR"]
+    if mode is AscendQuantMode.PER_CHANNEL and site.transpose:
+        first = start // site.n
+        count = length // site.n
+        scale = np.asarray(scale).reshape(-1)[first : first + count].reshape(-1, 1)
+        offset = np.asarray(offset).reshape(-1)[first : first + count].reshape(-1, 1)
+    elif mode is AscendQuantMode.PER_CHANNEL:
+        scale = np.asarray(scale).reshape(1, -1)
+        offset = np.asarray(offset).reshape(1, -1)
+    return ascend_antiquant(
+        rows, scale, offset, mode=mode, dst_dtype=np.float16, is_transpose=site.transpose
+    ).reshape(-1)
+
+
+def _per_token(
+    site: Site, source: np.ndarray, scale: np.ndarray | None, offset: np.ndarray | None
+) -> np.ndarray:
+    """Per-axis quantization on a non-last axis as PER_TOKEN: rows of the trailing elements, each row's
+    scale that of its channel (row r is channel r mod C)."""
+    assert scale is not None and site.channels is not None
+    rows = source.reshape(-1, site.n)
+    channel = np.arange(rows.shape[0]) % site.channels
+    row_scale = np.asarray(scale).reshape(-1)[channel].reshape(-1, 1)
+    row_offset = np.broadcast_to(np.asarray(offset).reshape(-1), (site.channels,))[channel].reshape(-1, 1)
+    import ml_dtypes
+
+    destination = {
+        "int8": np.int8,
+        "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+        "float8_e5m2": ml_dtypes.float8_e5m2,
+    }[site.dst_type]
+    return ascend_quant(
+        rows,
+        row_scale,
+        row_offset,
+        mode=AscendQuantMode.PER_TOKEN,
+        dst_dtype=destination,
+        round_mode=site.round_mode,
+        src_dtype=np.dtype(site.src_type),
+    ).reshape(source.shape)

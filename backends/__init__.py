@@ -37,6 +37,7 @@ BACKEND_MODULES: dict[str, str] = {
     "onnx": "qconvert.backends.onnx",
     "onnx-storage": "qconvert.backends.onnx_storage",
     "tosa": "qconvert.backends.tosa",
+    "ascendc": "qconvert.backends.ascendc",
 }
 
 

@@ -632,7 +632,10 @@ def predicted_mismatch(
         onnx = np.rint(values / scales).astype(np.float64) + zeros
         onnx = np.clip(np.where(np.isnan(onnx), qmin, onnx), qmin, qmax)
         reciprocal = (np.float32(1.0) / scales).astype(np.float16).astype(np.float64)
-        product = (values.astype(np.float16).astype(np.float64) * reciprocal).astype(np.float16)
+        source = np.clip(values, -_HALF_MAX, _HALF_MAX).astype(
+            np.float16
+        )  # the saturating float -> half cast
+        product = (source.astype(np.float64) * reciprocal).astype(np.float16)
         shifted = (product.astype(np.float64) + zeros.astype(np.float16).astype(np.float64)).astype(
             np.float16
         )

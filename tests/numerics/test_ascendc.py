@@ -412,6 +412,21 @@ def test_predicted_mismatch_matches_the_onnx_rule_in_every_round_mode(
 
 
 @pytest.mark.engine
+def test_predicted_mismatch_on_sources_beyond_half_range() -> None:
+    """The float -> half source cast saturates: 1e6 becomes 65504, times 1/1000 -> 65.5 -> 66, where ONNX
+    saturates 1000 to 127. Both the emulator and the prediction say so."""
+    x = np.array([1e6, -1e6, np.inf, 3.0e4], np.float32)
+    scale = np.float32(1000.0)
+    api_scale, api_offset = quant_parameters_from_onnx(scale, 0)
+    emulated = ascend_quant(x, api_scale, api_offset, mode="per_tensor", dst_dtype=INT8)
+    assert emulated.tolist() == [66, -66, 66, 30]
+    params = UniformParams(
+        scale=1000.0, zero_point=0, storage_dtype=np.dtype(INT8), storage_type_min=-128, storage_type_max=127
+    )
+    assert quantize(x, params).tolist() == [127, -128, 127, 30]
+    assert predicted_mismatch(x, scale, 0).tolist() == [True, True, True, False]
+
+
 def test_power_of_two_scales_on_half_inputs_are_exact(rng: np.random.Generator) -> None:
     """An exact reciprocal, half-representable inputs and zp 0: nothing is rounded before the final RINT."""
     channels = 64

@@ -47,6 +47,7 @@ from .legalize_quant import (
     FloatMeanToReduceSum,
     FloatProductToMul,
     FloatSumToAccumulatorAdd,
+    PerChannelWeightZeroPoints,
     RequantizeToRescale,
     rescale_to,
 )
@@ -256,6 +257,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     body = function.body
     refusals = Refusals()
     patterns = [
+        PerChannelWeightZeroPoints(refusals),  # before conv2d / matmul, which take one weight zero point
         *legalize_patterns(refusals),  # first: a quantize of a plain dequantize is no float island
         RequantizeToRescale(rounding, refusals),
         FloatMeanToReduceSum(rounding, refusals),

@@ -36,6 +36,7 @@ from .storage import (
     broadcast_source,
     constant_of,
     is_uniform,
+    materialize,
     quant_type,
     replace_with_storage,
     storage_of,
@@ -48,6 +49,7 @@ __all__ = [
     "FloatMeanToReduceSum",
     "FloatProductToMul",
     "FloatSumToAccumulatorAdd",
+    "PerChannelWeightZeroPoints",
     "RequantizeToRescale",
     "rescale_to",
     "storage_zero_point",
@@ -435,16 +437,31 @@ class FloatDotToQuantizedDot:
                 return False
             sources.append(producer.operands[0])
         types = [quant_type(source) for source in sources]
-        if not all(isinstance(type_, UniformQuantizedType) and _width(type_) == 8 for type_ in types):
-            return self.refusals.refuse(op, f"a float product of {types} (per-tensor 8-bit only)")
-        scale = float(types[0].scale) * float(types[1].scale)  # type: ignore[union-attr]
-        accumulator = UniformQuantizedType(
-            storage_type=I32,
-            expressed_type=types[0].expressed_type,
-            scale=scale,  # type: ignore[union-attr]
-        )
         dot_type = dot.results[0].type
         assert isinstance(dot_type, RankedTensorType)
+        per_axis_rhs = isinstance(types[1], UniformQuantizedPerAxisType) and _width(types[1]) == 8
+        if not isinstance(types[0], UniformQuantizedType) or _width(types[0]) != 8:
+            return self.refusals.refuse(op, f"a float product of {types} (per-tensor 8-bit lhs only)")
+        if not (isinstance(types[1], UniformQuantizedType) and _width(types[1]) == 8) and not per_axis_rhs:
+            return self.refusals.refuse(op, f"a float product of {types} (8-bit rhs only)")
+        accumulator: QuantizedType
+        if per_axis_rhs:  # constant weights per output column (MatMul's per-channel weights)
+            output_dim = PerChannelWeightZeroPoints.output_dim(dot, types[1].quantized_dimension)  # type: ignore[union-attr]
+            if output_dim is None:
+                return self.refusals.refuse(op, "per-axis weights on another dim than the outputs")
+            accumulator = UniformQuantizedPerAxisType(
+                storage_type=I32,
+                expressed_type=types[0].expressed_type,
+                scales=tuple(float(types[0].scale) * float(s) for s in _scales(types[1])),  # type: ignore[union-attr]
+                zero_points=(0,) * _scales(types[1]).size,  # type: ignore[arg-type]
+                quantized_dimension=output_dim,
+            )
+        else:
+            accumulator = UniformQuantizedType(
+                storage_type=I32,
+                expressed_type=types[0].expressed_type,
+                scale=float(types[0].scale) * float(types[1].scale),  # type: ignore[union-attr]
+            )
         quantized_dot = GenericOp(
             "stablehlo.dot_general", sources, [dot_type.with_element_type(accumulator)], dict(dot.attributes)
         )
@@ -611,3 +628,109 @@ class FloatSumToAccumulatorAdd:
             op, [rewriter.insert(GenericOp("stablehlo.uniform_quantize", [total], [result_type])).result]
         )
         return True
+
+
+def _with_zero_points_zero(type_: QuantizedType) -> QuantizedType:
+    """The per-axis type with its zero points 0 (the same storage read as centred on 0)."""
+    assert isinstance(type_, UniformQuantizedPerAxisType)
+    return UniformQuantizedPerAxisType(
+        storage_type=type_.storage_type,
+        expressed_type=type_.expressed_type,
+        is_signed=type_.is_signed,
+        storage_type_min=type_.storage_type_min,
+        storage_type_max=type_.storage_type_max,
+        scales=type_.scales,
+        zero_points=(0,) * len(type_.scales),
+        quantized_dimension=type_.quantized_dimension,
+    )
+
+
+class PerChannelWeightZeroPoints:
+    """A quantized `convolution` / `dot_general` whose constant weights have per-channel zero points (TOSA's
+    conv2d / matmul take one) as the same op on the weights read with zero points 0, less `z_c` times the
+    sum of the centred activations each output sees: `sum (x - z_x)(w - z_c) = sum (x - z_x) w - z_c sum
+    (x - z_x)`, the window sums the same op with an all-ones i8 kernel. Exact in i32, so the one rescale
+    after it rounds what onnxruntime's dequantized weights give."""
+
+    roots: ClassVar[tuple[Root, ...]] = ("stablehlo.convolution", "stablehlo.dot_general")
+
+    def __init__(self, refusals: Refusals) -> None:
+        self.refusals = refusals
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        weight_type, result_type = quant_type(op.operands[1]), quant_type(op.result)
+        if not isinstance(weight_type, UniformQuantizedPerAxisType) or result_type is None:
+            return False
+        zero_points = storage_zero_point(weight_type)
+        if np.all(zero_points == zero_points[0]) or _width(weight_type) != 8 or not weight_type.is_signed:
+            return False
+        if constant_of(op.operands[1]) is None:
+            return self.refusals.refuse(op, "per-channel zero points on weights that are not constants")
+        weight_shape = _ranked_shape(op.operands[1])
+        output_dim = self.output_dim(op, weight_type.quantized_dimension)
+        if output_dim is None:
+            return self.refusals.refuse(op, "per-channel weight zero points on another dim than the outputs")
+        centred = materialize(
+            rewriter,
+            storage_of(rewriter, op.operands[1]),
+            _tensor(weight_shape, _with_zero_points_zero(weight_type)),
+        )
+        main = rewriter.insert(
+            GenericOp(op.name, [op.operands[0], centred], [op.result.type], dict(op.attributes))
+        ).result
+        ones_type = UniformQuantizedType(
+            storage_type=I8, expressed_type=weight_type.expressed_type, scale=1.0
+        )
+        ones = materialize(
+            rewriter,
+            ops.const(rewriter, np.ones(weight_shape, np.int8), I8),
+            _tensor(weight_shape, ones_type),
+        )
+        input_type = quant_type(op.operands[0])
+        assert input_type is not None
+        sums_type = UniformQuantizedType(
+            storage_type=I32, expressed_type=weight_type.expressed_type, scale=float(_scales(input_type)[0])
+        )
+        result_shape = _ranked_shape(op.result)
+        sums = rewriter.insert(
+            GenericOp(
+                op.name, [op.operands[0], ones], [_tensor(result_shape, sums_type)], dict(op.attributes)
+            )
+        ).result
+        shape = [1] * len(result_shape)
+        shape[output_dim] = result_shape[output_dim]
+        weighted = ops.mul(
+            rewriter,
+            storage_of(rewriter, sums),
+            ops.const(rewriter, zero_points.astype(np.int32).reshape(shape), I32),
+            ops.zero_point(rewriter, 0, I8),
+        )
+        corrected = ops.sub(rewriter, storage_of(rewriter, main), weighted)
+        replace_with_storage(rewriter, op, [corrected])
+        return True
+
+    @staticmethod
+    def output_dim(op: Operation, weight_dim: int) -> int | None:
+        """The result dim the weights' quantized dim becomes (None when it is not an output dim)."""
+        if op.name == "stablehlo.convolution":
+            from qconvert.backends.stablehlo import ConvDimensionNumbers
+
+            numbers = ConvDimensionNumbers.parse(op.attributes["dimension_numbers"])
+            groups = op.attributes.get("feature_group_count")
+            if numbers.kernel[weight_dim] != "o" or int(getattr(groups, "value", 1)) != 1:
+                return None  # grouped / depthwise: one weight channel per output, not summed over inputs
+            return numbers.output.index("f")
+        from qconvert.backends.stablehlo import DotDimensionNumbers
+
+        dims = DotDimensionNumbers.parse(op.attributes["dot_dimension_numbers"])
+        lhs_rank = len(_ranked_shape(op.operands[0]))
+        rhs_rank = len(_ranked_shape(op.operands[1]))
+        lhs_free = lhs_rank - len(dims.lhs_batching) - len(dims.lhs_contracting)
+        rhs_free = [d for d in range(rhs_rank) if d not in (*dims.rhs_batching, *dims.rhs_contracting)]
+        if weight_dim not in rhs_free:
+            return None
+        return len(dims.lhs_batching) + lhs_free + rhs_free.index(weight_dim)
+
+
+def _tensor(shape: tuple[int, ...], element: QuantizedType) -> RankedTensorType:
+    return RankedTensorType(shape, element)

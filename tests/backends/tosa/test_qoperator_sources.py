@@ -131,3 +131,79 @@ def test_qoperator_models_check_against_onnxruntime_on_both_engines(
         # measured: 0 of 24 (small) and 0 of 80 (digits) elements off; TOSA's rounding allows one step
         assert output.ours.max_lsb_diff is not None and output.ours.max_lsb_diff <= 1.0
         assert output.ours.mismatches <= 0.005 * output.ours.elements, (model.name, output.ours)
+
+
+def _per_channel_zero_point_model() -> onnx.ModelProto:
+    """QDQ Conv and MatMul whose int8 weights have a zero point per output channel / column (TOSA's conv2d
+    and matmul take one): PerChannelWeightZeroPoints subtracts `z_c` times the window sums in i32."""
+    rng = np.random.default_rng(2)
+    channels = 8
+
+    def constant(array: np.ndarray, name: str) -> onnx.TensorProto:
+        return numpy_helper.from_array(array, name)
+
+    initializers = [
+        constant(np.array(0.02, np.float32), "sx"),
+        constant(np.array(3, np.int8), "zx"),
+        constant(np.array(0.05, np.float32), "sc"),
+        constant(np.array(-7, np.int8), "zc"),
+        constant(np.array(0.03, np.float32), "sm"),
+        constant(np.array(5, np.int8), "zm"),
+        constant(rng.integers(-127, 127, (channels, 3, 3, 3)).astype(np.int8), "w1"),
+        constant(rng.uniform(0.002, 0.006, channels).astype(np.float32), "sw1"),
+        constant(rng.integers(-20, 20, channels).astype(np.int8), "zw1"),
+        constant(rng.integers(-127, 127, (channels * 16, 10)).astype(np.int8), "w2"),
+        constant(rng.uniform(0.0005, 0.001, 10).astype(np.float32), "sw2"),
+        constant(rng.integers(-20, 20, 10).astype(np.int8), "zw2"),
+    ]
+
+    def qdq(name: str, scale: str, zero_point: str) -> list[onnx.NodeProto]:
+        return [
+            helper.make_node("QuantizeLinear", [name, scale, zero_point], [name + "_q"], name=name + "_Q"),
+            helper.make_node(
+                "DequantizeLinear", [name + "_q", scale, zero_point], [name + "_d"], name=name + "_DQ"
+            ),
+        ]
+
+    nodes = [
+        *qdq("x", "sx", "zx"),
+        helper.make_node("DequantizeLinear", ["w1", "sw1", "zw1"], ["w1_d"], axis=0, name="w1_DQ"),
+        helper.make_node("Conv", ["x_d", "w1_d"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2], name="conv"),
+        *qdq("c", "sc", "zc"),
+        helper.make_node("Flatten", ["c_d"], ["f"], axis=1, name="flat"),
+        *qdq("f", "sc", "zc"),
+        helper.make_node("DequantizeLinear", ["w2", "sw2", "zw2"], ["w2_d"], axis=1, name="w2_DQ"),
+        helper.make_node("MatMul", ["f_d", "w2_d"], ["m"], name="matmul"),
+        *qdq("m", "sm", "zm"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "per_channel_zero_points",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 8])],
+        [helper.make_tensor_value_info("m_d", TensorProto.FLOAT, [2, 10])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("engine", ["reference", "iree"])
+def test_per_channel_weight_zero_points_are_exact_against_onnxruntime(engine: str, tmp_path: Path) -> None:
+    require_tosa_python()
+    if engine == "iree":
+        require_module("iree.runtime")
+    onnx.save(_per_channel_zero_point_model(), tmp_path / "model.onnx")
+    np.savez(
+        tmp_path / "inputs.npz", x=np.random.default_rng(3).normal(0, 1, (2, 3, 8, 8)).astype(np.float32)
+    )
+    report = check(tmp_path / "model.onnx", str(tmp_path / "inputs.npz"), backend="tosa", engine=engine)
+    assert report.verdict == PASSED, report.verdict_line
+    assert {layer.op_type for layer in report.layers.values()} >= {"Conv", "MatMul"}
+    for layer in report.layers.values():
+        # the correction is exact in i32: each group differs from onnxruntime only at predicted near-ties
+        assert layer.mismatches == layer.predicted_mismatches, layer.explanation
+    (output,) = report.outputs.values()
+    assert output.ours is not None and output.ours.max_lsb_diff is not None
+    assert output.ours.max_lsb_diff <= 1.0  # measured: 0 of 20 off

@@ -40,6 +40,8 @@ from qconvert.passes.rewrite import apply_patterns
 
 from . import ops
 from .float_island import FloatIslandToTable, FloatLinearCombination, FloatPerChannelAffine
+from .float_ops import Labels, float_patterns, island_nodes, labelled_lowerings, profile_note
+from .index_ops import index_patterns, narrow_index_arguments, note_arguments
 from .legalize import fold_patterns, legalize_patterns
 from .legalize_quant import (
     FloatConvToQuantizedConv,
@@ -201,13 +203,19 @@ def _is_float(op: Operation) -> bool:
     return any(isinstance(element_type_of(type_), FloatType) for type_ in types)
 
 
-def _refusal_message(left: list[Operation], refusals: Refusals) -> str:
+def _refusal_message(left: list[Operation], refusals: Refusals, allow_float: bool = False) -> str:
     lines = []
     counts = Counter((op.name, refusals.reason(op) or _default_reason(op)) for op in left)
     for (name, reason), count in counts.items():
         times = f" (x{count})" if count > 1 else ""
         lines.append(f"  {name}{times}: {reason}")
-    return "cannot convert to integer-only TOSA; these ops remain:\n" + "\n".join(lines)
+    if allow_float:
+        return (
+            "cannot convert to TOSA, even with float islands (--allow-float); these ops remain:\n"
+            + "\n".join(lines)
+        )
+    hint = "\n(--allow-float keeps what cannot be integer as float TOSA ops: PRO-INT + PRO-FP)"
+    return "cannot convert to integer-only TOSA; these ops remain:\n" + "\n".join(lines) + hint
 
 
 def _default_reason(op: Operation) -> str:
@@ -240,20 +248,22 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     from qconvert.backends.stablehlo import convert_to_stablehlo
 
     options = options if options is not None else TosaOptions()
-    if options.allow_float:
-        raise InputError(
-            "--allow-float (float islands as float TOSA, PRO-FP) is not supported yet: the TOSA backend "
-            "emits integer-only TOSA (with --float-boundary, float only at the inputs and outputs)"
-        )
+    labels: Labels = {}  # --allow-float: StableHLO op -> the ONNX node it computes, for the islands' notes
     rounding = TosaRounding(options.rounding)
     converted = convert_to_stablehlo(
-        _as_qdq(module), "quantized", "stablehlo", fuse_arithmetic=True, engine_profile=None
+        _as_qdq(module),
+        "quantized",
+        "stablehlo",
+        fuse_arithmetic=True,
+        engine_profile=None,
+        lowerings=labelled_lowerings(labels) if options.allow_float else None,  # type: ignore[arg-type]
     )
     function = main_function(converted, "to convert")
     if options.float_boundary:
         float_boundary(function, rounding)
     else:
         storage_boundary(function)
+    narrowed = narrow_index_arguments(function)  # i64 token ids: i32, TOSA's gather index
     body = function.body
     refusals = Refusals()
     patterns = [
@@ -268,8 +278,11 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
         FloatIslandToTable(refusals),
         FloatPerChannelAffine(rounding, refusals),
         FloatLinearCombination(refusals),
+        *index_patterns(refusals),
     ]
     apply_patterns(body, patterns, nested=False)
+    if options.allow_float:  # what the integer patterns left, as float TOSA (PRO-FP), each op noted
+        apply_patterns(body, float_patterns(refusals, labels), nested=False)
     while fold_casts(list(body.ops)):
         pass
     erase_unused(body, lambda op: not op.is_terminator)
@@ -277,7 +290,10 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     erase_unused(body, lambda op: not op.is_terminator)
     left = _not_legalized(body)
     if left:
-        raise InputError(_refusal_message(left, refusals))
+        raise InputError(_refusal_message(left, refusals, options.allow_float))
+    note_arguments(function, narrowed)
+    if options.allow_float:
+        converted.attributes[NOTE] = StringAttr(profile_note(island_nodes(body)))
     return converted
 
 

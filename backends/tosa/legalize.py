@@ -18,7 +18,7 @@ import numpy as np
 from qconvert.ir.attributes import DenseArrayAttr, DenseElementsAttr, IntegerAttr
 from qconvert.ir.core import GenericOp, Operation, Value
 from qconvert.ir.quant_types import QuantizedType, UniformQuantizedPerAxisType
-from qconvert.ir.types import I8, I32, FloatType, IntegerType, RankedTensorType, Type, element_type_of
+from qconvert.ir.types import I8, I32, I64, FloatType, IntegerType, RankedTensorType, Type, element_type_of
 from qconvert.numerics.tosa import TosaRounding
 from qconvert.passes.rewrite import PatternRewriter, Root
 
@@ -37,7 +37,7 @@ from .storage import (
     storage_type,
 )
 
-__all__ = ["fold_patterns", "legalize_patterns"]
+__all__ = ["ELEMENTWISE", "fold_patterns", "legalize_patterns"]
 
 
 def _ints(op: Operation, name: str, default: list[int] | None = None) -> list[int]:
@@ -144,6 +144,8 @@ class ReshapeToReshape(_Pattern):
             element_type_of(op.operands[0].type), IntegerType
         ):
             return False  # a float reshape: part of a float island
+        if element_type_of(op.operands[0].type) == I64:
+            return False  # token ids: index_ops.py's, as i32
         shape = _ranked(op.result).shape
         replace_with_storage(
             rewriter, op, [ops.reshape(rewriter, storage_of(rewriter, op.operands[0]), shape)]
@@ -230,7 +232,7 @@ class PadToPad(_Pattern):
 
 
 # Elementwise ------------------------------------------------------------------------------------
-_ELEMENTWISE = {
+ELEMENTWISE = {
     "stablehlo.add": ops.add,
     "stablehlo.subtract": ops.sub,
     "stablehlo.maximum": ops.maximum,
@@ -247,7 +249,7 @@ class ElementwiseOnStorage(_Pattern):
     """add / subtract / maximum / minimum where the storage computes the same: integers, the i32 accumulator
     plus a bias of its own type (zero point 0), max / min of one quantized type."""
 
-    roots = tuple(_ELEMENTWISE)
+    roots = tuple(ELEMENTWISE)
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
         types = {operand.type for operand in op.operands} | {op.result.type}
@@ -265,7 +267,7 @@ class ElementwiseOnStorage(_Pattern):
         if isinstance(element, QuantizedType) and not element.is_signed:
             return self.refuse(op, "max / min / add of unsigned storage (TOSA compares its bits as signed)")
         lhs, rhs = (broadcast_source(storage_of(rewriter, operand)) for operand in op.operands)
-        replace_with_storage(rewriter, op, [_ELEMENTWISE[op.name](rewriter, lhs, rhs)])
+        replace_with_storage(rewriter, op, [ELEMENTWISE[op.name](rewriter, lhs, rhs)])
         return True
 
 

@@ -130,7 +130,7 @@ def shape_type(rank: int) -> OpaqueType:
 # Constants ----------------------------------------------------------------------------------------
 def const(b: Builder, array: np.ndarray, element_type: Type) -> Value:
     """`tosa.const` holding `array` as a tensor of `element_type` (the array's dtype must hold it)."""
-    values = np.ascontiguousarray(array)
+    values = np.ascontiguousarray(array).reshape(np.shape(array))  # ascontiguousarray makes 0-d 1-d
     type_ = RankedTensorType(tuple(values.shape), element_type)
     return _op(b, "tosa.const", [], type_, values=DenseElementsAttr(values, type_))
 

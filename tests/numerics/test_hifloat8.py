@@ -13,6 +13,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import require_module
 
 from qconvert.numerics.hifloat8 import (
     HIFLOAT8_INF,
@@ -208,3 +209,24 @@ def test_bad_codes_are_refused() -> None:
         decode_hifloat8(np.array([256]))
     with pytest.raises(TypeError, match="integers"):
         decode_hifloat8(np.array([1.0]))
+
+
+@pytest.mark.engine
+def test_agrees_with_en_dtypes_hifloat8() -> None:
+    """en_dtypes' hifloat8 (an independent C++ implementation) decodes all 256 codes alike and encodes alike
+    in its Inf mode (numpy casts do not saturate): random float32 over every binade, and every rounding
+    boundary with one ulp either side. Its saturating path is not compared: it clamps only from 49152, so
+    [40960, 49152) becomes Inf there where the sample encoder gives 32768."""
+    en_dtypes = require_module("en_dtypes")
+    hifloat8 = en_dtypes.hifloat8
+    np.testing.assert_array_equal(ALL_CODES.view(hifloat8).astype(np.float32), decode_hifloat8(ALL_CODES))
+    rng = np.random.default_rng(11)
+    samples = (rng.standard_normal(100_000) * np.exp2(rng.uniform(-26, 17, 100_000))).astype(np.float32)
+    values, _ = hifloat8_grid()
+    midpoints = ((values[:-1] + values[1:]) / 2).astype(np.float32)
+    neighbours = [np.nextafter(midpoints, np.float32(0)), np.nextafter(midpoints, np.float32(np.inf))]
+    boundaries = np.concatenate([midpoints, *neighbours, [40960.0, 1e30, np.inf, np.nan]])
+    every = np.concatenate([samples, boundaries, -boundaries]).astype(np.float32)
+    np.testing.assert_array_equal(
+        every.astype(hifloat8).view(np.uint8), encode_hifloat8(every, saturate=False)
+    )

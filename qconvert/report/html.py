@@ -639,23 +639,19 @@ class _CalibrationPage(_Page):
                     ),
                 ]
             )
-        parts = [
-            "<h2>Ranges (worst first)</h2>",
-            _table(
-                [
-                    "tensor",
-                    "min",
-                    "max",
-                    "scale",
-                    "zero point",
-                    "mean rel. error",
-                    "outside range",
-                    "sentinel / note",
-                ],
-                rows,
-                {1, 2, 3, 4, 5, 6},
-            ),
+        header = [
+            "tensor",
+            "min",
+            "max",
+            "scale",
+            "zero point",
+            "mean rel. error",
+            "outside range",
+            "sentinel / note",
         ]
+        if not any("scale" in entry for entry in ranges.values()):  # a result without the written scales
+            header, rows = header[:3] + header[5:], [row[:3] + row[5:] for row in rows]
+        parts = ["<h2>Ranges (worst first)</h2>", _table(header, rows, set(range(1, len(header) - 1)))]
         if histograms:
             parts.append(f"<h3>Histograms and chosen ranges ({len(histograms):,} tensors)</h3>")
         for index, name in enumerate(n for n in ordered if n in histograms):

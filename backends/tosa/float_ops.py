@@ -16,7 +16,7 @@ note; the module then needs PRO-FP besides PRO-INT.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -434,18 +434,24 @@ def float_patterns(refusals: Refusals, labels: Labels) -> list[object]:
 
 
 def island_nodes(body: Block) -> list[str]:
-    """The ONNX nodes float ops compute (from their notes), in order of first appearance."""
+    """The ONNX nodes float ops compute (from their notes), in order of first appearance; the islands'
+    edges (the DequantizeLinear / QuantizeLinear around them, `quant.dcast` / `quant.qcast`) last."""
     found: dict[str, None] = {}
     for op in body.ops:
         note = op.attributes.get(NOTE)
         if isinstance(note, StringAttr) and note.value.startswith(f"{FLOAT_NOTE}: ONNX "):
             found.setdefault(note.value.removeprefix(f"{FLOAT_NOTE}: ONNX "), None)
-    return list(found)
+    edges = [name for name in found if name.startswith("quant.")]
+    return [name for name in found if not name.startswith("quant.")] + edges
 
 
-def profile_note(nodes: Mapping[str, None] | list[str]) -> str:
+def profile_note(nodes: list[str]) -> str:
     """The module's note: which profiles it needs and which ONNX nodes are float."""
-    names = list(nodes)
-    if not names:
+    if not nodes:
         return "integer-only TOSA: needs PRO-INT alone"
-    return f"needs PRO-INT + PRO-FP: {len(names)} ONNX nodes kept float (--allow-float): " + ", ".join(names)
+    inner = [name for name in nodes if not name.startswith("quant.")]
+    edges = len(nodes) - len(inner)
+    return (
+        f"needs PRO-INT + PRO-FP: {len(inner)} ONNX nodes kept float (--allow-float): {', '.join(inner)}"
+        f"; and {edges} DequantizeLinear / QuantizeLinear at their edges in f32"
+    )

@@ -614,32 +614,33 @@ def predicted_mismatch(
     zero_point: np.ndarray | float,
     *,
     round_mode: AscendRoundMode | str = AscendRoundMode.RINT,
+    compute_dtype: object = np.float16,
     qmin: int = -128,
     qmax: int = 127,
 ) -> np.ndarray:
-    """Where AscendQuant's half pipeline (int8, PER_TENSOR / PER_CHANNEL) differs from ONNX QuantizeLinear.
+    """Where AscendQuant (int8) differs from ONNX QuantizeLinear on the same `(s, zp)`.
 
     ONNX: `sat(rne(float32(x) / float32(s)) + zp)`. AscendQuant: `sat(m(t))` with
-    `t = half(half(half(x) · half(float32(1/s))) + half(zp))`. `scale` and `zero_point` broadcast against `x`
-    (per-channel: give them the shape that broadcasts). Returns a bool array shaped like `x`, True where the
-    two integers differ; the reasons are half's 11-bit input, reciprocal, product and sum (0.0625 spacing in
-    [64, 128)), and divide-versus-multiply near ties.
+    `t = c(c(c(x) · c(float32(1/s))) + c(zp))`, `c` the compute type: half (PER_TENSOR / PER_CHANNEL; the
+    float -> half source cast saturates at ±65504), float32 or bfloat16 (the 950's PER_TOKEN / PER_GROUP with
+    that scale type). `scale` and `zero_point` broadcast against `x` (per-channel or per-token: give them the
+    shape that broadcasts). Returns a bool array shaped like `x`, True where the two integers differ; the
+    reasons are the compute type's rounding of the input, the reciprocal, the product and the sum (half:
+    0.0625 spacing in [64, 128)), and multiplying by a rounded reciprocal instead of dividing near ties.
     """
+    compute = np.dtype(compute_dtype)
     values = np.asarray(x, np.float32)
     scales = np.broadcast_to(np.asarray(scale, np.float32), values.shape)
     zeros = np.broadcast_to(np.asarray(zero_point, np.float64), values.shape)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         onnx = np.rint(values / scales).astype(np.float64) + zeros
         onnx = np.clip(np.where(np.isnan(onnx), qmin, onnx), qmin, qmax)
-        reciprocal = (np.float32(1.0) / scales).astype(np.float16).astype(np.float64)
-        source = np.clip(values, -_HALF_MAX, _HALF_MAX).astype(
-            np.float16
-        )  # the saturating float -> half cast
-        product = (source.astype(np.float64) * reciprocal).astype(np.float16)
-        shifted = (product.astype(np.float64) + zeros.astype(np.float16).astype(np.float64)).astype(
-            np.float16
-        )
-        mode = effective_round_mode(_INT8, round_mode)
-        ascend = _round_integral(shifted.astype(np.float64), mode)
+        reciprocal = _round_to((np.float32(1.0) / scales).astype(np.float64), compute)
+        source = values.astype(np.float64)
+        if compute == _HALF:
+            source = np.clip(source, -_HALF_MAX, _HALF_MAX)  # the saturating float -> half cast
+        product = _round_to(_round_to(source, compute) * reciprocal, compute)
+        shifted = _round_to(product + _round_to(zeros, compute), compute)
+        ascend = _round_integral(shifted, effective_round_mode(_INT8, round_mode))
         ascend = np.clip(np.where(np.isnan(ascend), 0.0, ascend), qmin, qmax)
     return onnx != ascend

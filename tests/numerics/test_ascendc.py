@@ -412,6 +412,32 @@ def test_predicted_mismatch_matches_the_onnx_rule_in_every_round_mode(
 
 
 @pytest.mark.engine
+@pytest.mark.parametrize("scale_dtype", [np.float32, ml_dtypes.bfloat16])
+def test_predicted_mismatch_for_the_950_per_token_form(scale_dtype: type, rng: np.random.Generator) -> None:
+    """PER_TOKEN computes in the scale's type: float32 rarely differs from ONNX (divide vs multiply near
+    ties), bfloat16 (8 significant bits) often; the prediction marks exactly those elements."""
+    rows, columns = 256, 64
+    scale = np.exp(rng.uniform(np.log(1e-3), np.log(1e-1), rows)).astype(np.float32)
+    zero_point = rng.integers(-20, 21, rows)
+    x = (rng.standard_normal((rows, columns)) * 50 * scale[:, None]).astype(np.float32)
+    api_scale, api_offset = quant_parameters_from_onnx(scale, zero_point)
+    emulated = ascend_quant(
+        x, api_scale, api_offset, mode="per_token", dst_dtype=INT8, scale_dtype=scale_dtype
+    )
+    params = UniformParams(
+        scale=scale,
+        zero_point=zero_point,
+        storage_dtype=np.dtype(INT8),
+        storage_type_min=-128,
+        storage_type_max=127,
+        quantized_dimension=0,
+    )
+    differs = quantize(x, params) != emulated
+    predicted = predicted_mismatch(x, scale[:, None], zero_point[:, None], compute_dtype=scale_dtype)
+    np.testing.assert_array_equal(predicted, differs)
+    assert differs.mean() < 0.001 if scale_dtype is np.float32 else differs.mean() > 0.05
+
+
 def test_predicted_mismatch_on_sources_beyond_half_range() -> None:
     """The float -> half source cast saturates: 1e6 becomes 65504, times 1/1000 -> 65.5 -> 66, where ONNX
     saturates 1000 to 127. Both the emulator and the prediction say so."""

@@ -44,6 +44,7 @@ from . import round_half_away_from_zero
 from .hifloat8 import decode_hifloat8, encode_hifloat8
 
 __all__ = [
+    "FLOAT4_E1M2",
     "HIFLOAT8",
     "AscendQuantMode",
     "AscendRoundMode",
@@ -51,8 +52,10 @@ __all__ = [
     "ascend_antiquant",
     "ascend_dequant",
     "ascend_quant",
+    "decode_float4_e1m2",
     "dequant_scale_from_onnx",
     "effective_round_mode",
+    "encode_float4_e1m2",
     "float_parameters_after_call",
     "pack_deq_scale",
     "predicted_mismatch",
@@ -62,6 +65,10 @@ __all__ = [
 ]
 
 HIFLOAT8 = "hifloat8"  # the dst_dtype / weight dtype of HiF8 (numpy has none): arrays hold uint8 codes
+# fp4x2_e1m2_t's element: S | E (1 bit) | M (2 bits), bias 1, no Inf / NaN: 0, 0.25, ..., 1.75 (a uniform
+# grid, as en_dtypes' float4_e1m2 defines it). ml_dtypes has no such type: arrays hold its codes in uint8.
+FLOAT4_E1M2 = "float4_e1m2"
+_FLOAT4_E1M2_GRID = np.arange(8, dtype=np.float64) * 0.25
 
 _HALF = np.dtype(np.float16)
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
@@ -122,11 +129,13 @@ def _destination_dtype(dst_dtype: object) -> np.dtype | str:
     """Normalise a destination: HIFLOAT8, or int8 / int4 / float8_e4m3fn / float8_e5m2 / float4_e2m1fn."""
     if isinstance(dst_dtype, str) and dst_dtype.lower() in (HIFLOAT8, "hif8", "hifloat8_t"):
         return HIFLOAT8
+    if isinstance(dst_dtype, str) and dst_dtype.lower() in (FLOAT4_E1M2, "fp4x2_e1m2_t"):
+        return FLOAT4_E1M2
     dtype = np.dtype(dst_dtype)  # type: ignore[call-overload]
     if dtype not in (_INT8, _INT4, _FP8_E4M3, _FP8_E5M2, _FP4_E2M1):
         raise ValueError(
-            f"AscendQuant destination must be int8, int4, float8_e4m3fn, float8_e5m2, hifloat8 or "
-            f"float4_e2m1fn, got {dtype}"
+            f"AscendQuant destination must be int8, int4, float8_e4m3fn, float8_e5m2, hifloat8, "
+            f"float4_e2m1fn or float4_e1m2, got {dtype}"
         )
     return dtype
 
@@ -136,6 +145,8 @@ def _destination_kind(dst: np.dtype | str) -> str:
         return HIFLOAT8
     if dst in (_INT8, _INT4):
         return "integer"
+    if dst == FLOAT4_E1M2:
+        return "fp4"
     if dst in (_FP8_E4M3, _FP8_E5M2):
         return "fp8"
     return "fp4"
@@ -187,6 +198,24 @@ def round_to_grid(values: np.ndarray, grid: np.ndarray, round_mode: AscendRoundM
     return np.where(np.isnan(array), np.nan, np.where(negative, -result, result))
 
 
+def encode_float4_e1m2(
+    values: np.ndarray, round_mode: AscendRoundMode | str = AscendRoundMode.RINT
+) -> np.ndarray:
+    """float -> float4_e1m2 codes (uint8, 0..15): the magnitude rounded on {0, 0.25, ..., 1.75} with
+    `round_mode` and saturated at 1.75 (±Inf too), the sign kept (so -0 exists, code 8), NaN -> 0."""
+    array = np.asarray(values, np.float64)
+    magnitude = np.abs(round_to_grid(np.where(np.isnan(array), 0.0, array), _FLOAT4_E1M2_GRID, round_mode))
+    index = np.rint(magnitude * 4).astype(np.uint8)
+    return np.where(np.signbit(array) & ~np.isnan(array), index | np.uint8(8), index).astype(np.uint8)
+
+
+def decode_float4_e1m2(codes: np.ndarray) -> np.ndarray:
+    """float4_e1m2 codes (low nibble of uint8) -> float32."""
+    array = np.asarray(codes, np.uint8) & np.uint8(0x0F)
+    magnitude = (array & np.uint8(7)).astype(np.float32) * np.float32(0.25)
+    return np.where(array & np.uint8(8), -magnitude, magnitude).astype(np.float32)
+
+
 def _round_integral(values: np.ndarray, mode: AscendRoundMode) -> np.ndarray:
     """Round float64 values to integers with one RoundMode (NaN kept)."""
     match mode:
@@ -236,6 +265,8 @@ def _cast_destination(
         low, high = (-128, 127) if dst == _INT8 else (-8, 7)
         rounded = _round_integral(values, mode)
         return np.clip(np.where(np.isnan(rounded), 0.0, rounded), low, high).astype(np.int64).astype(dst)
+    if dst == FLOAT4_E1M2:
+        return encode_float4_e1m2(values, mode)
     if dst == _FP4_E2M1:
         grid = np.unique(np.abs(np.arange(16, dtype=np.uint8).view(_FP4_E2M1).astype(np.float64)))
         return round_to_grid(values, grid, mode).astype(_FP4_E2M1)
@@ -320,7 +351,8 @@ def ascend_quant(
       PER_CHANNEL (`ascend_quant_pre_impl.h` and the 950's `ascend_quant_3510_impl.h` cast float / bf16
       inputs, scale and offset to half, the float -> half cast saturating) and `scale_dtype` (default
       float32) for PER_TOKEN / PER_GROUP (`ascend_quant_per_group_3510_impl.h`); `compute_dtype` overrides.
-    - `dst_dtype`: int8, ml_dtypes.int4, float8_e4m3fn, float8_e5m2, float4_e2m1fn, or HIFLOAT8 (uint8 codes).
+    - `dst_dtype`: int8, ml_dtypes.int4, float8_e4m3fn, float8_e5m2, float4_e2m1fn, or HIFLOAT8 / FLOAT4_E1M2
+      (uint8 codes).
     - `round_mode`: falls back to the destination's default when unsupported (`effective_round_mode`).
     """
     quant_mode = AscendQuantMode(mode)
@@ -454,6 +486,8 @@ def _weight_values(weight: np.ndarray, weight_dtype: object) -> tuple[np.ndarray
     array = np.asarray(weight)
     if weight_dtype is not None and str(weight_dtype).lower() in (HIFLOAT8, "hif8"):
         return decode_hifloat8(array).astype(np.float64), "float8"
+    if weight_dtype is not None and str(weight_dtype).lower() == FLOAT4_E1M2:
+        return decode_float4_e1m2(array).astype(np.float64), "fp4"
     if array.dtype in (_FP8_E4M3, _FP8_E5M2):
         return array.astype(np.float64), "float8"
     if array.dtype == _FP4_E2M1:

@@ -16,6 +16,7 @@ from conftest import require_module
 
 from qconvert.numerics import UniformParams, quantize
 from qconvert.numerics.ascendc import (
+    FLOAT4_E1M2,
     HIFLOAT8,
     AscendQuantMode,
     AscendRoundMode,
@@ -23,8 +24,10 @@ from qconvert.numerics.ascendc import (
     ascend_antiquant,
     ascend_dequant,
     ascend_quant,
+    decode_float4_e1m2,
     dequant_scale_from_onnx,
     effective_round_mode,
+    encode_float4_e1m2,
     float_parameters_after_call,
     pack_deq_scale,
     predicted_mismatch,
@@ -291,6 +294,50 @@ def test_fp4_rint_grid_matches_ml_dtypes(rng: np.random.Generator) -> None:
     values[:100] = np.repeat(FP4_GRID[:-1] + np.diff(FP4_GRID) / 2, 100 // 7 + 1)[:100]  # every tie
     expected = values.astype(np.float32).astype(ml_dtypes.float4_e2m1fn).astype(np.float64)
     np.testing.assert_array_equal(round_to_grid(values, FP4_GRID, "rint"), expected)
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("rint", [0.0, 0.5, 0.5, 1.75, 1.75, -0.25, -0.0, 0.0, 1.0]),
+        ("round", [0.25, 0.5, 0.75, 1.75, 1.75, -0.25, -0.25, 0.0, 1.0]),
+        ("floor", [0.0, 0.25, 0.5, 1.75, 1.75, -0.25, -0.25, 0.0, 1.0]),
+        ("ceil", [0.25, 0.5, 0.75, 1.75, 1.75, -0.0, -0.0, 0.0, 1.0]),
+        ("trunc", [0.0, 0.25, 0.5, 1.75, 1.75, -0.0, -0.0, 0.0, 1.0]),
+    ],
+)
+def test_float4_e1m2_by_hand(mode: str, expected: list[float]) -> None:
+    """Grid 0, 0.25, ..., 1.75 (bias 1): ties at 0.125 / 0.375 / 0.625, saturation at 1.75, signed zero."""
+    values = np.array([0.125, 0.375, 0.625, 1.9, 100.0, -0.2, -0.125, np.nan, 1.0], np.float32)
+    codes = encode_float4_e1m2(values, mode)
+    decoded = decode_float4_e1m2(codes)
+    assert decoded.tolist() == expected
+    assert np.signbit(decoded).tolist() == [np.signbit(v) for v in expected]
+    src = values.reshape(1, 9)
+    quantized = ascend_quant(
+        src,
+        np.ones((1, 1), np.float32),
+        None,
+        mode="per_group",
+        group_size=32,
+        dst_dtype=FLOAT4_E1M2,
+        round_mode=mode,
+    )
+    np.testing.assert_array_equal(quantized.ravel(), codes)
+
+
+@pytest.mark.engine
+def test_float4_e1m2_matches_en_dtypes(rng: np.random.Generator) -> None:
+    en_dtypes = require_module("en_dtypes")
+    codes = np.arange(16, dtype=np.uint8)
+    np.testing.assert_array_equal(
+        decode_float4_e1m2(codes), codes.view(en_dtypes.float4_e1m2).astype(np.float32)
+    )
+    values = np.concatenate([rng.uniform(-2.5, 2.5, 20000), np.arange(-17, 17) * 0.125, [np.inf, -np.inf]])
+    values = values.astype(np.float32)
+    np.testing.assert_array_equal(
+        encode_float4_e1m2(values), values.astype(en_dtypes.float4_e1m2).view(np.uint8)
+    )
 
 
 def test_unknown_destination_and_bad_shapes_are_refused() -> None:
@@ -588,6 +635,22 @@ def test_antiquant_fp4_per_group_with_e8m0_scales() -> None:
     np.testing.assert_array_equal(transposed, as_bf16.T)
     with pytest.raises(ValueError, match="groups of 16"):
         ascend_antiquant(weight, scale, None, mode="per_group", group_size=16)
+
+
+def test_antiquant_float4_e1m2_weights() -> None:
+    codes = np.tile(np.arange(16, dtype=np.uint8), 4).reshape(32, 2)  # K = 32, N = 2
+    scale = np.array([[2.0**-2, 2.0**3]], np.float32).astype(ml_dtypes.float8_e8m0fnu)
+    result = ascend_antiquant(
+        codes,
+        scale,
+        None,
+        mode="per_group",
+        group_size=32,
+        dst_dtype=ml_dtypes.bfloat16,
+        weight_dtype=FLOAT4_E1M2,
+    )
+    expected = decode_float4_e1m2(codes).astype(np.float64) * np.array([[2.0**-2, 2.0**3]])
+    np.testing.assert_array_equal(result.astype(np.float64), expected)
 
 
 def test_antiquant_per_token_in_float32() -> None:

@@ -122,7 +122,14 @@ def _npy(array: np.ndarray) -> bytes:
     import io
 
     buffer = io.BytesIO()
-    np.save(buffer, np.asarray(array), allow_pickle=False)
+    values = np.asarray(array)
+    if (
+        values.dtype.kind == "V"
+        or values.dtype.name in ("bfloat16",)
+        or values.dtype.name.startswith("float8")
+    ):
+        values = values.view(np.uint8 if values.dtype.itemsize == 1 else np.uint16)  # ml_dtypes: the bits
+    np.save(buffer, values, allow_pickle=False)
     return buffer.getvalue()
 
 

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from qconvert.errors import InputError
@@ -62,6 +63,12 @@ CPP_TYPES = {
     "int4": "int4b_t",
 }
 ALIGN_BYTES = 32  # every UB operand's length and address (section 5.2)
+HALF_MAX = float(np.finfo(np.float16).max)
+BFLOAT16_ANTIQUANT = (
+    "atlas-350",
+    "atlas-a3",
+    "atlas-a2",
+)  # AscendAntiQuant dst bf16 (inference AI Core: half)
 
 
 @dataclass(slots=True)
@@ -350,6 +357,15 @@ class _Builder:
         )
         if not self.layout(op, site, params, shape):
             return
+        widest = _represented_range(params)
+        if widest > HALF_MAX:
+            self.refuse(
+                op,
+                f"AscendQuant computes in half: the values scale {float(np.max(params.scale)):.4g} "
+                f"represents reach {widest:.4g}, beyond half's {HALF_MAX:g} (x saturates, 1/s loses its bits); no "
+                "product's generated form takes it (atlas-350's PER_TOKEN form computes in a float scale)",
+            )
+            return
         self.parameters(site, params)
         site.op = op
         self.add(site)
@@ -579,9 +595,24 @@ class _Builder:
                 return
         from qconvert.numerics.ascendc import antiquant_parameters_from_onnx
 
+        widest = _represented_range(params)
+        if widest > HALF_MAX:
+            if self.product.name not in BFLOAT16_ANTIQUANT:
+                self.refuse(
+                    op,
+                    f"AscendAntiQuant to half overflows: the values reach {widest:.4g} (half: {HALF_MAX:g}), "
+                    f"and {self.product.title} has no bfloat16 output; a product that takes it: "
+                    + ", ".join(BFLOAT16_ANTIQUANT),
+                )
+                return
+            site.dst_type = "bfloat16"
+            site.note = f"bfloat16 output: the values reach {widest:.4g}, beyond half's {HALF_MAX:g}"
         # offset = -zp; uint8 codes are read as int8 (the code - 128), so the offset becomes 128 - zp
-        scale, offset = antiquant_parameters_from_onnx(params.scale, params.zero_point + site.storage_shift)
-        site.scale_type = "half"
+        parameter_type = ml_dtypes.bfloat16 if site.dst_type == "bfloat16" else np.float16
+        scale, offset = antiquant_parameters_from_onnx(
+            params.scale, params.zero_point + site.storage_shift, dst_dtype=parameter_type
+        )
+        site.scale_type = "bfloat16_t" if site.dst_type == "bfloat16" else "half"
         aligned = ALIGN_BYTES  # int8 src rows 32-byte aligned
         if site.transpose:
             site.channels = rows
@@ -595,8 +626,8 @@ class _Builder:
             if padded != columns:
                 site.padding = f"N = {columns} padded to {padded} (32-byte aligned rows): scale 1, offset 0"
             site.n = padded
-        scale = np.asarray(scale, np.float16).reshape(-1 if site.mode == "PER_CHANNEL" else ())
-        offset = np.asarray(offset, np.float16).reshape(-1 if site.mode == "PER_CHANNEL" else ())
+        scale = np.asarray(scale).reshape(-1 if site.mode == "PER_CHANNEL" else ())
+        offset = np.asarray(offset).reshape(-1 if site.mode == "PER_CHANNEL" else ())
         if site.mode == "PER_CHANNEL" and not site.transpose and site.n != scale.size:
             scale = np.pad(scale, (0, site.n - scale.size), constant_values=1)
             offset = np.pad(offset, (0, site.n - offset.size))
@@ -693,6 +724,13 @@ _PER_TENSOR = UniformParams(
     storage_type_min=-128,
     storage_type_max=127,
 )
+
+
+def _represented_range(params: UniformParams) -> float:
+    """The largest |value| the quantization represents: s·max(|qmin - zp|, |qmax - zp|)."""
+    zero = np.asarray(params.zero_point, np.float64)
+    reach = np.maximum(np.abs(params.storage_type_min - zero), np.abs(params.storage_type_max - zero))
+    return float(np.max(np.asarray(params.scale, np.float64) * reach))
 
 
 def _first(values: np.ndarray) -> int:

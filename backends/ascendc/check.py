@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import ml_dtypes
 import numpy as np
 from onnx import ModelProto, numpy_helper
 
@@ -62,14 +63,25 @@ class _SiteRun:
     tiled_differs: int  # elements where the tile-by-tile run differs from the whole-tensor one
 
 
-def half_bound(weight: np.ndarray, scale: np.ndarray, result: np.ndarray) -> np.ndarray:
-    """How far AscendAntiQuant's half result may be from float32 `(w - zp)·s`: half a half-precision step of
-    the scale times |w - zp|, plus half a step of the result, plus a float32 step (the reference's own)."""
+def half_bound(
+    weight: np.ndarray, scale: np.ndarray, result: np.ndarray, dtype: np.dtype | type = np.float16
+) -> np.ndarray:
+    """How far AscendAntiQuant's half (or bf16) result may be from float32 `(w - zp)·s`: half a step of the
+    scale in that type times |w - zp|, plus half a step of the result, plus a float32 step (the reference's
+    own)."""
     weight = np.abs(np.asarray(weight, np.float64))
-    scale_step = np.spacing(np.abs(np.asarray(scale, np.float16))).astype(np.float64)
-    result_step = np.spacing(np.abs(np.asarray(result, np.float16))).astype(np.float64)
+    scale_step = _step(np.asarray(scale, np.float64), dtype)
+    result_step = _step(np.asarray(result, np.float64), dtype)
     reference_step = np.spacing(np.abs(np.asarray(result, np.float32))).astype(np.float64)
     return weight * scale_step / 2 + result_step / 2 + reference_step
+
+
+def _step(values: np.ndarray, dtype: np.dtype | type) -> np.ndarray:
+    """The spacing of `dtype` at each |value| (ml_dtypes' bfloat16 has no np.spacing: from its finfo)."""
+    info = ml_dtypes.finfo(dtype)
+    magnitude = np.maximum(np.abs(values), float(info.smallest_normal))
+    exponent = np.floor(np.log2(magnitude))
+    return np.exp2(exponent - info.nmant)
 
 
 @dataclass(slots=True)
@@ -166,7 +178,7 @@ class AscendcCheckRunner:
         if extra and len(node.output) > 2:
             outputs[node.output[1]] = extra["scale"]
             outputs[node.output[2]] = extra["zero_point"]
-        self.runs[case.name] = _SiteRun(site, source, tiled, int(np.count_nonzero(tiled != whole)))
+        self.runs[case.name] = _SiteRun(site, source, tiled, _differing(tiled, whole))
         return CaseRun(outputs, EVALUATED_BY)
 
     def prepare_model(self, model: ModelProto) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
@@ -259,18 +271,25 @@ def _antiquant_prediction(run: _SiteRun, reference: np.ndarray) -> tuple[int, st
     ours = run.emulated.astype(np.float64)
     theirs = reference.astype(np.float64)
     differs = ours != theirs
-    outside = differs & (np.abs(ours - theirs) > half_bound(centred, scale, theirs))
+    dtype = ml_dtypes.bfloat16 if site.dst_type == "bfloat16" else np.float16
+    outside = differs & (np.abs(ours - theirs) > half_bound(centred, scale, theirs, dtype))
     measured = int(np.count_nonzero(differs))
     within = measured - int(np.count_nonzero(outside))
     why = (
-        f"AscendAntiQuant computes half(half(w + offset)·half(s)): {measured} of {ours.size} elements differ "
-        f"from onnxruntime's float32 (w - zp)·s, {within} within half precision's rounding of the scale and "
-        "product"
+        f"AscendAntiQuant computes {_antiquant_formula(site.dst_type)}: {measured} of {ours.size} elements "
+        f"differ from onnxruntime's float32 (w - zp)·s, {within} within the output type's rounding of the "
+        "scale and product"
     )
     if np.any(outside):
         why += f"; {int(np.count_nonzero(outside))} beyond it"
         return -1, why
     return within, why
+
+
+def _antiquant_formula(destination: str) -> str:
+    if destination == "bfloat16":
+        return "bf16(float32(w + offset)·float32(s)) with bf16 parameters"
+    return "half(half(w + offset)·half(s))"
 
 
 def _onnx_parameters(
@@ -288,6 +307,14 @@ def _onnx_parameters(
     assert site.onnx_params is not None
     scale, zero_point = broadcast_params(site.onnx_params, shape)
     return np.asarray(scale, np.float32), np.asarray(zero_point).astype(np.int64)
+
+
+def _differing(first: np.ndarray, second: np.ndarray) -> int:
+    """Elements that differ (two NaNs are the same result)."""
+    same = first == second
+    if first.dtype.kind == "f":
+        same |= np.isnan(first) & np.isnan(second)
+    return int(np.count_nonzero(~same))
 
 
 def _input(case: NodeCase, name: str) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from qconvert.numerics.ascendc import (
@@ -19,7 +20,9 @@ from qconvert.numerics.ascendc import (
 )
 from qconvert.numerics.onnxruntime_kernels import dynamic_quantize_parameters_onnxruntime
 
-from .callgraph import Site
+from qconvert.ir.types import DYNAMIC
+
+from .callgraph import ALIGN_BYTES, Site
 from .products import API_ANTIQUANT, API_DEQUANT, API_QUANT
 from .tiling import Tiling, tiles
 
@@ -31,32 +34,39 @@ UINT8_SHIFT = 128
 def gm_layout(site: Site, array: np.ndarray) -> np.ndarray:
     """The site's source as the kernel's GM buffer: flat, rows padded to the API's n with zeros."""
     values = np.asarray(array)
+    columns, row = _row(site, values.shape)
     if site.api == API_QUANT and site.mode == "PER_TENSOR":
         flat = values.reshape(-1)
-        return np.pad(flat, (0, site.n - flat.size)) if site.n > flat.size else flat
-    columns = _columns(site)
+        return np.pad(flat, (0, row - flat.size)) if row > flat.size else flat
     matrix = values.reshape(-1, columns)
-    return (
-        np.pad(matrix, ((0, 0), (0, site.n - columns))).reshape(-1)
-        if site.n > columns
-        else matrix.reshape(-1)
-    )
+    return np.pad(matrix, ((0, 0), (0, row - columns))).reshape(-1) if row > columns else matrix.reshape(-1)
 
 
-def _columns(site: Site) -> int:
+def _row(site: Site, shape: tuple[int, ...]) -> tuple[int, int]:
+    """(the real elements of a row, the row as the kernel lays it out) for a source of `shape`: the site's
+    own n where its shape is static, else the same padding rule on the actual shape."""
+    static = DYNAMIC not in site.shape
     if site.api == API_QUANT:
-        return site.channels if site.mode == "PER_CHANNEL" and site.channels else site.n
+        if site.mode == "PER_CHANNEL" and site.channels:
+            return site.channels, site.n
+        total = math.prod(shape)
+        return total, site.n if static else _round_up(total, ALIGN_BYTES)
     if site.api == API_DEQUANT:
-        return site.channels or site.n
-    return math.prod(site.shape[1:]) if len(site.shape) > 1 else max(math.prod(site.shape), 1)
+        return site.channels or site.n, site.n
+    columns = math.prod(shape[1:]) if len(shape) > 1 else max(math.prod(shape), 1)
+    return columns, site.n if static else _round_up(columns, ALIGN_BYTES)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
 
 
 def _from_layout(site: Site, flat: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     size = math.prod(shape)
     if site.api == API_QUANT and site.mode == "PER_TENSOR":
         return flat[:size].reshape(shape)
-    columns = _columns(site)
-    return flat.reshape(-1, site.n)[:, :columns].reshape(shape)
+    columns, row = _row(site, shape)
+    return flat.reshape(-1, row)[:, :columns].reshape(shape)
 
 
 def emulate_site(
@@ -100,7 +110,9 @@ def emulate_site(
 def _dst_dtype(site: Site) -> np.dtype:
     if site.api == API_QUANT:
         return np.dtype(site.dst_type) if site.dst_type == "int8" else np.dtype(np.float32)
-    return np.dtype(np.float16 if site.api == API_ANTIQUANT else np.float32)
+    if site.api == API_ANTIQUANT:
+        return np.dtype(ml_dtypes.bfloat16 if site.dst_type == "bfloat16" else np.float16)
+    return np.dtype(np.float32)
 
 
 def _call(
@@ -110,8 +122,6 @@ def _call(
     matter): the counts the kernel passes."""
     assert scale is not None
     if site.api == API_QUANT:
-        import ml_dtypes
-
         destination = {
             "int8": np.int8,
             "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
@@ -149,8 +159,8 @@ def _call(
             cal_count=columns,
         )
         return np.pad(found, ((0, 0), (0, site.n - columns))).reshape(-1)
-    rows = flat.reshape(-1, site.n)
     mode = AscendQuantMode[site.mode or "PER_TENSOR"]
+    rows = flat.reshape(1, -1) if mode is AscendQuantMode.PER_TENSOR else flat.reshape(-1, site.n)
     if mode is AscendQuantMode.PER_CHANNEL and site.transpose:
         first = start // site.n
         count = length // site.n
@@ -160,7 +170,7 @@ def _call(
         scale = np.asarray(scale).reshape(1, -1)
         offset = np.asarray(offset).reshape(1, -1)
     return ascend_antiquant(
-        rows, scale, offset, mode=mode, dst_dtype=np.float16, is_transpose=site.transpose
+        rows, scale, offset, mode=mode, dst_dtype=_dst_dtype(site), is_transpose=site.transpose
     ).reshape(-1)
 
 
@@ -174,7 +184,6 @@ def _per_token(
     channel = np.arange(rows.shape[0]) % site.channels
     row_scale = np.asarray(scale).reshape(-1)[channel].reshape(-1, 1)
     row_offset = np.broadcast_to(np.asarray(offset).reshape(-1), (site.channels,))[channel].reshape(-1, 1)
-    import ml_dtypes
 
     destination = {
         "int8": np.int8,

@@ -80,6 +80,7 @@ _FP8_E5M2 = np.dtype(ml_dtypes.float8_e5m2)
 _FP4_E2M1 = np.dtype(ml_dtypes.float4_e2m1fn)
 _FP8_E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
 _HALF_MAX = float(np.finfo(np.float16).max)
+_BFLOAT16_MAX = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
 
 
 class AscendRoundMode(StrEnum):
@@ -265,6 +266,10 @@ def _cast_destination(
         low, high = (-128, 127) if dst == _INT8 else (-8, 7)
         rounded = _round_integral(values, mode)
         return np.clip(np.where(np.isnan(rounded), 0.0, rounded), low, high).astype(np.int64).astype(dst)
+    if dst in (FLOAT4_E1M2, _FP4_E2M1):
+        # TransRegForFp4 (quantize_impl.h, ascend_quant_3510_impl.h): the value goes to bfloat16 first (RINT,
+        # saturating), then to fp4 with the round mode: two roundings.
+        values = _round_to(np.clip(values, -_BFLOAT16_MAX, _BFLOAT16_MAX), _BFLOAT16)
     if dst == FLOAT4_E1M2:
         return encode_float4_e1m2(values, mode)
     if dst == _FP4_E2M1:

@@ -289,6 +289,31 @@ def test_fp4_round_modes_by_hand(mode: str, expected: list[float]) -> None:
     assert result.astype(np.float64).ravel().tolist() == expected
 
 
+def test_fp4_destinations_round_through_bfloat16_first() -> None:
+    """The value is cast to bf16 (RINT) before the fp4 cast: 2.5000002 -> 2.5 -> RINT 2 (direct: 3); 2.498 ->
+    2.5 -> ROUND 3 (direct: 2)."""
+    ones = np.ones((1, 1), np.float32)
+    above_tie = np.full((1, 32), np.nextafter(np.float32(2.5), np.float32(3)), np.float32)
+    below_tie = np.full((1, 32), 2.498, np.float32)
+    for dst in (ml_dtypes.float4_e2m1fn,):
+        rint = ascend_quant(above_tie, ones, None, mode="per_group", group_size=32, dst_dtype=dst)
+        assert set(rint.astype(np.float32).ravel().tolist()) == {2.0}
+        away = ascend_quant(
+            below_tie, ones, None, mode="per_group", group_size=32, dst_dtype=dst, round_mode="round"
+        )
+        assert set(away.astype(np.float32).ravel().tolist()) == {3.0}
+    e1m2 = ascend_quant(
+        np.full((1, 32), 0.3745, np.float32),
+        ones,
+        None,
+        mode="per_group",
+        group_size=32,
+        dst_dtype=FLOAT4_E1M2,
+        round_mode="round",
+    )  # bf16(0.3745) = 0.375 -> ties away: 0.5
+    assert set(decode_float4_e1m2(e1m2).ravel().tolist()) == {0.5}
+
+
 def test_fp4_rint_grid_matches_ml_dtypes(rng: np.random.Generator) -> None:
     values = rng.uniform(-8, 8, 20000)
     values[:100] = np.repeat(FP4_GRID[:-1] + np.diff(FP4_GRID) / 2, 100 // 7 + 1)[:100]  # every tie

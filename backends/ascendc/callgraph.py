@@ -362,8 +362,9 @@ class _Builder:
             self.refuse(
                 op,
                 f"AscendQuant computes in half: the values scale {float(np.max(params.scale)):.4g} "
-                f"represents reach {widest:.4g}, beyond half's {HALF_MAX:g} (x saturates, 1/s loses its bits); no "
-                "product's generated form takes it (atlas-350's PER_TOKEN form computes in a float scale)",
+                f"represents reach {widest:.4g}, beyond half's {HALF_MAX:g} (x saturates, 1/s loses its "
+                "bits); no product's generated form takes it (atlas-350's PER_TOKEN form computes in a float "
+                "scale)",
             )
             return
         self.parameters(site, params)

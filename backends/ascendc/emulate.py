@@ -11,6 +11,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from qconvert.ir.types import DYNAMIC
 from qconvert.numerics.ascendc import (
     AscendQuantMode,
     ascend_antiquant,
@@ -19,8 +20,6 @@ from qconvert.numerics.ascendc import (
     quant_parameters_from_onnx,
 )
 from qconvert.numerics.onnxruntime_kernels import dynamic_quantize_parameters_onnxruntime
-
-from qconvert.ir.types import DYNAMIC
 
 from .callgraph import ALIGN_BYTES, Site
 from .products import API_ANTIQUANT, API_DEQUANT, API_QUANT

@@ -266,6 +266,8 @@ def convert_command(
     rounding: str | None = typer.Option(None, "--rounding", help=option_help("rounding")),
     allow_float: bool = typer.Option(False, "--allow-float", help=option_help("allow_float")),
     float_boundary: bool = typer.Option(False, "--float-boundary", help=option_help("float_boundary")),
+    product: str | None = typer.Option(None, "--product", help=option_help("product")),
+    round_mode: str | None = typer.Option(None, "--round-mode", help=option_help("round_mode")),
     backend_option: list[str] = typer.Option([], "--backend-option", help=BACKEND_OPTION_HELP),  # noqa: B008
 ) -> None:
     """Convert an ONNX model with a backend (`--to`: StableHLO MLIR text, or back to ONNX); every op that
@@ -286,6 +288,8 @@ def convert_command(
         "rounding": rounding,
         "allow_float": allow_float,
         "float_boundary": float_boundary,
+        "product": product,
+        "round_mode": round_mode,
     }
     options = _backend_options(backend_option, flags)
     module = convert(model, to=to, input_shapes=_parse_input_shapes(input_shape), **options)

@@ -44,6 +44,7 @@ from .float_ops import Labels, float_patterns, island_nodes, labelled_lowerings,
 from .index_ops import index_patterns, narrow_index_arguments, note_arguments
 from .legalize import fold_patterns, legalize_patterns
 from .legalize_quant import (
+    FloatClampToClamp,
     FloatConvToQuantizedConv,
     FloatDotToQuantizedDot,
     FloatMeanToReduceSum,
@@ -270,6 +271,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
         PerChannelWeightZeroPoints(refusals),  # before conv2d / matmul, which take one weight zero point
         *legalize_patterns(refusals),  # first: a quantize of a plain dequantize is no float island
         RequantizeToRescale(rounding, refusals),
+        FloatClampToClamp(refusals),  # before the tables: a Relu of one type in and out is a clamp
         FloatMeanToReduceSum(rounding, refusals),
         FloatProductToMul(rounding, refusals),
         FloatDotToQuantizedDot(refusals),

@@ -24,7 +24,7 @@ from qconvert.passes.rewrite import PatternRewriter, Root
 
 from . import ops
 from .float_island import splat_value
-from .legalize_quant import rescale_to, storage_zero_point
+from .legalize_quant import I16, INT16_ZERO_POINT, exact_to_i32, rescale_to, storage_zero_point
 from .storage import (
     Refusals,
     broadcast_source,
@@ -312,17 +312,27 @@ def _accumulating_operands(op: Operation) -> tuple[QuantizedType, QuantizedType,
     result = quant_type(op.result)
     if lhs is None or rhs is None or result is None:
         return "a float (not quantized) product"
-    if lhs.storage_type.width != 8 or rhs.storage_type.width != 8:  # type: ignore[union-attr]
-        return "operands of other than 8 bits (i16 activations accumulate in i48: not supported yet)"
+    if lhs.storage_type.width not in (8, 16) or rhs.storage_type.width != 8:  # type: ignore[union-attr]
+        return "operands of other than 8-bit weights and 8 / 16-bit activations"
     if isinstance(lhs, UniformQuantizedPerAxisType):
         return "a per-axis quantized activation"
     lhs_zp, rhs_zp = _single_zero_point(lhs), _single_zero_point(rhs)
     if lhs_zp is None or rhs_zp is None:
         return "per-channel weight zero points (TOSA takes one)"
+    if lhs.storage_type.width == 16 and lhs_zp != 0:  # type: ignore[union-attr]
+        return INT16_ZERO_POINT
     if not rhs.is_signed and constant_of(op.operands[1]) is None:
         return "an unsigned 8-bit right-hand side that is not a constant"
     # unsigned operands are re-centred to i8 (signed_storage): their zero points move by 128
     return lhs, rhs, _recentred(lhs, lhs_zp), _recentred(rhs, rhs_zp)
+
+
+I48 = IntegerType(48)
+
+
+def _width_of(value: Value) -> int:
+    element = element_type_of(value.type)
+    return element.width if isinstance(element, IntegerType) else 0
 
 
 def _recentred(type_: QuantizedType, zero_point: int) -> int:
@@ -390,9 +400,11 @@ class ConvolutionToConv2D(_Pattern):
         kernel = signed_storage(rewriter, op.operands[1])
         result_shape = _ranked(op.result).shape
         out_shape = tuple(result_shape[layout_out.index(d)] for d in nhwc)
-        result_type = RankedTensorType(out_shape, I32)
-        bias = ops.const(rewriter, np.zeros((1,), np.int32), I32)
-        zps = ops.zero_point(rewriter, input_zp, I8), ops.zero_point(rewriter, weight_zp, I8)
+        wide = _width_of(input_) == 16  # TOSA's int16 profile: i16 x i8 accumulates in i48
+        accumulator = I48 if wide else I32
+        result_type = RankedTensorType(out_shape, accumulator)
+        bias = ops.const(rewriter, np.zeros((1,), np.int64 if wide else np.int32), accumulator)
+        zps = ops.zero_point(rewriter, input_zp, I16 if wide else I8), ops.zero_point(rewriter, weight_zp, I8)
         stride, dilation = _ints(op, "window_strides", [1, 1]), _ints(op, "rhs_dilation", [1, 1])
         kernel_shape = _ranked(op.operands[1]).shape
         extents = [(kernel_shape[layout_kernel.index(d)] - 1) * dilation[d] + 1 for d in (0, 1)]
@@ -405,10 +417,16 @@ class ConvolutionToConv2D(_Pattern):
             kernel = _transposed(rewriter, kernel, [layout_kernel.index(d) for d in (0, 1, "i", "o")])
             height, width, _, outputs = _ranked(kernel).shape
             kernel = ops.reshape(rewriter, kernel, [height, width, channels, outputs // channels])
-            value = ops.depthwise_conv2d(rewriter, input_, kernel, bias, *zps, result_type, **geometry)
+            value = ops.depthwise_conv2d(
+                rewriter, input_, kernel, bias, *zps, result_type, acc_type=accumulator, **geometry
+            )
         else:
             kernel = _transposed(rewriter, kernel, [layout_kernel.index(d) for d in ("o", 0, 1, "i")])
-            value = ops.conv2d(rewriter, input_, kernel, bias, *zps, result_type, **geometry)
+            value = ops.conv2d(
+                rewriter, input_, kernel, bias, *zps, result_type, acc_type=accumulator, **geometry
+            )
+        if wide:
+            value = exact_to_i32(rewriter, value)
         value = _transposed(rewriter, value, [nhwc.index(d) for d in layout_out])
         replace_with_storage(rewriter, op, [value])
         return True
@@ -444,9 +462,32 @@ class DotGeneralToMatmul(_Pattern):
             rewriter, signed_storage(rewriter, op.operands[1]), rhs_batch + rhs_contract + rhs_free
         )
         rhs = ops.reshape(rewriter, rhs, [batch, size(rhs_type, rhs_contract), size(rhs_type, rhs_free)])
+        wide = _width_of(lhs) == 16
+        if wide:  # TOSA's matmul takes i16 x i16 (into i48), zero points 0: the i8 weights widened, centred
+            weights = constant_of(op.operands[1])
+            rhs_quant = quant_type(op.operands[1])
+            if rhs_quant is None or not rhs_quant.is_signed or (weights is None and rhs_zp != 0):
+                return self.refuse(
+                    op, "a 16-bit matmul whose 8-bit right-hand side is unsigned or not centred"
+                )
+            if weights is not None:
+                centred = np.transpose(
+                    np.asarray(weights).astype(np.int64) - rhs_zp, rhs_batch + rhs_contract + rhs_free
+                )
+                rhs = ops.const(rewriter, centred.reshape(_ranked(rhs).shape).astype(np.int16), I16)
+            else:
+                rhs = ops.cast(rewriter, rhs, I16)
+            rhs_zp = 0
+        zero_point_type = I16 if wide else I8
         product = ops.matmul(
-            rewriter, lhs, rhs, ops.zero_point(rewriter, lhs_zp, I8), ops.zero_point(rewriter, rhs_zp, I8)
+            rewriter,
+            lhs,
+            rhs,
+            ops.zero_point(rewriter, lhs_zp, zero_point_type),
+            ops.zero_point(rewriter, rhs_zp, zero_point_type),
         )
+        if wide:
+            product = exact_to_i32(rewriter, product)
         value = ops.reshape(rewriter, product, _ranked(op.result).shape)
         replace_with_storage(rewriter, op, [value])
         return True

@@ -44,6 +44,8 @@ from .storage import (
 )
 
 __all__ = [
+    "INT16_ZERO_POINT",
+    "FloatClampToClamp",
     "FloatConvToQuantizedConv",
     "FloatDotToQuantizedDot",
     "FloatMeanToReduceSum",
@@ -52,8 +54,16 @@ __all__ = [
     "PerChannelWeightZeroPoints",
     "RequantizeToRescale",
     "rescale_to",
+    "exact_to_i32",
     "storage_zero_point",
 ]
+
+
+I16 = IntegerType(16)
+INT16_ZERO_POINT = (
+    "a 16-bit activation with a non-zero zero point (TOSA's int16 ops take zero point 0: quantize 16-bit "
+    "activations symmetrically, e.g. onnxruntime's ActivationSymmetric=True)"
+)
 
 
 def storage_zero_point(type_: QuantizedType) -> np.ndarray:
@@ -281,8 +291,10 @@ class FloatMeanToReduceSum:
         for type_ in (source, target):
             if isinstance(type_, UniformQuantizedPerAxisType) or not is_uniform(type_):
                 return self.refusals.refuse(op, f"a mean of per-axis or non-uniform values ({type_})")
-            if _width(type_) != 8:
-                return self.refusals.refuse(op, "a mean of other than 8-bit values")
+            if _width(type_) not in (8, 16):
+                return self.refusals.refuse(op, "a mean of other than 8 / 16-bit values")
+            if _width(type_) == 16 and int(storage_zero_point(type_)[0]) != 0:
+                return self.refusals.refuse(op, INT16_ZERO_POINT)
         if not isinstance(element_type_of(reduce.operands[0].type), FloatType):
             return False
         wide_type = RankedTensorType(input_type.shape, I32)
@@ -440,8 +452,10 @@ class FloatDotToQuantizedDot:
         dot_type = dot.results[0].type
         assert isinstance(dot_type, RankedTensorType)
         per_axis_rhs = isinstance(types[1], UniformQuantizedPerAxisType) and _width(types[1]) == 8
-        if not isinstance(types[0], UniformQuantizedType) or _width(types[0]) != 8:
-            return self.refusals.refuse(op, f"a float product of {types} (per-tensor 8-bit lhs only)")
+        if not isinstance(types[0], UniformQuantizedType) or _width(types[0]) not in (8, 16):
+            return self.refusals.refuse(op, f"a float product of {types} (per-tensor 8 / 16-bit lhs only)")
+        if _width(types[0]) == 16 and int(storage_zero_point(types[0])[0]) != 0:
+            return self.refusals.refuse(op, INT16_ZERO_POINT)
         if not (isinstance(types[1], UniformQuantizedType) and _width(types[1]) == 8) and not per_axis_rhs:
             return self.refusals.refuse(op, f"a float product of {types} (8-bit rhs only)")
         accumulator: QuantizedType
@@ -614,7 +628,11 @@ class FloatSumToAccumulatorAdd:
             return self.refusals.refuse(op, f"a float sum of {types} (per-tensor 8 / 16-bit only)")
         if any(_ranked_shape(source) != result_type.shape for source in sources):
             return False  # a broadcast operand: not this pattern's
-        scale = 2 * max(float(t.scale) for t in types) / 2**20  # type: ignore[union-attr]
+        if any(_width(t) == 16 and int(storage_zero_point(t)[0]) != 0 for t in types):  # type: ignore[arg-type]
+            return self.refusals.refuse(op, INT16_ZERO_POINT)
+        # upstream's input shift: 20 for 8-bit operands, 15 for 16-bit ones (|q| * 2**14 stays in i32)
+        input_shift = 15 if any(_width(t) == 16 for t in types) else 20
+        scale = 2 * max(float(t.scale) for t in types) / 2**input_shift  # type: ignore[union-attr]
         common = RankedTensorType(
             result_type.shape,
             UniformQuantizedType(storage_type=I32, expressed_type=types[0].expressed_type, scale=scale),  # type: ignore[union-attr]
@@ -734,3 +752,62 @@ class PerChannelWeightZeroPoints:
 
 def _tensor(shape: tuple[int, ...], element: QuantizedType) -> RankedTensorType:
     return RankedTensorType(shape, element)
+
+
+def exact_to_i32(b: Builder, accumulator: Value) -> Value:
+    """An i48 accumulator (TOSA's i16 x i8 conv2d, i16 x i16 matmul) as i32: a rescale by 1.0 with a 16-bit
+    multiplier (scale32 = false, which i48 inputs need: 2**14 >> 14, exact), saturating at i32's range."""
+    accumulator_type = accumulator.type
+    assert isinstance(accumulator_type, RankedTensorType)
+    multiplier, shift = compute_multiplier_and_shift(np.array([1.0]), scale_width=16)
+    return ops.rescale(
+        b,
+        accumulator,
+        ops.const(b, multiplier.astype(np.int16), I16),
+        ops.const(b, shift, I8),
+        ops.zero_point(b, 0, accumulator_type.element_type),
+        ops.zero_point(b, 0, I32),
+        accumulator_type.with_element_type(I32),
+        rounding=TosaRounding.SINGLE,
+        per_channel=False,
+        scale32=False,
+    )
+
+
+class FloatClampToClamp:
+    """`uniform_quantize(maximum / minimum(dequantize(q), c))` (a Relu / Clip the quantized form leaves float,
+    e.g. on 16-bit values) with the same type in and out, as `tosa.clamp` of the storage at the bounds
+    quantized by ONNX's rule: quantizing is monotone and gives `q` back, so the two are equal."""
+
+    roots: ClassVar[tuple[Root, ...]] = ("stablehlo.uniform_quantize",)
+
+    def __init__(self, refusals: Refusals) -> None:
+        self.refusals = refusals
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        from qconvert.numerics import quantize
+
+        target = quant_type(op.result)
+        if not isinstance(target, UniformQuantizedType) or not target.is_signed:
+            return False
+        value = op.operands[0]
+        low, high = target.storage_type_min, target.storage_type_max
+        while (producer := value.owner_op()) is not None and producer.name in (
+            "stablehlo.maximum",
+            "stablehlo.minimum",
+        ):
+            bound = constant_of(producer.operands[1])
+            if bound is None or not np.all(bound == bound.reshape(-1)[0]):
+                return False
+            level = int(quantize(np.asarray(bound.reshape(-1)[:1], np.float32), uniform_params(target))[0])
+            if producer.name == "stablehlo.maximum":
+                low = max(low, level)
+            else:
+                high = min(high, level)
+            value = producer.operands[0]
+        source = _dequantized(value)
+        if source is None or value is op.operands[0] or quant_type(source) != target:
+            return False
+        storage = storage_of(rewriter, source)
+        replace_with_storage(rewriter, op, [ops.clamp(rewriter, storage, low, high)])
+        return True

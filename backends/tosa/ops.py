@@ -104,7 +104,7 @@ ROUNDING_MODES: dict[TosaRounding, str] = {
 }
 """qconvert's rounding names -> TOSA's `rounding_mode` enumerants."""
 
-_NUMPY_OF_WIDTH = {1: np.bool_, 8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
+_NUMPY_OF_WIDTH = {1: np.bool_, 8: np.int8, 16: np.int16, 32: np.int32, 48: np.int64, 64: np.int64}
 
 
 def _op(

@@ -59,6 +59,7 @@ class _CaseState:
     emulated: dict[str, np.ndarray]
     engine_mismatches: int
     window: float  # how close to a half step a value must be for the two roundings to part (in steps)
+    float_nodes: str = ""  # --allow-float: the ONNX nodes the case ran as float TOSA (its module's note)
 
 
 @dataclass(slots=True)
@@ -91,14 +92,24 @@ class TosaCheckRunner:
         return case.group is not None
 
     def notes(self, cases: Sequence[NodeCase], layers: Mapping[str, LayerResult]) -> list[str]:
+        floated = [name for name, state in self.states.items() if state.float_nodes]
+        notes = (
+            [
+                f"{len(floated)} groups ran float TOSA ops (--allow-float, PRO-FP), judged like the others "
+                f"(engine = emulation, within a step of onnxruntime): {', '.join(floated)}"
+            ]
+            if floated
+            else []
+        )
         singles = [case for case in cases if case.group is None]
         if not singles:
-            return []
+            return notes
         return [
+            *notes,
             f"{len(singles)} single nodes (QuantizeLinear / DequantizeLinear with a float side, float "
             "ops) are not cases of their own: a TOSA (PRO-INT) function takes and returns storage integers, "
             "so each DequantizeLinear -> op -> QuantizeLinear group is a case, and the model end to end "
-            "covers the rest"
+            "covers the rest",
         ]
 
     # Converting ----------------------------------------------------------------------------------------
@@ -152,7 +163,9 @@ class TosaCheckRunner:
                 runs[case.name] = outputs
             else:
                 mismatches = sum(int(np.count_nonzero(outputs[name] != emulated[name])) for name in emulated)
-                self.states[case.name] = _CaseState(emulated, mismatches, _near_tie_window(text))
+                self.states[case.name] = _CaseState(
+                    emulated, mismatches, _near_tie_window(text), _float_nodes(text)
+                )
                 runs[case.name] = CaseRun(outputs, self.evaluated_by)
             advance(1)
         return runs
@@ -220,6 +233,8 @@ class TosaCheckRunner:
         )
         if unexplained:
             why += f"; {unexplained} other elements differ (more than one step, or not at a near-tie)"
+        if state.float_nodes:
+            why += f"; ran as float TOSA (PRO-FP, --allow-float): {state.float_nodes}"
         return int(np.count_nonzero(explained)), why
 
     # The whole model -----------------------------------------------------------------------------------
@@ -361,6 +376,14 @@ def _near_tie_window(text: str) -> float:
     return NEAR_TIE + widest
 
 
+def _float_nodes(text: str) -> str:
+    """The ONNX nodes a converted case computes in float TOSA, from its module's note ('' when none)."""
+    import re
+
+    found = re.search(r'qconvert\.note = "needs PRO-INT \+ PRO-FP: [^:]*: ([^";]*)', text.split("\n", 1)[0])
+    return found.group(1) if found else ""
+
+
 def _steps(case: NodeCase, values: Mapping[str, np.ndarray]) -> np.ndarray:
     """The value onnxruntime fed the group's QuantizeLinear, in steps of its scale (float64)."""
     node = case.last
@@ -399,6 +422,8 @@ def _enter(feed: np.ndarray, quant: object | None) -> np.ndarray:
     from qconvert.ir.quant_types import uniform_params
     from qconvert.numerics import quantize
 
+    if feed.dtype == np.int64:  # TOSA has no i64: the function takes token ids as i32 (index_ops.py)
+        return feed.astype(np.int32)
     if quant is None or feed.dtype.kind != "f":
         return _signless(feed)
     return _signless(quantize(feed, uniform_params(quant)))  # type: ignore[arg-type]

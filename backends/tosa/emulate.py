@@ -548,4 +548,79 @@ _HANDLERS: dict[str, Handler] = {
     "tosa.identity": _identity,
 }
 
+
+# Float functions (--allow-float islands, PRO-FP) and comparisons / select (token-id wraps). The float ops
+# compute in float32 as numpy does; the reference model's own float32 may differ by an ulp (exp, pow, erf),
+# which a quantize then shows only at a near-tie.
+def _float_function(function: Callable[[np.ndarray], np.ndarray]) -> Handler:
+    def handler(op: Operation, operands: list[RuntimeValue]) -> list[RuntimeValue]:
+        array = np.asarray(operands[0])
+        if _result_type(op) not in _FLOAT_DTYPES:
+            raise InputError(f"'{op.name}' ({_where(op)}): only float {op.name} is emulated")
+        with np.errstate(all="ignore"):
+            return [np.asarray(function(array.astype(np.float32))).astype(array.dtype)]
+
+    return handler
+
+
+def _pow(op: Operation, operands: list[RuntimeValue]) -> list[RuntimeValue]:
+    base, exponent = (np.asarray(v, np.float32) for v in operands)
+    with np.errstate(all="ignore"):
+        return [np.power(base, exponent).astype(np.float32)]
+
+
+def _compare(function: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Handler:
+    def handler(op: Operation, operands: list[RuntimeValue]) -> list[RuntimeValue]:
+        a, b = (np.asarray(v) for v in operands)
+        if a.ndim != b.ndim:
+            raise tosa_numerics.TosaErrorIf(f"{op.name}: operands of rank {a.ndim} and {b.ndim}")
+        return [function(a, b)]
+
+    return handler
+
+
+def _select(op: Operation, operands: list[RuntimeValue]) -> list[RuntimeValue]:
+    condition, on_true, on_false = (np.asarray(v) for v in operands)
+    return [np.where(condition.astype(bool), on_true, on_false).astype(on_true.dtype)]
+
+
+def _float_erf(array: np.ndarray) -> np.ndarray:
+    import math
+
+    return np.vectorize(math.erf, otypes=[np.float64])(array.astype(np.float64))
+
+
+_integer_matmul = _HANDLERS["tosa.matmul"]
+
+
+def _any_matmul(op: Operation, operands: list[RuntimeValue]) -> list[RuntimeValue]:
+    """Float matmul (f32 products and sums, as the reference model's float32 accumulator), else integer."""
+    if _result_type(op) not in _FLOAT_DTYPES:
+        return _integer_matmul(op, operands)
+    a, b = (np.asarray(v, np.float32) for v in operands[:2])
+    return [np.matmul(a, b).astype(np.float32)]
+
+
+_HANDLERS.update(
+    {
+        "tosa.exp": _float_function(np.exp),
+        "tosa.log": _float_function(np.log),
+        "tosa.rsqrt": _float_function(lambda x: np.float32(1.0) / np.sqrt(x)),
+        "tosa.reciprocal": _float_function(lambda x: np.float32(1.0) / x),
+        "tosa.tanh": _float_function(np.tanh),
+        "tosa.sigmoid": _float_function(lambda x: np.float32(1.0) / (np.float32(1.0) + np.exp(-x))),
+        "tosa.erf": _float_function(_float_erf),
+        "tosa.abs": _float_function(np.abs),
+        "tosa.floor": _float_function(np.floor),
+        "tosa.ceil": _float_function(np.ceil),
+        "tosa.pow": _pow,
+        "tosa.equal": _compare(np.equal),
+        "tosa.greater": _compare(np.greater),
+        "tosa.greater_equal": _compare(np.greater_equal),
+        "tosa.logical_not": lambda op, operands: [np.logical_not(np.asarray(operands[0]))],
+        "tosa.select": _select,
+        "tosa.matmul": _any_matmul,
+    }
+)
+
 SUPPORTED_OPS: tuple[str, ...] = tuple(sorted(_HANDLERS))

@@ -197,8 +197,8 @@ class RowGatherToGather(_Pattern):
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
         indices = op.operands[1]
-        if constant_of(indices) is not None or _rows_gather(op) is None:
-            return False
+        if _rows_gather(op) is None:
+            return False  # constant indices of another form: legalize.py's GatherToGather
         narrow = _as_i32(rewriter, indices) if _is_i64(indices) else indices
         if narrow is None or element_type_of(narrow.type) != I32:
             return self.refusals.refuse(op, "a gather at run-time indices that are not i32 (or narrowed i64)")

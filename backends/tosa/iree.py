@@ -71,7 +71,8 @@ def run_iree(
     except KeyError:
         raise InputError(f"the TOSA module compiled by IREE has no function @{function}") from None
     try:
-        results = entry(*[np.ascontiguousarray(array) for array in inputs])
+        # reshaped: numpy's ascontiguousarray makes a 0-d array 1-d, which IREE refuses for a scalar input
+        results = entry(*[np.ascontiguousarray(array).reshape(np.shape(array)) for array in inputs])
     except (RuntimeError, ValueError) as error:
         raise EngineError(f"IREE failed to run @{function}: {error}") from None
     results = results if isinstance(results, tuple | list) else [results]

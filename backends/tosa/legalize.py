@@ -26,6 +26,7 @@ from . import ops
 from .float_island import splat_value
 from .legalize_quant import I16, INT16_ZERO_POINT, exact_to_i32, rescale_to, storage_zero_point
 from .storage import (
+    CAST,
     Refusals,
     broadcast_source,
     constant_of,
@@ -144,9 +145,15 @@ class ReshapeToReshape(_Pattern):
             element_type_of(op.operands[0].type), IntegerType
         ):
             return False  # a float reshape: part of a float island
-        if element_type_of(op.operands[0].type) == I64:
-            return False  # token ids: index_ops.py's, as i32
         shape = _ranked(op.result).shape
+        if element_type_of(op.operands[0].type) == I64:
+            array = constant_of(op.operands[0])
+            if array is not None:  # constant indices: read as a constant by the gather that takes them
+                replace_with_storage(rewriter, op, [ops.const(rewriter, array.reshape(shape), I64)])
+                return True
+            producer = op.operands[0].owner_op()
+            if producer is not None and producer.name == CAST:
+                return False  # narrowed token ids: index_ops.py's, as i32
         replace_with_storage(
             rewriter, op, [ops.reshape(rewriter, storage_of(rewriter, op.operands[0]), shape)]
         )

@@ -300,6 +300,13 @@ class _Builder:
         if why is not None:
             self.refusals.append(f"node '{site.node}': {why}")
             return
+        if site.api == API_QUANT and self.round_mode != "rint" and site.mode in ("PER_TENSOR", "PER_CHANNEL"):
+            self.refusals.append(
+                f"node '{site.node}': --round-mode {self.round_mode}: AscendQuant's {site.mode} form casts "
+                "with CAST_RINT; a round mode is a config of the PER_TOKEN / PER_GROUP forms (atlas-350) and "
+                "of the unified Quantize API, which is not generated here"
+            )
+            return
         site.index = len(self.sites)
         site.round_mode = self.round_mode if site.api == API_QUANT else "rint"
         self.sites.append(site)
@@ -417,7 +424,8 @@ class _Builder:
         return True
 
     def grouped(self, op: Operation, site: Site, params: UniformParams, shape: tuple[int, ...]) -> bool:
-        ((axis, size),) = params.block_sizes if len(params.block_sizes) == 1 else ((None, 0),)
+        blocked = [(axis, size) for axis, size in params.block_sizes if size != 1]
+        axis, size = blocked[0] if len(blocked) == 1 else (None, 0)
         if axis is None or len(shape) != 2:
             self.refuse(op, "PER_GROUP takes a 2-D [m, n] source grouped along one axis")
             return False

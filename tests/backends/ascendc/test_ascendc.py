@@ -1,0 +1,377 @@
+"""The ascendc backend: call graph, product matrix, tiling, kernels (compiled against the stub header) and
+`check --backend ascendc` against onnxruntime.
+
+No Ascend hardware or CANN toolkit exists here: the kernels are judged by g++ against
+stub/kernel_operator.h (declarations of the documented signatures only), the numbers by the emulator of
+qconvert/numerics/ascendc.py against onnxruntime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from conftest import engines_required
+from onnx import TensorProto, helper, numpy_helper
+
+from qconvert.backends import get_backend, parse_options
+from qconvert.backends.ascendc import PRODUCTS, AscendcOptions, build_artifact, build_call_graph
+from qconvert.convert import convert, write
+from qconvert.errors import InputError
+from qconvert.frontends.onnx import import_onnx
+
+ROOT = Path(__file__).resolve().parents[3]
+DIGITS = ROOT / "models" / "digits_cnn.qdq.onnx"
+STUB = Path(__file__).resolve().parent / "stub"
+
+
+def _model(
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+    initializers: list[onnx.TensorProto],
+    opset: int = 21,
+) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _qdq(
+    shape: tuple[int, ...],
+    scale: np.ndarray,
+    zero_point: np.ndarray,
+    axis: int | None = None,
+    block_size: int | None = None,
+    dequantize: bool = True,
+) -> onnx.ModelProto:
+    """x -> QuantizeLinear [-> DequantizeLinear] -> y."""
+    attributes: dict[str, int] = {}
+    if axis is not None:
+        attributes["axis"] = axis
+    if block_size is not None:
+        attributes["block_size"] = block_size
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quantize", **attributes),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dequantize", **attributes),
+    ]
+    zero = numpy_helper.from_array(zero_point, "z")
+    if not dequantize:
+        nodes[0].output[0] = "y"
+        del nodes[1:]
+    output_type = TensorProto.FLOAT if dequantize else helper.np_dtype_to_tensor_dtype(zero_point.dtype)
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", output_type, shape)],
+        [numpy_helper.from_array(scale.astype(np.float32), "s"), zero],
+    )
+
+
+def _weight_only_gemm() -> onnx.ModelProto:
+    """Float activation x [4, 40] times int8 weights [24, 40] (Gemm transB, per-row scales): AntiQuant."""
+    rng = np.random.default_rng(3)
+    weights = rng.integers(-127, 128, (24, 40), dtype=np.int8)
+    scale = rng.uniform(0.001, 0.02, 24).astype(np.float32)
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], name="weight_dq", axis=0),
+        helper.make_node("Gemm", ["x", "wf"], ["y"], name="gemm", transB=1),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (4, 40))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (4, 24))],
+        [
+            numpy_helper.from_array(weights, "w"),
+            numpy_helper.from_array(scale, "ws"),
+            numpy_helper.from_array(np.zeros(24, np.int8), "wz"),
+        ],
+    )
+
+
+def _per_channel() -> onnx.ModelProto:
+    rng = np.random.default_rng(5)
+    return _qdq((6, 10), rng.uniform(0.01, 0.1, 10), rng.integers(-20, 20, 10).astype(np.int8), axis=1)
+
+
+def _graph(model: onnx.ModelProto, product: str = "atlas-a2", round_mode: str = "rint"):  # type: ignore[no-untyped-def]
+    return build_call_graph(import_onnx(model), product, round_mode)
+
+
+# Call graph and files -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def digits_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("ascendc") / "digits"
+    write(convert(str(DIGITS), to="ascendc"), str(folder), to="ascendc")
+    return folder
+
+
+def test_digits_call_graph_names_every_site_with_its_call(digits_folder: Path) -> None:
+    document = json.loads((digits_folder / "callgraph.json").read_text())
+    assert document["product"] == "atlas-a2"
+    apis = [site["api"] for site in document["sites"]]
+    assert apis.count("Mmad") == 3  # conv1, conv2, fc: int8 x int8 -> int32
+    assert apis.count("AscendDequant") == 3  # each Mmad's accumulator, deqScale = s_x * s_w
+    assert apis.count("AscendQuant") == 7  # every QuantizeLinear of the model
+    for site in document["sites"]:
+        if site["api"] == "AscendDequant":
+            assert site["feeds"] in ("/conv1/Conv", "/conv2/Conv", "/fc/Gemm")
+        if site["api"] == "AscendQuant":
+            counts = site["counts"]
+            assert counts["calCount"] % 32 == 0 and counts["calCount"] >= 80
+            assert site["template"]["srcT"] == "float" and site["template"]["dstT"] == "int8_t"
+    image = next(site for site in document["sites"] if site["node"] == "image_QuantizeLinear")
+    # AscendQuant multiplies by 1/s: the image's s is 1/255
+    assert image["scale"]["values"] == pytest.approx([255.0], rel=1e-6)
+    assert image["offset"]["values"] == [-128.0]
+    logits = next(site for site in document["sites"] if site["node"] == "logits_QuantizeLinear")
+    assert "80 elements padded to 96" in logits["padding"]
+
+
+def test_digits_constants_are_in_storage_and_api_types(digits_folder: Path) -> None:
+    document = json.loads((digits_folder / "callgraph.json").read_text())
+    fc = next(site for site in document["sites"] if site["api"] == "Mmad" and site["node"] == "/fc/Gemm")
+    weights = np.load(digits_folder / fc["weight"]["file"])
+    bias = np.load(digits_folder / fc["bias"]["file"])
+    model = onnx.load(DIGITS)
+    initializers = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert weights.dtype == np.int8 and np.array_equal(weights, initializers["fc.weight_quantized"])
+    assert bias.dtype == np.int32 and np.array_equal(bias, initializers["fc.bias_quantized"])
+    raw = (digits_folder / fc["weight"]["file"]).with_suffix(".bin").read_bytes()
+    assert raw == weights.tobytes()
+    dequant = next(s for s in document["sites"] if s["api"] == "AscendDequant" and s["feeds"] == "/fc/Gemm")
+    deq_scale = np.load(digits_folder / dequant["scale"]["file"])
+    assert deq_scale.dtype == np.float32 and deq_scale.shape == (16,)  # 10 channels padded: n·4 % 32 == 0
+    x_scale = initializers["/gap/GlobalAveragePool_output_0_scale"]  # what the Flatten DQ reads
+    assert np.array_equal(deq_scale[:10], (x_scale * initializers["fc.weight_scale"]).astype(np.float32))
+    tiling = json.loads((digits_folder / "tiling.json").read_text())
+    assert {entry["kernel"] for entry in tiling["tilings"]} == {
+        path.stem for path in (digits_folder / "kernels").glob("*.cpp")
+    }
+
+
+def test_folder_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    artifact = convert(str(DIGITS), to="ascendc")
+    artifact.files["kernels/../../escape.cpp"] = b"x"  # a path the staging folder cannot hold inside DIR
+    (tmp_path / "escape.cpp").mkdir()  # writing it fails: nothing may be left behind
+    with pytest.raises(InputError):
+        write(artifact, str(target), to="ascendc")
+    assert not target.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["escape.cpp"]
+
+
+def test_per_channel_pads_to_32_channels_and_records_it() -> None:
+    (site,) = _graph(_per_channel()).sites[:1]
+    assert site.mode == "PER_CHANNEL" and site.channels == 10 and site.n == 32
+    assert "10 channels padded to 32" in (site.padding or "")
+    assert site.scale is not None and np.all(site.scale[10:] == 0)
+
+
+# Product matrix -------------------------------------------------------------------------------------------
+
+
+def test_per_token_is_refused_on_atlas_a2_and_taken_by_atlas_350() -> None:
+    model = _qdq((2, 8, 32), np.linspace(0.01, 0.08, 8), np.zeros(8, np.int8), axis=1, dequantize=False)
+    with pytest.raises(InputError) as refused:
+        _graph(model, "atlas-a2")
+    assert "node 'quantize'" in refused.value.message and "PER_TOKEN" in refused.value.message
+    assert "atlas-350" in refused.value.message
+    sites = _graph(model, "atlas-350").sites
+    assert sites[0].mode == "PER_TOKEN"
+
+
+def test_no_quant_api_on_atlas_200i_500_a2() -> None:
+    with pytest.raises(InputError) as refused:
+        _graph(_per_channel(), "atlas-200i-500-a2")
+    assert "has no AscendQuant" in refused.value.message and "atlas-a2" in refused.value.message
+
+
+def test_fp8_destination_needs_a_950_part() -> None:
+    scale = np.array(0.05, np.float32)
+    zero = numpy_helper.from_array(np.array(0, np.float32), "z")
+    zero.data_type = TensorProto.FLOAT8E4M3FN
+    zero.ClearField("float_data")
+    zero.raw_data = b"\x00"
+    model = _qdq((4, 32), scale, np.array(0, np.float32), dequantize=False)
+    model.graph.initializer[1].CopyFrom(zero)
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT8E4M3FN
+    with pytest.raises(InputError) as refused:
+        _graph(model, "atlas-a2")
+    assert "float8_e4m3fn" in refused.value.message and "atlas-350" in refused.value.message
+    assert _graph(model, "atlas-350").sites[0].dst_type == "float8_e4m3fn"
+
+
+def test_group_size_not_a_multiple_of_32_cannot_be_padded() -> None:
+    model = _qdq(
+        (4, 64), np.full((4, 4), 0.05), np.zeros((4, 4), np.int8), axis=1, block_size=16, dequantize=False
+    )
+    with pytest.raises(InputError) as refused:
+        _graph(model, "atlas-350")
+    assert "groupSize must be a positive multiple of 32" in refused.value.message
+
+
+def test_round_modes_only_where_the_api_has_them() -> None:
+    with pytest.raises(InputError, match="CAST_NONE"):
+        parse_options(get_backend("ascendc"), {"product": "atlas-a2", "round-mode": "round"})
+    with pytest.raises(InputError, match="PER_TENSOR form casts with CAST_RINT"):
+        _graph(_qdq((4, 32), np.array(0.05), np.array(0, np.int8), dequantize=False), "atlas-350", "round")
+    model = _qdq((2, 8, 32), np.linspace(0.01, 0.08, 8), np.zeros(8, np.int8), axis=1, dequantize=False)
+    assert _graph(model, "atlas-350", "round").sites[0].round_mode == "round"
+
+
+# Tiling: every element exactly once, tile by tile == whole tensor -------------------------------------------
+
+
+def test_tiling_covers_every_element_once_and_tiles_equal_the_whole_tensor() -> None:
+    from qconvert.backends.ascendc.emulate import emulate_site
+    from qconvert.backends.ascendc.tiling import coverage, tiling_for
+
+    small = dataclasses.replace(PRODUCTS["atlas-a2"], ub_bytes=16384, vector_cores=3)  # many tiles, 3 cores
+    rng = np.random.default_rng(11)
+    cases = [
+        (_graph(_qdq((40, 96), np.array(0.037), np.array(3, np.int8))).sites[0], rng.normal(0, 2, (40, 96))),
+        (_graph(_per_channel()).sites[0], rng.normal(0, 1, (600, 10))),
+        (_graph(_weight_only_gemm()).sites[0], None),
+    ]
+    per_channel = _graph(_qdq((300, 10), rng.uniform(0.01, 0.1, 10), np.zeros(10, np.int8), axis=1)).sites[0]
+    cases.append((per_channel, rng.normal(0, 1, (300, 10))))
+    checked = 0
+    for site, source in cases:
+        if source is None:
+            source = site.constants["weight"]
+        else:
+            source = source.astype(np.float32)
+            site.m = source.size // (site.channels or source.size) if site.mode == "PER_CHANNEL" else 1
+            if site.mode == "PER_TENSOR":
+                site.n = -(-source.size // 32) * 32
+            site.shape = source.shape
+        tiling = tiling_for(site, small)
+        assert tiling is not None and tiling.tileCount is not None and tiling.tileCount > 1
+        assert tiling.tileLen % 32 == 0 and tiling.tailLen is not None and tiling.tailLen % 32 == 0
+        if site.mode == "PER_CHANNEL" and site.api == "AscendQuant":
+            assert tiling.rowLen % 32 == 0 and tiling.tileLen % tiling.rowLen == 0  # calCount % scaleCount
+        assert np.all(coverage(tiling) == 1)
+        whole, _ = emulate_site(site, source)
+        tiled, _ = emulate_site(site, source, tiling)
+        assert tiled.shape == source.shape and np.array_equal(tiled, whole)
+        checked += 1
+    assert checked == 4
+
+
+# Kernels compile against the stub header -----------------------------------------------------------------
+
+
+def _compiler() -> str:
+    found = shutil.which("g++") or shutil.which("clang++")
+    if found is None:
+        reason = "no C++ compiler (g++ / clang++) for the kernels' compile check"
+        if engines_required():
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    return found
+
+
+def test_every_generated_kernel_compiles_against_the_stub(tmp_path: Path) -> None:
+    compiler = _compiler()
+    models = {
+        "digits": (onnx.load(DIGITS), "atlas-a2", "rint"),
+        "per_channel": (_per_channel(), "atlas-a2", "rint"),
+        "weight_only": (_weight_only_gemm(), "atlas-a2", "rint"),
+        "digits_950": (onnx.load(DIGITS), "atlas-350", "rint"),
+        "per_token": (
+            _qdq((2, 8, 32), np.linspace(0.01, 0.08, 8), np.zeros(8, np.int8), axis=1, dequantize=False),
+            "atlas-350",
+            "round",
+        ),
+    }
+    compiled = set()
+    for label, (model, product, round_mode) in models.items():
+        artifact = build_artifact(import_onnx(model), AscendcOptions(product=product, round_mode=round_mode))
+        arch = PRODUCTS[product].npu_arch or 2201
+        for name, data in artifact.files.items():
+            if not name.endswith(".cpp"):
+                continue
+            source = tmp_path / f"{label}_{os.path.basename(name)}"
+            source.write_bytes(data)
+            text = data.decode()
+            for part in ("TPipe", "TQue<TPosition::VECIN, BUFS>", "CopyIn", "Compute", "CopyOut", "BUFS = 2"):
+                assert part in text, (name, part)
+            result = subprocess.run(
+                [
+                    compiler,
+                    "-std=c++17",
+                    "-fsyntax-only",
+                    "-Wall",
+                    "-Werror",
+                    f"-D__NPU_ARCH__={arch}",
+                    f"-I{STUB}",
+                    str(source),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert result.returncode == 0, f"{label}/{name}:\n{result.stderr[-3000:]}"
+            compiled.add(os.path.basename(name))
+    assert {
+        "ascend_quant_per_tensor_float32_to_int8.cpp",
+        "ascend_quant_per_channel_float32_to_int8.cpp",
+        "ascend_dequant_per_channel_int32_to_float32.cpp",
+        "ascend_antiquant_per_tensor_int8_to_float16.cpp",
+        "ascend_antiquant_per_channel_int8_to_float16_transpose.cpp",
+        "ascend_quant_per_token_float32_to_int8_round.cpp",
+    } <= compiled
+
+
+def test_a_wrong_call_does_not_compile_against_the_stub(tmp_path: Path) -> None:
+    """The stub is strict enough to catch a kernel bug: the PER_CHANNEL call without its counts."""
+    compiler = _compiler()
+    artifact = build_artifact(import_onnx(_per_channel()), AscendcOptions())
+    (name,) = [n for n in artifact.files if n.endswith(".cpp") and "ascend_quant_per_channel" in n]
+    broken = artifact.files[name].decode().replace("tl_.rowLen, tl_.rowLen, len);", "len);")
+    source = tmp_path / "broken.cpp"
+    source.write_text(broken)
+    result = subprocess.run(
+        [compiler, "-std=c++17", "-fsyntax-only", f"-I{STUB}", str(source)], capture_output=True, check=False
+    )
+    assert result.returncode != 0
+
+
+# check --backend ascendc ---------------------------------------------------------------------------------
+
+
+def test_check_digits_every_site_against_onnxruntime() -> None:
+    from qconvert.check import check
+
+    report = check(str(DIGITS), backend="ascendc")
+    assert report.verdict == "PASSED", report.verdict
+    quantize = [layer for layer in report.layers.values() if layer.op_type == "QuantizeLinear"]
+    assert len(quantize) == 7
+    assert all(layer.mismatches == layer.predicted_mismatches for layer in quantize)
+    assert all(layer.max_lsb_diff is None or layer.max_lsb_diff <= 1 for layer in quantize)
+    differing = sum(layer.mismatches for layer in quantize)
+    elements = sum(layer.elements for layer in quantize)
+    assert 0 < differing < 0.05 * elements  # the half pipeline is not ONNX's division: a few one-step offs
+    assert len(report.layers) == 20  # 7 Q + 13 DQ sites; the 6 float nodes are end to end only
+
+
+def test_cli_refusal_exits_2_and_leaves_no_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qconvert.cli import main
+
+    target = tmp_path / "out"
+    code = main(
+        ["convert", str(DIGITS), "--to", "ascendc", "-o", str(target), "--product", "atlas-200i-500-a2"]
+    )
+    assert code == 2 and "has no AscendQuant" in capsys.readouterr().err
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    assert main(["convert", str(DIGITS), "--to", "ascendc", "-o", str(target), "--quiet"]) == 0
+    assert (target / "callgraph.json").exists() and (target / "tiling.json").exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from onnx.external_data_helper import load_external_data_for_model, uses_externa
 from qconvert.errors import InputError
 
 from .static_shapes import infer_static_types, override_input_shapes
-from .validate import check_model_structure
+from .validate import check_model_structure, check_type_constraints
 from .wire import RawData, strip_raw_data
 
 MICROSOFT_DOMAIN = "com.microsoft"
@@ -71,6 +72,29 @@ def _static_inputs(model: ModelProto) -> bool:
 def _node_errors(error: Exception) -> list[str]:
     """The per-node lines of onnx's inference error (`(op_type:Conv, node name: c): ...`), one per node."""
     return [line for line in str(error).splitlines() if "(op_type:" in line]
+
+
+# Ops whose declared output shapes onnx's inference contradicts in valid models (it computes ceil_mode
+# pools and STFT's frames differently from onnxruntime): their declared shapes are trusted, as onnxruntime's.
+_INFERENCE_DIFFERS = frozenset({"MaxPool", "AveragePool", "LpPool", "STFT", "DequantizeLinear"})
+_NODE_LINE = re.compile(r"\(op_type:(?P<op>[^,]*), node name: (?P<name>[^)]*)\): (?:\[\w+\] )?(?P<what>.*)")
+
+
+def _inference_differs(line: str) -> bool:
+    found = _NODE_LINE.search(line)
+    return found is None or found["op"] in _INFERENCE_DIFFERS
+
+
+def _contradiction(line: str) -> str:
+    """onnx's line on a declared shape its node contradicts, as our message naming the node."""
+    found = _NODE_LINE.search(line)
+    if found is None:
+        return f"a declared shape contradicts its node: {line.strip()}"
+    name = found["name"] or "<unnamed>"
+    return (
+        f"node '{name}' ({found['op']}): a declared shape of its output (graph output or value_info) "
+        f"contradicts what the node computes from its inputs: {found['what'].strip()}"
+    )
 
 
 def read_model(source: str | os.PathLike[str] | ModelProto) -> tuple[ModelProto, Path | None]:
@@ -223,8 +247,12 @@ def load_model(
                 # ...but not a declared shape it contradicts (onnx's inference differs from onnxruntime's
                 # on ceil_mode pools and STFT, and the declared one is then right), nor an input onnx could
                 # not type (`is null`: downstream of a deprecated op, e.g. GroupNormalization-18)
-                if not all("differ" in line or "instead is null" in line for line in _node_errors(error)):
+                lines = _node_errors(error)
+                if not all("differ" in line or "instead is null" in line for line in lines):
                     raise
+                contradicted.extend(
+                    line for line in lines if "differ" in line and not _inference_differs(line)
+                )
         inferred = onnx.shape_inference.infer_shapes(
             scratch, check_type=False, strict_mode=False, data_prop=True
         )
@@ -234,11 +262,19 @@ def load_model(
 
     label = "<ModelProto>" if isinstance(source, ModelProto) else str(source)
     inference_error = None
+    contradicted: list[str] = []
     try:
         # Shape computations of static inputs fold, so their results get static types (static_shapes.py).
         model = infer_static_types(model, infer, detached)
     except Exception as error:  # onnx raises InferenceError, ValidationError or RuntimeError
         inference_error = InputError(f"{label}: onnx shape inference failed: {error}")
+    if inference_error is None:  # else the lifter names the inference error (or an unsupported op) first
+        try:  # with the types inference gave: a node its op's schema refuses never reaches a lowering
+            check_type_constraints(model)
+        except InputError as error:
+            raise InputError(f"{label}: {error.message}") from None
+    if contradicted:  # the backends trust a declared shape: one its node cannot produce is the model's error
+        raise InputError(f"{label}: {_contradiction(contradicted[0])}")
     if external and load_external_data:
         assert base_dir is not None
         load_external_data_for_model(model, str(base_dir))

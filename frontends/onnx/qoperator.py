@@ -279,6 +279,10 @@ def _qlinear_concat(q: QOperatorLifter) -> None:
 def _qgemm(q: QOperatorLifter) -> None:
     trans_b = next((a.i for a in q.node.attribute if a.name == "transB"), 0)
     operands = [q.named(QGemmOp, "a"), q.named(QGemmOp, "b", axis=0 if trans_b else 1)]
+    for name, operand in zip(("A", "B"), operands):  # Gemm's operands are matrices (a rank-4 A: fuzz, exit 3)
+        shape = getattr(operand.type, "shape", None)
+        if shape is not None and len(shape) != 2:
+            raise q.ref.error(f"input {name} has rank {len(shape)}; QGemm takes matrices (rank 2)")
     operands = _with_optional(q, QGemmOp, operands, "c")
     if _present(q.node, QGemmOp.ONNX_INPUTS.index(f"{RESULT}{SCALE_SUFFIX}")):
         q.quantized_output(QGemmOp, operands)

@@ -35,6 +35,9 @@ _PACKED_BITS = {
 # Six-bit floats: raw_data packed, int32_data one entry per element.
 _SIX_BITS = {getattr(TensorProto, "FLOAT6E2M3", -4), getattr(TensorProto, "FLOAT6E3M2", -5)}
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+# A graph input of more elements is refused: shape folding and the StableHLO lowering index a tensor's
+# elements with 32-bit integers (2**32 x 2**32 was a MemoryError / overflow there, exit 3).
+MAX_INPUT_ELEMENTS = 2**31 - 1
 
 
 def _data_type_name(data_type: int) -> str | None:
@@ -148,6 +151,12 @@ def _check_value_info(info: ValueInfoProto, where: str) -> None:
             for d in info.type.tensor_type.shape.dim
         ]
         raise InputError(f"{where} '{info.name}': shape {shown} has a negative dim")
+    count = math.prod(dims)
+    if where == "graph input" and count > MAX_INPUT_ELEMENTS:
+        raise InputError(
+            f"{where} '{info.name}': shape {dims} holds {count} elements, more than the {MAX_INPUT_ELEMENTS} "
+            "(2**31 - 1) an input's elements can be indexed by in the lowerings (32-bit element indices)"
+        )
 
 
 def _node_label(node: NodeProto) -> str:
@@ -262,3 +271,81 @@ def check_model_structure(
                             tensor, f"{_node_label(node)}: attribute '{attribute.name}' tensor", base_dir
                         )
             _check_node(node, opsets)
+
+
+def _tensor_types(graph: GraphProto) -> dict[str, int]:
+    """The element type of every tensor value the graph declares or inference gave (0: unknown)."""
+    types = {tensor.name: tensor.data_type for tensor in graph.initializer}
+    for info in [*graph.input, *graph.value_info, *graph.output]:
+        if info.type.WhichOneof("value") == "tensor_type" and info.type.tensor_type.elem_type:
+            types.setdefault(info.name, info.type.tensor_type.elem_type)
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in _DEFAULT_DOMAINS and node.output:
+            for attribute in node.attribute:
+                if attribute.type == AttributeProto.TENSOR:
+                    types.setdefault(node.output[0], attribute.t.data_type)
+    return types
+
+
+def _type_string(elem_type: int) -> str:
+    """ONNX's spelling of a tensor type in its schemas' constraints: `tensor(float)`, `tensor(int8)`."""
+    return f"tensor({TensorProto.DataType.Name(elem_type).lower()})"
+
+
+def check_type_constraints(model: ModelProto) -> None:
+    """InputError when a node's input has an element type its op's schema does not allow (int8 into
+    GlobalAveragePool, a string into Add), or two inputs bound to one type parameter differ (float + int8),
+    with the node, the input, its type and the types allowed. Reads the types shape inference gave (it runs
+    with check_type off, so that the lifter can name unsupported ops first); ops of other domains, inputs
+    of unknown type and non-tensor values are left to the lifter and onnxruntime."""
+    opsets = {("" if e.domain in _DEFAULT_DOMAINS else e.domain): e.version for e in model.opset_import}
+    opset = opsets.get("")
+    if opset is None:
+        return
+    types = _tensor_types(model.graph)
+    option = onnx.defs.OpSchema.FormalParameterOption
+    for node in model.graph.node:
+        if node.domain not in _DEFAULT_DOMAINS:
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            continue
+        if not schema.inputs:
+            continue
+        allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+        bound: dict[str, tuple[str, str]] = {}  # type parameter -> (input, its type) first bound to it
+        for index, name in enumerate(node.input):
+            if not name or not types.get(name):
+                continue
+            formal = schema.inputs[min(index, len(schema.inputs) - 1)]
+            if index >= len(schema.inputs) and formal.option != option.Variadic:
+                continue
+            given = _type_string(types[name])
+            parameter = formal.type_str
+            permitted = allowed.get(parameter, {parameter})
+            if not any(p.startswith("tensor(") for p in permitted):
+                continue  # sequences, optionals: not judged here
+            label = _node_label(node)
+            if given not in permitted:
+                shown = ", ".join(
+                    sorted(p[len("tensor(") : -1] for p in permitted if p.startswith("tensor("))
+                )
+                raise InputError(
+                    f"{label}: input {index} ('{name}') is {given[len('tensor(') : -1]}, but "
+                    f"{node.op_type} (opset {opset}) takes {formal.name} of {shown}"
+                )
+            # Q/DQ zero points: the lifter names a storage mismatch itself ("zero point 300 is out of range")
+            homogeneous = (
+                formal.option != option.Variadic or formal.is_homogeneous
+            ) and node.op_type not in (
+                "QuantizeLinear",
+                "DequantizeLinear",
+            )
+            first = bound.setdefault(parameter, (name, given))
+            if parameter in allowed and homogeneous and first[1] != given:
+                raise InputError(
+                    f"{label}: input {index} ('{name}') is {given[len('tensor(') : -1]}, but input "
+                    f"'{first[0]}' is {first[1][len('tensor(') : -1]}; {node.op_type} takes both as one type "
+                    f"{parameter}"
+                )

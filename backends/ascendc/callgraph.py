@@ -64,6 +64,7 @@ CPP_TYPES = {
 }
 ALIGN_BYTES = 32  # every UB operand's length and address (section 5.2)
 HALF_MAX = float(np.finfo(np.float16).max)
+BFLOAT16_MAX = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
 BFLOAT16_ANTIQUANT = (
     "atlas-350",
     "atlas-a3",
@@ -605,6 +606,13 @@ class _Builder:
         from qconvert.numerics.ascendc import antiquant_parameters_from_onnx
 
         widest = _represented_range(params)
+        if widest > BFLOAT16_MAX:
+            self.refuse(
+                op,
+                f"AscendAntiQuant overflows: the values reach {widest:.4g}, beyond half's {HALF_MAX:g} and "
+                f"bfloat16's {BFLOAT16_MAX:.4g} (its outputs); no product takes it",
+            )
+            return
         if widest > HALF_MAX:
             if self.product.name not in BFLOAT16_ANTIQUANT:
                 self.refuse(

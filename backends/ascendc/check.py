@@ -272,7 +272,9 @@ def _antiquant_prediction(run: _SiteRun, reference: np.ndarray) -> tuple[int, st
     theirs = reference.astype(np.float64)
     differs = ours != theirs
     dtype = ml_dtypes.bfloat16 if site.dst_type == "bfloat16" else np.float16
-    outside = differs & (np.abs(ours - theirs) > half_bound(centred, scale, theirs, dtype))
+    with np.errstate(over="ignore", invalid="ignore"):
+        bound = half_bound(centred, scale, theirs, dtype)
+        outside = differs & ~(np.abs(ours - theirs) <= bound)  # an overflow (inf, NaN) is never within
     measured = int(np.count_nonzero(differs))
     within = measured - int(np.count_nonzero(outside))
     why = (

@@ -526,6 +526,16 @@ def _dequantize_onnx(q: np.ndarray, params: UniformParams) -> np.ndarray:
     if params.has_float_storage:
         return (q.astype(compute) * scale).astype(params.expressed_dtype)
     _, zero_point = broadcast_params(params, q.shape)
+    if q.dtype.kind in "iu" and q.dtype.itemsize <= 4:
+        # The same int32 wrap and float product, in place: a weight of 2**28 elements takes two arrays of
+        # its size at a time instead of six (issue 23's model over 2 GB). numpy's unsafe cast of each
+        # buffered int64 difference into int32 wraps as astype does.
+        difference = q.astype(np.int32)
+        np.subtract(difference, zero_point, out=difference, casting="unsafe")
+        values = difference.astype(compute)
+        del difference
+        np.multiply(values, scale, out=values)
+        return values.astype(params.expressed_dtype, copy=False)
     difference = (q.astype(np.int64) - zero_point).astype(np.int32)
     return (difference.astype(compute) * scale).astype(params.expressed_dtype)
 

@@ -593,4 +593,72 @@ def sample_graphs(seed: int = 0) -> list[SampleGraph]:
     graphs.append(_unary_graph("cast_i32_to_i8", i32, "cast", "", i32.shape, "i8"))
     graphs.append(_unary_graph("cast_i8_to_i32", i8, "cast", "", i8.shape, "i32"))
     graphs.append(_unary_graph("cast_i16_to_i8", i16, "cast", "", i16.shape, "i8"))
+    graphs += _float_and_logic_graphs(rng, i32)
+    return graphs
+
+
+def _float_and_logic_graphs(rng: np.random.Generator, i32: np.ndarray) -> list[SampleGraph]:
+    """The float functions of --allow-float's islands (PRO-FP), and the comparisons / select of a token-id
+    wrap: f32 inputs of both signs (positive for log / rsqrt / reciprocal / pow's base), i32 and i1."""
+    graphs = []
+    real = (rng.standard_normal((4, 64)) * 3).astype(np.float32)
+    real[0, :6] = [0.0, -0.0, 0.5, -0.5, 1.5, -2.5]  # rounding-function ties
+    positive = (np.abs(real) + np.float32(0.01)).astype(np.float32)
+    for op in ("exp", "tanh", "sigmoid", "erf", "abs", "floor", "ceil"):
+        graphs.append(_unary_graph(f"{op}_f32", real, op, "", real.shape))
+    for op in ("log", "rsqrt", "reciprocal"):
+        graphs.append(_unary_graph(f"{op}_f32", positive, op, "", positive.shape))
+    halves = np.full((1, 64), 0.5, np.float32)
+    halves[0, :4] = [2.0, -1.0, 3.0, 0.25]
+    graphs.append(_binary_graph("pow_f32", "pow", positive, halves, "f32"))
+    graphs.append(_binary_graph("mul_f32", "mul", real, real[::-1].copy(), "f32", shift=0))
+    for op in ("equal", "greater", "greater_equal"):
+        graphs.append(_binary_graph(f"{op}_i32", op, i32, i32[:, ::-1].copy(), "i1"))
+    mask = rng.integers(0, 2, size=(4, 64)).astype(np.bool_)
+    graphs.append(_unary_graph("logical_not", mask, "logical_not", "", mask.shape))
+    select_types = [
+        tensor_type(mask.shape, "i1"),
+        tensor_type(i32.shape, "i32"),
+        tensor_type(i32.shape, "i32"),
+    ]
+    graphs.append(
+        SampleGraph(
+            "select_i32",
+            function_text(
+                [mask, i32, i32[::-1].copy()],
+                [_op("y", "select", ["arg0", "arg1", "arg2"], "", select_types, select_types[1])],
+                [("y", select_types[1])],
+            ),
+            (mask, i32, i32[::-1].copy()),
+        )
+    )
+    a = rng.standard_normal((2, 4, 8)).astype(np.float32)
+    b = rng.standard_normal((2, 8, 3)).astype(np.float32)
+    product_type = tensor_type((2, 4, 3), "f32")
+    graphs.append(
+        SampleGraph(
+            "matmul_f32",
+            function_text(
+                [a, b],
+                [
+                    const("zero", np.zeros(1, np.float32), "f32"),
+                    _op(
+                        "y",
+                        "matmul",
+                        ["arg0", "arg1", "zero", "zero"],
+                        "",
+                        [
+                            tensor_type(a.shape, "f32"),
+                            tensor_type(b.shape, "f32"),
+                            "tensor<1xf32>",
+                            "tensor<1xf32>",
+                        ],
+                        product_type,
+                    ),
+                ],
+                [("y", product_type)],
+            ),
+            (a, b),
+        )
+    )
     return graphs

@@ -22,6 +22,7 @@ TABLE_ROWS = 40  # rows shown before a table folds the rest
 WORST_TENSORS = 20  # bars in the worst-tensors plot
 EXACT_PLOT_DB = 160.0  # where an exact (infinite SQNR) node sits on the SQNR plot
 COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "not run": "#757575"}
+TEMPLATE = "plotly_white"  # plotly's template, given once to every figure of the page
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; max-width: 1200px; }
@@ -42,18 +43,26 @@ details { margin: 0.3em 0; } summary { cursor: pointer; }
 # opened): plotly cannot size a plot inside a closed <details>.
 _DRAW = """
 (function () {
-  const figures = JSON.parse(document.getElementById("qconvert-figures").textContent);
+  const shared = JSON.parse(document.getElementById("qconvert-figures").textContent);
+  const figures = shared.figures;
   const config = {displaylogo: false, responsive: true};
   function draw(div) {
     if (div.dataset.drawn) return;
     const figure = figures[div.id];
     if (!figure) return;
     div.dataset.drawn = "1";
+    figure.layout.template = shared.template;
     Plotly.newPlot(div, figure.data, figure.layout, config);
+  }
+  function shown(div) {  // every <details> around it open (Chrome lays out closed details' content too)
+    for (let d = div.closest("details"); d; d = d.parentElement.closest("details")) {
+      if (!d.open) return false;
+    }
+    return true;
   }
   function drawVisible(root) {
     root.querySelectorAll("div.plot").forEach(function (div) {
-      if (div.offsetParent !== null) draw(div);
+      if (shown(div)) draw(div);
     });
   }
   document.querySelectorAll("details").forEach(function (details) {
@@ -138,19 +147,26 @@ class _Page:
         self.sections: list[str] = []
 
     def plot(self, figure: Any, small: bool = False) -> str:
-        """A div that draws `figure` (a plotly Figure) when shown."""
+        """A div that draws `figure` when shown: a plotly Figure (validated by plotly), or the plain
+        `{"data", "layout"}` of one for the many small per-tensor / per-node figures (building a Figure
+        costs ~15 ms; a model's thousands would take minutes). The page's template is shared, not copied."""
         div_id = f"plot-{len(self.figures)}"
-        self.figures[div_id] = json.loads(figure.to_json())
+        spec = figure if isinstance(figure, dict) else json.loads(figure.to_json())
+        spec["layout"].pop("template", None)
+        self.figures[div_id] = spec
         return f'<div class="plot{" small" if small else ""}" id="{div_id}"></div>'
 
     def build(self) -> None:
         raise NotImplementedError
 
     def render(self, source: str) -> str:
+        import plotly.io
         from plotly.offline import get_plotlyjs
 
         self.build()
-        figures = json.dumps(self.figures, separators=(",", ":")).replace("</", "<\\/")
+        template = plotly.io.templates[TEMPLATE].to_plotly_json()
+        shared = {"template": template, "figures": self.figures}
+        figures = json.dumps(shared, separators=(",", ":")).replace("</", "<\\/")
         title = _text(f"{self.title}: {self.result.get('model') or source}")
         return (
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -169,8 +185,38 @@ def _layout(title: str, x_title: str, y_title: str, height: int = 320) -> dict[s
         "yaxis": {"title": {"text": y_title}},
         "height": height,
         "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
-        "template": "plotly_white",
     }
+
+
+def _bars(
+    layout: dict[str, Any], x: Sequence[object], y: Sequence[float], colour: str, width: float | None = None
+) -> dict[str, Any]:
+    """A plain bar chart spec (one trace, log counts), as `Figure.to_plotly_json()` would give."""
+    trace: dict[str, Any] = {"type": "bar", "x": list(x), "y": list(y), "marker": {"color": colour}}
+    if width is not None:
+        trace["width"] = width
+    layout["yaxis"]["type"] = "log"
+    layout["showlegend"] = False
+    return {"data": [trace], "layout": layout}
+
+
+def _range_line(layout: dict[str, Any], x: float, label: str) -> None:
+    """A dashed vertical line at `x` across the plot, labelled at its top (Figure.add_vline's shapes)."""
+    line = {"color": "#c62828", "dash": "dash"}
+    layout.setdefault("shapes", []).append(
+        {"type": "line", "x0": x, "x1": x, "xref": "x", "y0": 0, "y1": 1, "yref": "y domain", "line": line}
+    )
+    layout.setdefault("annotations", []).append(
+        {
+            "x": x,
+            "xref": "x",
+            "y": 1,
+            "yref": "y domain",
+            "text": label,
+            "showarrow": False,
+            "xanchor": "left",
+        }
+    )
 
 
 # check -------------------------------------------------------------------------------------------------
@@ -404,7 +450,6 @@ class _CheckPage(_Page):
         self.sections.append("<h2>Not run</h2>" + _table(["what", "count", "reason", "e.g."], rows, {1}))
 
     def _nodes(self, layers: Mapping[str, Mapping[str, Any]]) -> None:
-        import plotly.graph_objects as go
 
         order = {"fail": 0, "not run": 1, "pass": 2}
 
@@ -455,13 +500,11 @@ class _CheckPage(_Page):
             parts.append("<h3>Steps-off histograms of the nodes that differ</h3>")
         for index, (name, entry) in enumerate(detailed):
             counts = entry["steps_off"]
-            figure = go.Figure(
-                layout=_layout(f"{name}: elements off by k steps", "steps off (k)", "elements", height=240)
-            )
-            figure.add_bar(
-                x=[_steps_label(k, len(counts)) for k in range(len(counts))],
-                y=counts,
-                marker_color=COLOURS.get(entry["verdict"], "#757575"),
+            figure = _bars(
+                _layout(f"{name}: elements off by k steps", "steps off (k)", "elements", height=240),
+                [_steps_label(k, len(counts)) for k in range(len(counts))],
+                counts,
+                COLOURS.get(entry["verdict"], "#757575"),
             )
             opened = " open" if index < OPEN_SECTIONS else ""
             parts.append(
@@ -602,7 +645,6 @@ class _CalibrationPage(_Page):
         keep_float: Mapping[str, str],
         losses: Mapping[str, Mapping[str, Any]],
     ) -> None:
-        import plotly.graph_objects as go
 
         def clipped(name: str) -> float:
             """The fraction of a tensor's histogram outside its chosen range."""
@@ -658,24 +700,11 @@ class _CalibrationPage(_Page):
             histogram, entry = histograms[name], ranges[name]
             counts, start, width = histogram["counts"], histogram["start"], histogram["width"]
             x_title = "|value|" if histogram.get("absolute") else "value"
-            figure = go.Figure(layout=_layout(name, x_title, "count", height=260))
-            figure.add_bar(
-                x=[start + (i + 0.5) * width for i in range(len(counts))],
-                y=counts,
-                width=width,
-                marker_color="#546e7a",
-                name="histogram",
-            )
+            centres = [start + (i + 0.5) * width for i in range(len(counts))]
+            figure = _bars(_layout(name, x_title, "count", height=260), centres, counts, "#546e7a", width)
             for bound, label in ((entry.get("min"), "min"), (entry.get("max"), "max")):
                 if bound is not None:
-                    figure.add_vline(
-                        x=bound,
-                        line_color="#c62828",
-                        line_dash="dash",
-                        annotation_text=f"{label} {bound:.4g}",
-                    )
-            figure.update_yaxes(type="log")
-            figure.update_layout(showlegend=False)
+                    _range_line(figure["layout"], bound, f"{label} {bound:.4g}")
             opened = " open" if index < OPEN_SECTIONS else ""
             parts.append(
                 f"<details{opened}><summary>{_text(name)}: "

@@ -21,7 +21,7 @@ return Array.from(document.querySelectorAll('div.plot')).map(function (div) {
   const svg = div.querySelector('svg.main-svg');
   return {
     id: div.id,
-    visible: div.offsetParent !== null,
+    visible: !Array.from(document.querySelectorAll('details')).some(d => !d.open && d.contains(div)),
     drawn: !!div.dataset.drawn && !!svg,
     marks: div.querySelectorAll('g.point, g.trace.bars path, g.scatterlayer path.js-line').length,
     traces: div.data ? div.data.map(function (t) { return (t.y || []).length; }) : [],
@@ -80,7 +80,8 @@ def test_calibrate_report_draws_histograms_lazily(
     hidden = [plot for plot in plots if not plot["visible"]]
     histograms = calibration["histograms"]
     assert len(plots) == len(histograms) + 1  # one per tensor histogram, and the worst tensors
-    if hidden:  # a folded section is drawn when opened
+    assert hidden and not any(plot["drawn"] for plot in hidden)  # folded: not drawn until opened
+    if hidden:
         first = hidden[0]["id"]
         browser.execute_script(f"document.getElementById('{first}').closest('details').open = true")
         drawn = browser.execute_script(f"return !!document.getElementById('{first}').dataset.drawn")

@@ -131,3 +131,29 @@ def test_report_of_something_else_is_refused(tmp_path: Path, capsys) -> None:
     assert main(["report", str(other), "-o", str(tmp_path / "page.html")]) == 2
     assert "not a result of `qconvert check --json`" in capsys.readouterr().err
     assert not (tmp_path / "page.html").exists()
+
+
+def test_a_large_check_result_stays_usable(browser: Any, results: dict[str, Path], tmp_path: Path) -> None:
+    """2,600 nodes (the digits check's nodes, repeated): rendered and loaded in seconds, the table folded."""
+    import time
+
+    from qconvert.report import render_html
+
+    check = load(results["check"])
+    check["layers"] = {f"{name} #{i}": layer for i in range(100) for name, layer in check["layers"].items()}
+    started = time.perf_counter()
+    page = tmp_path / "large.html"
+    page.write_text(render_html(check))
+    assert time.perf_counter() - started < 10
+    started = time.perf_counter()
+    browser.get(page.as_uri())
+    assert time.perf_counter() - started < 20
+    folded = browser.execute_script(
+        "return Array.from(document.querySelectorAll('summary')).map(s => s.textContent)"
+    )
+    assert f"{len(check['layers']) - 40:,} more rows" in folded
+    points = browser.execute_script(
+        "return Array.from(document.querySelectorAll('div.plot')).filter(d => d.data && d.layout.title.text"
+        ".startsWith('SQNR per node')).map(d => d.data.slice(0, -1).reduce((n, t) => n + t.y.length, 0))"
+    )
+    assert points == [len(check["layers"])]

@@ -436,7 +436,7 @@ def check_command(
     if json_path is not None:
         report.write_json(json_path)
     _write_check_reports(report.to_json(), model, report_path, model_explorer)
-    table = sys.stderr if json_path == "-" else sys.stdout  # --json -: stdout carries the JSON alone
+    table = sys.stderr if "-" in (json_path, report_path) else sys.stdout  # stdout carries that one alone
     with stdout_console(table, piped_width=200) as console:  # piped: one row per node, for grep
         render(report, console, summary_only=quiet)
     if report.bugs:  # the report stands, but a bug of ours kept part of it from running: exit 3

@@ -31,7 +31,7 @@ from qconvert.ir.dialects.onnx import main_function
 from qconvert.ir.dialects.qconvert import NOTE, QOperatorOp
 from qconvert.ir.printer import print_type, write_module_to
 from qconvert.ir.quant_types import UniformQuantizedType
-from qconvert.ir.types import F32, I8, I32, FloatType, FunctionType, Type, element_type_of
+from qconvert.ir.types import F32, I8, I32, FloatType, FunctionType, RankedTensorType, Type, element_type_of
 from qconvert.numerics.tosa import TosaRounding
 from qconvert.passes.dce import erase_unused
 from qconvert.passes.inline import clone_op
@@ -114,6 +114,52 @@ def storage_boundary(function: FuncOp) -> None:
     empty = DictionaryAttr(())
     function.attributes["arg_attrs"] = ArrayAttr(tuple(a if a is not None else empty for a in arg_attrs))
     function.attributes["res_attrs"] = ArrayAttr(tuple(a if a is not None else empty for a in res_attrs))
+
+
+def signless_boundary(function: FuncOp) -> None:
+    """Unsigned storage results (a uint8 graph output written by a QuantizeLinear, as check's group cases
+    have) as the signless integers TOSA takes, the same bits: a result cast from signless storage returns
+    that storage (signless_arguments does the inputs)."""
+    body = function.body
+    terminator = body.terminator
+    assert terminator is not None
+    results = list(function.function_type.results)
+    for index, value in enumerate(list(terminator.operands)):
+        producer = value.owner_op()
+        if producer is None or producer.name != CAST or quant_type(value) is not None:
+            continue
+        source = producer.operands[0]
+        if isinstance(value.type, RankedTensorType) and source.type == storage_type(value.type):
+            terminator.set_operand(index, source)
+            results[index] = source.type
+    function.function_type = FunctionType(function.function_type.inputs, tuple(results))
+    while fold_casts(list(body.ops)):
+        pass
+    erase_unused(body, lambda op: not op.is_terminator)
+
+
+def signless_arguments(function: FuncOp) -> None:
+    """Unsigned storage arguments (not quantized on entry) take the signless type of their bits before the
+    patterns run, seen as before by their users through a cast, so that every op built on them is signless."""
+    body = function.body
+    inputs = list(function.function_type.inputs)
+    for index, argument in enumerate(body.arguments):
+        if not isinstance(argument.type, RankedTensorType) or quant_type(argument) is not None:
+            continue
+        unsigned, signless = argument.type, storage_type(argument.type)
+        if signless == unsigned:
+            continue
+        users = list(argument.uses)
+        argument.type = inputs[index] = signless
+        builder = Builder.at_start(body)
+        for user, operand_index in users:
+            if user.name == "stablehlo.bitcast_convert" and quant_type(user.results[0]) is not None:
+                # the storage of a quantized value: the signless bits, as storage_of reads them
+                user.results[0].replace_all_uses_with(materialize(builder, argument, user.results[0].type))
+                user.erase()
+            else:
+                user.set_operand(operand_index, materialize(builder, argument, unsigned))
+    function.function_type = FunctionType(tuple(inputs), function.function_type.results)
 
 
 def _float_constant(b: Builder, value: float, rank: int) -> Value:
@@ -265,6 +311,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     else:
         storage_boundary(function)
     narrowed = narrow_index_arguments(function)  # i64 token ids: i32, TOSA's gather index
+    signless_arguments(function)
     body = function.body
     refusals = Refusals()
     patterns = [
@@ -290,6 +337,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     erase_unused(body, lambda op: not op.is_terminator)
     apply_patterns(body, fold_patterns(), nested=False)
     erase_unused(body, lambda op: not op.is_terminator)
+    signless_boundary(function)
     left = _not_legalized(body)
     if left:
         raise InputError(_refusal_message(left, refusals, options.allow_float))

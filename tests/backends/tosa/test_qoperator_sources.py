@@ -274,3 +274,46 @@ def test_int16_activations_check_against_onnxruntime(engine: str, small_int16: t
         # measured: Conv 2 of 1024 one step off, both predicted near-ties; every other group 0
         assert layer.mismatches == layer.predicted_mismatches, layer.explanation
         assert layer.max_lsb_diff is None or layer.max_lsb_diff <= 1.0
+
+
+def _uint8_group_model() -> onnx.ModelProto:
+    """A group as check cuts it from a uint8 QDQ model: uint8 storage in, DequantizeLinear -> HardSwish ->
+    QuantizeLinear, uint8 storage out (the corpus's mobilenet_fpn.qdq_u8 has 38 such cases)."""
+    initializers = [
+        numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+        numpy_helper.from_array(np.array(128, np.uint8), "z"),
+        numpy_helper.from_array(np.array(0.03, np.float32), "s2"),
+        numpy_helper.from_array(np.array(100, np.uint8), "z2"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq"),
+        helper.make_node("HardSwish", ["xd"], ["h"], name="hs"),
+        helper.make_node("QuantizeLinear", ["h", "s2", "z2"], ["hq"], name="q"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "uint8_group",
+        [helper.make_tensor_value_info("xq", TensorProto.UINT8, [2, 128])],
+        [helper.make_tensor_value_info("hq", TensorProto.UINT8, [2, 128])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_uint8_storage_boundary_is_signless_and_runs(tmp_path: Path) -> None:
+    from qconvert.backends.tosa import convert_to_tosa
+
+    onnx.save(_uint8_group_model(), tmp_path / "group.onnx")
+    text = print_module(convert_to_tosa(_lift(tmp_path / "group.onnx")))  # type: ignore[arg-type]
+    assert "ui8" not in text and "unrealized_conversion_cast" not in text
+    assert "(%arg0: tensor<2x128xi8>" in text and "-> (tensor<2x128xi8>" in text
+    require_tosa_python()
+    codes = np.arange(256, dtype=np.uint8).reshape(2, 128)  # every uint8 code, bits read as signless i8
+    np.savez(tmp_path / "inputs.npz", xq=codes)
+    report = check(tmp_path / "group.onnx", str(tmp_path / "inputs.npz"), backend="tosa", engine="reference")
+    assert report.verdict == PASSED, report.verdict_line
+    assert [layer.op_type for layer in report.layers.values()] == ["HardSwish"]  # the group ran as a case
+    (output,) = report.outputs.values()
+    assert output.ours is not None and output.ours.mismatches == 0  # a table: every code exact (measured)

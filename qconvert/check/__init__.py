@@ -51,13 +51,16 @@ from qconvert.check.backends import (
 )
 from qconvert.check.feeds import Feed, model_feeds
 from qconvert.check.nodes import (
+    DeferredValues,
     NodeCase,
     broadcast_scale,
     case_batches,
     cut_model,
+    dequantize_slices,
     is_quantization_node,
     judge,
     magnitude_cases,
+    merge_results,
     node_cases,
     node_names,
     node_scale,
@@ -65,8 +68,13 @@ from qconvert.check.nodes import (
     split_outputs,
 )
 from qconvert.check.oracle import (
+    WEIGHT_SLICE_ELEMENTS,
+    CheckModel,
+    deferred_dequantizes,
+    dequantize_on_demand,
     element_types,
     float8_views,
+    load_for_check,
     ort_session,
     random_inputs,
     run_oracle,
@@ -126,7 +134,7 @@ def check(
     instead of INCOMPLETE). `show_progress` draws progress bars on stderr. Raises `InputError` for a bad
     model, bad inputs, an unknown backend or an option the backend does not take.
     """
-    from qconvert.frontends.onnx.load import load, override_input_shapes, read_model
+    from qconvert.frontends.onnx.load import override_input_shapes, read_model
 
     tolerances = tolerances or Tolerances()
     runner = make_backend(backend, engine, **backend_options)
@@ -140,10 +148,13 @@ def check(
     dynamic = _dynamic_inputs(header)
     del header  # the weights again come with `load`
     pinned = _shapes_for(first.arrays, dynamic, input_shapes)
-    model, inference_error = load(model_path, pinned)
+    loaded = load_for_check(model_path, pinned)
+    model, inference_error, weights = loaded.model, loaded.inference_error, loaded.weights
     types = element_types(model)
+    deferred = deferred_dequantizes(model, weights)
+    hidden = [node.output[0] for node in deferred]
     try:
-        values, unreturnable = run_oracle(model, first.arrays, types, str(model_path))
+        values, unreturnable = run_oracle(model, {**first.arrays, **weights}, types, str(model_path), hidden)
     except InputError as error:
         from_data = {
             name: shape for name, shape in (pinned or {}).items() if name not in (input_shapes or {})
@@ -157,6 +168,14 @@ def check(
         ) from None
     values.update(first.arrays)
     values.update({t.name: numpy_helper.to_array(t) for t in model.graph.initializer})
+    values.update(weights)
+    values = DeferredValues(
+        values,
+        {
+            node.output[0]: dequantize_on_demand(model, node, values, types, str(model_path))
+            for node in deferred
+        },
+    )
     constants = {n.output[0] for n in model.graph.node if n.op_type == "Constant"}
     report = CheckReport(
         model=str(model_path),
@@ -175,15 +194,18 @@ def check(
         report.notes.append(f"{inference_error.message}; types from onnxruntime")
 
     cases = node_cases(
-        model, values, types, constants, unreturnable, runner.feeds_weights, runner.fused_groups()
+        model, values, types, constants, unreturnable, runner.feeds_weights, runner.fused_groups(), hidden
     )
-    runnable = [case for case in cases if case.reason is None]
-    _magnitudes(runnable, str(model_path))
+    runnable = [case for case in cases if case.reason is None and not case.deferred]
+    if not weights:  # mapped weights (a model over 2 GB): each batch's magnitudes with it, |weights| once
+        _magnitudes(runnable, str(model_path))
     # Judged batch by batch (`case_batches`): the backend's outputs of one batch are alive at a time.
     judged: dict[str, LayerResult] = {}
     with _progress(show_progress) as bar:
         task = bar.add_task("per node", total=len(runnable))
         for batch in case_batches(runnable):
+            if weights:
+                _magnitudes(batch, str(model_path))
             runs = runner.run_cases(batch, lambda done: bar.advance(task, done))
             for case in batch:
                 run = runs.get(case.name)
@@ -193,14 +215,21 @@ def check(
                 elif run is not None:
                     predicted = runner.predicted_mismatches(case, values) if case.quantization else None
                     judged[case.name] = judge(case, run.outputs, values, run.evaluated_by, predicted)
+                if weights:
+                    case.magnitude = None
             del runs
+        for case in cases:  # one deferred value alive at a time (models over 2 GB)
+            if case.deferred and case.reason is None:
+                judged[case.name] = _judge_deferred(
+                    case, runner, model, values, types, constants, str(model_path)
+                )
     for case in cases:
         if runner.keep_case(case):
             report.layers[case.name] = judged.get(case.name) or case.result()
     report.notes.extend(runner.notes(cases, report.layers))
     del cases, runnable, judged
 
-    end_to_end = _EndToEnd(report, runner, model_path, types, tolerances, dynamic, input_shapes)
+    end_to_end = _EndToEnd(report, runner, model_path, types, tolerances, dynamic, input_shapes, loaded)
     end_to_end.start(model, first, values)
     del values, model
     with _progress(show_progress) as bar:
@@ -237,6 +266,51 @@ def _shapes_for(
     shapes: dict[str, Sequence[int]] = dict(input_shapes or {})
     shapes.update({name: tuple(arrays[name].shape) for name in dynamic if name in arrays})
     return shapes or None
+
+
+def _judge_deferred(
+    case: NodeCase,
+    runner: CheckBackend,
+    model: ModelProto,
+    values: DeferredValues,
+    types: Mapping[str, int],
+    constants: set[str],
+    label: str,
+) -> LayerResult:
+    """A case of a deferred value, alone: a weight's DequantizeLinear judged slice by slice against
+    onnxruntime on the same slice (`dequantize_slices`); any other case (the weight's consumer) cut out
+    with the value computed once, run and judged, then dropped."""
+    if case.compared and all(name in values.deferred for name in case.compared) and len(case.nodes) == 1:
+        total: LayerResult | None = None
+        for part, part_values in dequantize_slices(
+            case, model, values, types, constants, WEIGHT_SLICE_ELEMENTS
+        ):
+            assert part.model is not None
+            reference = float8_views(run_session(ort_session(part.model, False, label), part.feeds), types)
+            part_values.update(reference)
+            total = merge_results(total, _judge_run(part, runner, part_values))
+        assert total is not None
+        return total
+    case.model, case.feeds = cut_model(
+        model, case.nodes, case.compared, values, types, constants, runner.feeds_weights
+    )
+    _magnitudes([case], label)
+    try:
+        return _judge_run(case, runner, values)
+    finally:
+        case.model, case.feeds, case.magnitude = None, {}, None
+        values.release()
+
+
+def _judge_run(case: NodeCase, runner: CheckBackend, values: Mapping[str, np.ndarray]) -> LayerResult:
+    """`case` run by the backend alone, and judged (not run: the backend's reason)."""
+    run = runner.run_cases([case], lambda done: None).get(case.name)
+    if isinstance(run, NotRun) or run is None:
+        result = case.result()
+        result.reason = str(run) if run is not None else result.reason
+        return result
+    predicted = runner.predicted_mismatches(case, values) if case.quantization else None
+    return judge(case, run.outputs, values, run.evaluated_by, predicted)
 
 
 def _magnitudes(cases: Sequence[NodeCase], label: str) -> None:
@@ -293,8 +367,10 @@ class _EndToEnd:
         tolerances: Tolerances,
         dynamic: set[str],
         input_shapes: Mapping[str, Sequence[int]] | None,
+        loaded: CheckModel,
     ) -> None:
         self.report, self.runner, self.model_path = report, runner, model_path
+        self.loaded = loaded  # its weights: fed to every run of `loaded.model` (models over 2 GB)
         self.types, self.tolerances = types, tolerances
         self.dynamic, self.input_shapes = dynamic, input_shapes
         self.ours: dict[str, Comparison | None] = {}
@@ -324,7 +400,9 @@ class _EndToEnd:
         return _Shapes(
             signature=_signature(arrays),
             model=model,
-            optimized=ort_session(model, optimized=True, label=label),
+            optimized=ort_session(
+                self.loaded.source, optimized=True, label=label, base_dir=self.loaded.base_dir
+            ),
             ours=ours,
         )
 
@@ -343,8 +421,12 @@ class _EndToEnd:
             ):
                 self.scales[name] = (producer, np.asarray(values[producer.input[1]]))
         reference = {name: values[name] for name in self.outputs}
-        untyped = {name: values[name] for n in model.graph.node for name in n.output if name in values}
-        untyped = {name: array for name, array in untyped.items() if name not in self.types}
+        untyped = {
+            name: values[name]
+            for n in model.graph.node
+            for name in n.output
+            if name not in self.types and name in values  # typed first: a deferred value is not computed
+        }
         values.clear()
         self.shapes = self._pin(model, untyped, first.arrays)
         del untyped
@@ -352,21 +434,25 @@ class _EndToEnd:
 
     def add(self, feed: Feed) -> bool:
         """One more batch; False when there is no point reading more (ours cannot run)."""
-        from qconvert.frontends.onnx.load import load
-
         assert self.shapes is not None
         if isinstance(self.shapes.ours, NotRun):
             return False
         if _signature(feed.arrays) != self.shapes.signature:
             self.shapes = None  # one set of sessions at a time: memory stays flat
-            model, _ = load(self.model_path, _shapes_for(feed.arrays, self.dynamic, self.input_shapes))
-            values, _ = run_oracle(model, feed.arrays, self.types, self.report.model)
+            self.loaded = load_for_check(
+                self.model_path, _shapes_for(feed.arrays, self.dynamic, self.input_shapes)
+            )
+            model, weights = self.loaded.model, self.loaded.weights
+            hidden = [node.output[0] for node in deferred_dequantizes(model, weights)]
+            values, _ = run_oracle(model, {**feed.arrays, **weights}, self.types, self.report.model, hidden)
             values.update(feed.arrays)
             self.shapes = self._pin(model, values, feed.arrays)
             reference = {name: values[name] for name in self.outputs}
             self._compare(feed, float8_views(reference, self.types), values)
             return self.reason is None
-        reference = run_session(self.shapes.reference_session(self.report.model), feed.arrays)
+        reference = run_session(
+            self.shapes.reference_session(self.report.model), {**feed.arrays, **self.loaded.weights}
+        )
         self._compare(feed, float8_views(reference, self.types))
         return self.reason is None
 
@@ -378,13 +464,15 @@ class _EndToEnd:
         model = self.lift_model
         if model is None:
             return None
+        feeds = {**feed.arrays, **self.loaded.weights}
         if oracle is None:  # a later batch of the same shapes: its every value, as the first batch's
-            oracle, _ = run_oracle(model, feed.arrays, self.types, self.report.model)
-            oracle.update(feed.arrays)
+            hidden = [node.output[0] for node in deferred_dequantizes(model, self.loaded.weights)]
+            oracle, _ = run_oracle(model, feeds, self.types, self.report.model, hidden)
+            oracle.update(feeds)
             oracle.update({t.name: numpy_helper.to_array(t) for t in model.graph.initializer})
         try:
             with quiet_float_warnings():
-                lockstep = replay(import_onnx(model), model, feed.arrays, oracle)
+                lockstep = replay(import_onnx(model), model, feeds, oracle)
         except InputError:
             return None
         self.tie_flips += lockstep.flips
@@ -401,7 +489,7 @@ class _EndToEnd:
             self.reason = str(self.shapes.ours)
         elif self.reason is None:
             try:
-                ours = self.shapes.ours(feed.arrays)
+                ours = self.shapes.ours({**feed.arrays, **self.loaded.weights})
             except NotRun as error:
                 self.reason = str(error)
         self.report.samples += feed.samples

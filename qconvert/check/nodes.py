@@ -12,7 +12,7 @@ judged within the float bound of its op family (bounds.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -20,7 +20,7 @@ import numpy as np
 from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper, numpy_helper
 
 from qconvert.check import bounds
-from qconvert.check.report import FAIL, NOT_RUN, PASS, LayerResult, compare
+from qconvert.check.report import FAIL, NOT_RUN, PASS, LayerResult, add_steps_off, compare
 from qconvert.onnx_semantics import DEFAULT_DOMAINS
 
 QUANTIZATION_OPS = frozenset(
@@ -93,6 +93,8 @@ class NodeCase:
     magnitude: dict[str, np.ndarray] | None = (
         None  # reduction nodes: op(|inputs|) by output, from onnxruntime
     )
+    # reads or compares a deferred value (DeferredValues): cut out, run and judged on its own, after the rest
+    deferred: bool = False
 
     @property
     def last(self) -> NodeProto:
@@ -252,20 +254,144 @@ def node_cases(
     unreturnable: Mapping[str, str],
     feed_weights: bool = False,
     fused_groups: bool = False,
+    deferred: Collection[str] = (),
 ) -> list[NodeCase]:
     """One case per node of `model` in graph order, then (`fused_groups`) one per fused group
     (`_fused_group_cases`); each cut out of the model (`feed_weights`: see `cut_model`), or given the
-    reason it cannot run."""
+    reason it cannot run. A case that reads or compares a `deferred` value is left uncut (`case.deferred`):
+    the caller cuts it when it runs it, so that one such value is alive at a time."""
     cases = _single_node_cases(model)
     if fused_groups:
         cases += _fused_group_cases(model, values, types)
     for case in cases:
         case.reason = _missing_value(case.nodes, values, unreturnable) or _subgraph(case.nodes)
-        if case.reason is None:
+        produced = {name for node in case.nodes for name in node.output if name}
+        read = {name for node in case.nodes for name in node.input if name and name not in produced}
+        case.deferred = bool((read | set(case.compared)) & set(deferred))
+        if case.reason is None and not case.deferred:
             case.model, case.feeds = cut_model(
                 model, case.nodes, case.compared, values, types, constants, feed_weights
             )
     return cases
+
+
+class DeferredValues(Mapping[str, np.ndarray]):
+    """onnxruntime's values, some of them (`deferred`: name -> how to compute it) computed only when read,
+    the last one read kept: the float output of a weight's DequantizeLinear is as large as the weight
+    times four, and a model over 2 GB has ten of a gigabyte each (issue 23)."""
+
+    def __init__(
+        self, values: dict[str, np.ndarray], deferred: Mapping[str, Callable[[], np.ndarray]]
+    ) -> None:
+        self.values, self.deferred = values, dict(deferred)
+        self.kept: tuple[str, np.ndarray] | None = None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name in self.values:
+            return self.values[name]
+        if name not in self.deferred:
+            raise KeyError(name)
+        if self.kept is None or self.kept[0] != name:
+            self.kept = None  # the previous one goes first
+            self.kept = (name, self.deferred[name]())
+        return self.kept[1]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.values or name in self.deferred
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.values
+        yield from (name for name in self.deferred if name not in self.values)
+
+    def __len__(self) -> int:
+        return len(self.values) + sum(1 for name in self.deferred if name not in self.values)
+
+    def release(self) -> None:
+        self.kept = None
+
+    def clear(self) -> None:
+        self.values.clear()
+        self.deferred.clear()
+        self.kept = None
+
+
+def dequantize_slices(
+    case: NodeCase,
+    model: ModelProto,
+    values: Mapping[str, np.ndarray],
+    types: Mapping[str, int],
+    constants: set[str],
+    slice_elements: int,
+) -> Iterator[tuple[NodeCase, dict[str, np.ndarray]]]:
+    """A weight's DequantizeLinear case cut into slices of about `slice_elements` elements along an axis
+    its scale does not vary along, each a case of its own (its weight slice fed), with the values that
+    judge it (scale, zero point, a shape-only placeholder for its output, which onnxruntime computes per
+    slice). Each element's dequantization depends on it and its scale alone, so the slices' verdicts
+    merged (`merge_results`) are the whole node's verdict."""
+    node = case.nodes[0]
+    weight = values[node.input[0]]
+    output = node.output[0]
+    per_tensor = np.asarray(values[node.input[1]]).size == 1
+    quant_axis = None if per_tensor else _attribute(node, "axis", 1) % max(weight.ndim, 1)
+    axes = [axis for axis in range(weight.ndim) if axis != quant_axis and weight.shape[axis] > 1]
+    if not axes:
+        axes = [0] if weight.ndim and per_tensor else []
+    if not axes or weight.size <= slice_elements:
+        spans = [(None, 0, 0)]
+    else:
+        axis = axes[0]
+        step = max(1, slice_elements // max(1, weight.size // weight.shape[axis]))
+        spans = [
+            (axis, start, min(start + step, weight.shape[axis]))
+            for start in range(0, weight.shape[axis], step)
+        ]
+    for axis, start, stop in spans:
+        if axis is None:
+            part = weight
+        else:
+            index = [slice(None)] * weight.ndim
+            index[axis] = slice(start, stop)
+            part = np.ascontiguousarray(weight[tuple(index)])
+        part_values = {name: values[name] for name in node.input[1:] if name}
+        part_values[node.input[0]] = part
+        placeholder_type = helper.tensor_dtype_to_np_dtype(types.get(output, TensorProto.FLOAT))
+        part_values[output] = np.broadcast_to(np.zeros((), placeholder_type), part.shape)
+        sliced = NodeCase(
+            name=case.name,
+            op_type=case.op_type,
+            domain=case.domain,
+            nodes=case.nodes,
+            compared=case.compared,
+            quantization=case.quantization,
+        )
+        sliced.model, sliced.feeds = cut_model(
+            model, case.nodes, case.compared, part_values, types, constants, feed_weights=True
+        )
+        yield sliced, part_values
+
+
+def merge_results(total: LayerResult | None, part: LayerResult) -> LayerResult:
+    """Two slices' verdicts of one node as one: counts and sums added, maxima kept, the worse verdict."""
+    if total is None:
+        return part
+    if NOT_RUN in (total.verdict, part.verdict):
+        kept = total if total.verdict == NOT_RUN else part
+        return kept
+    total.elements += part.elements
+    total.mismatches += part.mismatches
+    if part.max_lsb_diff is not None:
+        total.max_lsb_diff = max(total.max_lsb_diff or 0.0, part.max_lsb_diff)
+    if part.predicted_mismatches is not None:
+        total.predicted_mismatches = (total.predicted_mismatches or 0) + part.predicted_mismatches
+    if part.steps_off is not None:
+        total.steps_off = (
+            part.steps_off if total.steps_off is None else add_steps_off(total.steps_off, part.steps_off)
+        )
+    total.signal += part.signal
+    total.noise += part.noise
+    expected = total.predicted_mismatches or 0
+    total.verdict = PASS if total.mismatches == expected else FAIL
+    return total
 
 
 RANDOM_OPS = frozenset(
@@ -540,6 +666,11 @@ def weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
     is a float initializer of more than `SHAPE_LIKE_SIZE` elements, or the data input of a Q/DQ node, that
     only float ops or Q/DQ data inputs read (the IR needs quantization parameters and the inputs of other
     quantization ops as constants)."""
+    return _move_to_inputs(model, weight_chooser(model))
+
+
+def weight_chooser(model: ModelProto) -> Callable[[TensorProto], bool]:
+    """Which initializers of `model` are weights (`weights_as_inputs`): what may be fed as an argument."""
     quantization_params: set[str] = set()
     for node in model.graph.node:
         for position, name in enumerate(node.input):
@@ -560,7 +691,7 @@ def weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
             )
         )
 
-    return _move_to_inputs(model, movable)
+    return movable
 
 
 def integer_weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:

@@ -10,13 +10,16 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper
+from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
 
 from qconvert.calibrate.dataset import available_memory
 from qconvert.check.ort_large import inference_session
@@ -152,11 +155,16 @@ def random_inputs(model: ModelProto, seed: int = RANDOM_SEED) -> dict[str, np.nd
 
 
 # onnxruntime ---------------------------------------------------------------------------------------
-def ort_session(model: ModelProto, optimized: bool, label: str) -> Any:
-    """An onnxruntime CPU session; `label` (the model's file) starts its error message."""
+def ort_session(model: ModelProto, optimized: bool, label: str, base_dir: Path | None = None) -> Any:
+    """An onnxruntime CPU session; `label` (the model's file) starts its error message. `base_dir`: the
+    folder of the model's external data, which onnxruntime then maps itself (not a copy per session)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    if base_dir is not None:
+        options.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", str(base_dir)
+        )
     options.graph_optimization_level = (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
@@ -208,12 +216,17 @@ def _type_name(elem_type: int) -> str:
 
 
 def run_oracle(
-    model: ModelProto, inputs: Mapping[str, np.ndarray], types: Mapping[str, int], label: str
+    model: ModelProto,
+    inputs: Mapping[str, np.ndarray],
+    types: Mapping[str, int],
+    label: str,
+    hidden: Collection[str] = (),
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """onnxruntime, optimizations disabled, every node output exposed: values, and why some are absent."""
+    """onnxruntime, optimizations disabled, every node output exposed (but `hidden`, computed on demand:
+    `deferred_dequantizes`): values, and why some are absent."""
     exposed = ModelProto()
     exposed.CopyFrom(model)
-    outputs = {o.name for o in exposed.graph.output}
+    outputs = {o.name for o in exposed.graph.output} | set(hidden)
     unreturnable: dict[str, str] = {}
     for node in exposed.graph.node:
         for name in node.output:
@@ -257,3 +270,132 @@ def typed_for_lift(
                     )
                 )
     return typed
+
+
+# Models over 2 GB (issue 23) ----------------------------------------------------------------------------
+# A weight's DequantizeLinear whose float output has at least this many elements (64 MiB in float32) is not
+# returned by the oracle run: computed on demand, one at a time (nodes.DeferredValues), and its own case is
+# judged in slices of `WEIGHT_SLICE_ELEMENTS`.
+DEFERRED_ELEMENTS = 2**24
+WEIGHT_SLICE_ELEMENTS = 2**22
+
+
+@dataclass
+class CheckModel:
+    """The model as check runs it. For a model with external data, its weights (`nodes.weight_chooser`)
+    are graph inputs of `model`, fed from one memory mapping of the data file (`weights`), so that every
+    onnxruntime session and the backend read the same pages instead of copies; `source` is the model as
+    written (its external data mapped by onnxruntime from `base_dir`: the optimized session folds and packs
+    weights as it does for the file). Without external data, `source` is `model` and `weights` is empty."""
+
+    model: ModelProto
+    source: ModelProto
+    inference_error: InputError | None
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    base_dir: Path | None = None
+
+
+def load_for_check(
+    source: str | os.PathLike[str], input_shapes: Mapping[str, Any] | None = None
+) -> CheckModel:
+    """The model with inferred shapes (`load`), its external data mapped rather than read (`CheckModel`)."""
+    from qconvert.check.nodes import weight_chooser
+    from qconvert.frontends.onnx.load import load, load_model
+
+    loaded = load_model(source, input_shapes)
+    model = loaded.model
+    attributes = any(
+        attribute.HasField("t") and uses_external_data(attribute.t)
+        for node in model.graph.node
+        for attribute in node.attribute
+    )
+    external = [t for t in model.graph.initializer if uses_external_data(t)]
+    if not external or attributes or loaded.base_dir is None:
+        model, inference_error = load(source, input_shapes)
+        return CheckModel(model, model, inference_error)
+    original = ModelProto()
+    original.CopyFrom(model)
+    chosen = weight_chooser(model)
+    listed = {i.name for i in model.graph.input}
+    mappings: dict[str, np.memmap] = {}
+    weights: dict[str, np.ndarray] = {}
+    moved = []
+    for index, tensor in enumerate(model.graph.initializer):
+        if not uses_external_data(tensor):
+            continue
+        array = _mapped(tensor, loaded.base_dir, mappings) if chosen(tensor) else None
+        if array is None:  # a quantization parameter (a constant of the IR), or storage numpy cannot view
+            load_external_data_for_tensor(tensor, str(loaded.base_dir))
+            tensor.data_location = TensorProto.DEFAULT
+            del tensor.external_data[:]
+            continue
+        weights[tensor.name] = array
+        moved.append(index)
+        if tensor.name not in listed:
+            model.graph.input.append(
+                helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+            )
+    for index in reversed(moved):
+        del model.graph.initializer[index]
+    return CheckModel(model, original, loaded.inference_error, weights, loaded.base_dir)
+
+
+def _mapped(tensor: TensorProto, base_dir: Path, mappings: dict[str, np.memmap]) -> np.ndarray | None:
+    """A read-only view of `tensor`'s external data (validate.py checked location, offset and length)."""
+    if tensor.data_type == TensorProto.STRING:
+        return None
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
+    except (KeyError, ValueError, TypeError):
+        return None
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    count = math.prod(tensor.dims)
+    offset = int(entries.get("offset", 0) or 0)
+    length = int(entries.get("length", count * dtype.itemsize) or 0)
+    if dtype.itemsize * count != length or dtype.kind not in "fiub":  # packed 4-bit types: read as bytes
+        return None
+    location = entries["location"]
+    if location not in mappings:
+        mappings[location] = np.memmap(base_dir / location, dtype=np.uint8, mode="r")
+    return mappings[location][offset : offset + length].view(dtype).reshape(tuple(tensor.dims))
+
+
+def deferred_dequantizes(model: ModelProto, weights: Mapping[str, np.ndarray]) -> list[onnx.NodeProto]:
+    """The DequantizeLinear nodes of a mapped weight (scale and zero point initializers) whose output holds
+    `DEFERRED_ELEMENTS` or more: computed on demand (`dequantize_on_demand`), never all at once."""
+    initializers = {t.name for t in model.graph.initializer}
+    return [
+        node
+        for node in model.graph.node
+        if node.op_type == "DequantizeLinear"
+        and node.domain in ("", "ai.onnx")
+        and node.input
+        and node.input[0] in weights
+        and all(name in initializers for name in node.input[1:] if name)
+        and weights[node.input[0]].size >= DEFERRED_ELEMENTS
+    ]
+
+
+def dequantize_on_demand(
+    model: ModelProto,
+    node: onnx.NodeProto,
+    values: Mapping[str, np.ndarray],
+    types: Mapping[str, int],
+    label: str,
+) -> Callable[[], np.ndarray]:
+    """What the oracle run would have returned for `node`'s output: onnxruntime, optimizations disabled, on
+    the node alone (its weight fed from the mapping, its parameters as initializers)."""
+
+    def compute() -> np.ndarray:
+        from qconvert.check.nodes import cut_model
+
+        output = node.output[0]
+        shaped = {name: values[name] for name in node.input if name}  # and the output's shape, next
+        weight = shaped[node.input[0]]
+        placeholder_type = helper.tensor_dtype_to_np_dtype(types.get(output, TensorProto.FLOAT))
+        shaped[output] = np.broadcast_to(np.zeros((), placeholder_type), weight.shape)
+        cut, feeds = cut_model(model, [node], [output], shaped, types, set(), feed_weights=True)
+        session = ort_session(cut, optimized=False, label=label)
+        return float8_views(run_session(session, feeds), types)[output]
+
+    return compute

@@ -157,3 +157,19 @@ def test_a_large_check_result_stays_usable(browser: Any, results: dict[str, Path
         ".startsWith('SQNR per node')).map(d => d.data.slice(0, -1).reduce((n, t) => n + t.y.length, 0))"
     )
     assert points == [len(check["layers"])]
+
+
+def test_calibrate_report_lists_the_sentinel_decisions(tmp_path: Path) -> None:
+    """bert_mask's float-min attention mask: the tensors the guard kept in float are in the sentinel table."""
+    from report.report_support import MODELS
+
+    result, page = tmp_path / "bert.json", tmp_path / "bert.html"
+    arguments = ["calibrate", str(MODELS / "bert_mask.onnx"), "--data", str(MODELS / "bert_mask.inputs.npz")]
+    assert main([*arguments, "--quiet", "--evaluate", "0", "--json", str(result), "--report", str(page)]) == 0
+    keep_float = load(result)["keep_float"]
+    assert keep_float
+    text = page.read_text()
+    section = text[text.index("<h2>Sentinel decisions</h2>") : text.index("<h2>Ranges")]
+    for name, why in keep_float.items():
+        assert f"<td>{name}</td><td>kept in float</td>" in section
+        assert why.split(":")[0] in section

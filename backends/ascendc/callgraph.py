@@ -103,6 +103,7 @@ class Site:
     onnx_params: UniformParams | None = None  # the ONNX parameters (for the emulator and check)
     round_mode: str = "rint"
     op: Operation | None = None  # the lifted op whose value this call computes (None: part of an Mmad group)
+    columns: int | None = None  # AscendAntiQuant: a row's real elements (before padding to n)
 
     @property
     def elements(self) -> int | None:
@@ -375,7 +376,11 @@ class _Builder:
                 "scale)",
             )
             return
-        self.parameters(site, params)
+        try:
+            self.parameters(site, params)
+        except ValueError as error:  # 1/s beyond half's range: the half pipeline cannot hold it
+            self.refuse(op, f"{error}; no product's generated form takes it")
+            return
         site.op = op
         self.add(site)
 
@@ -593,16 +598,19 @@ class _Builder:
         if params.block_sizes:
             self.refuse(op, "AscendAntiQuant of blocked int8 weights (PER_GROUP b8) is not generated here")
             return
+        repeat = 1  # how often the per-row parameters repeat ([L, C, T] as [L·C, T] rows)
         if axis is not None:
             site.axis = axis
             site.mode = "PER_CHANNEL"
-            if axis == len(shape) - 1:
-                site.transpose = False
-            elif axis == 0:
-                site.transpose = True  # [N, K]: one scale per row
-            else:
-                self.refuse(op, f"AscendAntiQuant scales rows or columns of [K, N]: per-axis on axis {axis}")
+            if DYNAMIC in shape:
+                self.refuse(op, "AscendAntiQuant PER_CHANNEL of a tensor with dynamic dimensions")
                 return
+            site.transpose = axis != len(shape) - 1  # [N, K]: one scale per row
+            rows = math.prod(shape[: axis + 1]) if site.transpose else math.prod(shape[:-1])
+            columns = math.prod(shape[axis + 1 :]) if site.transpose else shape[-1]
+            repeat = math.prod(shape[:axis]) if site.transpose else 1
+            site.m, site.k = rows, rows
+        site.columns = columns
         from qconvert.numerics.ascendc import antiquant_parameters_from_onnx
 
         widest = _represented_range(params)
@@ -627,7 +635,11 @@ class _Builder:
         # offset = -zp; uint8 codes are read as int8 (the code - 128), so the offset becomes 128 - zp
         parameter_type = ml_dtypes.bfloat16 if site.dst_type == "bfloat16" else np.float16
         scale, offset = antiquant_parameters_from_onnx(
-            params.scale, params.zero_point + site.storage_shift, dst_dtype=parameter_type
+            np.tile(np.asarray(params.scale).reshape(-1), repeat) if repeat > 1 else params.scale,
+            np.tile(np.asarray(params.zero_point).reshape(-1), repeat) + site.storage_shift
+            if repeat > 1
+            else params.zero_point + site.storage_shift,
+            dst_dtype=parameter_type,
         )
         site.scale_type = "bfloat16_t" if site.dst_type == "bfloat16" else "half"
         aligned = ALIGN_BYTES  # int8 src rows 32-byte aligned
@@ -649,6 +661,16 @@ class _Builder:
             scale = np.pad(scale, (0, site.n - scale.size), constant_values=1)
             offset = np.pad(offset, (0, site.n - offset.size))
         site.scale, site.offset = scale, offset
+        if site.mode == "PER_TENSOR":  # one scale: laid out flat, in rows of 32 (any split is the same call)
+            total = None if DYNAMIC in shape else max(math.prod(shape), 1)
+            site.n, site.channels = ALIGN_BYTES, None
+            site.m = None if total is None else _round_up(total, ALIGN_BYTES) // ALIGN_BYTES
+            site.k = site.m
+            if total is not None and total % ALIGN_BYTES:
+                padded_total = _round_up(total, ALIGN_BYTES)
+                site.padding = f"{total} elements padded to {padded_total} (32-byte aligned tail, discarded)"
+            else:
+                site.padding = None
         if weights is not None:
             site.constants["weight"] = _storage_array(weights, params)
         site.op = op
@@ -712,11 +734,21 @@ class _Builder:
         scale = _constant_source(other)
         if scale is None:
             return
+        # the weights without leading 1-dims (a GRU / LSTM W [1, 3H, In]) and the scale's one varying axis
         shape = tuple(weights.shape)
+        while len(shape) > 2 and shape[0] == 1:
+            shape = shape[1:]
         scale = np.asarray(scale, np.float64)
         axis = None
         if scale.size > 1:
-            axis = len(shape) - 1 if scale.shape[-1] == shape[-1] and scale.size == shape[-1] else 0
+            aligned = (1,) * (len(shape) - scale.ndim) + tuple(scale.shape[-len(shape) :])
+            varying = [index for index, size in enumerate(aligned) if size != 1]
+            if len(varying) != 1 or aligned[varying[0]] != shape[varying[0]]:
+                self.refuse(
+                    mul, f"weight-only scale of shape {scale.shape} is not per tensor or per one axis"
+                )
+                return
+            axis = varying[0]
         params = UniformParams(
             scale=scale.reshape(-1) if axis is not None else scale.reshape(()),
             zero_point=np.zeros(scale.size if axis is not None else (), np.int64),

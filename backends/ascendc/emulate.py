@@ -34,7 +34,7 @@ def gm_layout(site: Site, array: np.ndarray) -> np.ndarray:
     """The site's source as the kernel's GM buffer: flat, rows padded to the API's n with zeros."""
     values = np.asarray(array)
     columns, row = _row(site, values.shape)
-    if site.api == API_QUANT and site.mode == "PER_TENSOR":
+    if _flat(site):
         flat = values.reshape(-1)
         return np.pad(flat, (0, row - flat.size)) if row > flat.size else flat
     matrix = values.reshape(-1, columns)
@@ -45,6 +45,9 @@ def _row(site: Site, shape: tuple[int, ...]) -> tuple[int, int]:
     """(the real elements of a row, the row as the kernel lays it out) for a source of `shape`: the site's
     own n where its shape is static, else the same padding rule on the actual shape."""
     static = DYNAMIC not in site.shape
+    if _flat(site):
+        total = math.prod(shape)
+        return total, _round_up(total, ALIGN_BYTES)
     if site.api == API_QUANT:
         if site.mode == "PER_CHANNEL" and site.channels:
             return site.channels, site.n
@@ -52,8 +55,15 @@ def _row(site: Site, shape: tuple[int, ...]) -> tuple[int, int]:
         return total, site.n if static else _round_up(total, ALIGN_BYTES)
     if site.api == API_DEQUANT:
         return site.channels or site.n, site.n
+    if site.columns is not None:
+        return site.columns, site.n
     columns = math.prod(shape[1:]) if len(shape) > 1 else max(math.prod(shape), 1)
     return columns, site.n if static else _round_up(columns, ALIGN_BYTES)
+
+
+def _flat(site: Site) -> bool:
+    """One scale for every element: the source is laid out flat, its tail padded to 32 elements."""
+    return site.mode == "PER_TENSOR" and site.api in (API_QUANT, API_ANTIQUANT)
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -62,7 +72,7 @@ def _round_up(value: int, multiple: int) -> int:
 
 def _from_layout(site: Site, flat: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     size = math.prod(shape)
-    if site.api == API_QUANT and site.mode == "PER_TENSOR":
+    if _flat(site):
         return flat[:size].reshape(shape)
     columns, row = _row(site, shape)
     return flat.reshape(-1, row)[:, :columns].reshape(shape)

@@ -95,6 +95,25 @@ def _weight_only_gemm() -> onnx.ModelProto:
     )
 
 
+def _weight_only_cast_mul() -> onnx.ModelProto:
+    """onnxruntime's weight-only form of a bidirectional GRU weight: int8 [2, 24, 40] -> Cast -> Mul by a
+    [1, 24, 1] scale (per axis 1): AscendAntiQuant on [48, 40] rows, each row's scale its channel's."""
+    rng = np.random.default_rng(7)
+    nodes = [
+        helper.make_node("Cast", ["w"], ["wf"], name="w_cast", to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["wf", "ws"], ["y"], name="w_mul"),
+    ]
+    return _model(
+        nodes,
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 24, 40))],
+        [
+            numpy_helper.from_array(rng.integers(-127, 128, (2, 24, 40), dtype=np.int8), "w"),
+            numpy_helper.from_array(rng.uniform(0.001, 0.02, (1, 24, 1)).astype(np.float32), "ws"),
+        ],
+    )
+
+
 def _per_channel() -> onnx.ModelProto:
     rng = np.random.default_rng(5)
     return _qdq((6, 10), rng.uniform(0.01, 0.1, 10), rng.integers(-20, 20, 10).astype(np.int8), axis=1)
@@ -169,6 +188,26 @@ def test_folder_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["escape.cpp"]
 
 
+def test_weight_only_cast_mul_is_antiquant_with_each_rows_scale() -> None:
+    """The emulated AntiQuant of the GRU-shaped weight equals ONNX's Cast -> Mul within half's rounding."""
+    from qconvert.backends.ascendc.check import half_bound
+    from qconvert.backends.ascendc.emulate import emulate_site
+
+    model = _weight_only_cast_mul()
+    (site,) = _graph(model).sites
+    assert site.api == "AscendAntiQuant" and site.transpose and site.m == 48 and site.columns == 40
+    assert site.n == 64 and "K = 40 padded to 64" in (site.padding or "")
+    weights = numpy_helper.to_array(model.graph.initializer[0])
+    scale = numpy_helper.to_array(model.graph.initializer[1])
+    ours, _ = emulate_site(site, weights)
+    reference = weights.astype(np.float32) * scale
+    assert ours.shape == reference.shape
+    assert np.all(
+        np.abs(ours - reference) <= half_bound(weights, np.broadcast_to(scale, weights.shape), reference)
+    )
+    assert np.count_nonzero(ours != reference) > 0  # half arithmetic: not float32's
+
+
 def test_per_channel_pads_to_32_channels_and_records_it() -> None:
     (site,) = _graph(_per_channel()).sites[:1]
     assert site.mode == "PER_CHANNEL" and site.channels == 10 and site.n == 32
@@ -241,6 +280,7 @@ def test_tiling_covers_every_element_once_and_tiles_equal_the_whole_tensor() -> 
         (_graph(_qdq((40, 96), np.array(0.037), np.array(3, np.int8))).sites[0], rng.normal(0, 2, (40, 96))),
         (_graph(_per_channel()).sites[0], rng.normal(0, 1, (600, 10))),
         (_graph(_weight_only_gemm()).sites[0], None),
+        (_graph(_weight_only_cast_mul()).sites[0], None),
     ]
     per_channel = _graph(_qdq((300, 10), rng.uniform(0.01, 0.1, 10), np.zeros(10, np.int8), axis=1)).sites[0]
     cases.append((per_channel, rng.normal(0, 1, (300, 10))))
@@ -264,7 +304,7 @@ def test_tiling_covers_every_element_once_and_tiles_equal_the_whole_tensor() -> 
         tiled, _ = emulate_site(site, source, tiling)
         assert tiled.shape == source.shape and np.array_equal(tiled, whole)
         checked += 1
-    assert checked == 4
+    assert checked == 5
 
 
 # Kernels compile against the stub header -----------------------------------------------------------------
@@ -286,6 +326,7 @@ def test_every_generated_kernel_compiles_against_the_stub(tmp_path: Path) -> Non
         "digits": (onnx.load(DIGITS), "atlas-a2", "rint"),
         "per_channel": (_per_channel(), "atlas-a2", "rint"),
         "weight_only": (_weight_only_gemm(), "atlas-a2", "rint"),
+        "weight_only_cast_mul": (_weight_only_cast_mul(), "atlas-a2", "rint"),
         "digits_950": (onnx.load(DIGITS), "atlas-350", "rint"),
         "per_token": (
             _qdq((2, 8, 32), np.linspace(0.01, 0.08, 8), np.zeros(8, np.int8), axis=1, dequantize=False),

@@ -186,6 +186,33 @@ def _parse_input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+WRITE_JSON_HELP = "write a summary (ops, ops on quantized types, notes, outputs) as JSON here ('-': stdout)"
+
+
+def _check_json_output(json_path: str | None, output: str, model: str) -> None:
+    """`--json` is a writable path, and not stdout when the artifact goes there too."""
+    from qconvert.errors import InputError
+
+    _check_output(json_path, model, "--json")
+    if json_path == "-" and output == "-":
+        raise InputError("--json - and the output on stdout: give -o PATH or --json PATH (one stdout)")
+
+
+def _report_written(
+    verb: str, target: str, artifact: object, outputs: list[str], json_path: str | None, quiet: bool
+) -> None:
+    """After a verb wrote its artifact: the artifact's notes and a one-line summary on stderr, `--json`."""
+    from qconvert.cli_summary import summarize_artifact
+
+    summary = summarize_artifact(verb, target, artifact, outputs)
+    if json_path is not None:
+        summary.write_json(json_path)
+    for line in summary.notes:  # the artifact's own summary (onnx-storage: what was stripped, and why)
+        typer.echo(line, err=True)
+    if not quiet:
+        typer.echo(summary.line(), err=True)
+
+
 def _check_output(output: str | None, model: str, option: str = "-o") -> None:
     """Refuse an output that cannot be written (no such folder, a folder, the model itself) before work."""
     from qconvert.calibrate.outputs import check_output_paths
@@ -212,6 +239,8 @@ def import_command(
         "--ranges",
         help="a `qconvert calibrate --ranges` JSON: each observed value gets its !quant.calibrated range",
     ),
+    json_path: str | None = typer.Option(None, "--json", help=WRITE_JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no summary line on stderr (warnings only)"),
 ) -> None:
     """Lift an ONNX model into the quant-dialect IR and write its text, weights as `dense_resource`
     blobs (parse it with `qconvert opt --allow-unregistered-dialect`)."""
@@ -224,6 +253,7 @@ def import_command(
     if resource_threshold < 0:
         raise InputError(f"--resource-threshold {resource_threshold}: expected 0 or more elements")
     _check_output(output, model)
+    _check_json_output(json_path, output, model)
     module = import_onnx(model, _parse_input_shapes(input_shape), resource_threshold=resource_threshold)
     if ranges is not None:
         from qconvert.calibrate.attach import attach_ranges
@@ -243,6 +273,7 @@ def import_command(
     if elide_weights:
         elide(module)
     write_module_to(module, output)  # streamed: each weight is read only while it is written
+    _report_written("import", "quant-dialect IR", module, [output], json_path, quiet)
 
 
 @app.command("convert")
@@ -269,6 +300,8 @@ def convert_command(
     product: str | None = typer.Option(None, "--product", help=option_help("product")),
     round_mode: str | None = typer.Option(None, "--round-mode", help=option_help("round_mode")),
     backend_option: list[str] = typer.Option([], "--backend-option", help=BACKEND_OPTION_HELP),  # noqa: B008
+    json_path: str | None = typer.Option(None, "--json", help=WRITE_JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no summary on stderr (warnings only)"),
 ) -> None:
     """Convert an ONNX model with a backend (`--to`: StableHLO MLIR text, or back to ONNX); every op that
     cannot be lowered is listed (exit 2). The backend options a backend does not take are refused. An
@@ -277,6 +310,7 @@ def convert_command(
     from qconvert.convert import convert, write
 
     _check_output(output, model)
+    _check_json_output(json_path, output or "-", model)
     flags = {
         "form": form,
         "semantics": semantics,
@@ -294,8 +328,7 @@ def convert_command(
     options = _backend_options(backend_option, flags)
     module = convert(model, to=to, input_shapes=_parse_input_shapes(input_shape), **options)
     write(module, sys.stdout if output is None else output, to=to)  # "-" given: the backend writes to stdout
-    for line in getattr(module, "summary_lines", list)():  # the artifact's summary, when it has one
-        typer.echo(line, err=True)
+    _report_written("convert", to, module, [output or "-"], json_path, quiet)
 
 
 @app.command("inspect")

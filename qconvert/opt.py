@@ -15,6 +15,7 @@ from typing import Any
 
 from qconvert.atomic_file import atomic_text_file
 from qconvert.backends import BACKEND_PASS_MODULES
+from qconvert.cli_summary import WriteSummary, count_ops
 from qconvert.did_you_mean import closest, did_you_mean
 from qconvert.errors import Diagnostic, InputError, Location, ParseError, QConvertError
 from qconvert.ir.core import Operation
@@ -39,7 +40,7 @@ USAGE = """usage: qconvert opt [FILE|-] [-o OUT] [--split-input-file] [--verify-
                     [--lower-quant-ops[=rounding=mlir|onnx]] [--normalize-quant-types]
                     [--strip-func-quant-types] [--canonicalize[=test-convergence]] [--inline]
                     [--dce] [--stablehlo-legalize-qdq-to-quantized-op[=fuse-arithmetic=true]]
-                    [--pass-pipeline=...]
+                    [--pass-pipeline=...] [--json SUMMARY.json]
 
 Reads MLIR text (the quant dialect and the ops its passes emit), verifies it, runs the passes in the
 order given and prints the result, as mlir-opt does. Flags take one or two dashes.
@@ -57,6 +58,7 @@ class OptOptions:
     allow_unregistered_dialect: bool = False
     verify_each: bool = True
     passes: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    json_path: str | None = None  # --json PATH: a summary of what was written (qconvert/cli_summary.py)
 
 
 # mlir-opt's own flags (besides the passes), for "did you mean" on a misspelled one
@@ -67,6 +69,7 @@ OPT_FLAGS = (
     "verify-each",
     "emit-bytecode",
     "pass-pipeline",
+    "json",
 )
 
 
@@ -94,6 +97,10 @@ def parse_arguments(arguments: Sequence[str]) -> OptOptions:
             options.allow_unregistered_dialect = True
         elif flag == "verify-each":
             options.verify_each = value.lower() not in ("0", "false")
+        elif flag == "json":
+            options.json_path = value or next(iterator, None)
+            if options.json_path is None:
+                raise InputError("--json needs a file name ('-': stdout)")
         elif flag == "emit-bytecode":
             pass  # we only have the text format; the round trip through it is what the tests need
         elif flag == "pass-pipeline":
@@ -104,6 +111,8 @@ def parse_arguments(arguments: Sequence[str]) -> OptOptions:
             match = closest(flag, [*ALL_PASS_MODULES, *OPT_FLAGS])
             hint = f"; did you mean '--{match}'?" if match else ""
             raise InputError(f"unknown command line argument '{argument}'{hint}; try 'qconvert opt --help'")
+    if options.json_path == "-" and options.output_path in (None, "-"):
+        raise InputError("--json - and the output on stdout: give -o PATH or --json PATH (one stdout)")
     if len(positional) > 1:
         raise InputError(f"expected one input file, got {len(positional)}: {' '.join(positional)}")
     if positional:
@@ -308,6 +317,7 @@ class OptResult:
     output: str
     diagnostics: list[str]
     exit_code: int
+    summary: WriteSummary | None = None  # the ops written, when --json or a terminal asks for a summary
 
 
 def run_opt(text: str, filename: str, options: OptOptions) -> OptResult:
@@ -316,6 +326,8 @@ def run_opt(text: str, filename: str, options: OptOptions) -> OptResult:
     messages: list[str] = []
     exit_code = 0
     source_lines = text.split("\n")
+    wanted = options.json_path is not None or sys.stderr.isatty()  # a walk of the output, only when read
+    summary = WriteSummary("opt", "quant-dialect IR", []) if wanted else None
     for chunk in split_chunks(text, options.split_input_file):
         outputs.append("")
         try:
@@ -323,6 +335,8 @@ def run_opt(text: str, filename: str, options: OptOptions) -> OptResult:
                 module = process_chunk(chunk, filename, options)
                 # As mlir-opt writes each module: its text, then a newline after its last line.
                 outputs[-1] = print_module(module).rstrip("\n") + "\n\n"
+                if summary is not None:
+                    count_ops(module, summary)
             except RecursionError:  # a backstop: the parser's depth limit is meant to stop this first
                 raise ParseError("nesting too deep", Location(filename, chunk.line_offset + 1, 1)) from None
             emitted: list[Diagnostic] = []
@@ -342,7 +356,7 @@ def run_opt(text: str, filename: str, options: OptOptions) -> OptResult:
                 messages.append(render_diagnostic(problem, source_lines))
             if problems:
                 exit_code = 1
-    return OptResult(OUTPUT_SPLIT_MARKER.join(outputs), messages, exit_code)
+    return OptResult(OUTPUT_SPLIT_MARKER.join(outputs), messages, exit_code, summary)
 
 
 def main(arguments: Sequence[str]) -> int:
@@ -388,4 +402,11 @@ def main(arguments: Sequence[str]) -> int:
                 return 2
     else:
         sys.stdout.write(result.output)
+    if result.summary is not None and result.exit_code == 0:
+        result.summary.outputs = [options.output_path or "-"]
+        result.summary.notes = [f"pass {name}" for name, _ in options.passes]
+        if options.json_path is not None:
+            result.summary.write_json(options.json_path)
+        if sys.stderr.isatty():  # piped (lit, FileCheck), stderr carries the diagnostics alone, as mlir-opt's
+            print(result.summary.line(), file=sys.stderr)
     return result.exit_code

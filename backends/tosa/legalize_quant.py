@@ -734,10 +734,8 @@ class PerChannelWeightZeroPoints:
             from qconvert.backends.stablehlo import ConvDimensionNumbers
 
             numbers = ConvDimensionNumbers.parse(op.attributes["dimension_numbers"])
-            groups = op.attributes.get("feature_group_count")
-            if numbers.kernel[weight_dim] != "o" or int(getattr(groups, "value", 1)) != 1:
-                return None  # grouped / depthwise: one weight channel per output, not summed over inputs
-            return numbers.output.index("f")
+            # grouped / depthwise too: the all-ones kernel of the same groups sums each output's own inputs
+            return numbers.output.index("f") if numbers.kernel[weight_dim] == "o" else None
         from qconvert.backends.stablehlo import DotDimensionNumbers
 
         dims = DotDimensionNumbers.parse(op.attributes["dot_dimension_numbers"])

@@ -104,6 +104,10 @@ class Site:
     round_mode: str = "rint"
     op: Operation | None = None  # the lifted op whose value this call computes (None: part of an Mmad group)
     columns: int | None = None  # AscendAntiQuant: a row's real elements (before padding to n)
+    matmul: Operation | None = None  # Mmad: the lifted Conv / MatMul / Gemm it computes
+    x_params: UniformParams | None = (
+        None  # Mmad: the activation's quantization (its zero point is subtracted)
+    )
 
     @property
     def elements(self) -> int | None:
@@ -684,6 +688,7 @@ class _Builder:
         b_shape = _shape(matmul.operands[1])
         m, n, k = _matmul_dims(matmul, a_shape, b_shape, output)
         site = Site(0, API_MMAD, label, None, "int8", "int32", output, m, n, k=k)
+        site.matmul = matmul
         if weight_dequantize is not None:
             weight_type = element_type_of(weight_dequantize.operands[0].type)
             activation = matmul.operands[0].owner_op()
@@ -691,6 +696,7 @@ class _Builder:
             activation_type = element_type_of(activation.operands[0].type)
             assert isinstance(activation_type, QuantizedType)
             x_params = uniform_params(activation_type)
+            site.x_params = x_params
             w_params = uniform_params(weight_type)
             weights = _constant_source(weight_dequantize.operands[0])
             assert weights is not None

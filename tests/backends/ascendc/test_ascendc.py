@@ -402,7 +402,13 @@ def test_check_digits_every_site_against_onnxruntime() -> None:
     differing = sum(layer.mismatches for layer in quantize)
     elements = sum(layer.elements for layer in quantize)
     assert 0 < differing < 0.05 * elements  # the half pipeline is not ONNX's division: a few one-step offs
-    assert len(report.layers) == 20  # 7 Q + 13 DQ sites; the 6 float nodes are end to end only
+    # 7 Q + 13 DQ sites, and conv1 / conv2 / fc as Mmad + AscendDequant + AscendQuant groups; float nodes are
+    # end to end only
+    assert len(report.layers) == 23
+    groups = [layer for layer in report.layers.values() if layer.group]
+    assert [layer.op_type for layer in groups] == ["Conv", "Conv", "Gemm"]
+    assert all(layer.verdict == "pass" and layer.mismatches == layer.predicted_mismatches for layer in groups)
+    assert sum(layer.mismatches for layer in groups) > 0
 
 
 def test_cli_refusal_exits_2_and_leaves_no_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -125,8 +125,8 @@ class AscendcCheckRunner:
             )
         notes.append(
             f"{len(self.groups)} DequantizeLinear -> Conv / MatMul / Gemm -> QuantizeLinear groups are "
-            "judged as their calls (Mmad exact int32, AscendDequant with deqScale = s_x·s_w, AscendQuant); each "
-            "DequantizeLinear is also judged as its own AscendAntiQuant / AscendDequant call"
+            "judged as their calls (Mmad exact int32, AscendDequant with deqScale = s_x·s_w, AscendQuant); "
+            "each DequantizeLinear is also judged as its own AscendAntiQuant / AscendDequant call"
         )
         return notes
 

@@ -286,6 +286,7 @@ class OutputResult:
         entry["samples"] = self.samples
         entry["reason"] = self.reason
         entry["near_tie_flips"] = self.tie_flips
+        entry["steps_off"] = self.ours.steps_off if self.ours is not None else None  # for the report
         entry["lockstep"] = self.lockstep.to_json() if self.lockstep is not None else None
         entry["noise_floor"] = self.noise_floor.to_json() if self.noise_floor is not None else empty
         return entry

@@ -289,16 +289,24 @@ class _CheckPage(_Page):
                 return EXACT_PLOT_DB  # no difference at all: drawn at the top, labelled exact
             return value
 
+        def labels(values: list[float | None]) -> list[str]:
+            return ["exact" if v == EXACT_PLOT_DB else "" if v is None else f"{v:.1f} dB" for v in values]
+
         ours = [sqnr(outputs[n]) for n in names]
         floor = [sqnr(outputs[n].get("noise_floor")) for n in names]
         figure.add_bar(
             x=names,
             y=ours,
             name="ours",
+            text=labels(ours),
             marker_color=[COLOURS.get(outputs[n]["verdict"], "#757575") for n in names],
         )
         figure.add_bar(
-            x=names, y=floor, name="noise floor (onnxruntime optimized vs not)", marker_color="#90a4ae"
+            x=names,
+            y=floor,
+            text=labels(floor),
+            name="noise floor (onnxruntime optimized vs not)",
+            marker_color="#90a4ae",
         )
         lockstep = [sqnr(outputs[n].get("lockstep")) for n in names]
         if any(v is not None for v in lockstep):
@@ -326,9 +334,19 @@ class _CheckPage(_Page):
                     ),
                 ]
             )
+        steps = {name: outputs[name]["steps_off"] for name in names if outputs[name].get("steps_off")}
+        steps_figure = go.Figure(
+            layout=_layout("End to end: elements off by k quantization steps", "steps off (k)", "elements")
+        )
+        for name, counts in steps.items():
+            labels = [_steps_label(k, len(counts)) for k in range(len(counts))]
+            steps_figure.add_bar(x=labels, y=counts, name=name)
+        steps_figure.update_yaxes(type="log")
+        steps_figure.update_layout(barmode="group")
         self.sections.append(
             "<h2>End to end, beside the noise floor</h2>"
             + self.plot(figure)
+            + (self.plot(steps_figure, small=True) if steps else "")
             + _table(
                 [
                     "output",

@@ -6,8 +6,9 @@ StableHLO op becomes the f32 TOSA op(s) of the same meaning (the meaning stays t
 wrote these ops); the islands' edges are
 
     dequantize  (q - zp) * s:            tosa.cast to f32, tosa.sub of the zero point, tosa.mul by s
-    quantize    clamp(rne(x / s) + zp):  tosa.mul by 1/s, tosa.cast to i32 (TOSA: half to even, saturating),
-                                         tosa.rescale by 1.0 adding zp, saturating to the storage
+    quantize    clamp(rne(x / s) + zp):  tosa.mul by 1/s, tosa.clamp to the storage's range less zp, tosa.add
+                                         of zp, tosa.cast to the storage (TOSA: half to even); unsigned:
+                                         cast to i32, then tosa.rescale by 1 adding zp
 
 (x * (1/s) can differ from onnxruntime's x / s by an ulp: a step only at an exact half). Every op made here
 carries a `qconvert.note` naming the ONNX node it computes, which `island_nodes` collects for the module's
@@ -167,8 +168,9 @@ class DequantizeToFloat(_FloatPattern):
 
 
 class QuantizeFromFloat(_FloatPattern):
-    """`uniform_quantize(x)`, x float, as ONNX QuantizeLinear: `x * (1/s)` cast to i32 (half to even,
-    saturating), then a rescale by 1 that adds the zero point and saturates to the 8- or 16-bit storage."""
+    """`uniform_quantize(x)`, x float, as ONNX QuantizeLinear: `x * (1/s)` clamped to the storage's range less
+    zp, plus zp, cast to the storage (half to even); unsigned storage: cast to i32, then a rescale by 1 adding
+    the zero point into the unsigned storage."""
 
     roots = ("stablehlo.uniform_quantize",)
 
@@ -199,19 +201,25 @@ class QuantizeFromFloat(_FloatPattern):
             _float_constant(rewriter, np.float32(1.0) / np.float32(params.scale), rank),
             ops.zero_point(rewriter, 0, I8),
         )
-        rounded = ops.cast(rewriter, scaled, I32)
         zero_point = int(params.zero_point)
-        if not target.is_signed:  # the output zero point is written as the storage's bits
-            zero_point = zero_point - (1 << width) if zero_point >= 1 << (width - 1) else zero_point
-        stored = rescale_to(
+        # clamped to the storage's range less zp (integers: clamping before rounding is clamping after), so
+        # that the cast and the rescale below never saturate on a large or infinite value
+        low, high = target.storage_type_min - zero_point, target.storage_type_max - zero_point
+        clamped = ops.clamp(rewriter, scaled, low, high)
+        if target.is_signed:  # rne(v) + zp == rne(v + zp): |v + zp| is within the storage, exact in f32
+            shifted = ops.add(rewriter, clamped, _float_constant(rewriter, np.float32(zero_point), rank))
+            stored = ops.cast(rewriter, shifted, storage_type(op.result.type).element_type)
+            return self.finish(rewriter, op, stored)
+        rounded = ops.cast(rewriter, clamped, I32)
+        stored = rescale_to(  # unsigned storage: the output zero point written as the storage's bits
             rewriter,
             rounded,
             np.array([1.0]),
             0,
-            zero_point,
+            zero_point - (1 << width) if zero_point >= 1 << (width - 1) else zero_point,
             storage_type(op.result.type),
             TosaRounding.SINGLE,
-            output_unsigned=not target.is_signed,
+            output_unsigned=True,
         )
         return self.finish(rewriter, op, stored, rounded)
 

@@ -43,6 +43,7 @@ from qconvert.ir.attributes import (
     BoolAttr,
     DenseArrayAttr,
     DenseElementsAttr,
+    FloatAttr,
     IntegerAttr,
     OpaqueAttr,
     TypeAttr,
@@ -53,6 +54,7 @@ from qconvert.ir.types import (
     I32,
     I64,
     INDEX,
+    FloatType,
     IntegerType,
     OpaqueType,
     RankedTensorType,
@@ -363,17 +365,14 @@ def mul(b: Builder, lhs: Value, rhs: Value, shift: Value) -> Value:
     return _op(b, "tosa.mul", [lhs, rhs, shift], result)
 
 
-def clamp(b: Builder, input_: Value, low: int, high: int) -> Value:
-    """`tosa.clamp` between two integers of the input's element type."""
+def clamp(b: Builder, input_: Value, low: float, high: float) -> Value:
+    """`tosa.clamp` between two values of the input's element type (integers, or floats for a float input)."""
     element = _tensor(input_).element_type
-    return _op(
-        b,
-        "tosa.clamp",
-        [input_],
-        input_.type,
-        max_val=IntegerAttr(high, element),
-        min_val=IntegerAttr(low, element),
-    )
+    if isinstance(element, FloatType):
+        bounds = {"max_val": FloatAttr(float(high), element), "min_val": FloatAttr(float(low), element)}
+    else:
+        bounds = {"max_val": IntegerAttr(int(high), element), "min_val": IntegerAttr(int(low), element)}
+    return _op(b, "tosa.clamp", [input_], input_.type, **bounds)
 
 
 def table(b: Builder, input_: Value, lookup: Value) -> Value:

@@ -597,6 +597,9 @@ def calibrate_command(
         None, "--json", help="write the result (ranges, samples) as JSON ('-': stdout, the table to stderr)"
     ),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar and no table; warnings only"),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="every range in the table (else the 25 with notes or widest first)"
+    ),
     evaluate_samples: int = typer.Option(
         32,
         "--evaluate",
@@ -689,9 +692,9 @@ def calibrate_command(
 
         write_report(result.to_json(), report_path)
     if "-" in (out, ranges, json_path, report_path):  # stdout carries that output alone; the table: stderr
-        render(result, sys.stderr, sys.stderr, quiet, worst_tensors)
+        render(result, sys.stderr, sys.stderr, quiet, worst_tensors, verbose)
         return
-    render(result, sys.stdout, sys.stderr, quiet, worst_tensors)
+    render(result, sys.stdout, sys.stderr, quiet, worst_tensors, verbose)
 
 
 @app.command("report")

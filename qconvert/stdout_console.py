@@ -40,3 +40,28 @@ def stdout_console(stdout: TextIO, piped_width: int | None = None) -> Iterator[C
     yield Console(file=buffer, highlight=False, soft_wrap=True, width=piped_width)
     text = "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
     stdout.write(text.encode(buffer.encoding, errors="replace").decode(buffer.encoding))
+
+
+def grouped_notes(notes: list[str], shown: int = 3) -> list[str]:
+    """Notes that differ only in the names they quote, as one line with a count: `per-channel ... for
+    weight 'a.weight' ... (x5: 'a.weight', 'b.weight', 'c.weight', ...)`; others as given, in order."""
+    import re
+
+    groups: dict[str, list[str]] = {}
+    for note in notes:
+        groups.setdefault(re.sub(r"'[^']*'", "'*'", note), []).append(note)
+    lines = []
+    for members in groups.values():
+        if len(members) == 1:
+            lines.append(members[0])
+            continue
+        names = [re.findall(r"'[^']*'", note)[:1] for note in members]
+        listed = ", ".join(name[0] for name in names[:shown] if name)
+        more = ", ..." if len(members) > shown else ""
+        lines.append(f"{members[0]} (x{len(members)} alike: {listed}{more})")
+    return lines
+
+
+def shown_rows(count: int, limit: int | None) -> int:
+    """How many of `count` rows a summary lists: all when `limit` is None (--verbose) or they fit."""
+    return count if limit is None or count <= limit else limit

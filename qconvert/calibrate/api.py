@@ -89,6 +89,8 @@ class CalibrationResult:
     agreement: Agreement | None = None  # the QDQ model against the float one (`evaluate_samples`)
     # tensor -> the histogram its method binned (histograms.py), for the report; empty for minmax
     histograms: dict[str, dict[str, object]] = field(default_factory=dict)
+    # tensor -> the storage, scale and zero point written for it (its Q/DQ pair), when a model was written
+    quantization: dict[str, dict[str, object]] = field(default_factory=dict)
 
     @property
     def unit(self) -> str:
@@ -127,6 +129,7 @@ class CalibrationResult:
             "keep_float": self.keep_float,
             "agreement": None if self.agreement is None else self.agreement.to_json(),
             "ranges": self.ranges.to_json()["tensors"],
+            "quantization": self.quantization,
             "histograms": self.histograms,
         }
 
@@ -545,12 +548,32 @@ def _finalize(
     values = tensor_values(module, loaded.model)
     attach_ranges(module, ranges, values=values)
     finalize(module, scheme, result.notes, value_names={value: name for name, value in values.items()})
+    result.quantization = _written_parameters(module, {value: name for name, value in values.items()})
     if not any(isinstance(op, DequantizeCastOp) for op in module.walk()):  # weights have a dcast only
         result.warnings.append(
             "nothing was quantized: no tensor of the selected nodes and op types gets Q/DQ (the written "
             "model is the float one)"
         )
     return module
+
+
+def _written_parameters(module: ModuleOp, names: Mapping[object, str]) -> dict[str, dict[str, object]]:
+    """Each quantized activation's storage, scale and zero point as finalize wrote them (its qcast)."""
+    from qconvert.ir.dialects.quant import QuantizeCastOp
+    from qconvert.ir.quant_types import UniformQuantizedType
+    from qconvert.ir.types import element_type_of
+
+    written: dict[str, dict[str, object]] = {}
+    for op in module.walk():
+        quant_type = element_type_of(op.result.type) if isinstance(op, QuantizeCastOp) else None
+        name = names.get(op.input) if isinstance(op, QuantizeCastOp) else None
+        if name is not None and isinstance(quant_type, UniformQuantizedType):
+            written[name] = {
+                "storage": quant_type.storage_type_spelling,
+                "scale": quant_type.scale,
+                "zero_point": quant_type.zero_point,
+            }
+    return written
 
 
 def _agreement(

@@ -9,7 +9,6 @@ from typing import TextIO
 from rich.console import Console
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
     ProgressColumn,
     Task,
@@ -26,7 +25,26 @@ from qconvert.calibrate.counting import uses_c_loops
 from qconvert.calibrate.dataset import AS_GIVEN, counted
 from qconvert.calibrate.entropy import uses_c_screen
 from qconvert.calibrate.evaluate import Agreement
-from qconvert.stdout_console import stdout_console
+from qconvert.stdout_console import grouped_notes, shown_rows, stdout_console
+
+
+class CountColumn(ProgressColumn):
+    """`12/64`, or `12` while the total is unknown (a stream of samples: no `12/?`)."""
+
+    def render(self, task: Task) -> Text:
+        total = "" if task.total is None else f"/{int(task.total)}"
+        return Text(f"{int(task.completed)}{total}", style="progress.download")
+
+
+class KnownTotalColumn(ProgressColumn):
+    """A column drawn only once the total is known (the bar, the ETA): an unknown total shows none."""
+
+    def __init__(self, column: ProgressColumn) -> None:
+        super().__init__()
+        self.column = column
+
+    def render(self, task: Task) -> Text:
+        return Text("") if task.total is None else self.column.render(task)  # type: ignore[return-value]
 
 
 class SamplesPerSecondColumn(ProgressColumn):
@@ -49,13 +67,13 @@ def progress_bar(
         return
     progress = Progress(
         TextColumn("{task.description}"),
-        BarColumn(bar_width=24),
-        MofNCompleteColumn(),
+        KnownTotalColumn(BarColumn(bar_width=24)),
+        CountColumn(),
         TextColumn(unit),
         SamplesPerSecondColumn(),
         TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
+        KnownTotalColumn(TextColumn("ETA")),
+        KnownTotalColumn(TimeRemainingColumn()),
         console=console,
         transient=True,
     )
@@ -68,19 +86,55 @@ def progress_bar(
         yield update
 
 
-def summary_table(result: CalibrationResult) -> Table:
-    """One row per calibrated tensor: min, max, and why it stays float or what a sentinel did."""
+ROWS_SHOWN = 25  # rows of a summary table without --verbose
+
+
+def _worst_first(result: CalibrationResult) -> list[str]:
+    """Tensors with a note first (kept float, a sentinel), then the widest ranges (the coarsest steps)."""
+    ranges = result.ranges.ranges
+
+    def key(name: str) -> tuple[bool, float]:
+        tensor_range = ranges[name]
+        noted = (
+            name in result.keep_float or tensor_range.sentinel is not None or tensor_range.note is not None
+        )
+        return (not noted, -(float(tensor_range.max) - float(tensor_range.min)))
+
+    return sorted(ranges, key=key)
+
+
+def summary_table(result: CalibrationResult, limit: int | None = ROWS_SHOWN) -> Table:
+    """One row per calibrated tensor: min, max, the scale and zero point written, and why it stays float
+    (`float`: its warning is above) or what a sentinel did. More than `limit` rows (None: no limit): the
+    worst `limit` (notes first, then the widest ranges) and a count of the rest."""
+    names = list(result.ranges.ranges)
+    shown = shown_rows(len(names), limit)
     title = f"{len(result.ranges)} ranges ({result.method})"
+    if shown < len(names):
+        names = _worst_first(result)[:shown]
+        title += f"; the {shown} with notes or the widest ranges first, {len(result.ranges) - shown} more"
+        title += " (--verbose lists all)"
+    with_parameters = bool(result.quantization)
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     table.add_column("tensor", overflow="fold")
     table.add_column("min", justify="right")
     table.add_column("max", justify="right")
+    if with_parameters:
+        table.add_column("scale", justify="right")
+        table.add_column("zero point", justify="right")
     table.add_column("note", overflow="fold")
-    for name, tensor_range in result.ranges.ranges.items():
-        note = result.keep_float.get(name) or tensor_range.sentinel or tensor_range.note or ""
-        if name in result.keep_float:
-            note = f"[yellow]{note}[/yellow]"
-        table.add_row(name, f"{tensor_range.min:.6g}", f"{tensor_range.max:.6g}", note)
+    for name in names:
+        tensor_range = result.ranges.ranges[name]
+        note = tensor_range.sentinel or tensor_range.note or ""
+        if name in result.keep_float:  # the reason is the warning printed above: said once
+            note = "[yellow]float[/yellow] (warning above)"
+        cells = [name, f"{tensor_range.min:.6g}", f"{tensor_range.max:.6g}"]
+        if with_parameters:
+            written = result.quantization.get(name)
+            cells += (
+                ["-", "-"] if written is None else [f"{written['scale']:.6g}", str(written["zero_point"])]
+            )
+        table.add_row(*cells, note)
     return table
 
 
@@ -149,22 +203,28 @@ def headline(result: CalibrationResult) -> str:
 
 
 def render(
-    result: CalibrationResult, stdout: TextIO, stderr: TextIO, quiet: bool, worst_tensors: int = 0
+    result: CalibrationResult,
+    stdout: TextIO,
+    stderr: TextIO,
+    quiet: bool,
+    worst_tensors: int = 0,
+    verbose: bool = False,
 ) -> None:
-    """Warnings on stderr always; the table and the headline on stdout unless `quiet`."""
+    """Warnings on stderr always (each once); the table and the headline on stdout unless `quiet`;
+    `verbose`: every range, not the worst ROWS_SHOWN."""
     errors = Console(file=stderr, highlight=False, soft_wrap=True)
-    for warning in result.warnings:
+    for warning in grouped_notes(list(dict.fromkeys(result.warnings))):
         errors.print(f"qconvert: warning: {warning}", markup=False)
     if quiet:
         return
     # Piped output gets wide rows (rich assumes 80 columns off a terminal): one tensor per line, for grep.
     with stdout_console(stdout, piped_width=200) as out:
-        out.print(summary_table(result))
+        out.print(summary_table(result, None if verbose else ROWS_SHOWN))
         if result.agreement is not None and result.agreement.outputs:
             out.print(agreement_table(result.agreement, result.unit))
         if result.agreement is not None and worst_tensors > 0 and result.agreement.tensors:
             out.print(loss_table(result.agreement, worst_tensors))
-        for note in result.notes:
-            if not any(f"'{name}'" in note for name in result.keep_float):  # already a warning above
-                out.print(f"note: {note}", markup=False)
+        notes = [note for note in result.notes if not any(f"'{name}'" in note for name in result.keep_float)]
+        for note in grouped_notes(notes):  # a note repeated per tensor: one line with a count
+            out.print(f"note: {note}", markup=False)
         out.print(headline(result), markup=False)

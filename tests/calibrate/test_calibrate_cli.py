@@ -109,9 +109,16 @@ def test_the_summary_has_one_row_per_range_with_its_min_and_max(
     rows = capsys.readouterr().out.splitlines()
     ranges = json.loads(report.read_text())["ranges"]
     assert f"{len(ranges)} ranges (minmax)" in rows[0] and len(ranges) == 9
+    written = json.loads(report.read_text())["quantization"]  # the scale and zero point of each Q/DQ
     for name, tensor_range in ranges.items():
         low, high = f"{float(tensor_range['min']):.6g}", f"{float(tensor_range['max']):.6g}"
-        assert any(row.replace("│", " ").split() == [name, low, high] for row in rows), name
+        parameters = written.get(name)
+        cells = (
+            ["-", "-"]
+            if parameters is None
+            else [f"{parameters['scale']:.6g}", str(parameters["zero_point"])]
+        )
+        assert any(row.replace("│", " ").split() == [name, low, high, *cells] for row in rows), name
     assert rows[-1].startswith("calibrated 16 samples (2 batches of up to 8)") and f"wrote {out}" in rows[-1]
     assert [row for row in rows if row != row.rstrip()] == []  # piped: no cell padding at the ends of rows
 
@@ -130,7 +137,7 @@ def test_a_piped_summary_is_drawn_in_what_stdout_can_encode(
     stdout.flush()
     rows = stdout.buffer.getvalue().decode(encoding).splitlines()  # type: ignore[attr-defined]
     assert rows[0].startswith("9 ranges (minmax)") and rows[-1].startswith("calibrated 16 samples")
-    assert any(row.startswith("image ") and row.count("|") == 3 for row in rows), rows
+    assert any(row.startswith("image ") and row.count("|") == 5 for row in rows), rows  # 6 columns
     assert any("relative error ?x - x?? / ?x? of their" in row for row in rows), rows
 
 

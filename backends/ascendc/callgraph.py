@@ -710,8 +710,14 @@ class _Builder:
                 )
                 if bias is not None:
                     site.constants["bias"] = np.asarray(bias, np.int32)
-            if np.any(w_params.zero_point != 0):
-                self.refuse(weight_dequantize, "Mmad takes symmetric int8 weights (zero point 0) here")
+            shifted = w_params.storage_dtype == np.uint8 and bool(np.all(w_params.zero_point == 128))
+            if shifted:  # uint8 weights with zero point 128 are the int8 codes + 128: symmetric int8
+                site.constants["weight"] = (site.constants["weight"].astype(np.int16) - 128).astype(np.int8)
+            elif np.any(w_params.zero_point != 0):
+                self.refuse(
+                    weight_dequantize,
+                    "Mmad takes symmetric int8 weights (zero point 0, or uint8 with zero point 128) here",
+                )
                 return
             site.note = (
                 f"A = '{_label(activation)}' int8 (zero point {_first(x_params.zero_point)}"

@@ -189,21 +189,29 @@ def run(
         samples += feed.samples
     if not runs:
         raise InputError(f"{source}: no samples to run")
-    outputs = {name: _joined([run_[name] for run_ in runs]) for name in runs[0]}
+    outputs: dict[str, np.ndarray] = {}
+    for name in runs[0]:
+        joined = _joined([run_[name] for run_ in runs])
+        if joined is not None:
+            outputs[name] = joined
+            continue
+        outputs.update({f"{name}.run{index}": run_[name] for index, run_ in enumerate(runs)})
+        notes.append(
+            f"output '{name}' differs in shape beyond axis 0 between runs: kept per run ({name}.runN)"
+        )
     return RunResult(path, kind, chosen, outputs, source, samples, len(runs), notes)
 
 
-def _joined(arrays: list[np.ndarray]) -> np.ndarray:
-    """One output's runs as one array: concatenated along axis 0 (the batch), else stacked."""
+def _joined(arrays: list[np.ndarray]) -> np.ndarray | None:
+    """One output's runs as one array: concatenated along axis 0 (the batch), else stacked; None when
+    their shapes differ beyond axis 0."""
     if len(arrays) == 1:
         return arrays[0]
     if all(a.ndim and a.shape[1:] == arrays[0].shape[1:] for a in arrays):
         return np.concatenate(arrays, axis=0)
     if all(a.shape == arrays[0].shape for a in arrays):
         return np.stack(arrays)
-    raise InputError(
-        "the runs' outputs differ in shape beyond the batch axis; give --batch-size to run them as one"
-    )
+    return None
 
 
 # onnxruntime ---------------------------------------------------------------------------------------------

@@ -272,7 +272,7 @@ def test_round_modes_only_where_the_api_has_them() -> None:
 
 def test_tiling_covers_every_element_once_and_tiles_equal_the_whole_tensor() -> None:
     from qconvert.backends.ascendc.emulate import emulate_site
-    from qconvert.backends.ascendc.tiling import coverage, tiling_for
+    from qconvert.backends.ascendc.tiling import ELEMENT_BYTES, coverage, tiling_for
 
     small = dataclasses.replace(PRODUCTS["atlas-a2"], ub_bytes=16384, vector_cores=3)  # many tiles, 3 cores
     rng = np.random.default_rng(11)
@@ -282,12 +282,18 @@ def test_tiling_covers_every_element_once_and_tiles_equal_the_whole_tensor() -> 
         (_graph(_weight_only_gemm()).sites[0], None),
         (_graph(_weight_only_cast_mul()).sites[0], None),
     ]
+    digits = _graph(onnx.load(DIGITS))
+    dequant = next(site for site in digits.sites if site.api == "AscendDequant" and site.feeds == "/fc/Gemm")
+    dequant.m = 700  # an accumulator of 700 rows of 10 channels (rows padded to 16 int32)
+    cases.append((dequant, rng.integers(-30000, 30000, (700, 10)).astype(np.int32)))
     per_channel = _graph(_qdq((300, 10), rng.uniform(0.01, 0.1, 10), np.zeros(10, np.int8), axis=1)).sites[0]
     cases.append((per_channel, rng.normal(0, 1, (300, 10))))
     checked = 0
     for site, source in cases:
         if source is None:
             source = site.constants["weight"]
+        elif site.api == "AscendDequant":
+            pass
         else:
             source = source.astype(np.float32)
             site.m = source.size // (site.channels or source.size) if site.mode == "PER_CHANNEL" else 1
@@ -296,7 +302,10 @@ def test_tiling_covers_every_element_once_and_tiles_equal_the_whole_tensor() -> 
             site.shape = source.shape
         tiling = tiling_for(site, small)
         assert tiling is not None and tiling.tileCount is not None and tiling.tileCount > 1
-        assert tiling.tileLen % 32 == 0 and tiling.tailLen is not None and tiling.tailLen % 32 == 0
+        assert tiling.tailLen is not None
+        for type_name in (site.src_type, site.dst_type):  # every length 32-byte aligned in UB
+            assert tiling.tileLen * ELEMENT_BYTES[type_name] % 32 == 0
+            assert tiling.tailLen * ELEMENT_BYTES[type_name] % 32 == 0
         if site.mode == "PER_CHANNEL" and site.api == "AscendQuant":
             assert tiling.rowLen % 32 == 0 and tiling.tileLen % tiling.rowLen == 0  # calCount % scaleCount
         assert np.all(coverage(tiling) == 1)
@@ -304,7 +313,7 @@ def test_tiling_covers_every_element_once_and_tiles_equal_the_whole_tensor() -> 
         tiled, _ = emulate_site(site, source, tiling)
         assert tiled.shape == source.shape and np.array_equal(tiled, whole)
         checked += 1
-    assert checked == 5
+    assert checked == 6
 
 
 # Kernels compile against the stub header -----------------------------------------------------------------

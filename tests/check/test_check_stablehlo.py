@@ -355,7 +355,10 @@ def test_cli_json_report_of_the_stablehlo_backend(tmp_path: Path, capsys: pytest
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--engine", "xla"], "--engine xla: only the stablehlo / tosa backend takes these options"),
+        (
+            ["--engine", "xla"],
+            "--engine xla: only the stablehlo / tosa / ascendc backend takes these options",
+        ),
         (["--backend", "stablehlo", "--engine", "gpu"], "unknown --engine 'gpu'"),
         (["--backend", "stablehlo", "--form", "qdq"], "unknown --form 'qdq'"),
         (["--backend", "stablehlo", "--semantics", "tf"], "unknown --semantics 'tf'"),

@@ -49,6 +49,15 @@ class AscendcArtifact:
     files: dict[str, bytes] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
 
+    def summary_lines(self) -> list[str]:
+        """What `convert` prints once DIR is written: the calls by API, the kernels, the padded sites."""
+        calls = ", ".join(f"{count} {api}" for api, count in self.summary.get("sites", {}).items())
+        padded = sum(1 for site in self.graph.sites if site.padding)
+        return [
+            f"{self.graph.product.title}: {calls or 'no quantization sites'}; "
+            f"{self.summary.get('kernels', 0)} kernel(s); {padded} site(s) padded (see callgraph.json)"
+        ]
+
 
 def build_artifact(module: ModuleOp, options: AscendcOptions) -> AscendcArtifact:
     """The call graph of `module` on the chosen product, its kernels, tiling and constants."""

@@ -16,6 +16,7 @@ from typing import IO, Any
 from qconvert.backends import backend_names, get_backend, parse_options
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.options import check_choice
+from qconvert.public_api import make_callable
 
 
 def convert(
@@ -54,3 +55,7 @@ def write(artifact: Any, output: str | IO[str], *, to: str = "stablehlo") -> Non
     """Write what `convert(..., to=to)` returned: to a stream, or to a path atomically (no partial file on
     failure); InputError when the backend cannot write there (`to="onnx"` writes a path only)."""
     get_backend(check_choice("--to", to, backend_names())).write(artifact, output)
+
+
+# `qconvert.convert(...)` runs convert() (qconvert/public_api.py: this module shares the verb's name)
+make_callable(__name__, __name__, "convert", "convert")

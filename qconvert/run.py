@@ -26,6 +26,7 @@ import numpy as np
 from onnx import ModelProto, TensorProto, helper
 
 from qconvert.errors import InputError
+from qconvert.public_api import make_callable
 
 ONNXRUNTIME = "onnxruntime"
 ENGINES = {"onnx": (ONNXRUNTIME,), "stablehlo": ("xla", "interpreter"), "tosa": ("reference", "iree")}
@@ -369,3 +370,6 @@ def _engine(kind: str, engine: str, text: str) -> Any:
 
 
 __all__ = ["ENGINES", "RunResult", "artifact_kind", "run"]
+
+# `qconvert.run(...)` runs run() (qconvert/public_api.py: this module shares the verb's name)
+make_callable(__name__, __name__, "run", "run")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from qconvert.public_api import make_callable
+
 if TYPE_CHECKING:
     from qconvert.calibrate.api import CalibrationResult, calibrate
 
@@ -21,3 +23,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# `qconvert.calibrate(...)` runs calibrate() (qconvert/public_api.py: this package shares the verb's name)
+make_callable(__name__, "qconvert.calibrate.api", "calibrate", "calibrate")

@@ -92,6 +92,16 @@ class CalibrationResult:
     # tensor -> the storage, scale and zero point written for it (its Q/DQ pair), when a model was written
     quantization: dict[str, dict[str, object]] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        """`CalibrationResult(minmax, 9 ranges, 16 samples, wrote out.onnx)`; `to_json()` holds everything."""
+        parts = [self.method, f"{len(self.ranges)} ranges"]
+        parts += [] if self.stats is None else [f"{self.stats.samples_used} {self.unit}s"]
+        parts += [f"{len(self.keep_float)} kept float"] if self.keep_float else []
+        parts += [f"{len(self.warnings)} warnings"] if self.warnings else []
+        written = [str(path) for path in (self.output, self.ranges_path) if path is not None]
+        parts += [f"wrote {', '.join(written)}"] if written else []
+        return f"CalibrationResult({', '.join(parts)})"
+
     @property
     def unit(self) -> str:
         """What the stats count: samples, or runs of items fed as given."""

@@ -99,6 +99,7 @@ from qconvert.check.report import (
     tolerance_failures,
 )
 from qconvert.errors import InputError
+from qconvert.public_api import make_callable
 
 
 def check(
@@ -599,3 +600,6 @@ __all__ = [
     "node_names",
     "random_inputs",
 ]
+
+# `qconvert.check(...)` runs check() (qconvert/public_api.py: this package shares the verb's name)
+make_callable(__name__, __name__, "check", "check")

@@ -334,6 +334,17 @@ class CheckReport:
     samples: int = 0  # samples (or runs) compared end to end
     node_samples: int = 0  # samples of the first batch, which the per-node check used
 
+    def __repr__(self) -> str:
+        """`CheckReport(PASSED, digits.onnx on interpreter, nodes 19/0/0, outputs 1/0/0, 8 samples)`:
+        passed / failed / not run; `to_json()` holds everything."""
+        outputs = [sum(1 for o in self.outputs.values() if o.verdict == v) for v in (PASS, FAIL, NOT_RUN)]
+        nodes = "/".join(str(self.count(v)) for v in (PASS, FAIL, NOT_RUN))
+        where = self.backend + (f" ({self.engine})" if self.engine else "")
+        return (
+            f"CheckReport({self.verdict}, {self.model} on {where}, nodes {nodes}, "
+            f"outputs {'/'.join(map(str, outputs))} (passed/failed/not run), {self.samples} samples)"
+        )
+
     def count(self, verdict: str) -> int:
         return sum(1 for layer in self.layers.values() if layer.verdict == verdict)
 

@@ -89,7 +89,7 @@ class TosaCheckRunner:
         return True
 
     def keep_case(self, case: NodeCase) -> bool:
-        return case.group is not None
+        return case.group is not None or _is_qoperator(case)
 
     def notes(self, cases: Sequence[NodeCase], layers: Mapping[str, LayerResult]) -> list[str]:
         floated = [name for name, state in self.states.items() if state.float_nodes]
@@ -101,7 +101,7 @@ class TosaCheckRunner:
             if floated
             else []
         )
-        singles = [case for case in cases if case.group is None]
+        singles = [case for case in cases if not self.keep_case(case)]
         if not singles:
             return notes
         return [
@@ -137,7 +137,7 @@ class TosaCheckRunner:
         runs: dict[str, CaseRun | NotRun] = {}
         prepared: list[tuple[NodeCase, str, list[np.ndarray], dict[str, np.ndarray]]] = []
         for case in cases:
-            if case.group is None:
+            if not self.keep_case(case):
                 advance(1)
                 continue
             text = self._lower(case)
@@ -210,7 +210,7 @@ class TosaCheckRunner:
         """How many elements differ from onnxruntime by one step at a near-tie in the emulation (see the
         module's docstring); -1 when the engine differs from the emulation."""
         state = self.states.get(case.name)
-        if state is None or case.last.op_type != "QuantizeLinear":
+        if state is None or (case.last.op_type != "QuantizeLinear" and not _is_qoperator(case)):
             return None
         title = ENGINE_TITLES[self.engine]
         if state.engine_mismatches:
@@ -218,7 +218,7 @@ class TosaCheckRunner:
         output = case.last.output[0]
         emulated = state.emulated[output].astype(np.int64)
         reference = np.asarray(values[output]).astype(np.int64)
-        steps = _steps(case, values)
+        steps = _qoperator_steps(self.lift, case) if _is_qoperator(case) else _steps(case, values)
         distance = np.abs(steps - np.floor(steps) - 0.5)
         near = distance <= state.window
         differs = emulated != reference
@@ -390,6 +390,49 @@ def _steps(case: NodeCase, values: Mapping[str, np.ndarray]) -> np.ndarray:
     fed = np.asarray(values[node.input[0]], np.float64)
     scale = node_scale(node, np.asarray(values[node.input[1]], np.float64), fed.shape)
     return fed / scale
+
+
+def _is_qoperator(case: NodeCase) -> bool:
+    """A single QOperator node the TOSA route converts (through qoperator-to-qdq): storage in and out, so
+    a case of its own, as a DequantizeLinear -> op -> QuantizeLinear group is."""
+    from qconvert.passes.qoperator_to_qdq import FLOAT_OPS
+
+    return (
+        case.group is None
+        and case.quantization  # a QGemm with a float result is a float node, judged as one
+        and case.model is not None
+        and len(case.nodes) == 1
+        and case.last.op_type in {op.ONNX_OP_TYPE for op in FLOAT_OPS}
+        and case.last.domain in ("", "ai.onnx", "com.microsoft")
+    )
+
+
+def _qoperator_steps(lift: Lift, case: NodeCase) -> np.ndarray:
+    """The value a QOperator case's QDQ form quantizes (its ONNX definition, qoperator-to-qdq, run by the
+    interpreter in float32 on the case's storage feeds), in steps of the result's scale (float64)."""
+    from qconvert.interpret import interpret
+    from qconvert.ir.dialects.func import ReturnOp
+    from qconvert.ir.dialects.onnx import main_function
+    from qconvert.ir.dialects.quant import QuantizeCastOp, StorageCastOp
+    from qconvert.ir.quant_types import uniform_params
+    from qconvert.ir.types import FunctionType
+    from qconvert.passes.qoperator_to_qdq import qoperator_to_qdq
+
+    assert case.model is not None
+    module = lift(case.model)
+    qoperator_to_qdq(module)
+    function = main_function(module, "to judge")
+    terminator = function.body.terminator
+    assert isinstance(terminator, ReturnOp) and len(terminator.operands) == 1
+    storage = terminator.operands[0].owner_op()
+    quantize = storage.operands[0].owner_op() if isinstance(storage, StorageCastOp) else None
+    if not isinstance(quantize, QuantizeCastOp):
+        return np.full(1, np.nan)  # a float result: no step to be near
+    scale = float(uniform_params(quantize.result.type.element_type).scale.reshape(-1)[0])  # type: ignore[attr-defined]
+    terminator.set_operand(0, quantize.input)
+    function.function_type = FunctionType(function.function_type.inputs, (quantize.input.type,))
+    (value,) = interpret(module, case.feeds).values()
+    return np.asarray(value, np.float64) / scale
 
 
 def _boundary_types(module: ModuleOp) -> tuple[list[object | None], list[object | None]]:

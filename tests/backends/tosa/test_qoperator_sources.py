@@ -131,6 +131,17 @@ def test_qoperator_models_check_against_onnxruntime_on_both_engines(
         # measured: 0 of 24 (small) and 0 of 80 (digits) elements off; TOSA's rounding allows one step
         assert output.ours.max_lsb_diff is not None and output.ours.max_lsb_diff <= 1.0
         assert output.ours.mismatches <= 0.005 * output.ours.elements, (model.name, output.ours)
+        # each QLinear node is a case of its own (storage in and out), judged against onnxruntime's kernel
+        qlinear = [
+            layer
+            for layer in report.layers.values()
+            if "QLinear" in layer.op_type or "QGemm" in layer.op_type
+        ]
+        assert len(qlinear) == (5 if model.name == "small.qop.onnx" else 4), [
+            layer.op_type for layer in qlinear
+        ]
+        for layer in qlinear:
+            assert layer.elements > 0 and layer.mismatches == layer.predicted_mismatches, layer.explanation
 
 
 def _per_channel_zero_point_model(depthwise: bool) -> onnx.ModelProto:

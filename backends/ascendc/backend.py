@@ -74,6 +74,8 @@ def build_artifact(module: ModuleOp, options: AscendcOptions) -> AscendcArtifact
     for site in graph.sites:
         files: dict[str, str] = {}
         for what, array in _constants(site).items():
+            if array.dtype.name in ("int4", "uint4"):
+                array = _packed_int4(array)
             stem = f"constants/site{site.index:03d}_{what}"
             artifact.files[stem + ".npy"] = _npy(array)
             artifact.files[stem + ".bin"] = np.ascontiguousarray(array).tobytes()
@@ -125,6 +127,14 @@ def _api_typed(site: Any, values: np.ndarray) -> np.ndarray:
     if site.api == "AscendQuant":
         return np.asarray(values, np.float16 if site.src_type == "float16" else np.float32)
     return np.asarray(values)
+
+
+def _packed_int4(values: np.ndarray) -> np.ndarray:
+    """int4 codes two to a byte, the first in the low nibble (int4b_t's packing), an odd count padded by 0."""
+    nibbles = (np.asarray(values).astype(np.int8).reshape(-1) & 0xF).astype(np.uint8)
+    if nibbles.size % 2:
+        nibbles = np.append(nibbles, np.uint8(0))
+    return (nibbles[0::2] | (nibbles[1::2] << 4)).astype(np.uint8)
 
 
 def _npy(array: np.ndarray) -> bytes:

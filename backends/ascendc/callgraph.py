@@ -194,12 +194,10 @@ class Site:
             entry["offset"] = _summary(self.offset, files.get("offset"))
         if self.runtime_scale:
             entry["scale"] = "computed by the kernel at run time (DynamicQuantizeLinear: ONNX's formula)"
-        for name in self.constants:
-            entry[name] = {
-                "file": files.get(name),
-                "dtype": str(self.constants[name].dtype),
-                "shape": list(self.constants[name].shape),
-            }
+        for name, array in self.constants.items():
+            entry[name] = {"file": files.get(name), "dtype": str(array.dtype), "shape": list(array.shape)}
+            if array.dtype.name in ("int4", "uint4"):
+                entry[name]["packing"] = "two int4 per byte, the first in the low nibble (int4b_t)"
         if self.storage_shift:
             entry["storage"] = f"uint8 codes are the int8 codes + {self.storage_shift} (offset zp - 128)"
         for key in ("padding", "note"):
@@ -646,7 +644,7 @@ class _Builder:
             dst_dtype=parameter_type,
         )
         site.scale_type = "bfloat16_t" if site.dst_type == "bfloat16" else "half"
-        aligned = ALIGN_BYTES  # int8 src rows 32-byte aligned
+        aligned = ALIGN_BYTES * (2 if source == "int4" else 1)  # src rows 32-byte aligned (int4: 64 elements)
         if site.transpose:
             site.channels = rows
             padded = _round_up(columns, aligned) if columns is not None else None

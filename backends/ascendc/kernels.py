@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .callgraph import CPP_TYPES, Site
 from .products import API_ANTIQUANT, API_DEQUANT, API_QUANT, Product
+from .tiling import ELEMENT_BYTES
 
 __all__ = ["TILING_FIELDS", "kernel_name", "kernel_source"]
 
@@ -30,6 +31,7 @@ constexpr int32_t BUFS = 2;  // double buffering
 using SrcT = {src};
 using DstT = {dst};
 using PrmT = {prm};
+constexpr uint32_t SRC_BITS = {src_bits};  // int4b_t packs two elements in a byte
 constexpr bool HAS_OFFSET_TENSOR = {has_offset};
 
 // Filled on the host (tiling.json): lengths in elements, all 32-byte aligned.
@@ -59,7 +61,7 @@ class {cls} {{
     dstGm_.SetGlobalBuffer((__gm__ DstT*)dst, t.totalLen);
     scaleGm_.SetGlobalBuffer((__gm__ PrmT*)scale, t.paramLen);
     offsetGm_.SetGlobalBuffer((__gm__ PrmT*)offset, t.paramLen);
-    pipe_.InitBuffer(inQ_, BUFS, t.tileLen * sizeof(SrcT));
+    pipe_.InitBuffer(inQ_, BUFS, t.tileLen * SRC_BITS / 8);
     pipe_.InitBuffer(outQ_, BUFS, t.tileLen * sizeof(DstT));
     pipe_.InitBuffer(prm_, 2 * (t.paramLen > 0 ? t.paramLen : 1) * sizeof(PrmT) + 64);
     pipe_.InitBuffer(tmp_, t.tmpBytes > 0 ? t.tmpBytes : 32);
@@ -162,6 +164,7 @@ def kernel_source(site: Site, product: Product) -> str:
     title = f"{name} for {product.title}"
     cls = "".join(part.capitalize() for part in name.split("_"))
     has_offset = "true" if site.offset is not None and site.offset.size > 1 else "false"
+    src_bits = 4 if site.src_type == "int4" else 8 * ELEMENT_BYTES[site.src_type]
     return _PROLOGUE.format(
         product=product.name,
         title=title,
@@ -173,6 +176,7 @@ def kernel_source(site: Site, product: Product) -> str:
         compute=compute,
         name=name,
         has_offset=has_offset,
+        src_bits=src_bits,
     )
 
 

@@ -9,6 +9,7 @@ qconvert/numerics/ascendc.py against onnxruntime.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import shutil
@@ -114,6 +115,24 @@ def _weight_only_cast_mul() -> onnx.ModelProto:
     )
 
 
+def _int4_weight_only() -> onnx.ModelProto:
+    """x [4, 64] times int4 weights [64, 40] per column (DequantizeLinear axis 1) -> AscendAntiQuant int4."""
+    rng = np.random.default_rng(1)
+    weights = helper.make_tensor("w", TensorProto.INT4, (64, 40), rng.integers(-8, 8, 64 * 40).tolist())
+    zero = helper.make_tensor("wz", TensorProto.INT4, (40,), [0] * 40)
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], name="w_dq", axis=1),
+        helper.make_node("MatMul", ["x", "wf"], ["y"], name="mm"),
+    ]
+    scale = numpy_helper.from_array(rng.uniform(0.01, 0.1, 40).astype(np.float32), "ws")
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (4, 64))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (4, 40))],
+        [weights, scale, zero],
+    )
+
+
 def _per_channel() -> onnx.ModelProto:
     rng = np.random.default_rng(5)
     return _qdq((6, 10), rng.uniform(0.01, 0.1, 10), rng.integers(-20, 20, 10).astype(np.int8), axis=1)
@@ -206,6 +225,26 @@ def test_weight_only_cast_mul_is_antiquant_with_each_rows_scale() -> None:
         np.abs(ours - reference) <= half_bound(weights, np.broadcast_to(scale, weights.shape), reference)
     )
     assert np.count_nonzero(ours != reference) > 0  # half arithmetic: not float32's
+
+
+def test_int4_weights_are_packed_two_to_a_byte_and_check_passes(tmp_path: Path) -> None:
+    from qconvert.check import check
+
+    model = _int4_weight_only()
+    path = tmp_path / "int4.onnx"
+    onnx.save(model, path)
+    artifact = build_artifact(import_onnx(model), AscendcOptions())
+    (site,) = artifact.graph.sites
+    assert site.src_type == "int4" and site.n == 64  # 40 columns padded to 64 int4: 32 bytes
+    packed = np.load(io.BytesIO(artifact.files["constants/site000_weight.npy"]))
+    codes = numpy_helper.to_array(model.graph.initializer[0]).astype(np.int8).reshape(-1)
+    assert packed.dtype == np.uint8 and packed.size == codes.size // 2
+    assert np.array_equal(packed & 0xF, codes[0::2].astype(np.uint8) & 0xF)
+    assert np.array_equal(packed >> 4, codes[1::2].astype(np.uint8) & 0xF)
+    report = check(str(path), backend="ascendc")
+    assert report.verdict == "PASSED"
+    (layer,) = [layer for layer in report.layers.values() if layer.op_type == "DequantizeLinear"]
+    assert 0 < layer.mismatches == layer.predicted_mismatches  # half arithmetic, within its rounding
 
 
 def test_per_channel_pads_to_32_channels_and_records_it() -> None:
@@ -336,6 +375,7 @@ def test_every_generated_kernel_compiles_against_the_stub(tmp_path: Path) -> Non
         "per_channel": (_per_channel(), "atlas-a2", "rint"),
         "weight_only": (_weight_only_gemm(), "atlas-a2", "rint"),
         "weight_only_cast_mul": (_weight_only_cast_mul(), "atlas-a2", "rint"),
+        "int4": (_int4_weight_only(), "atlas-a2", "rint"),
         "digits_950": (onnx.load(DIGITS), "atlas-350", "rint"),
         "per_token": (
             _qdq((2, 8, 32), np.linspace(0.01, 0.08, 8), np.zeros(8, np.int8), axis=1, dequantize=False),
@@ -379,6 +419,7 @@ def test_every_generated_kernel_compiles_against_the_stub(tmp_path: Path) -> Non
         "ascend_antiquant_per_tensor_int8_to_float16.cpp",
         "ascend_antiquant_per_channel_int8_to_float16_transpose.cpp",
         "ascend_quant_per_token_float32_to_int8_round.cpp",
+        "ascend_antiquant_per_channel_int4_to_float16.cpp",
     } <= compiled
 
 

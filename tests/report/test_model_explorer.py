@@ -4,8 +4,14 @@ names the graph and nodes."""
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from conftest import require_module
 from report.report_support import DIGITS_QDQ, load
 
@@ -42,3 +48,48 @@ def test_node_data_loads_with_model_explorer_and_names_the_adapters_nodes(result
         expected = EXACT_DB if layer["sqnr_db"] is None else layer["sqnr_db"]
         assert sqnr[name].value == expected
         assert sqnr[name].bgColor is not None
+
+
+def test_model_explorer_shows_the_node_data_on_the_adapters_graph(
+    browser: Any, results: dict[str, Path]
+) -> None:
+    """Model Explorer's own server (with the ONNX adapter) and web UI, in the shared headless Chromium: the
+    node-data table lists each float node's SQNR from our file against the node the adapter made."""
+    require_module("model_explorer")
+    require_module("model_explorer_onnx")
+    with socket.socket() as probe:  # a free port for the server
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    explorer = Path(sys.executable).with_name("model-explorer")
+    data = f"{results['explorer']},{steps_path(results['explorer'])}"
+    command = [
+        str(explorer),
+        str(DIGITS_QDQ),
+        "--extensions=model_explorer_onnx",
+        f"--node_data_paths={data}",
+    ]
+    command += ["--no_open_in_browser", "--host=127.0.0.1", f"--port={port}"]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert server.stdout is not None
+        url = next((line.strip() for line in server.stdout if line.startswith("http://")), None)
+        assert url is not None, "the Model Explorer server printed no address"
+        browser.get(url)
+        deadline = time.monotonic() + 30
+        rows: list[str] = []
+        while time.monotonic() < deadline:
+            rows = browser.execute_script(
+                "return Array.from(document.querySelectorAll('tr')).map(r => r.innerText)"
+            )
+            if any("\tConv\t" in row for row in rows):
+                break
+            time.sleep(0.2)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    check = load(results["check"])
+    shown = sorted(float(row.split("\t")[2]) for row in rows if row.split("\t")[1:2] in (["Conv"], ["Gemm"]))
+    ours = sorted(
+        layer["sqnr_db"] for layer in check["layers"].values() if layer["op_type"] in ("Conv", "Gemm")
+    )
+    assert shown and shown == pytest.approx(ours)

@@ -233,6 +233,9 @@ def _observe(
     batch_size: int | str | None,
     workers: int,
     engine: str,
+    ray_address: str | None = None,
+    threads_per_worker: int | None = None,
+    verbose: bool = False,
     sentinel: SentinelPolicy | str,
     sentinel_overrides: Mapping[str, str] | Sequence[str] | None,
     progress: ProgressCallback | None,
@@ -247,7 +250,15 @@ def _observe(
     passes = _Passes(augmented.tensors, sources, method, sentinel, sentinel_overrides)
     started = time.perf_counter()
     results = collect_passes(
-        augmented, dataset, passes.makers(), workers=workers, engine=engine, progress=progress
+        augmented,
+        dataset,
+        passes.makers(),
+        workers=workers,
+        engine=engine,
+        progress=progress,
+        ray_address=ray_address,
+        threads_per_worker=threads_per_worker,
+        verbose=verbose,
     )
     seconds = time.perf_counter() - started
     decision = passes.decision or passes.guard(results[0].observers)
@@ -381,6 +392,9 @@ def calibrate(
     json_path: str | os.PathLike[str] | None = None,
     workers: int = 1,
     engine: str = "local",
+    ray_address: str | None = None,
+    threads_per_worker: int | None = None,
+    verbose: bool = False,
     batch_size: int | str | None = None,
     sentinel: SentinelPolicy | str = SentinelPolicy.KEEP,
     sentinel_overrides: Mapping[str, str] | Sequence[str] | None = None,
@@ -398,7 +412,10 @@ def calibrate(
     take the ranges from that JSON instead of calibrating (`data` then only feeds `evaluate_samples`).
     `json_path`: also write the result as JSON there (`CalibrationResult.to_json`). Every output path is
     checked first; all are written, or none.
-    `workers`/`engine`: split the batches across processes ("local") or Ray tasks ("ray"). `sentinel`:
+    `workers`/`engine`: split the data across processes ("local") or Ray actors ("ray"), each reading only
+    its share; `ray_address` (or $RAY_ADDRESS) joins that Ray cluster instead of starting a private
+    instance (it implies "ray"); `threads_per_worker`: each worker's onnxruntime threads (default: its
+    cores); `verbose`: let Ray's own log through. `sentinel`:
     keep (default), clip or off for ranges a mask dominates; `sentinel_overrides`: NAME=keep|clip|quantize.
     `progress(samples done, total or None)`. `evaluate_samples` > 0: run the QDQ model and the float one
     in onnxruntime on that many of the first samples and compare their outputs (`result.agreement`,
@@ -460,6 +477,9 @@ def calibrate(
             batch_size=batch_size,
             workers=workers,
             engine=engine,
+            ray_address=ray_address,
+            threads_per_worker=threads_per_worker,
+            verbose=verbose,
             sentinel=sentinel,
             sentinel_overrides=sentinel_overrides,
             progress=progress,
@@ -485,7 +505,7 @@ def calibrate(
             stats=observed.stats,
             batch_size=observed.batch_size,
             workers=workers,
-            engine=engine,
+            engine="ray" if ray_address is not None else engine,
             seconds_collecting=observed.seconds,
             histograms=observed.histograms,
         )

@@ -26,7 +26,7 @@ import numpy as np
 from onnx import ModelProto, TensorProto
 from onnx.external_data_helper import uses_external_data
 
-from qconvert.calibrate.dataset import Dataset, DatasetStats
+from qconvert.calibrate.dataset import Dataset, DatasetStats, shard_datasets
 from qconvert.calibrate.observer import Observer
 from qconvert.calibrate.workers import (
     ENGINES,
@@ -34,6 +34,7 @@ from qconvert.calibrate.workers import (
     Engine,
     ObserverTable,
     Share,
+    ShareResult,
     make_session,
     open_engine,
 )
@@ -210,6 +211,7 @@ class CollectResult:
     seconds: float
     batches: int
     shares: list[float] = field(default_factory=list)  # seconds per share
+    share_results: list[ShareResult] = field(default_factory=list)  # per share: bytes read, process, memory
 
 
 def _collect_pass(
@@ -225,7 +227,9 @@ def _collect_pass(
         raise InputError(f"tensor(s) {unknown} are not exposed by the augmented model")
     started = time.perf_counter()
     count = engine.workers
-    shares = [Share(dataset, copy.deepcopy(observers), index, count) for index in range(count)]
+    shards = shard_datasets(dataset, count) if count > 1 else None  # None: every share reads it all
+    datasets = shards if shards is not None else [dataset] * count
+    shares = [Share(datasets[index], copy.deepcopy(observers), index, count) for index in range(count)]
     done = 0
 
     def report(samples: int) -> None:
@@ -242,6 +246,11 @@ def _collect_pass(
             for mine, theirs in zip(own, result.observers[name]):
                 mine.merge(theirs)
     stats = results[0].stats
+    if shards is not None:  # each share read its own samples: add them up, then judge the whole
+        stats = DatasetStats()
+        for result in results:
+            stats.merge(result.stats)
+        dataset.check_usable(stats)
     if progress is not None:
         progress(stats.samples_read, stats.samples_read)
     return CollectResult(
@@ -250,6 +259,7 @@ def _collect_pass(
         seconds=time.perf_counter() - started,
         batches=sum(result.batches_run for result in results),
         shares=[result.seconds for result in results],
+        share_results=results,
     )
 
 
@@ -262,6 +272,9 @@ def collect(
     engine: str = "local",
     progress: ProgressCallback | None = None,
     total: int | None = None,
+    ray_address: str | None = None,
+    threads_per_worker: int | None = None,
+    verbose: bool = False,
 ) -> CollectResult:
     """One pass over `dataset`: every batch through the model, each tensor in `observers` observed.
 
@@ -269,7 +282,8 @@ def collect(
     per share, filled, and merged in share order into the returned table. `total` is the sample count
     for the progress callback (None: unknown).
     """
-    with open_engine(augmented, workers, engine) as running:
+    options = {"ray_address": ray_address, "threads_per_worker": threads_per_worker, "verbose": verbose}
+    with open_engine(augmented, workers, engine, **options) as running:
         return _collect_pass(running, augmented, dataset, observers, progress, total)
 
 
@@ -281,13 +295,17 @@ def collect_passes(
     workers: int = 1,
     engine: str = "local",
     progress: ProgressCallback | None = None,
+    ray_address: str | None = None,
+    threads_per_worker: int | None = None,
+    verbose: bool = False,
 ) -> list[CollectResult]:
     """Several passes over the data: `passes[k](observers of pass k-1 or None)` gives pass k's fresh
     observers (a histogram pass takes its fixed range from a min/max pass). One engine (its processes,
     sessions, Ray actors) serves every pass. Progress spans all passes."""
     total = dataset.count_samples()  # None for a function: known after pass 1
     results: list[CollectResult] = []
-    with open_engine(augmented, workers, engine) as running:
+    options = {"ray_address": ray_address, "threads_per_worker": threads_per_worker, "verbose": verbose}
+    with open_engine(augmented, workers, engine, **options) as running:
         for number, make_observers in enumerate(passes):
 
             def report(

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import math
 import os
 import sys
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
@@ -42,16 +43,60 @@ class StoredArray:
     pieces: Callable[[int], Iterator[np.ndarray]]
     # "list", "float"...: the Python value a function gave instead of an array (numpy chose its dtype).
     python_type: str | None = None
+    # Yields the flattened elements [start, stop) only, `max_bytes` at a time (a shard's rows): None reads
+    # `pieces` and skips what lies outside.
+    window: Callable[[int, int, int], Iterator[np.ndarray]] | None = None
+
+    def elements(self, start: int, stop: int, max_bytes: int) -> Iterator[np.ndarray]:
+        """The flattened elements [start, stop) in C order, in pieces of at most `max_bytes`."""
+        if self.window is not None:
+            yield from self.window(start, stop, max_bytes)
+            return
+        done = 0
+        for piece in self.pieces(max_bytes):  # a stream: what lies before the window is read and dropped
+            low, high = max(start - done, 0), min(stop - done, piece.size)
+            done += piece.size
+            if low < high:
+                yield piece[low:high]
+            if done >= stop:
+                return
 
 
-def _in_memory(where: str, array: np.ndarray, python_type: str | None = None) -> StoredArray:
-    def pieces(max_bytes: int) -> Iterator[np.ndarray]:
-        flat = np.ascontiguousarray(array).reshape(-1)
+# Bytes this process has read from data files (memory-mapped pages handed out, zip members streamed): each
+# worker reports what its share cost the storage (`bytes_read`).
+_bytes_read = 0
+
+
+def bytes_read() -> int:
+    """Bytes of array data this process has read from files so far."""
+    return _bytes_read
+
+
+def _counted(pieces: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+    global _bytes_read
+    for piece in pieces:
+        _bytes_read += piece.nbytes
+        yield piece
+
+
+def _in_memory(
+    where: str, array: np.ndarray, python_type: str | None = None, from_file: bool = False
+) -> StoredArray:
+    """An array in memory, or memory-mapped (`from_file`: its pieces count as bytes read)."""
+
+    def window(start: int, stop: int, max_bytes: int) -> Iterator[np.ndarray]:
+        flat = np.ascontiguousarray(array).reshape(-1)  # a view of a C-order array: no page is touched yet
         step = max(1, max_bytes // max(1, array.dtype.itemsize))
-        for start in range(0, flat.size, step):
-            yield flat[start : start + step]
+        for first in range(start, stop, step):
+            yield flat[first : min(first + step, stop)]
 
-    return StoredArray(where, tuple(array.shape), array.dtype, pieces, python_type)
+    def windowed(start: int, stop: int, max_bytes: int) -> Iterator[np.ndarray]:
+        return _counted(window(start, stop, max_bytes)) if from_file else window(start, stop, max_bytes)
+
+    def pieces(max_bytes: int) -> Iterator[np.ndarray]:
+        return windowed(0, array.size, max_bytes)
+
+    return StoredArray(where, tuple(array.shape), array.dtype, pieces, python_type, windowed)
 
 
 def _npy_file(path: Path) -> StoredArray:
@@ -75,7 +120,7 @@ def _npy_file(path: Path) -> StoredArray:
         mapped = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError, OverflowError) as error:
         raise InputError(f"{path}: not a readable .npy array ({error})") from None
-    return _in_memory(str(path), mapped)
+    return _in_memory(str(path), mapped, from_file=True)
 
 
 def _read_header(stream: BinaryIO, where: str) -> tuple[tuple[int, ...], np.dtype, bool]:
@@ -126,7 +171,43 @@ def _npz_member(path: Path, member: str) -> StoredArray:
                 done += len(data)
                 yield np.frombuffer(data, dtype=dtype)
 
-    return StoredArray(where, shape, dtype, pieces)
+    def window(start: int, stop: int, max_bytes: int) -> Iterator[np.ndarray]:
+        # np.savez stores members uncompressed: map the member's rows directly; otherwise stream up to them.
+        mapped = None if fortran_order else _mapped_member(path, member, where, shape, dtype)
+        if mapped is None:
+            yield from StoredArray(where, shape, dtype, counted_pieces).elements(start, stop, max_bytes)
+            return
+        yield from _in_memory(where, mapped, from_file=True).elements(start, stop, max_bytes)
+
+    def counted_pieces(max_bytes: int) -> Iterator[np.ndarray]:
+        return _counted(pieces(max_bytes))
+
+    return StoredArray(where, shape, dtype, counted_pieces, window=window)
+
+
+def _mapped_member(
+    path: Path, member: str, where: str, shape: tuple[int, ...], dtype: np.dtype
+) -> np.ndarray | None:
+    """A stored (uncompressed) .npz member's array, memory-mapped flat; None for a compressed member."""
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(member)
+        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:  # compressed or encrypted
+            return None
+        with archive.open(member) as stream:
+            _read_header(stream, where)  # type: ignore[arg-type]
+            header_bytes = stream.tell()
+    with path.open("rb") as file:  # the local header's name and extra lengths say where the data starts
+        file.seek(info.header_offset)
+        local = file.read(30)
+    if len(local) != 30 or local[:4] != b"PK\x03\x04":
+        return None
+    name_length = int.from_bytes(local[26:28], "little")
+    extra_length = int.from_bytes(local[28:30], "little")
+    offset = info.header_offset + 30 + name_length + extra_length + header_bytes
+    elements = math.prod(shape)
+    if elements == 0:
+        return np.empty(0, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(elements,))
 
 
 def _npz_file(path: Path) -> dict[str, StoredArray]:
@@ -176,16 +257,17 @@ def one_dict(data: Mapping[Any, Any]) -> str:
     return f"one dict ({keys})"
 
 
-def _import_module(name: str) -> Any:
-    """`importlib.import_module`, and failing that the module in the current folder, as `python -m`,
-    uvicorn and gunicorn find `module:app` (the `qconvert` script's sys.path does not hold the folder)."""
+def _import_module(name: str, folder: str | None = None) -> Any:
+    """`importlib.import_module`, and failing that the module in the current folder (`folder`: the driver's,
+    for a worker on a cluster node), as `python -m`, uvicorn and gunicorn find `module:app` (the `qconvert`
+    script's sys.path does not hold the folder)."""
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as error:
         top = name.partition(".")[0]
         if error.name != top:  # the module was found; something it imports was not
             raise
-        folder = os.getcwd()
+        folder = folder or os.getcwd()
         here = os.path.isfile(os.path.join(folder, f"{top}.py")) or os.path.isdir(os.path.join(folder, top))
         if not here or folder in sys.path:
             raise ModuleNotFoundError(f"{error}, on sys.path nor in the current folder {folder}") from None
@@ -195,8 +277,9 @@ def _import_module(name: str) -> Any:
 
 
 # Sources -------------------------------------------------------------------------------------------------
-def load_function(spec: str) -> Callable[[], Iterable[Mapping[str, Any]]]:
-    """`package.module:function` or `path/to/file.py:function` -> the function."""
+def load_function(spec: str, folder: str | None = None) -> Callable[[], Iterable[Mapping[str, Any]]]:
+    """`package.module:function` or `path/to/file.py:function` -> the function; `folder` (default: the
+    current one) is where a module not on sys.path is looked for."""
     module_name, _, function_name = spec.rpartition(":")
     if not module_name or not function_name:
         raise InputError(f"--data {spec}: expected a folder, an .npz file, or MODULE:FUNCTION")
@@ -213,7 +296,7 @@ def load_function(spec: str) -> Callable[[], Iterable[Mapping[str, Any]]]:
             sys.modules[unique] = module
             module_spec.loader.exec_module(module)
         else:
-            module = _import_module(module_name)
+            module = _import_module(module_name, folder)
     except InputError:
         raise
     except Exception as error:  # the user's module failed to import: say which and why
@@ -233,22 +316,54 @@ def _folder_files(folder: Path) -> list[Path]:
     return files
 
 
+SHARD_PARAMETERS = ("shard_index", "num_shards")
+
+
+def takes_shard(function: Callable[..., Any]) -> bool:
+    """Whether a data function follows the shard protocol: it accepts `shard_index` and `num_shards`
+    (keywords), and then yields only its share of the data, shard_index of num_shards (0-based)."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a builtin or C callable without a signature
+        return False
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    named = all(name in parameters and parameters[name].kind in keyword for name in SHARD_PARAMETERS)
+    return named or any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
 @dataclass(frozen=True)
 class Source:
     """A resolved `--data`: picklable, so worker processes re-open it themselves."""
 
     label: str
-    kind: str  # "folder" | "npz" | "npy" | "function" | "sequence"
+    kind: str  # "folder" | "npz" | "npy" | "function" | "sequence" | "files" (a shard's list of files)
     path: str | None = None
     function_spec: str | None = None
     function: Callable[[], Iterable[Mapping[str, Any]]] | None = None
     items: Sequence[Mapping[str, Any]] | None = None
+    files: tuple[str, ...] | None = None
+    shard: tuple[int, int] | None = None  # (shard_index, num_shards) given to a function that takes them
+    folder: str | None = None  # where a `module:function` not on sys.path was found (the driver's folder)
+
+    def load(self) -> Callable[..., Iterable[Mapping[str, Any]]]:
+        """The data function (imported from its spec in this process)."""
+        return self.function or load_function(self.function_spec or "", self.folder)
+
+    def file_paths(self) -> list[Path]:
+        """The files of a file source, in order (a folder is listed)."""
+        if self.kind == "folder":
+            assert self.path is not None
+            return _folder_files(Path(self.path))
+        if self.kind == "files":
+            assert self.files is not None
+            return [Path(name) for name in self.files]
+        assert self.kind in ("npz", "npy") and self.path is not None
+        return [Path(self.path)]
 
     def parts(self, inputs: Sequence[str]) -> Iterator[Part]:
         """What each file or item holds, in order; `inputs` (the model's input names) name a bare .npy."""
-        if self.kind == "folder":
-            assert self.path is not None
-            for path in _folder_files(Path(self.path)):
+        if self.kind in ("folder", "files"):
+            for path in self.file_paths():
                 yield _file_part(path, inputs)
         elif self.kind in ("npz", "npy"):
             assert self.path is not None
@@ -258,9 +373,13 @@ class Source:
             for index, item in enumerate(self.items):
                 yield _item_part(f"{self.label} item {index}", item)
         else:
-            function = self.function or load_function(self.function_spec or "")
+            function = self.load()
             try:
-                iterable = function()
+                if self.shard is None:
+                    iterable = function()
+                else:
+                    index, count = self.shard
+                    iterable = function(shard_index=index, num_shards=count)
                 iterator = iter(iterable)
             except SystemExit as exit_:  # would end calibrate silently, with exit 0 for sys.exit(0)
                 raise InputError(f"{self.label}: calling it called sys.exit({exit_.code!r})") from None
@@ -289,6 +408,19 @@ class Source:
                 index += 1
 
 
+def absolute_source(source: Source) -> Source:
+    """The source with its paths absolute, for workers that run in another folder (Ray's workers run where
+    `ray start` ran): a folder, files, and a `path/to/file.py:function`'s file. The label stays as given."""
+    path = None if source.path is None else os.path.abspath(source.path)
+    files = None if source.files is None else tuple(os.path.abspath(name) for name in source.files)
+    spec = source.function_spec
+    if spec is not None:
+        module_name, _, function_name = spec.rpartition(":")
+        if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
+            spec = f"{os.path.abspath(module_name)}:{function_name}"
+    return replace(source, path=path, files=files, function_spec=spec, folder=source.folder or os.getcwd())
+
+
 def resolve_source(data: DataSource) -> Source:
     """`--data` (or its Python equivalent) -> a re-openable source; InputError when it names nothing."""
     if callable(data):
@@ -310,8 +442,20 @@ def resolve_source(data: DataSource) -> Source:
         return Source(label=text, kind=path.suffix[1:], path=text)
     if ":" in text:
         load_function(text)  # fail now, with the reason, rather than in a worker
-        return Source(label=text, kind="function", function_spec=text)
+        return Source(label=text, kind="function", function_spec=text, folder=os.getcwd())
     raise InputError(f"--data {text}: no such file or folder")
 
 
-__all__ = ["DataSource", "Part", "Source", "StoredArray", "load_function", "one_dict", "resolve_source"]
+__all__ = [
+    "DataSource",
+    "Part",
+    "SHARD_PARAMETERS",
+    "Source",
+    "StoredArray",
+    "absolute_source",
+    "bytes_read",
+    "load_function",
+    "one_dict",
+    "resolve_source",
+    "takes_shard",
+]

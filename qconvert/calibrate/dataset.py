@@ -29,15 +29,24 @@ all (a scalar, a fixed table). Runs are counted where samples are, and NaN/Inf o
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from onnx import ModelProto, helper
 
-from qconvert.calibrate.data_sources import DataSource, Part, Source, StoredArray, one_dict, resolve_source
+from qconvert.calibrate.data_sources import (
+    DataSource,
+    Part,
+    Source,
+    StoredArray,
+    one_dict,
+    resolve_source,
+    takes_shard,
+)
 from qconvert.errors import InputError
 
 DEFAULT_BATCH_SIZE = 8
@@ -314,6 +323,18 @@ class DatasetStats:
     dropped_tail: int = 0  # samples of a last partial batch a fixed batch dim could not take
     batches: int = 0
 
+    def merge(self, other: DatasetStats) -> None:
+        """Add another shard's counts (the shards read disjoint samples)."""
+        self.samples_read += other.samples_read
+        self.samples_used += other.samples_used
+        self.excluded += other.excluded
+        self.empty += other.empty
+        self.first_empty = self.first_empty or other.first_empty
+        self.dropped_tail += other.dropped_tail
+        self.batches += other.batches
+        for name, count in other.nonfinite.items():
+            self.nonfinite[name] = self.nonfinite.get(name, 0) + count
+
     def reset(self, inputs: Iterable[str]) -> None:
         self.samples_read = self.samples_used = self.excluded = self.dropped_tail = self.batches = 0
         self.empty = 0
@@ -351,16 +372,46 @@ class Batch:
     read: int  # samples read from the source since the previous batch (excluded ones included)
 
 
+def _window_part(part: Part, inputs: Sequence[InputSpec], as_given: bool, start: int, stop: int) -> Part:
+    """The part's samples (or runs) [start, stop) only, stacked on axis 0; only their bytes are read."""
+    count, sample_shapes = _check_part(part, inputs, as_given)
+    if start == 0 and stop == count:
+        return part
+    arrays = {}
+    for spec in inputs:
+        array = part.arrays[spec.name]
+        size = math.prod(sample_shapes[spec.name])
+        low = start * size
+
+        def pieces(max_bytes: int, array: StoredArray = array, low: int = low, high: int = stop * size):
+            return array.elements(low, high, max_bytes)
+
+        def window(first: int, last: int, max_bytes: int, array: StoredArray = array, low: int = low):
+            return array.elements(low + first, low + last, max_bytes)
+
+        shape = (stop - start, *sample_shapes[spec.name])
+        arrays[spec.name] = StoredArray(array.where, shape, array.dtype, pieces, array.python_type, window)
+    return Part(part.where, arrays)
+
+
 @dataclass(frozen=True)
 class Dataset:
     """A calibration dataset bound to a model's inputs and a batch size; iterate `batches()` (re-iterable).
-    `as_given`: every item is one run as stored (a `Batch` of size 1), `batch_size` is then 1."""
+    `as_given`: every item is one run as stored (a `Batch` of size 1), `batch_size` is then 1.
+
+    A shard (`shard`: its index and the number of shards, see `shard_datasets`) reads only its own files,
+    items or rows (`windows`: samples [start, stop) per part of its source, None for a whole part), numbers
+    its batches from `first_batch`, and leaves the checks of the whole dataset (empty, nothing usable) to
+    whoever merges the shards' stats (`check_usable`)."""
 
     source: Source
     inputs: tuple[InputSpec, ...]
     batch_size: int
     fixed_batch: bool
     as_given: bool = False
+    shard: tuple[int, int] | None = None
+    windows: tuple[tuple[int, int] | None, ...] | None = None
+    first_batch: int = 0
 
     @property
     def unit(self) -> str:
@@ -397,7 +448,7 @@ class Dataset:
         pending_count = 0
         pending_shapes: dict[str, tuple[int, ...]] | None = None
         read_since = 0
-        index = 0
+        index = self.first_batch
 
         def flush(count: int) -> Batch:
             nonlocal pending, pending_count, read_since, index
@@ -422,7 +473,7 @@ class Dataset:
             stats.batches += 1
             return batch
 
-        for part in self.source.parts(self.input_names):
+        for part in self._parts():
             for block in _sample_blocks(part, self.inputs, self.as_given, self.batch_size):
                 block_size = next(iter(block.values())).shape[0]
                 stats.samples_read += block_size
@@ -470,6 +521,20 @@ class Dataset:
                 pending = []
             else:
                 yield flush(pending_count)
+        if self.shard is None:
+            self.check_usable(stats)
+
+    def _parts(self) -> Iterator[Part]:
+        """The source's parts, each cut to this shard's window of it."""
+        parts = self.source.parts(self.input_names)
+        if self.windows is None:
+            yield from parts
+            return
+        for part, window in zip(parts, self.windows, strict=True):
+            yield part if window is None else _window_part(part, self.inputs, self.as_given, *window)
+
+    def check_usable(self, stats: DatasetStats) -> None:
+        """InputError when a whole pass (all shards' stats merged) read no samples, or none it could use."""
         if stats.samples_read == 0:
             raise InputError(f"{self.label}: dataset is empty (no {self.unit}s)")
         if stats.samples_used == 0:
@@ -490,6 +555,58 @@ class Dataset:
                 f"{self.label}: {stats.samples_read - stats.excluded - stats.empty} usable samples do not "
                 f"fill one batch of {self.batch_size} (the model's fixed batch dim)"
             )
+
+
+def shard_datasets(dataset: Dataset, count: int) -> list[Dataset] | None:
+    """`count` shards of the dataset, each reading only its share; None when the source cannot be split
+    (a data function without the shard protocol: every worker then reads it all, see workers.py).
+
+    Files, and items of a list, are split by sample ranges counted from their headers (no data read),
+    cut at whole batches of the unsplit dataset: shard k takes batches [k*n/count, (k+1)*n/count) of n. So
+    each shard forms the batches one process forms (unless samples left out, NaN/Inf or empty, or a change
+    of a dynamic dim shift them), and a file outside a shard's range is not opened by it. A range inside
+    a file reads only its rows: memory-mapped for .npy and stored .npz members (np.savez's), streamed
+    up to them for a compressed .npz. A function that takes `shard_index` and `num_shards` is called
+    with them in every shard and yields that shard's data only.
+    """
+    source = dataset.source
+    if source.kind == "function":
+        if not takes_shard(source.load()):
+            return None
+        return [
+            replace(dataset, source=replace(source, shard=(k, count)), shard=(k, count)) for k in range(count)
+        ]
+    names = dataset.input_names
+    if source.kind == "sequence":
+        assert source.items is not None
+        keys: list[object] = list(source.items)
+    else:
+        keys = [str(path) for path in source.file_paths()]
+    counts = [_check_part(part, dataset.inputs, dataset.as_given)[0] for part in source.parts(names)]
+    offsets = [0, *itertools.accumulate(counts)]
+    batch = dataset.batch_size
+    batches = -(-offsets[-1] // batch)
+    shards = []
+    for index in range(count):
+        first, last = index * batches // count, (index + 1) * batches // count
+        low, high = first * batch, min(last * batch, offsets[-1])
+        chosen: list[object] = []
+        windows: list[tuple[int, int] | None] = []
+        for key, size, offset in zip(keys, counts, offsets):
+            start, stop = max(low - offset, 0), min(high - offset, size)
+            if start < stop:
+                chosen.append(key)
+                windows.append(None if (start, stop) == (0, size) else (start, stop))
+        if source.kind == "sequence":
+            part_source = replace(source, items=chosen)
+        else:
+            part_source = replace(source, kind="files", files=tuple(str(key) for key in chosen), path=None)
+        shards.append(
+            replace(
+                dataset, source=part_source, shard=(index, count), windows=tuple(windows), first_batch=first
+            )
+        )
+    return shards
 
 
 def open_dataset(data: DataSource, model: ModelProto, batch_size: int | str | None = None) -> Dataset:
@@ -522,4 +639,5 @@ __all__ = [
     "model_inputs",
     "open_dataset",
     "resolve_source",
+    "shard_datasets",
 ]

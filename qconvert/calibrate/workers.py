@@ -2,10 +2,12 @@
 
 NOTE: an engine is opened once per calibration and runs every pass: worker processes (spawn context) and
 Ray actors start once, receive the model once and build their onnxruntime session on first use, so a
-two-pass method pays for start-up and model loading once. A pass is split into shares: share i of N
-runs the batches whose index is i mod N, observing into its own copy of the pass's (empty) observers;
-`collect` merges the copies in share order. Every share reads the whole dataset (so all form the same
-batches) but runs the model only on its own batches.
+two-pass method pays for start-up and model loading once. A pass is split into shares, each observing
+into its own copy of the pass's (empty) observers; `collect` merges the copies in share order. Files and
+lists are sharded (dataset.shard_datasets): share i reads only its own files or rows, contiguous runs of
+whole batches. A data function that takes `shard_index, num_shards` yields share i's data only; any other
+function is read whole by every share, which runs the batches whose index is i mod N.
+Ray (ray_cluster.py) runs the shares as actors on a private instance or on a cluster it joins.
 
 When something stops a calibration (an error, Ctrl-C, the CLI's SIGTERM), worker processes are ended at
 once, not waited for. A worker that dies (killed, out of memory, a crash, a data function ending its process)
@@ -15,26 +17,22 @@ is reported in one line naming it and its exit code or signal.
 from __future__ import annotations
 
 import contextlib
-import copy
-import logging
 import multiprocessing
 import os
 import pickle
 import queue
-import re
 import signal
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import numpy as np
 
+from qconvert.calibrate.data_sources import bytes_read
 from qconvert.calibrate.dataset import Batch, Dataset, DatasetStats
 from qconvert.calibrate.observer import Observer
 from qconvert.did_you_mean import did_you_mean
@@ -96,7 +94,11 @@ def make_session(augmented: AugmentedModel, threads: int = 1) -> Any:
 # One share of one pass -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Share:
-    """One worker's part of a pass (picklable): the dataset, empty observers, which batches are its own."""
+    """One worker's part of a pass (picklable): the dataset, empty observers, which batches are its own.
+
+    A sharded dataset (`dataset.shard` set, see dataset.shard_datasets) holds only this share's data: all
+    its batches are run. Otherwise (a data function without the shard protocol) every share reads the
+    whole dataset and runs the batches whose index is `index` mod `count`."""
 
     dataset: Dataset
     observers: ObserverTable
@@ -111,6 +113,9 @@ class ShareResult:
     batches_run: int = 0
     samples_reported: int = 0
     seconds: float = 0.0
+    bytes_read: int = 0  # data bytes this share read from files (its shard only, when sharded)
+    pid: int = 0  # the process that ran it
+    peak_memory: int = 0  # that process's peak resident bytes when it finished
 
 
 def observe_share(session: Any, share: Share, report: Callable[[int], None], threads: int = 1) -> ShareResult:
@@ -130,6 +135,8 @@ def observe_share(session: Any, share: Share, report: Callable[[int], None], thr
         raise ValueError("an observer listed under two tensors would be fed by two threads at once")
     stats = DatasetStats()
     result = ShareResult(share.observers, stats)
+    sharded = share.dataset.shard is not None  # reads only its own data; else all of it, runs its batches
+    read_before = bytes_read()
 
     def run(batch: Batch) -> list[tuple[str, np.ndarray]]:
         try:
@@ -160,17 +167,29 @@ def observe_share(session: Any, share: Share, report: Callable[[int], None], thr
         if threads > 1:
             pool = stack.enter_context(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="observe"))
         for batch in share.dataset.batches(stats):
-            if batch.index % share.count != share.index:
+            if not sharded and batch.index % share.count != share.index:
                 continue
             observe(batch, pool)
             result.batches_run += 1
             result.samples_reported += batch.size
             report(batch.size)
-    if share.index == 0:  # samples read but not run: counted once, by the first share
+    if sharded or share.index == 0:  # samples read but not run: counted once, by the share that read them
         result.samples_reported += stats.excluded + stats.empty + stats.dropped_tail
         report(stats.excluded + stats.empty + stats.dropped_tail)
     result.seconds = time.perf_counter() - started
+    result.bytes_read = bytes_read() - read_before
+    result.pid = os.getpid()
+    result.peak_memory = peak_memory()
     return result
+
+
+def peak_memory() -> int:
+    """This process's peak resident memory in bytes (Linux: ru_maxrss is in KiB)."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 # Engines ------------------------------------------------------------------------------------------------
@@ -187,12 +206,13 @@ class InProcessEngine:
 
     workers = 1
 
-    def __init__(self, augmented: AugmentedModel) -> None:
+    def __init__(self, augmented: AugmentedModel, threads: int | None = None) -> None:
         self.augmented = augmented
         self.session: Any = None
+        self.threads = threads
 
     def run(self, shares: Sequence[Share], progress: Callable[[int], None]) -> list[ShareResult]:
-        threads = os.cpu_count() or 1
+        threads = self.threads or os.cpu_count() or 1
         if self.session is None:
             self.session = make_session(self.augmented, threads)
         return [observe_share(self.session, share, progress, threads) for share in shares]
@@ -235,7 +255,8 @@ _UNGUARDED_SCRIPT = (
 )
 
 
-def _raise_from_share(error: BaseException) -> None:
+def raise_from_share(error: BaseException) -> None:
+    """Raise a share's error here: a QConvertError as an InputError (bad data), anything else as ours."""
     if isinstance(error, QConvertError):
         raise InputError(error.message) from None
     raise RuntimeError(f"calibration worker failed: {type(error).__name__}: {error}") from None
@@ -301,7 +322,7 @@ class ProcessEngine:
     leave a model larger than the pipe's buffer half written and this process waiting forever.
     """
 
-    def __init__(self, augmented: AugmentedModel, workers: int) -> None:
+    def __init__(self, augmented: AugmentedModel, workers: int, threads: int | None = None) -> None:
         self.processes: dict[int, multiprocessing.process.BaseProcess] = {}  # pid -> process, in start order
         # A spawned worker running the caller's unguarded script again: stop before creating semaphores
         # that its parent, killing the broken pool, would leave behind (and resource_tracker warn of).
@@ -314,7 +335,7 @@ class ProcessEngine:
             pickle.dump(augmented, file, protocol=pickle.HIGHEST_PROTOCOL)
         context = multiprocessing.get_context("spawn")
         self.messages = context.Queue()
-        threads = max(1, (os.cpu_count() or 1) // workers)
+        threads = threads or max(1, (os.cpu_count() or 1) // workers)
         self.pool = ProcessPoolExecutor(
             workers,
             mp_context=context,
@@ -340,7 +361,7 @@ class ProcessEngine:
                 self.pool.shutdown(wait=True)  # every process joined: their exit codes are known
                 raise _death(list(self.processes.values()), self.folder.name) from None
             if error is not None:
-                _raise_from_share(error)
+                raise_from_share(error)
             results.append(future.result())
         return results
 
@@ -362,139 +383,38 @@ class ProcessEngine:
             self.folder.cleanup()
 
 
-class _RayWorker:
-    """A Ray actor: the model's session, built on first use, kept for every pass."""
-
-    def __init__(self, augmented: AugmentedModel, threads: int) -> None:
-        self.augmented = augmented
-        self.threads = threads
-        self.session: Any = None
-
-    def run(self, share: Share) -> ShareResult:
-        if self.session is None:  # on a cluster (threads 0) the actor cannot know its cores: the default
-            self.session = make_session(self.augmented, self.threads)
-        # Ray hands numpy arrays over zero-copy from its object store, read-only: observe into a copy.
-        share = Share(share.dataset, copy.deepcopy(share.observers), share.index, share.count)
-        return observe_share(self.session, share, lambda samples: None, max(1, self.threads))
-
-
-class RayEngine:
-    """`workers` Ray actors on a local Ray instance (or the cluster `ray.init` already connected to).
-
-    The model travels through Ray's object store, but the data source is re-opened by each actor: on a
-    cluster of several machines, its files (and a model's external data folder) must be at the same
-    path on every node. Progress moves when a share finishes: actors report nothing before."""
-
-    def __init__(self, augmented: AugmentedModel, workers: int) -> None:
-        import ray
-
-        self.workers = workers
-        threads = max(1, (os.cpu_count() or 1) // workers) if not ray.is_initialized() else 0
-        actor = ray.remote(num_cpus=1)(_RayWorker)
-        model = ray.put(augmented)  # once, shared by the actors
-        self.actors: list[Any] = [actor.remote(model, threads) for _ in range(workers)]
-
-    def run(self, shares: Sequence[Share], progress: Callable[[int], None]) -> list[ShareResult]:
-        import ray
-        import ray.exceptions
-
-        references = [actor.run.remote(share) for actor, share in zip(self.actors, shares)]
-        pending = list(references)
-        while pending:
-            try:
-                # Ray's wait runs signal handlers without stopping for any exception but KeyboardInterrupt
-                # (see below): a timeout bounds how late SIGTERM's takes effect.
-                done, pending = ray.wait(pending, num_returns=1, timeout=0.5)
-                if not done:
-                    continue
-                finished = ray.get(done[0])
-            except ray.exceptions.RayTaskError as error:
-                _raise_from_share(error.cause)
-                raise
-            except ray.exceptions.ActorDiedError as error:
-                raise _actor_death(error, references.index(done[0]) + 1, len(references)) from None
-            except SystemError as error:
-                # A signal handler raised inside Ray's wait (the CLI's SIGTERM handler: Terminated). Ray's
-                # signal check stops waiting for KeyboardInterrupt and SystemExit only; it leaves any other
-                # exception set and returns when the wait ends, which Python reports as a SystemError
-                # caused by it. Raise the handler's own exception.
-                cause = error.__cause__ or error.__context__
-                if isinstance(cause, BaseException) and not isinstance(cause, Exception):
-                    raise cause from None
-                raise
-            progress(finished.samples_reported)
-        # Results come back read-only too (zero-copy); the parent merges into them, so copy.
-        return [cast(ShareResult, copy.deepcopy(ray.get(reference))) for reference in references]
-
-
-def _actor_death(error: Any, number: int, count: int) -> QConvertError:
-    """One line for an actor whose process died (Ray's own text is 7 lines). Ray does not know the exit
-    code or signal: the process's connection just closed. A QConvertError, as `_death` says why."""
-    text = str(error)
-    pid = re.search(r"\bpid: (\d+)", text)
-    exit_type = re.search(r"Worker exit type: (\w+)", text)
-    who = f"calibration worker {number} of {count} (a Ray actor{f', pid {pid[1]}' if pid else ''})"
-    how = f"Ray says {exit_type[1]}" if exit_type else "Ray gives no reason"
-    return QConvertError(
-        f"{who} died while reading data or running the model ({how}): killed (out of memory?), "
-        "or a crash in native code or a data function that ended its process"
-    )
-
-
 @contextlib.contextmanager
-def ray_instance(cpus: int) -> Iterator[None]:
-    """A local Ray instance for the duration (shut down after), or the one already connected (kept)."""
-    try:
-        import ray
-    except ImportError:
-        raise InputError("--engine ray needs the optional `ray` extra: pip install 'qconvert[ray]'") from None
-    if ray.is_initialized():  # the caller's cluster (ray.init(address=...)): use it as it is
-        yield
-        return
-    # ray.init replaces the SIGTERM handler with one that calls sys.exit(15): keep one our caller set (the
-    # CLI's, which exits 143 after the same cleanup), and put the original back once Ray is shut down.
-    # A SIGTERM during ray.init meets Ray's handler: its SystemExit(15) becomes our caller's response too.
-    on_main_thread = threading.current_thread() is threading.main_thread()
-    previous_handler = signal.getsignal(signal.SIGTERM) if on_main_thread else None
-    # Ray's driver prints what its raylet reports (a worker that died, ...) to stdout, whatever
-    # log_to_driver says: diagnostics, which belong on stderr (stdout may carry `--json -`).
-    with contextlib.redirect_stdout(sys.stderr):
-        try:
-            try:
-                ray.init(
-                    num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR
-                )
-            except SystemExit as exit_:
-                if exit_.code == signal.SIGTERM and callable(previous_handler):
-                    signal.signal(signal.SIGTERM, previous_handler)
-                    previous_handler(signal.SIGTERM, None)  # raises (the CLI's raises Terminated)
-                raise
-            if callable(previous_handler):
-                signal.signal(signal.SIGTERM, previous_handler)
-            yield
-        finally:
-            ray.shutdown()
-            if previous_handler is not None:
-                signal.signal(signal.SIGTERM, previous_handler)
+def open_engine(
+    augmented: AugmentedModel,
+    workers: int = 1,
+    engine: str = "local",
+    *,
+    ray_address: str | None = None,
+    threads_per_worker: int | None = None,
+    verbose: bool = False,
+) -> Iterator[Engine]:
+    """The engine that runs every pass of one calibration; closed (processes, Ray) on exit.
 
-
-@contextlib.contextmanager
-def open_engine(augmented: AugmentedModel, workers: int = 1, engine: str = "local") -> Iterator[Engine]:
-    """The engine that runs every pass of one calibration; closed (processes, Ray) on exit."""
+    `ray_address` (a cluster to join, see ray_cluster.py) implies the ray engine. `threads_per_worker`:
+    each worker's onnxruntime threads (None: its share of the cores, or of its Ray node's CPUs)."""
     if workers < 1:
         raise InputError(f"--workers {workers}: expected 1 or more")
+    if threads_per_worker is not None and threads_per_worker < 1:
+        raise InputError(f"--threads-per-worker {threads_per_worker}: expected 1 or more")
     if engine not in ENGINES:
         raise InputError(
             f"--executor {engine}: expected one of {', '.join(ENGINES)}{did_you_mean(engine, ENGINES)}"
         )
-    if engine == "ray":
-        with ray_instance(workers):
-            yield RayEngine(augmented, workers)
+    if engine == "ray" or ray_address is not None:
+        from qconvert.calibrate.ray_cluster import open_ray_engine
+
+        with open_ray_engine(augmented, workers, ray_address, threads_per_worker, verbose) as on_ray:
+            yield on_ray
         return
     if workers == 1:
-        yield InProcessEngine(augmented)
+        yield InProcessEngine(augmented, threads_per_worker)
         return
-    processes = ProcessEngine(augmented, workers)
+    processes = ProcessEngine(augmented, workers, threads_per_worker)
     try:
         yield processes
     except BaseException:  # an error, Ctrl-C or SIGTERM (the CLI's `Terminated`): end the workers now
@@ -513,5 +433,6 @@ __all__ = [
     "make_session",
     "observe_share",
     "open_engine",
-    "ray_instance",
+    "peak_memory",
+    "raise_from_share",
 ]

@@ -554,6 +554,15 @@ def calibrate_command(
         None, "--executor", help="where the workers run: local (processes) or ray", show_default="local"
     ),
     engine: str | None = typer.Option(None, "--engine", hidden=True, help="old spelling of --executor"),
+    ray_address: str | None = typer.Option(
+        None,
+        "--ray-address",
+        help="join this Ray cluster (HOST:PORT or auto; implies --executor ray); with --executor ray and no "
+        "address: $RAY_ADDRESS, else a private local instance",
+    ),
+    threads_per_worker: int | None = typer.Option(
+        None, "--threads-per-worker", help="onnxruntime threads of each worker", show_default="its CPUs"
+    ),
     batch_size: str | None = typer.Option(
         None,
         "--batch-size",
@@ -598,7 +607,10 @@ def calibrate_command(
     ),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar and no table; warnings only"),
     verbose: bool = typer.Option(
-        False, "--verbose", "-v", help="every range in the table (else the 25 with notes or widest first)"
+        False,
+        "--verbose",
+        "-v",
+        help="every range in the table (else the 25 with notes or widest first); Ray's own log",
     ),
     evaluate_samples: int = typer.Option(
         32,
@@ -639,6 +651,7 @@ def calibrate_command(
     if load_ranges is not None:  # what only calibrating reads (calibrate() checks the rest)
         options = {"--method": method, "--sentinel": sentinel, "--workers": workers, executor_flag: executor}
         options["--batch-size"] = batch_size if data is None else None  # with --data: --evaluate's batches
+        options.update({"--ray-address": ray_address, "--threads-per-worker": threads_per_worker})
         refuse_unused_with_load_ranges(
             load_ranges, {name: value is not None for name, value in options.items()}
         )
@@ -680,6 +693,9 @@ def calibrate_command(
             json_path=json_path,
             workers=1 if workers is None else workers,
             engine="local" if executor is None else executor,
+            ray_address=ray_address,
+            threads_per_worker=threads_per_worker,
+            verbose=verbose,  # Ray's own log too
             batch_size=batch,
             sentinel="keep" if sentinel is None else sentinel,
             sentinel_overrides=_named_values(sentinel_override),

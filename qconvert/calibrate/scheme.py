@@ -15,6 +15,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, fields
 
 from qconvert.calibrate.overrides import ORT_QUANT_TYPE_NAMES, TensorOverride, parse_overrides, storage_name
+from qconvert.did_you_mean import did_you_mean
 from qconvert.errors import InputError
 from qconvert.numerics.calibration import FLOAT8, FLOAT8_SCALE_RULES, QUANT_TYPES, is_signed
 
@@ -145,6 +146,7 @@ class Scheme:
                 raise InputError(
                     f"scheme: {name} '{value}' is not one of {', '.join(QUANT_TYPES)} "
                     f"(or onnxruntime's {', '.join(ORT_QUANT_TYPE_NAMES)})"
+                    + did_you_mean(str(value), QUANT_TYPES)
                 )
         if self.activation_type == "int8" and self.weight_type == "uint8":
             raise InputError(
@@ -165,6 +167,7 @@ class Scheme:
         if self.float8_scale not in FLOAT8_SCALE_RULES:
             raise InputError(
                 f"scheme: float8_scale '{self.float8_scale}' is not one of {', '.join(FLOAT8_SCALE_RULES)}"
+                + did_you_mean(str(self.float8_scale), FLOAT8_SCALE_RULES)
             )
         if self.float8_scale != "std" and FLOAT8 not in (self.activation_type, self.weight_type):
             raise InputError(

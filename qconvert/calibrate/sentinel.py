@@ -27,6 +27,7 @@ import numpy as np
 
 from qconvert.calibrate.counting import FLOAT32_EXPONENT_FIELDS, exponent_field_counts
 from qconvert.calibrate.observers import HUGE_EXPONENT, HUGE_MAGNITUDE, AlignedHistogramObserver
+from qconvert.did_you_mean import did_you_mean
 from qconvert.errors import InputError
 
 MAGNITUDE_BINS = FLOAT32_EXPONENT_FIELDS  # counting.py: sign bit * 256 + biased exponent field
@@ -300,7 +301,8 @@ def parse_policy(policy: SentinelPolicy | str) -> SentinelPolicy:
     try:
         return SentinelPolicy(str(policy).strip().lower())
     except ValueError:
-        raise InputError(f"--sentinel {policy!r}: expected keep, clip or off") from None
+        suggestion = did_you_mean(str(policy).strip().lower(), [p.value for p in SentinelPolicy])
+        raise InputError(f"--sentinel {policy!r}: expected keep, clip or off{suggestion}") from None
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, SentinelAction]:
@@ -315,6 +317,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, SentinelAction]:
         except ValueError:
             raise InputError(
                 f"--sentinel-override {item!r}: unknown action {action!r} (expected keep, clip or quantize)"
+                + did_you_mean(action.strip().lower(), [a.value for a in SentinelAction])
             ) from None
     return overrides
 

@@ -445,9 +445,9 @@ def check_command(
             != (None, None, None)
             or (max_mismatch_fraction, min_sqnr) != (None, None),
             "--input-shape": input_shape,
-            "--report / --model-explorer": report_path is not None or model_explorer is not None,
+            "--model-explorer": model_explorer is not None,
         }
-        _check_against(model, against, data, max_samples, batch_size, json_path, quiet, given)
+        _check_against(model, against, data, max_samples, batch_size, json_path, quiet, given, report_path)
     tolerances = Tolerances(
         atol=atol, rtol=rtol, max_lsb=max_lsb, max_mismatch_fraction=max_mismatch_fraction, min_sqnr=min_sqnr
     )
@@ -505,6 +505,7 @@ def _check_against(
     json_path: str | None,
     quiet: bool,
     given: dict[str, object],
+    report_path: str | None = None,
 ) -> None:
     """`check MODEL --against SOURCE`: the stripped model against its source (exit 0 PASSED, else 1)."""
     from qconvert.check.against import check_against, render_against
@@ -519,7 +520,8 @@ def _check_against(
     )
     if json_path is not None:
         report.write_json(json_path)
-    table = sys.stderr if json_path == "-" else sys.stdout  # --json -: stdout carries the JSON alone
+    _write_check_reports(report.to_json(), model, report_path, None)
+    table = sys.stderr if "-" in (json_path, report_path) else sys.stdout  # stdout carries that one alone
     with stdout_console(table, piped_width=200) as console:
         render_against(report, console, summary_only=quiet)
     raise typer.Exit(0 if report.passed else 1)

@@ -80,14 +80,16 @@ def render_html(result: Mapping[str, Any], source: str = "") -> str:
     except ImportError:
         raise InputError("the HTML report draws with plotly: pip install 'qconvert[report]'") from None
     if "layers" in result and "verdict" in result:
-        page = _CheckPage(result)
+        page: _Page = _CheckPage(result)
+    elif "comparisons" in result and "verdict" in result:
+        page = _AgainstPage(result)
     elif "ranges" in result and "method" in result:
         page = _CalibrationPage(result)
     else:
         where = f"{source}: " if source else ""
         raise InputError(
             f"{where}not a result of `qconvert check --json` or `qconvert calibrate --json` "
-            "(no 'layers' and 'verdict', nor 'ranges' and 'method')"
+            "(no 'layers' or 'comparisons' with a 'verdict', nor 'ranges' and 'method')"
         )
     return page.render(source)
 
@@ -532,6 +534,65 @@ class _CheckPage(_Page):
                 + "</details>"
             )
         self.sections.append("".join(parts))
+
+
+class _AgainstPage(_Page):
+    """`check STRIPPED --against SOURCE`: each boundary value and output of the two models, compared."""
+
+    title = "qconvert check --against"
+
+    def build(self) -> None:
+        import plotly.graph_objects as go
+
+        result = self.result
+        comparisons: Sequence[Mapping[str, Any]] = result.get("comparisons") or []
+        verdict = str(result.get("verdict", ""))
+        self.sections.append(
+            f"<h1>qconvert check: {_text(result.get('stripped'))} against {_text(result.get('source'))}</h1>"
+            f'<p><span class="verdict {_text(verdict)}">{_text(verdict)}</span></p>'
+            + _table(
+                ["form", "inputs", "samples"],
+                [[_text(result.get(key)) for key in ("form", "inputs", "samples")]],
+            )
+        )
+        names = [f"{c.get('name')} ({c.get('compared')})" for c in comparisons]
+        figure = go.Figure(layout=_layout("SQNR of each compared value", "value", "SQNR (dB)"))
+        values = [
+            EXACT_PLOT_DB if c.get("sqnr_db") is None and c.get("mismatches") == 0 else c.get("sqnr_db")
+            for c in comparisons
+        ]
+        figure.add_bar(
+            x=names,
+            y=values,
+            text=["exact" if v == EXACT_PLOT_DB else "" for v in values],
+            marker_color=[COLOURS.get(str(c.get("verdict")), "#757575") for c in comparisons],
+        )
+        rows = [
+            [
+                _text(name),
+                f'<span class="{_verdict_class(str(c.get("verdict")))}">{_text(c.get("verdict"))}</span>',
+                _text(c.get("judged")),
+                _number(c.get("elements")),
+                _number(c.get("mismatches")),
+                _number(c.get("max_abs_diff")),
+                "exact"
+                if c.get("sqnr_db") is None and c.get("mismatches") == 0
+                else _number(c.get("sqnr_db")),
+                _text(c.get("failure") or c.get("reason")),
+            ]
+            for name, c in zip(names, comparisons, strict=True)
+        ]
+        header = ["value", "verdict", "judged", "elements", "mismatches", "max |diff|", "SQNR (dB)", "why"]
+        self.sections.append(
+            "<h2>Compared values</h2>"
+            + (self.plot(figure) if comparisons else "")
+            + _table(header, rows, {3, 4, 5, 6})
+        )
+        notes = result.get("notes") or []
+        if notes:
+            self.sections.append(
+                "<h2>Notes</h2><ul>" + "".join(f"<li>{_text(n)}</li>" for n in notes) + "</ul>"
+            )
 
 
 def _steps_label(k: int, length: int) -> str:

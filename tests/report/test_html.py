@@ -173,3 +173,25 @@ def test_calibrate_report_lists_the_sentinel_decisions(tmp_path: Path) -> None:
     for name, why in keep_float.items():
         assert f"<td>{name}</td><td>kept in float</td>" in section
         assert why.split(":")[0] in section
+
+
+def test_check_against_report_lists_every_compared_value(tmp_path: Path) -> None:
+    from report.report_support import DIGITS_QDQ
+
+    stripped, result, page = tmp_path / "digits.storage.onnx", tmp_path / "against.json", tmp_path / "a.html"
+    assert main(["convert", str(DIGITS_QDQ), "--to", "onnx-storage", "-o", str(stripped), "--quiet"]) == 0
+    arguments = [
+        "check",
+        str(stripped),
+        "--against",
+        str(DIGITS_QDQ),
+        "--data",
+        str(DIGITS_INPUTS),
+        "--quiet",
+    ]
+    assert main([*arguments, "--json", str(result), "--report", str(page)]) == 0
+    against = load(result)
+    text = page.read_text()
+    assert f'<span class="verdict {against["verdict"]}">' in text
+    for comparison in against["comparisons"]:
+        assert f"<td>{comparison['name']} ({comparison['compared']})</td>" in text

@@ -467,6 +467,10 @@ class _Builder:
             offset = np.pad(
                 np.broadcast_to(offset, (site.channels,)).reshape(-1), (0, site.n - site.channels)
             )
+        if site.mode == "PER_TOKEN" and site.m is not None and site.channels:  # one scale per row [m]
+            repeat = site.m // site.channels
+            scale = np.tile(scale.reshape(-1), repeat)
+            offset = np.tile(np.broadcast_to(offset, (site.channels,)).reshape(-1), repeat)
         site.scale, site.offset = scale, offset
 
     def dynamic_quantize(self, op: DynamicQuantizeLinearOp) -> None:

@@ -93,7 +93,17 @@ def emulate_site(
     source = np.asarray(array)
     if site.api == API_ANTIQUANT and site.storage_shift:
         source = (source.astype(np.int16) + site.storage_shift).astype(np.int8)  # uint8 codes read as int8
-    if site.api == API_QUANT and site.mode == "PER_TOKEN":
+    if site.api == API_QUANT and site.mode == "PER_TOKEN" and tiling is not None:
+        flat = source.reshape(-1)
+        parts = np.zeros(flat.size, dtype=_dst_dtype(site))
+        rows = np.arange(flat.size // site.n)
+        for _, start, length in tiles(tiling):  # each tile's rows with its slice of the per-row scales
+            first, count = start // site.n, length // site.n
+            chunk = flat[start : start + length].reshape(count, site.n)
+            kept = rows[first : first + count]
+            parts[start : start + length] = _per_token(site, chunk, scale, offset, kept).reshape(-1)
+        result = parts.reshape(shape)
+    elif site.api == API_QUANT and site.mode == "PER_TOKEN":
         result = _per_token(site, source, scale, offset)
     elif site.api == API_QUANT and site.mode == "PER_GROUP":
         result = _call(site, source, scale, offset, 0, source.size)
@@ -116,9 +126,16 @@ def emulate_site(
     return result, extra
 
 
+_DESTINATIONS = {
+    "int8": np.int8,
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+    "float8_e5m2": ml_dtypes.float8_e5m2,
+}
+
+
 def _dst_dtype(site: Site) -> np.dtype:
     if site.api == API_QUANT:
-        return np.dtype(site.dst_type) if site.dst_type == "int8" else np.dtype(np.float32)
+        return np.dtype(_DESTINATIONS[site.dst_type])
     if site.api == API_ANTIQUANT:
         return np.dtype(ml_dtypes.bfloat16 if site.dst_type == "bfloat16" else np.float16)
     return np.dtype(np.float32)
@@ -184,15 +201,22 @@ def _call(
 
 
 def _per_token(
-    site: Site, source: np.ndarray, scale: np.ndarray | None, offset: np.ndarray | None
+    site: Site,
+    source: np.ndarray,
+    scale: np.ndarray | None,
+    offset: np.ndarray | None,
+    rows_of: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per-axis quantization on a non-last axis as PER_TOKEN: rows of the trailing elements, each row's
     scale that of its channel (row r is channel r mod C)."""
     assert scale is not None and site.channels is not None
     rows = source.reshape(-1, site.n)
-    channel = np.arange(rows.shape[0]) % site.channels
-    row_scale = np.asarray(scale).reshape(-1)[channel].reshape(-1, 1)
-    row_offset = np.broadcast_to(np.asarray(offset).reshape(-1), (site.channels,))[channel].reshape(-1, 1)
+    scales = np.asarray(scale).reshape(-1)
+    offsets = np.broadcast_to(np.asarray(offset).reshape(-1), scales.shape)
+    index = np.arange(rows.shape[0]) if rows_of is None else rows_of  # which rows of the tensor these are
+    channel = index % scales.size  # the site's per-row table (or per channel: r mod C)
+    row_scale = scales[channel].reshape(-1, 1)
+    row_offset = offsets[channel].reshape(-1, 1)
 
     destination = {
         "int8": np.int8,

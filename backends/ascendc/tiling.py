@@ -72,11 +72,15 @@ def tiling_for(site: Site, product: Product) -> Tiling | None:
         param_len = 0 if site.mode == "PER_TENSOR" or site.scale is None else int(site.scale.size)
         params = 2 * param_len * 4
         tmp_per_element = 2 if site.src_type == "float32" else 0  # the API's half copy of a float source
-        unit = (
-            math.lcm(ALIGN_BYTES, row)
-            if site.mode in ("PER_CHANNEL", "PER_TOKEN", "PER_GROUP")
-            else ALIGN_BYTES
-        )
+        if site.mode == "PER_CHANNEL":
+            unit = math.lcm(ALIGN_BYTES, row)
+        elif site.mode in ("PER_TOKEN", "PER_GROUP"):
+            # whole rows, 8 at a time: a tile's slice of the resident float scales stays 32-byte aligned;
+            # PER_GROUP along the rows (kDim 0) also whole groups of rows
+            rows = 8 if site.k_dim != 0 else math.lcm(8, site.group_size or 1)
+            unit = math.lcm(ALIGN_BYTES, rows * row)
+        else:
+            unit = ALIGN_BYTES
     elif site.api == API_DEQUANT:
         param_len = row
         params = row * 4

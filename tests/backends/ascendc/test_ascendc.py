@@ -353,6 +353,14 @@ def test_tiling_covers_every_element_once_and_tiles_equal_the_whole_tensor() -> 
         assert tiled.shape == source.shape and np.array_equal(tiled, whole)
         checked += 1
     assert checked == 6
+    # PER_TOKEN (atlas-350): tiles of whole rows, 8 at a time, each with its slice of the per-row scales
+    token = _qdq((4, 16, 32), np.linspace(0.01, 0.08, 16), np.zeros(16, np.int8), axis=1, dequantize=False)
+    site = _graph(token, "atlas-350").sites[0]
+    tiling = tiling_for(site, dataclasses.replace(PRODUCTS["atlas-350"], ub_bytes=8192, vector_cores=3))
+    assert site.mode == "PER_TOKEN" and tiling is not None and tiling.tileCount == 4
+    assert tiling.tileLen % (8 * tiling.rowLen) == 0 and np.all(coverage(tiling) == 1)
+    source = rng.normal(0, 1, (4, 16, 32)).astype(np.float32)
+    assert np.array_equal(emulate_site(site, source, tiling)[0], emulate_site(site, source)[0])
 
 
 # Kernels compile against the stub header -----------------------------------------------------------------

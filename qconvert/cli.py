@@ -717,7 +717,7 @@ def calibrate_command(
 
 @app.command("report")
 def report_command(
-    result: str = typer.Argument(..., help="a `check --json` or `calibrate --json` result"),
+    result: str = typer.Argument(..., help="a `check --json` or `calibrate --json` result ('-': stdin)"),
     output: str = typer.Option("report.html", "-o", "--output", help="the HTML page ('-': stdout)"),
 ) -> None:
     """Draw a check or calibrate result as one self-contained HTML page (no network needed to open it)."""

@@ -15,9 +15,15 @@ from qconvert.report.model_explorer import node_data, write_model_explorer
 
 
 def read_result(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A `check --json` or `calibrate --json` file, read; InputError naming the file when it is not one."""
+    """A `check --json` or `calibrate --json` file ('-': standard input), read; InputError naming the file
+    when it is not one."""
     try:
-        text = open(os.fspath(path), encoding="utf-8").read()  # noqa: SIM115 (also '/dev/stdin')
+        if os.fspath(path) == "-":  # a pipe: `qconvert check ... --json - | qconvert report -`
+            import sys
+
+            text = sys.stdin.read()
+        else:
+            text = open(os.fspath(path), encoding="utf-8").read()  # noqa: SIM115 (also '/dev/stdin')
     except OSError as error:
         raise InputError(f"{os.fspath(path)}: cannot read it ({error.strerror})") from None
     try:

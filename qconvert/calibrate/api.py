@@ -588,15 +588,24 @@ def _finalize(
 
 
 def _written_parameters(module: ModuleOp, names: Mapping[object, str]) -> dict[str, dict[str, object]]:
-    """Each quantized activation's storage, scale and zero point as finalize wrote them (its qcast)."""
+    """Each quantized activation's storage, scale and zero point as finalize wrote them (its qcast), by the
+    tensor the written QuantizeLinear reads (a Relu the quantize absorbs gives its name to the tensor)."""
+    from qconvert.ir.dialects.onnx import node_name
     from qconvert.ir.dialects.quant import QuantizeCastOp
     from qconvert.ir.quant_types import UniformQuantizedType
     from qconvert.ir.types import element_type_of
 
     written: dict[str, dict[str, object]] = {}
     for op in module.walk():
-        quant_type = element_type_of(op.result.type) if isinstance(op, QuantizeCastOp) else None
-        name = names.get(op.input) if isinstance(op, QuantizeCastOp) else None
+        if not isinstance(op, QuantizeCastOp):
+            continue
+        quant_type = element_type_of(op.result.type)
+        label = node_name(op) or ""
+        name = (
+            label.removesuffix("_QuantizeLinear")
+            if label.endswith("_QuantizeLinear")
+            else names.get(op.input)
+        )
         if name is not None and isinstance(quant_type, UniformQuantizedType):
             written[name] = {
                 "storage": quant_type.storage_type_spelling,

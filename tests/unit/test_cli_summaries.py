@@ -1,0 +1,117 @@
+"""What the verbs say once done (issue 22): --json summaries, calibrate's scales, screens, the Python API."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import qconvert
+from qconvert.cli import main
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+DIGITS_QDQ = MODELS / "digits_cnn.qdq.onnx"
+DIGITS_FLOAT = MODELS / "digits_cnn.onnx"
+DIGITS_DATA = MODELS / "digits_cnn.inputs.npz"
+
+
+def _op_names(text: str) -> list[str]:
+    """Every op of MLIR text, generic (`"onnx.Conv"(`) or pretty (`stablehlo.add %`), by its name."""
+    return re.findall(r'(?:= |^\s*)"?([a-z_]+\.[a-z_A-Z0-9.]+)"?[ (%<{]', text, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("verb", ["convert", "import"])
+def test_json_summary_counts_the_ops_written(
+    verb: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out, summary_path = tmp_path / "out.mlir", tmp_path / "summary.json"
+    assert main([verb, str(DIGITS_QDQ), "--elide-weights", "-o", str(out), "--json", str(summary_path)]) == 0
+    summary = json.loads(summary_path.read_text())
+    written = [name for name in _op_names(out.read_text()) if name not in ("func.func", "func.return")]
+    assert summary["outputs"] == [str(out)] and summary["verb"] == verb
+    assert sum(summary["ops"].values()) == len(written)
+    assert all(written.count(name) == count for name, count in summary["ops"].items())
+    assert f"qconvert {verb}: wrote {out}" in capsys.readouterr().err  # the one-line summary
+    assert main([verb, str(DIGITS_QDQ), "-o", str(out), "--json", str(summary_path), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main([verb, str(DIGITS_QDQ), "-o", "-", "--json", "-"]) == 2  # one stdout
+
+
+def test_opt_json_summary(tmp_path: Path) -> None:
+    lifted, lowered, summary_path = tmp_path / "in.mlir", tmp_path / "out.mlir", tmp_path / "s.json"
+    assert main(["import", str(DIGITS_QDQ), "-o", str(lifted), "--quiet"]) == 0
+    command = ["opt", str(lifted), "--allow-unregistered-dialect", "--lower-quant-ops", "-o", str(lowered)]
+    assert main([*command, "--json", str(summary_path)]) == 0
+    summary = json.loads(summary_path.read_text())
+    assert summary["notes"] == ["pass lower-quant-ops"] and "quant.qcast" not in summary["ops"]
+    assert summary["ops"]["arith.constant"] == lowered.read_text().count("arith.constant")
+
+
+def test_calibrate_reports_the_scale_and_zero_point_it_wrote(tmp_path: Path) -> None:
+    out, report = tmp_path / "q.onnx", tmp_path / "result.json"
+    command = ["calibrate", str(DIGITS_FLOAT), "--data", str(DIGITS_DATA), "--evaluate", "0", "--quiet"]
+    assert main([*command, "-o", str(out), "--json", str(report)]) == 0
+    written = json.loads(report.read_text())["quantization"]
+    model = onnx.load(str(out))
+    constants = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    quantizers = [
+        n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in constants
+    ]
+    # each Q node is named after the calibrated tensor it quantizes (its input may be renamed: a graph output)
+    tensors = {node.name.removesuffix("_QuantizeLinear"): node for node in quantizers}
+    assert quantizers and set(tensors) == set(written) <= set(json.loads(report.read_text())["ranges"])
+    for tensor, node in tensors.items():
+        assert np.float32(written[tensor]["scale"]) == constants[node.input[1]]
+        assert written[tensor]["zero_point"] == int(constants[node.input[2]])
+
+
+def test_a_long_table_shows_the_worst_rows_and_counts_the_rest() -> None:
+    from qconvert.calibrate.api import CalibrationResult
+    from qconvert.calibrate.ranges import CalibrationRanges, TensorRange
+    from qconvert.calibrate.render import ROWS_SHOWN, render
+
+    widths = np.random.default_rng(3).permutation(40) + 1.0
+    ranges = {f"t{i}": TensorRange(f"t{i}", 0.0, float(width), "minmax") for i, width in enumerate(widths)}
+    ranges["t7"].note = "noted"
+    note = "per-channel skipped for weight 'w{}': its consumer is LayerNormalization"
+    result = CalibrationResult(CalibrationRanges(ranges), "minmax", notes=[note.format(i) for i in range(5)])
+    stdout, stderr = io.StringIO(), io.StringIO()
+    render(result, stdout, stderr, quiet=False)
+    rows = [line.split()[0] for line in stdout.getvalue().splitlines() if re.match(r"t\d+ ", line)]
+    widest = sorted((name for name in ranges if name != "t7"), key=lambda n: -ranges[n].max)
+    assert rows == ["t7", *widest[: ROWS_SHOWN - 1]]
+    assert f"{40 - ROWS_SHOWN} more (--verbose lists all)" in stdout.getvalue()
+    notes = [line for line in stdout.getvalue().splitlines() if line.startswith("note:")]
+    assert notes == [f"note: {note.format(0)} (x5 alike: 'w0', 'w1', 'w2', ...)"]
+    verbose = io.StringIO()
+    render(result, verbose, stderr, quiet=False, verbose=True)
+    assert sum(1 for line in verbose.getvalue().splitlines() if re.match(r"t\d+ ", line)) == 40
+
+
+def test_the_python_api(tmp_path: Path) -> None:
+    from qconvert.calibrate.methods import METHODS
+
+    assert [method.value for method in qconvert.Method] == list(METHODS)
+    assert qconvert.Form.INTEGER == "integer" and "stablehlo" in list(qconvert.Target)
+    assert (
+        isinstance(qconvert.__version__, str) and "method" in inspect.signature(qconvert.calibrate).parameters
+    )
+    out = tmp_path / "q.onnx"
+    result = qconvert.calibrate(
+        str(DIGITS_FLOAT), str(DIGITS_DATA), method=qconvert.Method.MINMAX, out=str(out)
+    )
+    assert repr(result) == f"CalibrationResult(minmax, 9 ranges, 8 samples, wrote {out})"
+    assert json.loads(json.dumps(result.to_json()))["method"] == "minmax"
+    with pytest.raises(qconvert.InputError) as caught:
+        qconvert.calibrate(str(DIGITS_FLOAT), str(DIGITS_DATA), method="entropi")
+    assert "`method` entropi" in caught.value.message and "--method" not in caught.value.message
+    module = qconvert.convert(qconvert.import_onnx(str(DIGITS_QDQ)), to=qconvert.Target.STABLEHLO)
+    assert any(op.name == "stablehlo.convolution" for op in module.walk())
+    report = qconvert.check(str(DIGITS_QDQ), str(DIGITS_DATA), max_samples=8)
+    assert repr(report).startswith(f"CheckReport({report.verdict}, {DIGITS_QDQ} on interpreter, nodes ")

@@ -26,13 +26,14 @@ from qconvert.ir.attributes import DenseArrayAttr, StringAttr
 from qconvert.ir.core import Block, Operation, Value
 from qconvert.ir.dialects.qconvert import NOTE
 from qconvert.ir.quant_types import UniformQuantizedPerAxisType, UniformQuantizedType, uniform_params
-from qconvert.ir.types import F32, I8, I32, FloatType, RankedTensorType, element_type_of
+from qconvert.ir.types import F32, I8, I32, I64, FloatType, RankedTensorType, element_type_of
 from qconvert.numerics import dequantize, quantize
 from qconvert.numerics.tosa import TosaRounding
 from qconvert.passes.rewrite import PatternRewriter, Root
 
 from . import ops
 from .float_island import splat_value
+from .index_ops import as_i32
 from .legalize_quant import rescale_to
 from .storage import Refusals, constant_of, quant_type, replace_with_storage, storage_of, storage_type
 
@@ -426,6 +427,37 @@ class DotGeneralToFloat(_FloatPattern):
         return self.finish(rewriter, op, ops.reshape(rewriter, product, _ranked(op.result).shape))
 
 
+class SelectAndConvertToFloat(_FloatPattern):
+    """`select(i1, f32, f32)` as tosa.select; `convert` of integers (storage-free: token ids, a mask) to f32
+    as tosa.cast (an i64 narrowed to i32 first, index_ops.py)."""
+
+    roots = ("stablehlo.select", "stablehlo.convert")
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        if not _is_float(op.result):
+            return False
+        if op.name == "stablehlo.select":
+            if not all(_legalized(operand) for operand in op.operands):
+                return False
+            condition, on_true, on_false = (_operand(operand) for operand in op.operands)
+            value = ops.select(rewriter, condition, on_true, on_false)
+        else:
+            source = op.operands[0]
+            if _is_float(source) or quant_type(source) is not None:
+                return False
+            narrow = as_i32(rewriter, source) if element_type_of(source.type) == I64 else source
+            if narrow is None or not _legalized(narrow):
+                return False
+            value = ops.cast(rewriter, narrow, F32)
+        if _ranked(value).shape != _ranked(op.result).shape:
+            value = ops.tile(
+                rewriter,
+                value,
+                [r // s for r, s in zip(_ranked(op.result).shape, _ranked(value).shape, strict=True)],
+            )
+        return self.finish(rewriter, op, value)
+
+
 def float_patterns(refusals: Refusals, labels: Labels) -> list[object]:
     """The patterns of `--allow-float`, run once the integer patterns are done."""
     return [
@@ -437,6 +469,7 @@ def float_patterns(refusals: Refusals, labels: Labels) -> list[object]:
             DataMovementToFloat,
             ReduceToFloat,
             DotGeneralToFloat,
+            SelectAndConvertToFloat,
         )
     ]
 

@@ -19,13 +19,13 @@ from qconvert.ir.attributes import OpaqueAttr, StringAttr
 from qconvert.ir.core import Builder, Operation, Value
 from qconvert.ir.dialects.func import FuncOp
 from qconvert.ir.dialects.qconvert import NOTE
-from qconvert.ir.types import I32, I64, RankedTensorType, element_type_of
+from qconvert.ir.types import I32, I64, IntegerType, RankedTensorType, element_type_of
 from qconvert.passes.rewrite import PatternRewriter, Root
 
 from . import ops
 from .storage import CAST, Refusals, constant_of, materialize, replace_with_storage, storage_of
 
-__all__ = ["INDEX_NOTE", "index_patterns", "narrow_index_arguments"]
+__all__ = ["INDEX_NOTE", "as_i32", "index_patterns", "narrow_index_arguments", "note_arguments"]
 
 INDEX_NOTE = (
     "ONNX int64 input taken as i32 (TOSA has no i64): its values must lie in [-2**31, 2**31), as token ids do"
@@ -66,7 +66,7 @@ def _is_narrowed(value: Value) -> bool:
     )
 
 
-def _as_i32(b: Builder, value: Value) -> Value | None:
+def as_i32(b: Builder, value: Value) -> Value | None:
     """The i32 of an i64 value: the narrowed value its cast reads, or a constant that fits; else None."""
     producer = value.owner_op()
     if producer is not None and producer.name == CAST and element_type_of(producer.operands[0].type) == I32:
@@ -113,7 +113,7 @@ class IndexArithmeticToI32(_Pattern):
             return self._broadcast(op, rewriter)
         if not any(_is_narrowed(operand) for operand in wide):
             return False  # i64 arithmetic of constants only (a float island's emulation): not token ids
-        narrow = {operand: _as_i32(rewriter, operand) for operand in wide}
+        narrow = {operand: as_i32(rewriter, operand) for operand in wide}
         if any(value is None for value in narrow.values()):
             return False
         operands = [narrow.get(operand, operand) for operand in op.operands]
@@ -197,9 +197,9 @@ class RowGatherToGather(_Pattern):
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
         indices = op.operands[1]
-        if _rows_gather(op) is None:
-            return False  # constant indices of another form: legalize.py's GatherToGather
-        narrow = _as_i32(rewriter, indices) if _is_i64(indices) else indices
+        if _rows_gather(op) is None or element_type_of(op.result.type) == IntegerType(1):
+            return False  # constant indices of another form: legalize.py's GatherToGather; i1: BooleanOps
+        narrow = as_i32(rewriter, indices) if _is_i64(indices) else indices
         if narrow is None or element_type_of(narrow.type) != I32:
             return self.refusals.refuse(op, "a gather at run-time indices that are not i32 (or narrowed i64)")
         table_type = op.operands[0].type
@@ -214,8 +214,163 @@ class RowGatherToGather(_Pattern):
         return True
 
 
+def _gather_values(op: Operation, operand: np.ndarray, indices: np.ndarray) -> np.ndarray | None:
+    """StableHLO gather of single elements (every slice size 1, no offset dims): each index vector picks
+    one element, clamped into range as StableHLO does; None for other forms."""
+    text = getattr(op.attributes.get("dimension_numbers"), "text", "")
+    fields = dict(re.findall(r"(\w+) = (\[[^\]]*\]|\d+)", text))
+    sizes = [int(v) for v in op.attributes["slice_sizes"].values]  # type: ignore[attr-defined]
+    start_map = [int(v) for v in re.findall(r"-?\d+", fields.get("start_index_map", ""))]
+    if "offset_dims" in fields or any(size != 1 for size in sizes) or len(start_map) != operand.ndim:
+        return None
+    vector_dim = int(fields.get("index_vector_dim", indices.ndim))
+    if vector_dim != indices.ndim - 1:
+        return None
+    position = [np.zeros(indices.shape[:-1], np.int64)] * operand.ndim
+    for k, dim in enumerate(start_map):
+        position[dim] = np.clip(indices[..., k], 0, operand.shape[dim] - 1)
+    return operand[tuple(position)]
+
+
+def _evaluate_indices(value: Value, depth: int = 0) -> np.ndarray | None:
+    """The array of an integer value computed from constants only (iota, broadcast, reshape, concatenate,
+    a gather of single elements, elementwise arithmetic): the indices a Gather's shape computation makes
+    (position ids); None when it depends on the function's arguments."""
+    from .float_island import EVALUATE
+
+    array = constant_of(value)
+    if array is not None:
+        return np.asarray(array)
+    producer = value.owner_op()
+    if producer is None or depth > 32 or not isinstance(value.type, RankedTensorType):
+        return None
+    shape = value.type.shape
+    if producer.name == "stablehlo.iota":
+        dimension = producer.attributes["iota_dimension"].value  # type: ignore[attr-defined]
+        ramp = np.arange(shape[dimension]).reshape([-1 if d == dimension else 1 for d in range(len(shape))])
+        return np.broadcast_to(ramp, shape).astype(np.int64)
+    data = producer.operands[:1] if producer.name in ("tosa.reshape", "tosa.tile") else producer.operands
+    operands = [_evaluate_indices(operand, depth + 1) for operand in data]
+    if any(operand is None for operand in operands):
+        return None
+    if producer.name in ("stablehlo.reshape", "tosa.reshape"):
+        return operands[0].reshape(shape)  # type: ignore[union-attr]
+    if producer.name == "tosa.tile":
+        source = operands[0]
+        assert source is not None
+        return np.tile(source, [n // m for n, m in zip(shape, source.shape, strict=True)])
+    if producer.name == "tosa.concat":
+        return np.concatenate(operands, axis=producer.attributes["axis"].value)  # type: ignore[arg-type,attr-defined]
+    if producer.name == "tosa.transpose":
+        perms = [int(p) for p in producer.attributes["perms"].values]  # type: ignore[attr-defined]
+        return np.transpose(operands[0], perms)  # type: ignore[arg-type]
+    if producer.name == "stablehlo.broadcast_in_dim":
+        dims = [int(d) for d in producer.attributes["broadcast_dimensions"].values]  # type: ignore[attr-defined]
+        expanded = [1] * len(shape)
+        for index, dim in enumerate(dims):
+            expanded[dim] = operands[0].shape[index]  # type: ignore[union-attr]
+        return np.broadcast_to(operands[0].reshape(expanded), shape)  # type: ignore[union-attr]
+    if producer.name == "stablehlo.concatenate":
+        axis = producer.attributes["dimension"].value  # type: ignore[attr-defined]
+        return np.concatenate(operands, axis=axis)  # type: ignore[arg-type]
+    if producer.name == "stablehlo.gather":
+        return _gather_values(producer, *operands)  # type: ignore[arg-type]
+    if producer.name in EVALUATE and producer.name.startswith("stablehlo."):
+        return np.asarray(EVALUATE[producer.name](producer, *operands)).reshape(shape)
+    return None
+
+
+class ConstantIndices(_Pattern):
+    """A gather whose indices are computed from constants only (position ids: an iota, a slice of a
+    constant buffer, a negative-index wrap): the indices become one constant, read by the gather patterns."""
+
+    roots = ("stablehlo.gather",)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        indices = op.operands[1]
+        if constant_of(indices) is not None:
+            return False
+        array = _evaluate_indices(indices)
+        if array is None:
+            return False
+        element = element_type_of(indices.type)
+        if isinstance(element, IntegerType) and element.width == 64:
+            folded = ops.const(rewriter, np.asarray(array, np.int64), I64)
+        else:
+            folded = ops.const(rewriter, np.asarray(array).astype(np.int32), I32)
+        op.set_operand(1, folded)
+        return True
+
+
+class BooleanOps(_Pattern):
+    """Attention masks: `convert` of narrowed token-id-like integers to i1 (`!= 0`, tosa.cast), `and` of i1
+    (tosa.logical_and), and a row gather of an i1 table (through i8: TOSA gathers no booleans)."""
+
+    roots = ("stablehlo.convert", "stablehlo.and", "stablehlo.gather")
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
+        result = element_type_of(op.result.type)
+        if result != IntegerType(1):
+            return False
+        if op.name == "stablehlo.convert":
+            if not _is_narrowed(op.operands[0]):
+                return False  # an i64 of a float island's emulation: the island's pattern reads it
+            narrow = as_i32(rewriter, op.operands[0])
+            if narrow is None:
+                return False
+            replace_with_storage(rewriter, op, [ops.cast(rewriter, narrow, IntegerType(1))])
+            return True
+        if op.name == "stablehlo.and":
+            if not all(_is_tosa(operand) for operand in op.operands):
+                return False  # a float island's emulation (its compares): the island's pattern reads it
+            lhs, rhs = (_boolean(rewriter, operand) for operand in op.operands)
+            replace_with_storage(rewriter, op, [_logical_and(rewriter, lhs, rhs)])
+            return True
+        if _rows_gather(op) is None:
+            return False
+        indices = op.operands[1]
+        narrow = as_i32(rewriter, indices) if _is_i64(indices) else indices
+        if narrow is None or element_type_of(narrow.type) != I32:
+            return False
+        table = op.operands[0].type
+        assert isinstance(table, RankedTensorType)
+        width = int(np.prod(table.shape[1:]))
+        count = int(np.prod(narrow.type.shape))  # type: ignore[attr-defined]
+        values = ops.cast(rewriter, storage_of(rewriter, op.operands[0]), IntegerType(8))
+        values = ops.reshape(rewriter, values, [1, table.shape[0], width])
+        gathered = ops.gather(rewriter, values, ops.reshape(rewriter, narrow, [1, count]))
+        gathered = ops.cast(rewriter, gathered, IntegerType(1))
+        replace_with_storage(rewriter, op, [ops.reshape(rewriter, gathered, op.result.type.shape)])  # type: ignore[attr-defined]
+        return True
+
+
+def _is_tosa(value: Value) -> bool:
+    """Whether a value is already TOSA's (through the cast back to its type)."""
+    producer = value.owner_op()
+    if producer is not None and producer.name == CAST:
+        producer = producer.operands[0].owner_op()
+    return producer is not None and producer.name.startswith("tosa.")
+
+
+def _boolean(rewriter: PatternRewriter, value: Value) -> Value:
+    """An i1 operand as TOSA reads it: through the tile of a broadcast (TOSA broadcasts dims of 1)."""
+    stored = storage_of(rewriter, value)
+    producer = stored.owner_op()
+    return producer.operands[0] if producer is not None and producer.name == "tosa.tile" else stored
+
+
+def _logical_and(rewriter: PatternRewriter, lhs: Value, rhs: Value) -> Value:
+    result = ops.compare(rewriter, "tosa.logical_and", lhs, rhs)  # i1 of the broadcast shape
+    return result
+
+
 def index_patterns(refusals: Refusals) -> list[object]:
-    return [IndexArithmeticToI32(refusals), RowGatherToGather(refusals)]
+    return [
+        ConstantIndices(refusals),
+        IndexArithmeticToI32(refusals),
+        RowGatherToGather(refusals),
+        BooleanOps(refusals),
+    ]
 
 
 def note_arguments(function: FuncOp, positions: list[int]) -> None:

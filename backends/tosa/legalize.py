@@ -73,6 +73,14 @@ def _transposed(rewriter: PatternRewriter, value: Value, perms: list[int]) -> Va
     return value if perms == sorted(perms) else ops.transpose(rewriter, value, perms)
 
 
+def _is_narrowed(value: Value) -> bool:
+    """An i64 value that is an i32 one read through a cast: token ids narrowed by index_ops.py."""
+    producer = value.owner_op()
+    return (
+        producer is not None and producer.name == CAST and element_type_of(producer.operands[0].type) == I32
+    )
+
+
 def _is_float(value: Value) -> bool:
     return isinstance(storage_element(value.type), FloatType)
 
@@ -151,8 +159,7 @@ class ReshapeToReshape(_Pattern):
             if array is not None:  # constant indices: read as a constant by the gather that takes them
                 replace_with_storage(rewriter, op, [ops.const(rewriter, array.reshape(shape), I64)])
                 return True
-            producer = op.operands[0].owner_op()
-            if producer is not None and producer.name == CAST:
+            if _is_narrowed(op.operands[0]):
                 return False  # narrowed token ids: index_ops.py's, as i32
         replace_with_storage(
             rewriter, op, [ops.reshape(rewriter, storage_of(rewriter, op.operands[0]), shape)]
@@ -170,6 +177,8 @@ class BroadcastInDimToReshapeTile(_Pattern):
         source, result = _ranked(op.operands[0]), _ranked(op.result)
         if isinstance(storage_element(source), FloatType):
             return False  # a float island's broadcast: the island's pattern reads it
+        if element_type_of(source) == I64 and _is_narrowed(op.operands[0]):
+            return False  # narrowed token ids: index_ops.py's, as i32
         dims = _ints(op, "broadcast_dimensions")
         shape = [1] * result.rank
         for index, dim in enumerate(dims):

@@ -14,6 +14,15 @@ from collections.abc import Iterator
 from typing import TextIO
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 
 class _Buffer(io.StringIO):
@@ -65,3 +74,44 @@ def grouped_notes(notes: list[str], shown: int = 3) -> list[str]:
 def shown_rows(count: int, limit: int | None) -> int:
     """How many of `count` rows a summary lists: all when `limit` is None (--verbose) or they fit."""
     return count if limit is None or count <= limit else limit
+
+
+class CountColumn(ProgressColumn):
+    """`12/64`, or `12` while the total is unknown (a stream of samples: no `12/?`)."""
+
+    def render(self, task: Task) -> Text:
+        total = "" if task.total is None else f"/{int(task.total)}"
+        return Text(f"{int(task.completed)}{total}", style="progress.download")
+
+
+class KnownTotalColumn(ProgressColumn):
+    """A column drawn only once the total is known (the bar, the ETA): an unknown total shows none."""
+
+    def __init__(self, column: ProgressColumn) -> None:
+        super().__init__()
+        self.column = column
+
+    def render(self, task: Task) -> Text:
+        return Text("") if task.total is None else self.column.render(task)  # type: ignore[return-value]
+
+
+class SamplesPerSecondColumn(ProgressColumn):
+    """`123.4/s` (samples per second), from rich's smoothed speed of the task."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("" if speed is None else f"{speed:,.1f}/s", style="progress.data.speed")
+
+
+def progress_columns(unit: str = "") -> list[ProgressColumn]:
+    """A progress line's columns after its description: with a known total a bar, `12/64 samples`, the
+    rate, elapsed time and ETA; with an unknown total (a stream) `12 samples`, the rate and elapsed time."""
+    return [
+        KnownTotalColumn(BarColumn(bar_width=24)),
+        CountColumn(),
+        TextColumn(unit),
+        SamplesPerSecondColumn(),
+        TimeElapsedColumn(),
+        KnownTotalColumn(TextColumn("ETA")),
+        KnownTotalColumn(TimeRemainingColumn()),
+    ]

@@ -8,16 +8,10 @@ from typing import TextIO
 
 from rich.console import Console
 from rich.progress import (
-    BarColumn,
     Progress,
-    ProgressColumn,
-    Task,
     TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Table
-from rich.text import Text
 
 from qconvert.calibrate.api import CalibrationResult
 from qconvert.calibrate.collect import ProgressCallback
@@ -25,34 +19,7 @@ from qconvert.calibrate.counting import uses_c_loops
 from qconvert.calibrate.dataset import AS_GIVEN, counted
 from qconvert.calibrate.entropy import uses_c_screen
 from qconvert.calibrate.evaluate import Agreement
-from qconvert.stdout_console import grouped_notes, shown_rows, stdout_console
-
-
-class CountColumn(ProgressColumn):
-    """`12/64`, or `12` while the total is unknown (a stream of samples: no `12/?`)."""
-
-    def render(self, task: Task) -> Text:
-        total = "" if task.total is None else f"/{int(task.total)}"
-        return Text(f"{int(task.completed)}{total}", style="progress.download")
-
-
-class KnownTotalColumn(ProgressColumn):
-    """A column drawn only once the total is known (the bar, the ETA): an unknown total shows none."""
-
-    def __init__(self, column: ProgressColumn) -> None:
-        super().__init__()
-        self.column = column
-
-    def render(self, task: Task) -> Text:
-        return Text("") if task.total is None else self.column.render(task)  # type: ignore[return-value]
-
-
-class SamplesPerSecondColumn(ProgressColumn):
-    """`123.4/s` (samples per second), from rich's smoothed speed of the task."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("" if speed is None else f"{speed:,.1f}/s", style="progress.data.speed")
+from qconvert.stdout_console import grouped_notes, progress_columns, shown_rows, stdout_console
 
 
 @contextlib.contextmanager
@@ -67,13 +34,7 @@ def progress_bar(
         return
     progress = Progress(
         TextColumn("{task.description}"),
-        KnownTotalColumn(BarColumn(bar_width=24)),
-        CountColumn(),
-        TextColumn(unit),
-        SamplesPerSecondColumn(),
-        TimeElapsedColumn(),
-        KnownTotalColumn(TextColumn("ETA")),
-        KnownTotalColumn(TimeRemainingColumn()),
+        *progress_columns(unit),
         console=console,
         transient=True,
     )

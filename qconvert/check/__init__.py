@@ -562,13 +562,14 @@ def _sqnr(comparison: Comparison | None) -> str:
 
 def _progress(enabled: bool) -> Any:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import Progress, TextColumn
+
+    from qconvert.stdout_console import progress_columns
 
     console = Console(stderr=True)
-    return Progress(
+    return Progress(  # an unknown total (end to end streams the data): a count and a rate, no bar
         TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
+        *progress_columns(),
         console=console,
         transient=True,
         disable=not enabled,

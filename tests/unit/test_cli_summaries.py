@@ -115,3 +115,23 @@ def test_the_python_api(tmp_path: Path) -> None:
     assert any(op.name == "stablehlo.convolution" for op in module.walk())
     report = qconvert.check(str(DIGITS_QDQ), str(DIGITS_DATA), max_samples=8)
     assert repr(report).startswith(f"CheckReport({report.verdict}, {DIGITS_QDQ} on interpreter, nodes ")
+
+
+def test_progress_of_an_unknown_total_is_a_count_and_a_rate() -> None:
+    from rich.console import Console
+    from rich.progress import Progress, TextColumn
+
+    from qconvert.stdout_console import progress_columns
+
+    lines = []
+    for total in (None, 64):
+        screen = io.StringIO()
+        console = Console(file=screen, width=120, color_system=None)
+        bar = Progress(TextColumn("{task.description}"), *progress_columns("samples"), console=console)
+        task = bar.add_task("end to end", total=total)
+        bar.update(task, completed=12)
+        console.print(bar.make_tasks_table(bar.tasks))  # the line a terminal shows, drawn once
+        lines.append(screen.getvalue().strip())
+    streamed, counted = lines
+    assert "12 samples" in streamed and "?" not in streamed and "ETA" not in streamed and "━" not in streamed
+    assert "12/64 samples" in counted and "ETA" in counted

@@ -195,3 +195,49 @@ def test_check_against_report_lists_every_compared_value(tmp_path: Path) -> None
     assert f'<span class="verdict {against["verdict"]}">' in text
     for comparison in against["comparisons"]:
         assert f"<td>{comparison['name']} ({comparison['compared']})</td>" in text
+
+
+def test_a_failed_check_shows_its_rounding_divergence(browser: Any, tmp_path: Path) -> None:
+    """Every input a tie, zero point 3: StableHLO's rounding differs from ONNX's on all 4 elements, as
+    predicted; with --max-mismatch-fraction 0 the check fails. The page shows both, and loads cleanly."""
+    from conftest import require_module
+    from onnx import TensorProto, helper, numpy_helper
+
+    require_module("jax")
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quantize"),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dequantize"),
+    ]
+    scale, zero_point = (
+        numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+        numpy_helper.from_array(np.array(3, np.int8), "z"),
+    )
+    outputs = [helper.make_tensor_value_info("q", TensorProto.INT8, [4])]
+    outputs.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, [4]))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])]
+    graph = helper.make_graph(nodes, "ties", inputs, outputs, [scale, zero_point])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "ties.onnx"))
+    np.savez(tmp_path / "ties.npz", x=np.array([0.25, 0.75, 1.25, -0.25], np.float32))
+    result, page = tmp_path / "ties.json", tmp_path / "ties.html"
+    arguments = ["check", str(tmp_path / "ties.onnx"), "--data", str(tmp_path / "ties.npz"), "--quiet"]
+    arguments += ["--backend", "stablehlo", "--semantics", "stablehlo", "--max-mismatch-fraction", "0"]
+    assert main([*arguments, "--json", str(result), "--report", str(page)]) == 1
+    check = load(result)
+    quantize = check["layers"]["quantize"]
+    assert quantize["predicted_mismatches"] == quantize["mismatches"] > 0
+    assert sum(quantize["steps_off"][1:]) == quantize["mismatches"]
+    text = page.read_text()
+    divergence = text[text.index("<h2>Rounding divergence</h2>") : text.index("<h2>Per node")]
+    assert (
+        f'<td>quantize</td><td>QuantizeLinear</td><td class="num">{quantize["mismatches"]}</td>' in divergence
+    )
+    assert '<span class="verdict FAILED">' in text
+    browser.get_log("browser")
+    browser.get(page.as_uri())
+    assert [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "ERROR")] == []
+    drawn = browser.execute_script(
+        "return document.querySelectorAll('div.plot[data-drawn] svg.main-svg').length"
+    )
+    assert drawn >= 3  # end to end, SQNR along the graph, the steps-off histograms

@@ -68,10 +68,27 @@ def examples_epilog(verb: str) -> str | None:
     return "\b\nExamples:\n" + "\n".join(f"  $ {line}" for line in lines)
 
 
+METAVARS = {int: "N", float: "X"}
+
+
 def _flags_as_flags(parameters: list[Any]) -> None:
+    """A flag shows no value (typer would print `<bool>`); an option's value is named (`--data DATA`,
+    `--workers N`), not typed (`<str>`, `<list[str]>`)."""
     for parameter in parameters:
-        if getattr(parameter, "is_flag", False) and parameter.metavar is None:
-            parameter.metavar = ""  # typer would print `<bool>` after a flag that takes no value
+        if (
+            parameter is None
+            or parameter.metavar is not None
+            or getattr(parameter, "param_type_name", "") != "option"
+        ):
+            continue
+        if getattr(parameter, "is_flag", False):
+            parameter.metavar = ""
+            continue
+        annotation = getattr(getattr(parameter, "type_descriptor", None), "annotation", None)
+        name = (parameter.name or "").removesuffix("_path")
+        parameter.metavar = METAVARS.get(
+            annotation, "PATH" if name in ("json", "out", "output") else name.upper()
+        )  # type: ignore[arg-type]
 
 
 def _first_sentence(text: str) -> str:

@@ -3,7 +3,8 @@
 
 Per model, two rows, each command in a fresh process (seconds of wall time, peak MB its own ru_maxrss):
 
-- `qconvert`: `qconvert convert MODEL --to tosa -o OUT.mlir`, then `qconvert check MODEL --data NPZ --backend
+- `qconvert`: `qconvert convert MODEL --to tosa -o OUT.mlir` (refused as integer-only: again with
+  `--allow-float`, the row says so), then `qconvert check MODEL --data NPZ --backend
   tosa` (the TOSA reference model), whose verdict line and end-to-end mismatches against onnxruntime are the
   `runs` / `error` columns;
 - `torch-mlir`: `torch-mlir-import-onnx MODEL`, then `torch-mlir-opt --pass-pipeline=
@@ -98,16 +99,20 @@ def qconvert_row(model: Path, data: Path, work: Path) -> Row:
     assert qconvert is not None, "run with the project's venv python"
     row = Row(model.name, "qconvert --to tosa", "ok")
     output = work / f"{model.stem}.qconvert.tosa.mlir"
-    code, seconds, peak, stderr = run(
-        [qconvert, "convert", str(model), "--to", "tosa", *shape_flags(data), "-o", str(output)]
-    )
+    convert = [qconvert, "convert", str(model), "--to", "tosa", *shape_flags(data), "-o", str(output)]
+    code, seconds, peak, stderr = run(convert)
+    check_options: list[str] = []
+    if code == 2:  # refused as integer-only: float islands as float TOSA (PRO-FP), when they can be
+        code, seconds, peak, allow_stderr = run([*convert, "--allow-float"])
+        row.tool, check_options = "qconvert --allow-float", ["--backend-option", "allow_float=true"]
+        stderr = allow_stderr if code != 0 else stderr
     if code != 0:
         row.status, row.runs = "failed", last_line(stderr)
         return row
     row.seconds, row.peak_mb = seconds, peak
     describe(row, output.read_text())
     done = subprocess.run(
-        [qconvert, "check", str(model), "--data", str(data), "--backend", "tosa"],
+        [qconvert, "check", str(model), "--data", str(data), "--backend", "tosa", *check_options],
         capture_output=True,
         text=True,
         check=False,

@@ -152,6 +152,11 @@ def _check_value_info(info: ValueInfoProto, where: str) -> None:
         ]
         raise InputError(f"{where} '{info.name}': shape {shown} has a negative dim")
     count = math.prod(dims)
+    if where == "graph input" and max(dims, default=0) > MAX_INPUT_ELEMENTS:  # even beside a 0 dim
+        raise InputError(
+            f"{where} '{info.name}': shape {dims} has a dim over {MAX_INPUT_ELEMENTS} (2**31 - 1), more than "
+            "the lowerings index (32-bit element indices; a 0 dim beside it still leaves later tensors huge)"
+        )
     if where == "graph input" and count > MAX_INPUT_ELEMENTS:
         raise InputError(
             f"{where} '{info.name}': shape {dims} holds {count} elements, more than the {MAX_INPUT_ELEMENTS} "

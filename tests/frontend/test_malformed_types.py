@@ -56,6 +56,13 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "input of 2**32 x 2**32 elements": lambda: one_node(
         "Relu", [info("x", TensorProto.FLOAT, [2**32, 2**32])], info("y", TensorProto.FLOAT, None)
     ),
+    # no element, but a dim the lowerings cannot index (a Conv of it made 2**32 x 16 x ... : fuzz seed 101)
+    "input of 0 x 2**32 elements": lambda: one_node(
+        "Relu", [info("x", TensorProto.FLOAT, [0, 2**32])], info("y", TensorProto.FLOAT, None)
+    ),
+    "input of 2**16 x 2**16 elements": lambda: one_node(
+        "Relu", [info("x", TensorProto.FLOAT, [2**16, 2**16])], info("y", TensorProto.FLOAT, None)
+    ),
 }
 
 MESSAGES = {
@@ -73,8 +80,11 @@ MESSAGES = {
         "node computes from its inputs: Inferred shape and existing shape differ in dimension 0: (2) vs (3)"
     ),
     "input of 2**32 x 2**32 elements": (
-        "graph input 'x': shape [4294967296, 4294967296] holds 18446744073709551616 elements, more than the "
-        "2147483647"
+        "graph input 'x': shape [4294967296, 4294967296] has a dim over 2147483647 (2**31 - 1)"
+    ),
+    "input of 0 x 2**32 elements": "graph input 'x': shape [0, 4294967296] has a dim over 2147483647",
+    "input of 2**16 x 2**16 elements": (
+        "graph input 'x': shape [65536, 65536] holds 4294967296 elements, more than the 2147483647"
     ),
 }
 

@@ -60,17 +60,28 @@ def node_data(
         for node_id in targets:
             sqnr[node_id] = {"value": value, "bgColor": colour}
             steps[node_id] = {"value": off}
-    sqnr_graph = {"name": "qconvert check: SQNR vs onnxruntime (dB; verdict colours)", "results": sqnr}
-    steps_graph = {
-        "name": "qconvert check: max steps off",
-        "results": steps,
-        "thresholds": [
-            {"value": 0, "bgColor": "#a5d6a7"},
-            {"value": 1, "bgColor": "#fff59d"},
-            {"value": 1e30, "bgColor": "#ef9a9a"},
-        ],
-    }
+    sqnr_graph = _graph_node_data("qconvert check: SQNR vs onnxruntime (dB; verdict colours)", sqnr, [])
+    thresholds = [
+        {"value": 0, "bgColor": "#a5d6a7"},
+        {"value": 1, "bgColor": "#fff59d"},
+        {"value": 1e30, "bgColor": "#ef9a9a"},
+    ]
+    steps_graph = _graph_node_data("qconvert check: max steps off", steps, thresholds)
     return {graph_id: sqnr_graph}, {graph_id: steps_graph}
+
+
+def _graph_node_data(name: str, results: dict[str, Any], thresholds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One graph's node data with every field Model Explorer's `GraphNodeData` writes (its defaults)."""
+    return {
+        "results": results,
+        "name": name,
+        "thresholds": thresholds,
+        "gradient": [],
+        "hideInAggregatedStatsTable": False,
+        "hideInChildrenStatsTable": False,
+        "showExpandedSummaryOnGroupNode": False,
+        "showLabelCountColumnsInChildrenStatsTable": False,
+    }
 
 
 def steps_path(path: str | os.PathLike[str]) -> Path:

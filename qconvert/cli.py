@@ -401,6 +401,9 @@ def check_command(
     min_sqnr: float | None = typer.Option(None, "--min-sqnr", help="end to end: minimum SQNR in dB"),
     input_shape: list[str] = typer.Option([], "--input-shape", help=INPUT_SHAPE_HELP),  # noqa: B008
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar; the verdict line only"),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="every failing node in the tables (else the worst 20 of each)"
+    ),
     report_path: str | None = typer.Option(
         None,
         "--report",
@@ -426,7 +429,7 @@ def check_command(
     Exit 0 when PASSED, 1 when FAILED or INCOMPLETE (something not run; --allow-not-run accepts it),
     2 on bad input, 3 when a bug of ours kept a node or output from running (after the report)."""
     from qconvert.check import Tolerances, check
-    from qconvert.check.render import render
+    from qconvert.check.render import ROWS_SHOWN, render
     from qconvert.stdout_console import stdout_console
 
     _check_output(json_path, model, "--json")
@@ -471,7 +474,7 @@ def check_command(
     _write_check_reports(report.to_json(), model, report_path, model_explorer)
     table = sys.stderr if "-" in (json_path, report_path) else sys.stdout  # stdout carries that one alone
     with stdout_console(table, piped_width=200) as console:  # piped: one row per node, for grep
-        render(report, console, summary_only=quiet)
+        render(report, console, summary_only=quiet, limit=None if verbose else ROWS_SHOWN)
     if report.bugs:  # the report stands, but a bug of ours kept part of it from running: exit 3
         print(
             f"qconvert: internal error: {len(report.bugs)} node(s) or output(s) not checked because of a bug "

@@ -19,6 +19,7 @@ from qconvert.check.report import (
     Comparison,
     LayerResult,
 )
+from qconvert.stdout_console import grouped_notes, shown_rows
 
 
 def _number(value: float | None, digits: int = 4) -> str:
@@ -61,9 +62,24 @@ def _backend_label(report: CheckReport) -> str:
     return f"{report.backend} {details}" if details else report.backend
 
 
-def render(report: CheckReport, console: Any = None, summary_only: bool = False) -> None:
+ROWS_SHOWN = 20  # rows of each node table without --verbose
+
+
+def _worst(layers: list[LayerResult], key: Any, limit: int | None) -> tuple[list[LayerResult], str]:
+    """The rows a table lists (the worst first when there are more than `limit`; None: all, in graph
+    order) and its title's tail counting the rest."""
+    shown = shown_rows(len(layers), limit)
+    if shown == len(layers):
+        return layers, ""
+    worst = sorted(layers, key=lambda layer: -(key(layer) or 0.0))[:shown]
+    return worst, f"; the worst {shown} first, {len(layers) - shown} more (--verbose lists all)"
+
+
+def render(
+    report: CheckReport, console: Any = None, summary_only: bool = False, limit: int | None = ROWS_SHOWN
+) -> None:
     """The report as rich tables: layers by op type and verdict, failing nodes, outputs vs noise floor;
-    `summary_only`: the final verdict line alone."""
+    `summary_only`: the final verdict line alone; `limit`: rows of each node table (None: all)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -98,8 +114,9 @@ def render(report: CheckReport, console: Any = None, summary_only: bool = False)
     layers.add_row("total", "", str(report.count(PASS)), str(report.count(FAIL)), str(report.count(NOT_RUN)))
     console.print(layers)
     failing = [layer for layer in report.layers.values() if layer.verdict == FAIL and layer.family is None]
+    failing, rest = _worst(failing, lambda layer: layer.max_lsb_diff, limit)
     if failing:
-        table = Table(title="failing quantization nodes (must be bit-exact)")
+        table = Table(title=f"failing quantization nodes (must be bit-exact){rest}")
         for column in ("node", "op", "mismatches", "max lsb diff"):
             table.add_column(column)
         for layer in failing:
@@ -113,8 +130,9 @@ def render(report: CheckReport, console: Any = None, summary_only: bool = False)
     failing = [
         layer for layer in report.layers.values() if layer.verdict == FAIL and layer.family is not None
     ]
+    failing, rest = _worst(failing, lambda layer: layer.max_bound_ratio, limit)
     if failing:
-        table = Table(title="failing float nodes (outside the float32 bound of their op family)")
+        table = Table(title=f"failing float nodes (outside the float32 bound of their op family){rest}")
         for column in ("node", "op", "outside bound", "max |diff|", "max diff/bound", "bound"):
             table.add_column(column, overflow="fold")
         for layer in failing:
@@ -128,8 +146,11 @@ def render(report: CheckReport, console: Any = None, summary_only: bool = False)
             )
         console.print(table)
     explained = [layer for layer in report.layers.values() if layer.predicted_mismatches is not None]
+    explained, rest = _worst(explained, lambda layer: layer.mismatches, limit)
     if explained:
-        table = Table(title=f"differences from onnxruntime due to {report.semantics} rounding semantics")
+        table = Table(
+            title=f"differences from onnxruntime due to {report.semantics} rounding semantics{rest}"
+        )
         for column in ("node", "op", "differing", "predicted", "why"):
             table.add_column(column, overflow="fold")
         for layer in explained:
@@ -154,7 +175,7 @@ def render(report: CheckReport, console: Any = None, summary_only: bool = False)
     for output in report.outputs.values():
         for failure in output.failures:
             console.print(f"[red]{output.name}: {failure}[/red]")
-    for note in report.notes:
+    for note in grouped_notes(report.notes):  # a note repeated per node: one line with a count
         console.print(f"note: {note}")
     _print_not_run(report, console)
     console.print(f"{verdict}: {counts}")

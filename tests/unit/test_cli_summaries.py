@@ -135,3 +135,38 @@ def test_progress_of_an_unknown_total_is_a_count_and_a_rate() -> None:
     streamed, counted = lines
     assert "12 samples" in streamed and "?" not in streamed and "ETA" not in streamed and "━" not in streamed
     assert "12/64 samples" in counted and "ETA" in counted
+
+
+def test_check_lists_the_worst_failing_nodes_and_counts_the_rest() -> None:
+    from rich.console import Console
+
+    from qconvert.check.render import ROWS_SHOWN, render
+    from qconvert.check.report import FAIL, CheckReport, LayerResult, Tolerances
+
+    steps = np.random.default_rng(5).permutation(30) + 1.0
+    layers = {
+        f"q{i}": LayerResult(
+            node=f"q{i}", op_type="QuantizeLinear", domain="", verdict=FAIL, elements=8, max_lsb_diff=float(s)
+        )
+        for i, s in enumerate(steps)
+    }
+    report = CheckReport(
+        model="m.onnx",
+        backend="interpreter",
+        tolerances=Tolerances(),
+        layers=layers,
+        outputs={},
+        inputs_source="random",
+        notes=["a 'x'", "a 'y'"],
+    )
+    shown = io.StringIO()
+    render(report, Console(file=shown, width=200), limit=ROWS_SHOWN)
+    rows = [
+        line.split("│")[1].strip() for line in shown.getvalue().splitlines() if re.match(r"│ q\d+ ", line)
+    ]
+    assert rows == sorted(layers, key=lambda name: -layers[name].max_lsb_diff)[:ROWS_SHOWN]
+    assert f"{30 - ROWS_SHOWN} more (--verbose lists all)" in shown.getvalue()
+    assert "note: a 'x' (x2 alike: 'x', 'y')" in shown.getvalue()
+    everything = io.StringIO()
+    render(report, Console(file=everything, width=200), limit=None)
+    assert sum(1 for line in everything.getvalue().splitlines() if re.match(r"│ q\d+ ", line)) == 30

@@ -845,8 +845,8 @@ class FloatAveragePoolToAvgPool(_Pattern):
         value = ops.avg_pool2d(
             rewriter,
             value,
-            ops.zero_point(rewriter, zero_point, I8),
-            ops.zero_point(rewriter, zero_point, I8),
+            ops.zero_point(rewriter, zero_point, storage_element(target)),  # i16 for 16-bit activations
+            ops.zero_point(rewriter, zero_point, storage_element(target)),
             out_type,
             kernel=[window[d] for d in spatial],
             stride=[strides[d] for d in spatial],

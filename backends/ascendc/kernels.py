@@ -150,7 +150,11 @@ def kernel_source(site: Site, product: Product) -> str:
     src = CPP_TYPES[site.src_type]
     dst = CPP_TYPES[site.dst_type]
     if site.api == API_QUANT:
-        prm = src if site.mode == "PER_CHANNEL" or product.npu_arch != 3510 else "float"
+        prm = (
+            "float"
+            if site.runtime_scale
+            else (src if site.mode == "PER_CHANNEL" or product.npu_arch != 3510 else "float")
+        )
         compute = _quant_compute(site, product)
         description = f"AscendQuant {site.mode}: dst = cast(src * scale + offset), scale = 1/s, offset = zp"
     elif site.api == API_DEQUANT:
@@ -163,7 +167,9 @@ def kernel_source(site: Site, product: Product) -> str:
         description = f"AscendAntiQuant {site.mode}: dst = scale * (src + offset), offset = -zp"
     title = f"{name} for {product.title}"
     cls = "".join(part.capitalize() for part in name.split("_"))
-    has_offset = "true" if site.offset is not None and site.offset.size > 1 else "false"
+    has_offset = (
+        "true" if site.runtime_scale or (site.offset is not None and site.offset.size > 1) else "false"
+    )
     src_bits = 4 if site.src_type == "int4" else 8 * ELEMENT_BYTES[site.src_type]
     return _PROLOGUE.format(
         product=product.name,
@@ -185,8 +191,10 @@ def _quant_compute(site: Site, product: Product) -> str:
     types = "DstT, SrcT" if generic else "SrcT"
     if site.runtime_scale:
         return (
-            "    // scale and offset: written by the preceding reduction (DynamicQuantizeLinear)\n"
-            f"    AscendQuant<{types}>(out, in, shared, tl_.scale, tl_.offset, len);"
+            "    // 1/s and zp - 128, written to GM by the preceding min / max reduction\n"
+            "    const float scale = static_cast<float>(params.GetValue(0));\n"
+            "    const float offset = static_cast<float>(params.GetValue(tl_.paramLen));\n"
+            f"    AscendQuant<{types}>(out, in, shared, scale, offset, len);"
         )
     if site.mode == "PER_TENSOR":
         call = f"    AscendQuant<{types}>(out, in, shared, tl_.scale, tl_.offset, len);"

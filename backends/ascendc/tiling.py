@@ -70,6 +70,8 @@ def tiling_for(site: Site, product: Product) -> Tiling | None:
     tmp_per_element = 0
     if site.api == API_QUANT:
         param_len = 0 if site.mode == "PER_TENSOR" or site.scale is None else int(site.scale.size)
+        if site.runtime_scale:
+            param_len = ALIGN_BYTES // 4  # 1/s and zp read from GM (32 bytes each), written at run time
         params = 2 * param_len * 4
         tmp_per_element = 2 if site.src_type == "float32" else 0  # the API's half copy of a float source
         if site.mode == "PER_CHANNEL":

@@ -133,6 +133,17 @@ def _int4_weight_only() -> onnx.ModelProto:
     )
 
 
+def _dynamic() -> onnx.ModelProto:
+    """DynamicQuantizeLinear: AscendQuant PER_TENSOR with 1/s and zp - 128 read from GM at run time."""
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "ys", "yz"], name="dynamic")
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.UINT8, (4, 32)),
+        helper.make_tensor_value_info("ys", TensorProto.FLOAT, ()),
+        helper.make_tensor_value_info("yz", TensorProto.UINT8, ()),
+    ]
+    return _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, (4, 32))], outputs, [])
+
+
 def _per_channel() -> onnx.ModelProto:
     rng = np.random.default_rng(5)
     return _qdq((6, 10), rng.uniform(0.01, 0.1, 10), rng.integers(-20, 20, 10).astype(np.int8), axis=1)
@@ -384,6 +395,7 @@ def test_every_generated_kernel_compiles_against_the_stub(tmp_path: Path) -> Non
         "weight_only": (_weight_only_gemm(), "atlas-a2", "rint"),
         "weight_only_cast_mul": (_weight_only_cast_mul(), "atlas-a2", "rint"),
         "int4": (_int4_weight_only(), "atlas-a2", "rint"),
+        "dynamic": (_dynamic(), "atlas-a2", "rint"),
         "digits_950": (onnx.load(DIGITS), "atlas-350", "rint"),
         "per_token": (
             _qdq((2, 8, 32), np.linspace(0.01, 0.08, 8), np.zeros(8, np.int8), axis=1, dequantize=False),
@@ -428,6 +440,7 @@ def test_every_generated_kernel_compiles_against_the_stub(tmp_path: Path) -> Non
         "ascend_antiquant_per_channel_int8_to_float16_transpose.cpp",
         "ascend_quant_per_token_float32_to_int8_round.cpp",
         "ascend_antiquant_per_channel_int4_to_float16.cpp",
+        "ascend_quant_per_tensor_float32_to_int8_runtime_scale.cpp",
     } <= compiled
 
 

@@ -47,6 +47,7 @@ class LocalTensor {
   __aicore__ LocalTensor();
   __aicore__ LocalTensor<T> operator[](const uint32_t offset) const;
   __aicore__ uint32_t GetSize() const;
+  __aicore__ T GetValue(const uint32_t offset) const;
   template <typename U>
   __aicore__ LocalTensor<U> ReinterpretCast() const;
 };

@@ -45,21 +45,35 @@ def test_pass_rewrites_every_qlinear_op_of_digits_and_tosa_equals_the_qdq_models
     assert from_qoperator == from_qdq
 
 
-def _small_float_model() -> onnx.ModelProto:
+def _small_float_model(wide: bool = False) -> onnx.ModelProto:
     """Conv (per-channel weights) -> Relu -> MaxPool -> GlobalAveragePool -> Reshape -> MatMul (per-column)
     -> Relu -> Mul -> Add: onnxruntime's QOperator quantizer makes QLinearConv, QLinearGlobalAveragePool,
     QLinearMatMul, QLinearMul and QLinearAdd of it, with storage ops (MaxPool, Reshape) between."""
     rng = np.random.default_rng(0)
     initializers = [
         numpy_helper.from_array(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.normal(0, 0.3, (8, 1, 3, 3)).astype(np.float32), "wd"),
+        numpy_helper.from_array(rng.normal(0, 0.1, (8,)).astype(np.float32), "bd"),
         numpy_helper.from_array(rng.normal(0, 0.1, (8,)).astype(np.float32), "b1"),
         numpy_helper.from_array(rng.normal(0.2, 0.3, (8, 12)).astype(np.float32), "w2"),
         numpy_helper.from_array(np.array([2, 8], np.int64), "shape"),
     ]
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-        helper.make_node("Relu", ["c"], ["r"], name="relu"),
-        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+        *(  # `wide`: a depthwise Conv and an AveragePool too (the 16-bit model)
+            [helper.make_node("Conv", ["c", "wd", "bd"], ["cd"], pads=[1, 1, 1, 1], group=8, name="dw")]
+            if wide
+            else []
+        ),
+        helper.make_node("Relu", ["cd" if wide else "c"], ["r"], name="relu"),
+        helper.make_node(
+            "AveragePool" if wide else "MaxPool",
+            ["r"],
+            ["p"],
+            kernel_shape=[2, 2],
+            strides=[2, 2],
+            name="pool",
+        ),
         helper.make_node("GlobalAveragePool", ["p"], ["g"], name="gap"),
         helper.make_node("Reshape", ["g", "shape"], ["f"], name="flat"),
         helper.make_node("MatMul", ["f", "w2"], ["m"], name="matmul"),
@@ -247,7 +261,7 @@ def _quantize_16_bit(folder: Path, symmetric: bool) -> Path:
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.batches, None)
 
-    onnx.save(_small_float_model(), folder / "small.onnx")
+    onnx.save(_small_float_model(wide=True), folder / "small.onnx")
     path = folder / f"small.qdq16{'s' if symmetric else ''}.onnx"
     quantize_static(
         str(folder / "small.onnx"),
@@ -275,6 +289,7 @@ def test_int16_activations_accumulate_in_i48(small_int16: tuple[Path, Path]) -> 
 
     text = print_module(convert_to_tosa(_lift(small_int16[0])))  # type: ignore[arg-type]
     assert "tosa.conv2d" in text and "tosa.matmul" in text
+    assert "tosa.depthwise_conv2d" in text and "tosa.avg_pool2d" in text
     assert "acc_type = i48" in text and "tensor<2x8x8x8xi48>" in text  # i16 x i8 conv2d
     assert "xi16>" in text and "xf32>" not in text
 
@@ -295,10 +310,11 @@ def test_int16_activations_check_against_onnxruntime(engine: str, small_int16: t
         require_module("iree.runtime")
     report = check(small_int16[0], str(small_int16[1]), backend="tosa", engine=engine)
     assert report.verdict == PASSED, report.verdict_line
-    expected = {"Conv", "Relu", "MaxPool", "GlobalAveragePool", "Reshape", "MatMul", "Mul", "Add"}
+    expected = {"Conv", "Relu", "AveragePool", "GlobalAveragePool", "Reshape", "MatMul", "Mul", "Add"}
     assert {layer.op_type for layer in report.layers.values()} == expected
     for layer in report.layers.values():
-        # measured: Conv 2 of 1024 one step off, both predicted near-ties; every other group 0
+        # measured: depthwise Conv 1 of 1024 and AveragePool 20 of 256 one step off, all predicted
+        # near-ties; every other group 0
         assert layer.mismatches == layer.predicted_mismatches, layer.explanation
         assert layer.max_lsb_diff is None or layer.max_lsb_diff <= 1.0
 

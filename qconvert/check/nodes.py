@@ -20,7 +20,7 @@ import numpy as np
 from onnx import AttributeProto, ModelProto, NodeProto, TensorProto, helper, numpy_helper
 
 from qconvert.check import bounds
-from qconvert.check.report import FAIL, NOT_RUN, PASS, LayerResult, add_steps_off, compare
+from qconvert.check.report import FAIL, NOT_RUN, PASS, LayerResult, add_steps_off, compare, sqnr_sums
 from qconvert.onnx_semantics import DEFAULT_DOMAINS
 
 QUANTIZATION_OPS = frozenset(
@@ -521,7 +521,7 @@ def _judge_float(
     for output in case.compared:
         magnitude = (case.magnitude or {}).get(output)
         judged = bounds.judge_output(node, kind, inputs, values[output], np.asarray(ours[output]), magnitude)
-        result.accumulate(compare(values[output], np.asarray(ours[output])))  # SQNR, for the report
+        result.add_sqnr_sums(*sqnr_sums(values[output], np.asarray(ours[output])))  # for the report
         result.elements += judged.elements
         result.mismatches += judged.outside
         result.max_abs_diff = max(result.max_abs_diff or 0.0, judged.max_abs_diff)

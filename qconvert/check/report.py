@@ -182,8 +182,12 @@ class LayerResult:
             self.steps_off = (
                 comparison.steps_off if previous is None else add_steps_off(previous, comparison.steps_off)
             )
-        self.signal += comparison.signal
-        self.noise += comparison.noise
+        self.add_sqnr_sums(comparison.signal, comparison.noise if comparison.comparable else math.inf)
+
+    def add_sqnr_sums(self, signal: float, noise: float) -> None:
+        """Add one output's sum ref^2 and sum (ref - ours)^2 (`sqnr_sums`; noise inf: not comparable)."""
+        self.signal += signal
+        self.noise += noise
 
     @property
     def sqnr_db(self) -> float | None:
@@ -541,6 +545,19 @@ def compare(
         step_energy=step_energy,
         steps_off=steps_off,
     )
+
+
+def sqnr_sums(reference: np.ndarray, ours: np.ndarray) -> tuple[float, float]:
+    """compare()'s SQNR sums alone, in two passes (a float node's report needs no more): sum ref^2 and
+    sum (ref - ours)^2 over the elements finite in both; noise inf when the shapes differ."""
+    reference, ours = np.asarray(reference), np.asarray(ours)
+    if reference.shape != ours.shape:
+        return 0.0, math.inf
+    ref64, ours64 = reference.astype(np.float64, copy=False), ours.astype(np.float64, copy=False)
+    finite = np.isfinite(ref64) & np.isfinite(ours64)
+    if not finite.all():
+        ref64, ours64 = ref64[finite], ours64[finite]
+    return float(np.sum(ref64 * ref64)), float(np.sum((ref64 - ours64) ** 2))
 
 
 def _steps_off(diff: np.ndarray, lsb_unit: np.ndarray | None, equal: np.ndarray) -> list[int]:

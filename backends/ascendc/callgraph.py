@@ -33,7 +33,12 @@ from qconvert.ir.core import Operation, Value
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.onnx import main_function, node_name
-from qconvert.ir.dialects.qconvert import DynamicQuantizeLinearOp, QOperatorOp
+from qconvert.ir.dialects.qconvert import (
+    ConvIntegerOp,
+    DynamicQuantizeLinearOp,
+    MatMulIntegerOp,
+    QOperatorOp,
+)
 from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
 from qconvert.ir.quant_types import QuantizedType, uniform_params
 from qconvert.ir.types import DYNAMIC, RankedTensorType, element_type_of
@@ -224,7 +229,7 @@ class CallGraph:
     product: Product
     round_mode: str
     sites: list[Site]
-    model_name: str = "model"
+    module: ModuleOp | None = None  # the module the sites' ops belong to (QOperator sources: the QDQ form)
 
 
 # Building --------------------------------------------------------------------------------------------
@@ -234,6 +239,7 @@ def build_call_graph(module: ModuleOp, product: str = "atlas-a2", round_mode: st
     """Every quantization site of `module` as its API call on `product`; InputError listing every site the
     product cannot run (the node, the rule, a product that would take it)."""
     chosen = PRODUCTS[product]
+    module = _as_qdq(module)
     function = main_function(module, "to convert to AscendC")
     builder = _Builder(chosen, round_mode)
     for op in function.body.ops:
@@ -243,7 +249,26 @@ def build_call_graph(module: ModuleOp, product: str = "atlas-a2", round_mode: st
         raise InputError(
             f"--to ascendc --product {product}: {len(builder.refusals)} site(s) cannot run:\n{listed}"
         )
-    return CallGraph(chosen, round_mode, builder.sites)
+    return CallGraph(chosen, round_mode, builder.sites, module)
+
+
+# QOperator ops with calls of their own: the integer ops (Mmad) and DynamicQuantizeLinear (AscendQuant).
+OWN_CALLS = (DynamicQuantizeLinearOp, MatMulIntegerOp, ConvIntegerOp)
+
+
+def _as_qdq(module: ModuleOp) -> ModuleOp:
+    """A copy of `module` whose QLinear* / QGemm ops are the QDQ form of their ONNX definitions (the pass
+    qoperator-to-qdq, as the TOSA backend reads them); without such ops, `module` itself. What the pass
+    cannot rewrite stays a QOperator op, which the builder refuses with the pass's reason."""
+    from qconvert.passes.inline import clone_op
+    from qconvert.passes.qoperator_to_qdq import qoperator_to_qdq
+
+    if not any(isinstance(op, QOperatorOp) and not isinstance(op, OWN_CALLS) for op in module.walk()):
+        return module
+    copied = clone_op(module, {})
+    assert isinstance(copied, ModuleOp)
+    qoperator_to_qdq(copied)
+    return copied
 
 
 def _label(op: Operation) -> str:
@@ -330,7 +355,10 @@ class _Builder:
         elif op.name == "onnx.Cast":
             self.weight_only_cast(op)
         elif isinstance(op, QOperatorOp):
-            self.refuse(op, f"QOperator op '{op.name}' has no AscendC call graph here (convert its QDQ form)")
+            from qconvert.passes.qoperator_to_qdq import why_not_rewritten
+
+            why = why_not_rewritten(op) or "no AscendC call graph for it"
+            self.refuse(op, f"QOperator op '{op.name}' stays one ({why}); convert its QDQ form")
 
     # AscendQuant ------------------------------------------------------------------------------------
 

@@ -117,7 +117,14 @@ class AscendcCheckRunner:
 
     def notes(self, cases: Sequence[NodeCase], layers: Mapping[str, LayerResult]) -> list[str]:
         others = [case for case in cases if case.group is None and not self.keep_case(case)]
+        qoperator = [case for case in others if case.quantization]
+        others = [case for case in others if not case.quantization]
         notes = []
+        if qoperator:
+            notes.append(
+                f"{len(qoperator)} QOperator nodes ({', '.join(sorted({c.op_type for c in qoperator}))}) are "
+                "converted through their QDQ form (qoperator-to-qdq) and judged end to end only"
+            )
         if others:
             notes.append(
                 f"{len(others)} float nodes are not AscendC quantization calls and not cases here; the model "
@@ -246,8 +253,9 @@ class AscendcCheckRunner:
             graph = build_call_graph(module, self.options.product, self.options.round_mode)
         except QConvertError as error:
             raise NotRun(f"the backend cannot convert the whole model: {error.message}") from None
+        assert graph.module is not None  # QOperator sources: their QDQ form, whose ops the sites are
         interpreter = EmulatedInterpreter(
-            module, {site.op: site for site in graph.sites if site.op is not None}
+            graph.module, {site.op: site for site in graph.sites if site.op is not None}
         )
 
         def run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

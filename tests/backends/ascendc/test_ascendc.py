@@ -258,6 +258,22 @@ def test_int4_weights_are_packed_two_to_a_byte_and_check_passes(tmp_path: Path) 
     assert 0 < layer.mismatches == layer.predicted_mismatches  # half arithmetic, within its rounding
 
 
+def test_qoperator_source_converts_through_its_qdq_form() -> None:
+    """digits_cnn.qop (QLinearConv, QGemm, ...) becomes the calls of digits_cnn.qdq: same APIs, same weights
+    and scales in the same order."""
+    qop = _graph(onnx.load(ROOT / "models" / "digits_cnn.qop.onnx")).sites
+    qdq = _graph(onnx.load(DIGITS)).sites
+    assert sorted(site.api for site in qop) == sorted(site.api for site in qdq)
+    for api in ("Mmad", "AscendDequant"):
+        ours = [site for site in qop if site.api == api]
+        theirs = [site for site in qdq if site.api == api]
+        for one, other in zip(ours, theirs, strict=True):
+            assert (one.m, one.n, one.k) == (other.m, other.n, other.k)
+            for name in ("weight", "bias"):
+                assert np.array_equal(one.constants.get(name, 0), other.constants.get(name, 0))
+            assert one.scale is None or np.array_equal(one.scale, other.scale)
+
+
 def test_per_channel_pads_to_32_channels_and_records_it() -> None:
     (site,) = _graph(_per_channel()).sites[:1]
     assert site.mode == "PER_CHANNEL" and site.channels == 10 and site.n == 32

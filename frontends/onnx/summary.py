@@ -36,6 +36,7 @@ from qconvert.ir.types import element_type_of
 from qconvert.storage_metadata import StorageEntry, StorageMetadata
 
 ELIDED = "__elided__"
+OUTPUT_KEY = ":output"  # ModuleSummary.quantized: a QOperator op's quantized result, by its node's name
 
 
 @dataclass
@@ -262,6 +263,10 @@ def summarize(module: ModuleOp) -> ModuleSummary:
             summary.schemes[scheme_of(quantized)] += 1
             summary.storage_types[quantized.storage_type_spelling] += 1
             summary.quantized.setdefault(node_name(op) or f"#{len(summary.quantized)}", quantized)
+        elif op.name.startswith("qconvert.") and node_name(op) and op.results:  # a QOperator op's output
+            result_type = element_type_of(op.results[0].type)
+            if isinstance(result_type, QuantizedType):
+                summary.quantized.setdefault(f"{node_name(op)}{OUTPUT_KEY}", result_type)
     return summary
 
 
@@ -492,6 +497,8 @@ def summarize_model(
         if node.name in summary.quantized and node.input:
             quantizer = quantizers.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
             summary.quantized_tensor_names[node.name] = (quantizer or node).input[0]
+        if f"{node.name}{OUTPUT_KEY}" in summary.quantized and node.output:  # QLinear*: what it computes
+            summary.quantized_tensor_names[f"{node.name}{OUTPUT_KEY}"] = node.output[0]
     # a tensor quantized then dequantized is listed once (the Q and DQ nodes name the same tensor)
     seen: set[str] = set()
     for node_key in list(summary.quantized):

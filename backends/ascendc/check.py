@@ -52,6 +52,7 @@ __all__ = ["SITE_OPS", "AscendcCheckRunner", "half_bound"]
 
 Lift = Callable[[ModelProto], "ModuleOp"]
 MMAD_OPS = ("Conv", "MatMul", "Gemm")
+QOPERATOR_MMAD_OPS = ("QLinearConv", "QLinearMatMul", "QGemm")  # one node: the same calls, via their QDQ form
 # Our exact accumulator and onnxruntime's float32 one are this close (in steps of the output's scale) for one
 # layer's sums: a rounding boundary between them is a near-tie, where either side is a fair result.
 GROUP_NEAR_TIE = 1.0 / 256
@@ -111,7 +112,7 @@ class AscendcCheckRunner:
         return True  # DequantizeLinear* -> Conv / MatMul / Gemm -> QuantizeLinear: Mmad + Dequant + Quant
 
     def keep_case(self, case: NodeCase) -> bool:
-        if case.group is not None:
+        if case.group is not None or case.op_type in QOPERATOR_MMAD_OPS:
             return case.name in self.groups
         return case.op_type in SITE_OPS
 
@@ -131,8 +132,8 @@ class AscendcCheckRunner:
                 "end to end covers them (the lifted model on qconvert's interpreter, every site emulated)"
             )
         notes.append(
-            f"{len(self.groups)} DequantizeLinear -> Conv / MatMul / Gemm -> QuantizeLinear groups are "
-            "judged as their calls (Mmad exact int32, AscendDequant with deqScale = s_x·s_w, AscendQuant); "
+            f"{len(self.groups)} DequantizeLinear -> Conv / MatMul / Gemm -> QuantizeLinear groups (or "
+            "QLinearConv / QLinearMatMul / QGemm nodes) are judged as their calls (Mmad exact int32, AscendDequant with deqScale = s_x·s_w, AscendQuant); "
             "each DequantizeLinear is also judged as its own AscendAntiQuant / AscendDequant call"
         )
         return notes
@@ -144,8 +145,8 @@ class AscendcCheckRunner:
     ) -> dict[str, CaseRun | NotRun]:
         found: dict[str, CaseRun | NotRun] = {}
         for case in cases:
-            if case.group is not None:
-                if case.op_type in MMAD_OPS and case.model is not None:
+            if case.group is not None or case.op_type in QOPERATOR_MMAD_OPS:
+                if case.op_type in (*MMAD_OPS, *QOPERATOR_MMAD_OPS) and case.model is not None:
                     run = self._run_group(case)
                     if run is not None:
                         self.groups.add(case.name)
@@ -333,9 +334,12 @@ def _mmad(case: NodeCase, site: Site, opset: int) -> np.ndarray:
 
     op = site.matmul
     assert op is not None and site.x_params is not None
-    node = case.nodes[-2]
-    producer = next(n for n in case.nodes if node.input[0] in n.output)
-    x = _input(case, producer.input[0]).astype(np.int64)
+    if case.group is None:  # a QLinearConv / QLinearMatMul / QGemm node: its first input is x's storage
+        x = _input(case, case.last.input[0]).astype(np.int64)
+    else:
+        node = case.nodes[-2]
+        producer = next(n for n in case.nodes if node.input[0] in n.output)
+        x = _input(case, producer.input[0]).astype(np.int64)
     zero = np.asarray(site.x_params.zero_point, np.int64).reshape(())
     weights = site.constants["weight"].astype(np.int64)
     bias = site.constants.get("bias")
@@ -376,27 +380,31 @@ def _group_prediction(
     params = site.onnx_params
     assert params is not None and run.accumulated is not None
     ours_float = run.accumulated
-    theirs_float = np.asarray(values[case.nodes[-2].output[0]], np.float32)
     from qconvert.numerics import broadcast_params
 
     scale, zero_point = broadcast_params(params, ours_float.shape)
     half = predicted_mismatch(
         ours_float, scale.astype(np.float32), zero_point - site.storage_shift, round_mode=site.round_mode
     )
-    sides = quantize(ours_float, params, Rounding.ONNX) != quantize(theirs_float, params, Rounding.ONNX)
-    steps_apart = np.abs(ours_float.astype(np.float64) - theirs_float) / scale
-    near = sides & (steps_apart <= GROUP_NEAR_TIE)
+    if case.group is not None:  # onnxruntime's float32 op output: where the two sums straddle a boundary
+        theirs_float = np.asarray(values[case.nodes[-2].output[0]], np.float32)
+        sides = quantize(ours_float, params, Rounding.ONNX) != quantize(theirs_float, params, Rounding.ONNX)
+        steps_apart = np.abs(ours_float.astype(np.float64) - theirs_float) / scale
+        near = sides & (steps_apart <= GROUP_NEAR_TIE)
+    else:  # a QOperator kernel requantizes internally: near-ties of our own value
+        steps = ours_float.astype(np.float64) / scale
+        near = np.abs(steps - np.floor(steps) - 0.5) <= GROUP_NEAR_TIE
     ours = run.emulated.astype(np.int64)
     theirs = reference.astype(np.int64)
     differs = ours != theirs
     explained = differs & (np.abs(ours - theirs) == 1) & (half | near)
     unexplained = int(np.count_nonzero(differs & ~explained))
     why = (
-        f"Mmad's exact int32, AscendDequant (float32) and AscendQuant's half pipeline against onnxruntime's "
-        f"float32 op and division: {int(np.count_nonzero(differs))} of {ours.size} one step off; "
+        f"Mmad's exact int32, AscendDequant (float32) and AscendQuant's half pipeline against onnxruntime: "
+        f"{int(np.count_nonzero(differs))} of {ours.size} one step off; "
         f"{int(np.count_nonzero(differs & half))} where predicted_mismatch says the half pipeline parts from "
-        f"ONNX's rule, {int(np.count_nonzero(differs & near & ~half))} at near-ties of the two accumulations "
-        f"(within {GROUP_NEAR_TIE} of a step)"
+        f"ONNX's rule, {int(np.count_nonzero(differs & near & ~half))} at near-ties (within {GROUP_NEAR_TIE} "
+        "of a step)"
     )
     if unexplained:
         return -1, why + f"; {unexplained} unexplained"

@@ -272,6 +272,15 @@ def test_qoperator_source_converts_through_its_qdq_form() -> None:
             for name in ("weight", "bias"):
                 assert np.array_equal(one.constants.get(name, 0), other.constants.get(name, 0))
             assert one.scale is None or np.array_equal(one.scale, other.scale)
+    from qconvert.check import check
+
+    report = check(str(ROOT / "models" / "digits_cnn.qop.onnx"), backend="ascendc")
+    assert report.verdict == "PASSED"
+    qlinear = [layer for layer in report.layers.values() if layer.op_type in ("QLinearConv", "QGemm")]
+    assert len(qlinear) == 3  # each QLinearConv / QGemm node a case: Mmad + AscendDequant + AscendQuant
+    assert all(
+        layer.verdict == "pass" and layer.mismatches == layer.predicted_mismatches for layer in qlinear
+    )
 
 
 def test_per_channel_pads_to_32_channels_and_records_it() -> None:

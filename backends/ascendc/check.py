@@ -131,10 +131,11 @@ class AscendcCheckRunner:
                 f"{len(others)} float nodes are not AscendC quantization calls and not cases here; the model "
                 "end to end covers them (the lifted model on qconvert's interpreter, every site emulated)"
             )
+        groups = f"{len(self.groups)} DequantizeLinear -> Conv / MatMul / Gemm -> QuantizeLinear groups"
         notes.append(
-            f"{len(self.groups)} DequantizeLinear -> Conv / MatMul / Gemm -> QuantizeLinear groups (or "
-            "QLinearConv / QLinearMatMul / QGemm nodes) are judged as their calls (Mmad exact int32, AscendDequant with deqScale = s_x·s_w, AscendQuant); "
-            "each DequantizeLinear is also judged as its own AscendAntiQuant / AscendDequant call"
+            f"{groups} (or QLinearConv / QLinearMatMul / QGemm nodes) are judged as their calls (Mmad exact "
+            "int32, AscendDequant with deqScale = s_x·s_w, AscendQuant); each DequantizeLinear is also "
+            "judged as its own AscendAntiQuant / AscendDequant call"
         )
         return notes
 

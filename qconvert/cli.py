@@ -254,7 +254,10 @@ def import_command(
         raise InputError(f"--resource-threshold {resource_threshold}: expected 0 or more elements")
     _check_output(output, model)
     _check_json_output(json_path, output, model)
-    module = import_onnx(model, _parse_input_shapes(input_shape), resource_threshold=resource_threshold)
+    from qconvert.stdout_console import phase
+
+    with phase(f"lifting {model}", not quiet):
+        module = import_onnx(model, _parse_input_shapes(input_shape), resource_threshold=resource_threshold)
     if ranges is not None:
         from qconvert.calibrate.attach import attach_ranges
         from qconvert.calibrate.ranges import CalibrationRanges
@@ -272,7 +275,8 @@ def import_command(
             print(f"qconvert: warning: {warning}", file=sys.stderr)
     if elide_weights:
         elide(module)
-    write_module_to(module, output)  # streamed: each weight is read only while it is written
+    with phase(f"writing {output if output != '-' else 'stdout'}", not quiet):
+        write_module_to(module, output)  # streamed: each weight is read only while it is written
     _report_written("import", "quant-dialect IR", module, [output], json_path, quiet)
 
 
@@ -326,8 +330,12 @@ def convert_command(
         "round_mode": round_mode,
     }
     options = _backend_options(backend_option, flags)
-    module = convert(model, to=to, input_shapes=_parse_input_shapes(input_shape), **options)
-    write(module, sys.stdout if output is None else output, to=to)  # "-" given: the backend writes to stdout
+    from qconvert.stdout_console import phase
+
+    with phase(f"converting {model} to {to}", not quiet):
+        module = convert(model, to=to, input_shapes=_parse_input_shapes(input_shape), **options)
+    with phase(f"writing {output or 'stdout'}", not quiet):
+        write(module, sys.stdout if output is None else output, to=to)  # "-": the backend writes to stdout
     _report_written("convert", to, module, [output or "-"], json_path, quiet)
 
 

@@ -115,3 +115,19 @@ def progress_columns(unit: str = "") -> list[ProgressColumn]:
         KnownTotalColumn(TextColumn("ETA")),
         KnownTotalColumn(TimeRemainingColumn()),
     ]
+
+
+@contextlib.contextmanager
+def phase(description: str, enabled: bool = True) -> Iterator[None]:
+    """A transient `⠋ converting model.onnx to stablehlo 0:00:03` line on stderr while a phase of unknown
+    length runs (a terminal only, nothing when not `enabled`): long work is never silent."""
+    from rich.progress import Progress, SpinnerColumn
+
+    console = Console(stderr=True)
+    if not enabled or not console.is_terminal:
+        yield
+        return
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        progress.add_task(description, total=None)
+        yield

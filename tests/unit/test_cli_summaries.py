@@ -170,3 +170,35 @@ def test_check_lists_the_worst_failing_nodes_and_counts_the_rest() -> None:
     everything = io.StringIO()
     render(report, Console(file=everything, width=200), limit=None)
     assert sum(1 for line in everything.getvalue().splitlines() if re.match(r"│ q\d+ ", line)) == 30
+
+
+def test_convert_shows_its_phases_on_a_terminal(tmp_path: Path) -> None:
+    """On a pseudo-terminal, as a user sees it: a transient line per phase, then the one-line summary."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    try:
+        leader, follower = pty.openpty()
+    except OSError as error:  # a container without /dev/ptmx
+        pytest.skip(f"no pseudo-terminal here: {error}")
+    out = tmp_path / "d.mlir"
+    cli = "import sys; from qconvert.cli import main; sys.exit(main())"
+    command = [sys.executable, "-c", cli, "convert", str(DIGITS_QDQ), "-o", str(out)]
+    environment = {**os.environ, "COLUMNS": "200", "TERM": "xterm"}
+    process = subprocess.Popen(command, stdin=follower, stdout=follower, stderr=follower, env=environment)
+    os.close(follower)
+    screen = bytearray()
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        screen += chunk
+    assert process.wait(timeout=120) == 0
+    text = screen.decode(errors="replace")
+    assert f"converting {DIGITS_QDQ} to stablehlo" in text and f"writing {out}" in text
+    assert f"qconvert convert: wrote {out} (stablehlo)" in text

@@ -518,3 +518,13 @@ def test_cli_refusal_exits_2_and_leaves_no_folder(tmp_path: Path, capsys: pytest
     assert not target.exists() and list(tmp_path.iterdir()) == []
     assert main(["convert", str(DIGITS), "--to", "ascendc", "-o", str(target), "--quiet"]) == 0
     assert (target / "callgraph.json").exists() and (target / "tiling.json").exists()
+
+
+def test_the_folder_is_deterministic(tmp_path: Path) -> None:
+    """Two conversions write the same files, byte for byte (the call graph, kernels, tiling, constants)."""
+    folders = []
+    for name in ("first", "second"):
+        folder = tmp_path / name
+        write(convert(str(DIGITS), to="ascendc"), str(folder), to="ascendc")
+        folders.append({str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()})
+    assert folders[0] == folders[1] and len(folders[0]) == 2 + 3 + 18  # 2 json, 3 kernels, 9 .npy + .bin

@@ -14,10 +14,12 @@ NOTE: how a run on a cluster goes.
 - Threads: a worker's onnxruntime session runs on `--threads-per-worker` threads, by default its node's
   CPUs divided among the calibration workers placed on that node.
 - Faults: an actor whose process dies (killed, out of memory, its node lost) is restarted and its share
-  run again, up to RETRIES times; a share is pure (fresh observers, its own files), so the result stays
-  bit-identical. Beyond that, or when a node dies and its share finds no place within PLACEMENT_SECONDS,
-  one line names the worker, its node and the cause (QConvertError, exit 2), and every actor is killed.
-- Noise: Ray's own log lines (its workers' output, its logger) reach the terminal only with `verbose`.
+  run again, up to DEFAULT_RETRIES times ($QCONVERT_RAY_RETRIES); a share is pure (fresh observers, its
+  own files), so the result stays bit-identical. Beyond that, or when a node dies and its share finds no
+  place within PLACEMENT_SECONDS, one line names the worker, its node and the cause (QConvertError, exit
+  2), and every actor is killed.
+- Noise: Ray's own lines (its workers' output, its raylet's reports, its logger) reach the terminal only
+  with `verbose`.
 """
 
 from __future__ import annotations
@@ -50,7 +52,20 @@ from qconvert.calibrate.workers import (
 from qconvert.errors import InputError, QConvertError
 
 ADDRESS_ENV = "RAY_ADDRESS"
-RETRIES = 2  # times a lost worker's share runs again on its restarted actor
+RETRIES_ENV = "QCONVERT_RAY_RETRIES"
+DEFAULT_RETRIES = 2  # times a lost worker's share runs again on its restarted actor (QCONVERT_RAY_RETRIES)
+
+
+def retries() -> int:
+    """How many times a lost worker's share runs again: $QCONVERT_RAY_RETRIES, else DEFAULT_RETRIES."""
+    text = os.environ.get(RETRIES_ENV, "")
+    if not text:
+        return DEFAULT_RETRIES
+    if not text.isdigit():
+        raise InputError(f"{RETRIES_ENV}={text}: expected a number of retries, 0 or more")
+    return int(text)
+
+
 PLACEMENT_SECONDS = 30.0  # workers not placed (or a lost node's share not re-placed) by then: the run stops
 
 
@@ -87,9 +102,14 @@ def ray_session(address: str | None, cpus: int, verbose: bool = False) -> Iterat
         settings.update(address="local", num_cpus=cpus, include_dashboard=False)
     else:
         settings.update(address=joined)
-    # Ray's driver prints what its raylet reports (a worker that died, ...) to stdout, whatever
-    # log_to_driver says: diagnostics, which belong on stderr (stdout may carry `--json -`).
-    with contextlib.redirect_stdout(sys.stderr):
+    # Ray's driver prints what its raylet reports (a worker that died, a task retried, ...) to stdout,
+    # whatever log_to_driver says: diagnostics, which belong on stderr (stdout may carry `--json -`), and
+    # only with `verbose` (our own one line says what ended a run).
+    sink = sys.stderr if verbose else open(os.devnull, "w")  # noqa: SIM115 (closed below)
+    with (
+        contextlib.redirect_stdout(sink),
+        contextlib.closing(sink) if sink is not sys.stderr else contextlib.nullcontext(),
+    ):
         try:
             try:
                 ray.init(**settings)
@@ -125,10 +145,12 @@ class Placement:
 
 
 class _RayWorker:
-    """A Ray actor: the model's session, built on first use (again after a restart), kept for every pass."""
+    """A Ray actor: the model's session, built on first use (again after a restart), kept for every pass.
 
-    def __init__(self, augmented: AugmentedModel) -> None:
-        self.augmented = augmented
+    The model comes with each share as a reference inside a list (Ray leaves it unresolved), fetched once:
+    an actor with restarts and object-store constructor arguments is a warning in Ray's log."""
+
+    def __init__(self) -> None:
         self.session: Any = None
         self.threads = 0
 
@@ -138,17 +160,24 @@ class _RayWorker:
         context = ray.get_runtime_context()
         return Placement(context.get_node_id(), ray.util.get_node_ip_address(), os.getpid())
 
-    def run(self, share: Share, threads: int) -> ShareResult:
-        _check_visible(share, self.augmented)
+    def run(self, share: Share, threads: int, model: list[Any]) -> ShareResult:
+        import ray
+
         if self.session is None or threads != self.threads:
-            self.session = make_session(self.augmented, threads)
+            augmented: AugmentedModel = ray.get(model[0])
+            _check_visible(share, augmented)
+            self.session = make_session(augmented, threads)
             self.threads = threads
+        else:
+            _check_visible(share, None)
         # Ray hands numpy arrays over zero-copy from its object store, read-only: observe into a copy.
         share = Share(share.dataset, copy.deepcopy(share.observers), share.index, share.count)
-        return observe_share(self.session, share, lambda samples: None, threads)
+        result = observe_share(self.session, share, lambda samples: None, threads)
+        result.node = ray.get_runtime_context().get_node_id()
+        return result
 
 
-def _check_visible(share: Share, augmented: AugmentedModel) -> None:
+def _check_visible(share: Share, augmented: AugmentedModel | None) -> None:
     """InputError naming this node when a file the share reads is not there (no shared storage)."""
     import ray
 
@@ -161,7 +190,7 @@ def _check_visible(share: Share, augmented: AugmentedModel) -> None:
         ]
     if source.function_spec and source.function_spec.rpartition(":")[0].endswith(".py"):
         wanted.append(source.function_spec.rpartition(":")[0])
-    if augmented.external_data_folder is not None:
+    if augmented is not None and augmented.external_data_folder is not None:
         wanted.append(augmented.external_data_folder)
     missing = [path for path in wanted if path and not os.path.exists(path)]
     if missing:
@@ -216,15 +245,16 @@ class RayEngine:
         import ray.exceptions
 
         self.workers = workers
+        self.retries = retries()
         check_capacity(workers, threads_per_worker or 1, where)
         actor = ray.remote(
             num_cpus=threads_per_worker or 1,
-            max_restarts=RETRIES,
-            max_task_retries=RETRIES,
+            max_restarts=self.retries,
+            max_task_retries=self.retries,
             scheduling_strategy="SPREAD",
         )(_RayWorker)
-        model = ray.put(augmented)  # once, shared by the actors
-        self.actors: list[Any] = [actor.remote(model) for _ in range(workers)]
+        self.model = ray.put(augmented)  # once, shared by the actors
+        self.actors: list[Any] = [actor.remote() for _ in range(workers)]
         try:
             self.places: list[Placement] = ray.get(
                 [worker.place.remote() for worker in self.actors], timeout=PLACEMENT_SECONDS
@@ -250,7 +280,7 @@ class RayEngine:
             for share in shares
         ]
         references = [
-            worker.run.remote(share, threads)
+            worker.run.remote(share, threads, [self.model])
             for worker, share, threads in zip(self.actors, shares, self.threads)
         ]
         pending = list(references)
@@ -323,9 +353,9 @@ class RayEngine:
         return QConvertError(
             f"calibration worker {number + 1} of {len(self.places)} (a Ray actor, pid "
             f"{pid[1] if pid else place.pid}) died while reading data or running the model on node "
-            f"{place.node_ip} (id {place.node_id[:12]}), {RETRIES + 1} times, beyond its {RETRIES} retries "
-            f"({cause}): killed (out of memory?), its node lost, or a crash in native code or a data "
-            "function that ended its process"
+            f"{place.node_ip} (id {place.node_id[:12]}), {self.retries + 1} time(s), beyond its "
+            f"{self.retries} retries ({cause}): killed (out of memory?), its node lost, or a crash in native "
+            "code or a data function that ended its process"
         )
 
     def close(self) -> None:
@@ -392,7 +422,7 @@ def _processes_of(marker: str) -> set[int]:
     return found
 
 
-def stop_processes(pids: set[int], grace: float = 3.0) -> None:
+def stop_processes(pids: set[int], grace: float = 1.0) -> None:
     """SIGTERM these processes, then SIGKILL the ones still there after `grace` seconds."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -405,10 +435,30 @@ def stop_processes(pids: set[int], grace: float = 3.0) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+@dataclass(frozen=True)
+class LocalCluster:
+    """A running local_cluster: its address, and the folder its processes are known by."""
+
+    address: str
+    folder: str
+
+    def processes(self) -> set[int]:
+        """Pids of every process of the cluster (its daemons, agents and workers)."""
+        return _processes_of(self.folder)
+
+    def process_titles(self) -> list[str]:
+        """Their command lines (Ray's workers show `ray::IDLE`, `ray::_RayWorker...`)."""
+        titles = []
+        for pid in sorted(self.processes()):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as file:
+                titles.append(file.read().replace(b"\0", b" ").decode(errors="replace").strip())
+        return titles
+
+
 @contextlib.contextmanager
 def local_cluster(
     nodes: int = 2, cpus_per_node: int = 1, object_store_bytes: int = 256 << 20
-) -> Iterator[str]:
+) -> Iterator[LocalCluster]:
     """A Ray cluster of `nodes` nodes on this machine, each started by its own `ray start` with its own
     CPUs, as on separate machines; yields the head's address. Every node has a loopback address, so no
     traffic goes to any other address, and no dashboard. Every process of it is ended on exit, even on an
@@ -453,7 +503,7 @@ def local_cluster(
                 with open(log, errors="replace") as output:
                     tail = output.read()[-2000:]
                 raise RuntimeError(f"ray start (node {number + 1} of {nodes}) exited {code}:\n{tail}")
-        yield address
+        yield LocalCluster(address, folder)
     finally:
         stop_processes(_processes_of(folder))
         shutil.rmtree(folder, ignore_errors=True)
@@ -462,8 +512,10 @@ def local_cluster(
 __all__ = [
     "ADDRESS_ENV",
     "CLUSTER_LOOPBACK",
+    "LocalCluster",
     "PLACEMENT_SECONDS",
-    "RETRIES",
+    "DEFAULT_RETRIES",
+    "RETRIES_ENV",
     "Placement",
     "RayEngine",
     "check_capacity",
@@ -471,4 +523,5 @@ __all__ = [
     "local_cluster",
     "open_ray_engine",
     "ray_session",
+    "retries",
 ]

@@ -116,6 +116,7 @@ class ShareResult:
     bytes_read: int = 0  # data bytes this share read from files (its shard only, when sharded)
     pid: int = 0  # the process that ran it
     peak_memory: int = 0  # that process's peak resident bytes when it finished
+    node: str = ""  # the Ray node it ran on (its id), "" off Ray
 
 
 def observe_share(session: Any, share: Share, report: Callable[[int], None], threads: int = 1) -> ShareResult:

@@ -47,8 +47,15 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "qconvert opt digits.mlir --lower-quant-ops=rounding=onnx -o lowered.mlir",
         "qconvert opt samples/quant_casts.mlir --split-input-file --normalize-quant-types",
     ),
-    "report": ("qconvert report result.json -o report.html",),
-    "run": ("qconvert run digits.mlir --data models/digits_cnn.inputs.npz -o outputs.npz",),
+    "report": (
+        "qconvert report result.json -o report.html",
+        "qconvert check model.qdq.onnx --data samples/ --json check.json && qconvert report check.json",
+    ),
+    "run": (
+        "qconvert run digits.mlir --data models/digits_cnn.inputs.npz -o outputs.npz",
+        "qconvert run digits.mlir --data samples/ --engine interpreter --json -",
+        "qconvert run digits.storage.onnx --data models/digits_cnn.inputs.npz -o outputs.npz",
+    ),
 }
 
 

@@ -117,6 +117,7 @@ class ShareResult:
     pid: int = 0  # the process that ran it
     peak_memory: int = 0  # that process's peak resident bytes when it finished
     node: str = ""  # the Ray node it ran on (its id), "" off Ray
+    threads: int = 0  # the intra-op threads of the onnxruntime session that ran it (0: onnxruntime's default)
 
 
 def observe_share(session: Any, share: Share, report: Callable[[int], None], threads: int = 1) -> ShareResult:
@@ -181,6 +182,8 @@ def observe_share(session: Any, share: Share, report: Callable[[int], None], thr
     result.bytes_read = bytes_read() - read_before
     result.pid = os.getpid()
     result.peak_memory = peak_memory()
+    with contextlib.suppress(AttributeError):  # a stand-in session (tests) may not have the options
+        result.threads = session.get_session_options().intra_op_num_threads
     return result
 
 

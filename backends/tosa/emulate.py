@@ -635,6 +635,7 @@ _HANDLERS.update(
         "tosa.greater": _compare(np.greater),
         "tosa.greater_equal": _compare(np.greater_equal),
         "tosa.logical_not": lambda op, operands: [np.logical_not(np.asarray(operands[0]))],
+        "tosa.logical_and": _compare(np.logical_and),
         "tosa.select": _select,
         "tosa.matmul": _any_matmul,
     }

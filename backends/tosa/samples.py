@@ -616,6 +616,7 @@ def _float_and_logic_graphs(rng: np.random.Generator, i32: np.ndarray) -> list[S
         graphs.append(_binary_graph(f"{op}_i32", op, i32, i32[:, ::-1].copy(), "i1"))
     mask = rng.integers(0, 2, size=(4, 64)).astype(np.bool_)
     graphs.append(_unary_graph("logical_not", mask, "logical_not", "", mask.shape))
+    graphs.append(_binary_graph("logical_and", "logical_and", mask, mask[::-1].copy(), "i1"))
     select_types = [
         tensor_type(mask.shape, "i1"),
         tensor_type(i32.shape, "i32"),

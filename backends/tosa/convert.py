@@ -55,6 +55,7 @@ from .legalize_quant import (
     rescale_to,
 )
 from .options import TosaOptions
+from .pool_ties import AveragePoolTiesToEven
 from .storage import CAST, Refusals, fold_casts, materialize, quant_type, storage_of, storage_type
 
 __all__ = ["QUANT_TYPE", "convert_to_tosa", "write_tosa"]
@@ -335,6 +336,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     while fold_casts(list(body.ops)):
         pass
     erase_unused(body, lambda op: not op.is_terminator)
+    apply_patterns(body, [AveragePoolTiesToEven()], nested=False)  # onnxruntime's ties on 2**k windows
     apply_patterns(body, fold_patterns(), nested=False)
     erase_unused(body, lambda op: not op.is_terminator)
     signless_boundary(function)

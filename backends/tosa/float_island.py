@@ -36,6 +36,7 @@ __all__ = [
     "FloatLinearCombination",
     "FloatPerChannelAffine",
     "splat_value",
+    "ties_to_even",
 ]
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -550,13 +551,13 @@ class FloatLinearCombination:
         assert total is not None
         addend = np.round(offset * 2.0**shift).astype(np.int64)
         total = ops.add(rewriter, total, ops.const(rewriter, addend.astype(np.int32), I32))
-        total = _ties_to_even(rewriter, total, shift, RankedTensorType(shape, I32))
+        total = ties_to_even(rewriter, total, shift, RankedTensorType(shape, I32))
         value = _shifted_into(rewriter, total, shift, target, shape)
         replace_with_storage(rewriter, op, [value])
         return True
 
 
-def _ties_to_even(rewriter: PatternRewriter, total: Value, shift: int, wide: RankedTensorType) -> Value:
+def ties_to_even(rewriter: PatternRewriter, total: Value, shift: int, wide: RankedTensorType) -> Value:
     """`total + parity - 1`, parity the lowest bit of `floor(total / 2**shift)`: RESCALE's half-up rounding of
     that by 2**-shift is then onnxruntime's half to even (an exact tie, as bilinear weights of 1/4 make, goes
     to the even neighbour; nothing else moves). Integer ops only: floors by rescales of the shifted value."""

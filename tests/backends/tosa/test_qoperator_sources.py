@@ -289,7 +289,8 @@ def test_int16_activations_accumulate_in_i48(small_int16: tuple[Path, Path]) -> 
 
     text = print_module(convert_to_tosa(_lift(small_int16[0])))  # type: ignore[arg-type]
     assert "tosa.conv2d" in text and "tosa.matmul" in text
-    assert "tosa.depthwise_conv2d" in text and "tosa.avg_pool2d" in text
+    # the depthwise Conv, and the 2x2 AveragePool as window sums (pool_ties.py): no tosa.avg_pool2d left
+    assert text.count('"tosa.depthwise_conv2d"') == 2 and "tosa.avg_pool2d" not in text
     assert "acc_type = i48" in text and "tensor<2x8x8x8xi48>" in text  # i16 x i8 conv2d
     assert "xi16>" in text and "xf32>" not in text
 
@@ -313,10 +314,14 @@ def test_int16_activations_check_against_onnxruntime(engine: str, small_int16: t
     expected = {"Conv", "Relu", "AveragePool", "GlobalAveragePool", "Reshape", "MatMul", "Mul", "Add"}
     assert {layer.op_type for layer in report.layers.values()} == expected
     for layer in report.layers.values():
-        # measured: depthwise Conv 1 of 1024 and AveragePool 20 of 256 one step off, all predicted
+        # measured: depthwise Conv 1 of 1024 and AveragePool 10 of 256 one step off, all predicted
         # near-ties; every other group 0
         assert layer.mismatches == layer.predicted_mismatches, layer.explanation
         assert layer.max_lsb_diff is None or layer.max_lsb_diff <= 1.0
+    (pool,) = [layer for layer in report.layers.values() if layer.op_type == "AveragePool"]
+    # 2x2 means land on half steps: ties to even (pool_ties.py) as onnxruntime. Measured on this data:
+    # tosa.avg_pool2d's half up 30 of 256 one step off, ties to even 10 (onnxruntime's float32 noise)
+    assert pool.mismatches <= 0.05 * pool.elements, pool.explanation
 
 
 def _uint8_group_model() -> onnx.ModelProto:

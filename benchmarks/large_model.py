@@ -10,11 +10,12 @@ Rows, each the whole command in a fresh process, its peak RSS read with `os.wait
 - `inspect` QDQ model; `import` and `convert --to stablehlo` QDQ model -o FILE (weights as dense_resource
   blobs, streamed from the memory-mapped data file into the text);
 - `calibrate` float model on 8 samples (`--ranges`, `--evaluate 0`: onnxruntime maps the external data);
-- `check` QDQ model and float model, 2 samples (`--max-samples 2`).
+- `check` QDQ model and float model, 2 samples (`--max-samples 2`): the weights fed from one mapping of the
+  data file, the QDQ weights' float dequantizes computed one at a time (qconvert/check/oracle.py).
 
 `ratio` is peak RSS / the model's size (graph + data file). Aims (issue 23): import and convert <= 1.2,
-calibrate flat (its peak does not grow with the data). A run over `--timeout` is `timeout`, a failing one
-`failed` with its last stderr line; neither shows a number.
+calibrate flat (its peak does not grow with the data), check <= 2.5. A run over `--timeout` is `timeout`, a
+failing one `failed` with its last stderr line; neither shows a number.
 
 Usage: python benchmarks/large_model.py [--cache DIR] [--only VERB ...] [--timeout S] [--json PATH]
 """

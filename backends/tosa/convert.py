@@ -55,7 +55,7 @@ from .legalize_quant import (
     rescale_to,
 )
 from .options import TosaOptions
-from .pool_ties import AveragePoolTiesToEven
+from .pool_ties import AveragePoolTiesToEven, FloatAveragePoolRequantized
 from .storage import CAST, Refusals, fold_casts, materialize, quant_type, storage_of, storage_type
 
 __all__ = ["QUANT_TYPE", "convert_to_tosa", "write_tosa"]
@@ -319,6 +319,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
         PerChannelWeightZeroPoints(refusals),  # before conv2d / matmul, which take one weight zero point
         *legalize_patterns(refusals),  # first: a quantize of a plain dequantize is no float island
         RequantizeToRescale(rounding, refusals),
+        FloatAveragePoolRequantized(rounding, refusals),  # a pool to another scale than its input's
         FloatClampToClamp(refusals),  # before the tables: a Relu of one type in and out is a clamp
         FloatMeanToReduceSum(rounding, refusals),
         FloatProductToMul(rounding, refusals),

@@ -51,6 +51,10 @@ def child(args: argparse.Namespace) -> int:
     from qconvert.calibrate.dataset import open_dataset
     from qconvert.calibrate.methods import make_method
 
+    # A process forked from a large one starts with that one's peak as its own (ru_maxrss, kept across
+    # exec): reset the kernel's high-water mark, then read VmHWM at the end.
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as file:
+        file.write("5")
     started = time.perf_counter()
     loaded = load_float_model(args.model)
     augmented = augment_model(loaded)
@@ -63,7 +67,14 @@ def child(args: argparse.Namespace) -> int:
     result = collect(augmented, dataset, observers, workers=workers, engine=engine, ray_address=args.address)
     finished = time.perf_counter()
     shares = [
-        {"read_mib": r.bytes_read / MIB, "peak_mib": r.peak_memory / MIB, "pid": r.pid, "node": r.node[:8]}
+        {
+            "read_mib": r.bytes_read / MIB,
+            "peak_mib": r.peak_memory / MIB,
+            "pid": r.pid,
+            "node": r.node[:8],
+            "seconds": r.seconds,
+            "threads": r.threads,
+        }
         for r in result.share_results
     ]
     print(
@@ -73,11 +84,20 @@ def child(args: argparse.Namespace) -> int:
                 "inside_seconds": finished - started,
                 "samples": result.stats.samples_read,
                 "shares": shares,
-                "driver_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MIB,
+                "driver_peak_mib": own_peak_bytes() / MIB,
             }
         )
     )
     return 0
+
+
+def own_peak_bytes() -> int:
+    """This process's peak resident bytes since its clear_refs reset (VmHWM), else ru_maxrss."""
+    with contextlib.suppress(OSError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def digits_data(folder: Path, samples: int) -> tuple[Path, Path]:

@@ -101,6 +101,7 @@ def ray_session(address: str | None, cpus: int, verbose: bool = False) -> Iterat
     if joined is None:  # "local": a new instance, never a cluster found on this machine
         settings.update(address="local", num_cpus=cpus, include_dashboard=False)
     else:
+        _check_reachable(joined)
         settings.update(address=joined)
     # Ray's driver prints what its raylet reports (a worker that died, a task retried, ...) to stdout,
     # whatever log_to_driver says: diagnostics, which belong on stderr (stdout may carry `--json -`), and
@@ -130,6 +131,21 @@ def ray_session(address: str | None, cpus: int, verbose: bool = False) -> Iterat
             ray.shutdown()
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
+
+
+def _check_reachable(address: str) -> None:
+    """InputError at once when HOST:PORT takes no connection (ray.init would retry for half a minute,
+    printing a warning a second); `auto` and `ray://` addresses are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "://" in address:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as error:
+        raise InputError(
+            f"--ray-address {address}: no Ray cluster answers there ({error.strerror or error}); start one "
+            "with `ray start --head`, or give its head's HOST:PORT"
+        ) from None
 
 
 @dataclass(frozen=True)

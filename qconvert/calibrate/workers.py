@@ -188,7 +188,12 @@ def observe_share(session: Any, share: Share, report: Callable[[int], None], thr
 
 
 def peak_memory() -> int:
-    """This process's peak resident memory in bytes (Linux: ru_maxrss is in KiB)."""
+    """This process's peak resident memory in bytes: VmHWM (its own address space's high-water mark; ru_maxrss
+    would keep the peak of a large process it was forked from, across exec), else ru_maxrss (KiB)."""
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     try:
         import resource
     except ImportError:  # not on POSIX

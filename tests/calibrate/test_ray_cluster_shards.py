@@ -13,12 +13,15 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from conftest import require_module
 from onnx import TensorProto, helper
 
+from qconvert.calibrate.api import calibrate
 from qconvert.calibrate.collect import augment_model, collect, load_float_model
 from qconvert.calibrate.dataset import DatasetStats, open_dataset, shard_datasets
 from qconvert.calibrate.observers import AlignedHistogramObserver
 from qconvert.calibrate.workers import Share, make_session, observe_share
+from qconvert.errors import InputError
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 SAMPLE_BYTES = 1 * 8 * 8 * 4  # digits_cnn's image sample: f32[1, 8, 8]
@@ -208,3 +211,13 @@ def test_two_local_processes_read_disjoint_shards(digits: tuple, tmp_path: Path)
     three = collect(augmented, dataset, copy.deepcopy(fresh), threads_per_worker=3)  # in this process
     assert [result.threads for result in three.share_results] == [3]  # --threads-per-worker
     assert state(three.observers) == state(one.observers)
+
+
+def test_an_address_where_no_cluster_answers_is_refused_at_once(digits: tuple, tmp_path: Path) -> None:
+    """Not half a minute of Ray's connection retries, a warning a second: one line naming the address."""
+    require_module("ray")
+    np.save(tmp_path / "x.npy", images(8, seed=8))
+    with pytest.raises(InputError, match=r"--ray-address 127\.0\.0\.1:1: no Ray cluster answers there"):
+        calibrate(
+            MODELS / "digits_cnn.onnx", tmp_path / "x.npy", ray_address="127.0.0.1:1", evaluate_samples=0
+        )

@@ -224,6 +224,7 @@ def check(
                 judged[case.name] = _judge_deferred(
                     case, runner, model, values, types, constants, str(model_path)
                 )
+                loaded.release_pages()
     for case in cases:
         if runner.keep_case(case):
             report.layers[case.name] = judged.get(case.name) or case.result()
@@ -231,6 +232,7 @@ def check(
     del cases, runnable, judged
 
     end_to_end = _EndToEnd(report, runner, model_path, types, tolerances, dynamic, input_shapes, loaded)
+    loaded.release_pages()
     end_to_end.start(model, first, values)
     del values, model
     with _progress(show_progress) as bar:
@@ -454,6 +456,7 @@ class _EndToEnd:
         reference = run_session(
             self.shapes.reference_session(self.report.model), {**feed.arrays, **self.loaded.weights}
         )
+        self.loaded.release_pages()
         self._compare(feed, float8_views(reference, self.types))
         return self.reason is None
 
@@ -491,6 +494,7 @@ class _EndToEnd:
         elif self.reason is None:
             try:
                 ours = self.shapes.ours({**feed.arrays, **self.loaded.weights})
+                self.loaded.release_pages()
             except NotRun as error:
                 self.reason = str(error)
         self.report.samples += feed.samples

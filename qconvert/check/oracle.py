@@ -7,7 +7,9 @@ noise floor.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import mmap
 import os
 import re
 from collections.abc import Callable, Collection, Mapping
@@ -293,6 +295,14 @@ class CheckModel:
     inference_error: InputError | None
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     base_dir: Path | None = None
+    mappings: list[np.memmap] = field(default_factory=list)
+
+    def release_pages(self) -> None:
+        """Drop the mapped weights' pages from this process (clean file pages: read again when next used),
+        between phases that each read every weight once, so that they are not all resident at once."""
+        for mapping in self.mappings:
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                mapping._mmap.madvise(mmap.MADV_DONTNEED)  # type: ignore[attr-defined]
 
 
 def load_for_check(
@@ -337,7 +347,9 @@ def load_for_check(
             )
     for index in reversed(moved):
         del model.graph.initializer[index]
-    return CheckModel(model, original, loaded.inference_error, weights, loaded.base_dir)
+    return CheckModel(
+        model, original, loaded.inference_error, weights, loaded.base_dir, list(mappings.values())
+    )
 
 
 def _mapped(tensor: TensorProto, base_dir: Path, mappings: dict[str, np.memmap]) -> np.ndarray | None:

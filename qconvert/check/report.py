@@ -10,7 +10,8 @@ NOTE: the verdict (`CheckReport.verdict`) is one of
 `passed` (exit code 0) is true only for PASSED. A node whose mismatches are all explained by the chosen
 rounding semantics (`--semantics stablehlo`: StableHLO adds the zero point before rounding) passes only
 when the measured count equals the predicted one. An SQNR of `inf` (no difference) is written to JSON as
-`null`.
+`null`; any other non-finite number (an infinite max_lsb_diff, a tolerance of inf) is written as the string
+"inf", "-inf" or "nan" (`json_safe`), so the file stays valid JSON (strict parsers reject Infinity / NaN).
 
 End to end, an output FAILS by default when its SQNR is both `FLOOR_MARGIN_DB` below the noise floor
 (onnxruntime optimized against unoptimized) and below its step level less `STEP_SLACK_DB`. The step level
@@ -450,9 +451,30 @@ class CheckReport:
 
     def write_json(self, path: str | os.PathLike[str]) -> None:
         """Write the JSON report atomically (a temporary file in the same folder, then a rename)."""
-        text = json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+        text = json.dumps(json_safe(self.to_json()), indent=2, allow_nan=False) + "\n"
         with atomic_text_file(path) as stream:
             stream.write(text)
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every non-finite float (Python or numpy) as the string "inf", "-inf" or "nan", numpy
+    scalars as Python numbers, tuples as lists: what `json.dumps(..., allow_nan=False)` accepts."""
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        number = float(value)
+        if math.isnan(number):
+            return "nan"
+        if math.isinf(number):
+            return "inf" if number > 0 else "-inf"
+        return number
+    return value
 
 
 def _finite(value: float) -> float | None:

@@ -12,7 +12,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from qconvert.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr
 from qconvert.ir.dialects.builtin import ModuleOp
+from qconvert.ir.dialects.qconvert import NOTE
 from qconvert.ir.quant_types import QuantizedType
 from qconvert.ir.types import element_type_of
 
@@ -40,6 +42,7 @@ class WriteSummary:
     ops: Counter[str] = field(default_factory=Counter)
     quantized_ops: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
+    module_notes: list[str] = field(default_factory=list)  # counted, not echoed: they are in the artifact
 
     def line(self) -> str:
         written = ", ".join("stdout" if path == "-" else path for path in self.outputs) or "nothing"
@@ -47,7 +50,8 @@ class WriteSummary:
         parts = [f"{sum(self.ops.values())} ops"] if self.ops else []
         if self.ops:
             parts.append(f"{quantized} on quantized types")
-        parts.append(f"{len(self.notes)} note{'s' if len(self.notes) != 1 else ''}")
+        noted = len(self.notes) + len(self.module_notes)
+        parts.append(f"{noted} note{'s' if noted != 1 else ''}")
         return f"qconvert {self.verb}: wrote {written} ({self.target}): {', '.join(parts)}"
 
     def to_json(self) -> dict[str, Any]:
@@ -57,7 +61,7 @@ class WriteSummary:
             "outputs": self.outputs,
             "ops": dict(sorted(self.ops.items())),
             "quantized_ops": dict(sorted(self.quantized_ops.items())),
-            "notes": self.notes,
+            "notes": [*self.notes, *self.module_notes],
         }
 
     def write_json(self, path: str) -> None:
@@ -82,11 +86,35 @@ def count_ops(module: ModuleOp, summary: WriteSummary) -> None:
             summary.quantized_ops[op.name] += 1
 
 
+def module_notes(module: ModuleOp) -> list[str]:
+    """The distinct `qconvert.note` texts a module carries (on itself, its ops, its functions' argument and
+    result attributes), in order of first appearance: what a backend whose artifact is a bare module (TOSA)
+    notes. Distinct, because one float island notes each of its ops with the same text."""
+    found: dict[str, None] = {}
+
+    def collect(attribute: Any) -> None:
+        if isinstance(attribute, StringAttr):
+            found.setdefault(attribute.value, None)
+
+    for op in module.walk():
+        collect(op.attributes.get(NOTE))
+        for key in ("arg_attrs", "res_attrs"):
+            entries = op.attributes.get(key)
+            for entry in entries.elements if isinstance(entries, ArrayAttr) else ():
+                if isinstance(entry, DictionaryAttr):
+                    collect(dict(entry.entries).get(NOTE))
+    return list(found)
+
+
 def summarize_artifact(verb: str, target: str, artifact: Any, outputs: list[str]) -> WriteSummary:
-    """The summary of what a verb wrote: a ModuleOp, or a backend's artifact holding one (`.module`)."""
+    """The summary of what a verb wrote: a ModuleOp, or a backend's artifact holding one (`.module`).
+    Its notes are the artifact's `summary_lines`, or else the module's `qconvert.note`s."""
     summary = WriteSummary(verb, target, outputs)
     module = artifact if isinstance(artifact, ModuleOp) else getattr(artifact, "module", None)
     if isinstance(module, ModuleOp):
         count_ops(module, summary)
-    summary.notes = list(getattr(artifact, "summary_lines", list)())
+    if hasattr(artifact, "summary_lines"):
+        summary.notes = list(artifact.summary_lines())
+    elif isinstance(module, ModuleOp):
+        summary.module_notes = module_notes(module)
     return summary

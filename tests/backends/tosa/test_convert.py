@@ -197,9 +197,21 @@ def test_cli_convert_to_tosa(tmp_path: Path) -> None:
     double = tmp_path / "double.mlir"
     assert main(["convert", model, "--to", "tosa", "--rounding", "double", "-o", str(double)]) == 0
     assert "DOUBLE_ROUND" in double.read_text() and "SINGLE_ROUND" not in double.read_text()
-    edges = tmp_path / "edges.mlir"
-    assert main(["convert", model, "--to", "tosa", "--float-boundary", "-o", str(edges)]) == 0
+    edges, summary = tmp_path / "edges.mlir", tmp_path / "summary.json"
+    assert (
+        main(["convert", model, "--to", "tosa", "--float-boundary", "-o", str(edges), "--json", str(summary)])
+        == 0
+    )
     assert "(%arg0: tensor<8x1x8x8xf32>" in edges.read_text()
+    # the summary lists the module's distinct qconvert.note texts (a TOSA module has no summary_lines)
+    import json
+    import re
+
+    notes = json.loads(summary.read_text())["notes"]
+    written = dict.fromkeys(re.findall(r'qconvert\.note = "([^"]*)"', edges.read_text()))
+    assert len(notes) >= 2 and notes == list(written)
+    assert main(["convert", model, "--to", "tosa", "-o", str(output), "--json", str(summary)]) == 0
+    assert json.loads(summary.read_text())["notes"] == []  # integer storage boundary: nothing noted
     assert main(["convert", model, "--rounding", "double", "-o", str(tmp_path / "x.mlir")]) == 2  # stablehlo
 
 

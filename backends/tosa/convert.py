@@ -208,7 +208,12 @@ def float_boundary(function: FuncOp, rounding: TosaRounding) -> list[str]:
             b = Builder.before(user)
             rank = len(user.result.type.shape)  # type: ignore[attr-defined]
             scaled = ops.mul(b, argument, _float_constant(b, 1.0 / scale, rank), ops.zero_point(b, 0, I8))
-            rounded = _note(ops.cast(b, _note(scaled, _QUANTIZE_NOTE), I32), _QUANTIZE_NOTE)
+            # clamped to the storage's range less zp (as QuantizeFromFloat): a huge or infinite input would
+            # cast to +-2**31 and overflow the rescale's apply_scale_32 (REQUIRE: UNPREDICTABLE)
+            target = user.result.type.element_type  # type: ignore[attr-defined]
+            low, high = target.storage_type_min - zero_point, target.storage_type_max - zero_point
+            clamped = _note(ops.clamp(b, _note(scaled, _QUANTIZE_NOTE), low, high), _QUANTIZE_NOTE)
+            rounded = _note(ops.cast(b, clamped, I32), _QUANTIZE_NOTE)
             storage = rescale_to(
                 b, rounded, np.array([1.0]), 0, zero_point, storage_type(user.result.type), rounding
             )

@@ -398,7 +398,8 @@ def _mul(op: Operation, operands: list[RuntimeValue]) -> list[RuntimeValue]:
     type_name = _operand_type(op, 0)
     if type_name in CONTAINERS:
         return [multiply(a, b, shift, type_name)]
-    return [a * b]
+    with np.errstate(over="ignore"):  # IEEE: a float product too large is infinite, as on the engines
+        return [a * b]
 
 
 def _clamp_bound(attribute: Attribute) -> int | float:

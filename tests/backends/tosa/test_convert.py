@@ -553,6 +553,13 @@ def test_float_boundary_quantizes_and_dequantizes_at_the_edges() -> None:
     assert np.array_equal(emulated, logits)
     (expected,) = _session(model).run(None, {"image": image})
     assert logits.dtype == np.float32 and np.array_equal(logits, expected)
+    # infinite and huge inputs saturate as onnxruntime's QuantizeLinear (the edge clamps before its cast
+    # to i32: unclamped, the rescale's apply_scale_32 was UNPREDICTABLE on the reference model)
+    extreme = image.copy()
+    extreme.reshape(-1)[:6] = [np.inf, -np.inf, 3e38, -3e38, 1e10, -1e10]
+    (logits,) = run_reference(text, [extreme])
+    assert np.array_equal(emulate_tosa(text, [extreme])[0], logits)
+    assert np.array_equal(logits, _session(model).run(None, {"image": extreme})[0])
     # --allow-float on a model without float islands: the same integer TOSA, its note saying PRO-INT alone
     integer = print_module(convert_to_tosa(import_onnx(model)))
     allowed = convert_to_tosa(import_onnx(model), TosaOptions(allow_float=True))

@@ -156,6 +156,16 @@ def _one_of_two(name: str, value: str | None, old_name: str, old_value: str | No
     return value if value is not None else old_value
 
 
+def _json_or_output(json_path: str | None, output: str | None) -> str | None:
+    """check's -o/--output is its --json (the JSON report is what check writes, as -o is each verb's
+    artifact); given both: InputError."""
+    from qconvert.errors import InputError
+
+    if json_path is not None and output is not None:
+        raise InputError("--json and -o/--output both name check's JSON report; give one")
+    return json_path if json_path is not None else output
+
+
 def _named_values(specs: list[str]) -> list[str]:
     """`--input-shape x=1x128,mask=1,128` as two: repetition and commas both list values; a comma splits
     only before the next NAME= (dims may be comma-separated)."""
@@ -400,6 +410,9 @@ def check_command(
     json_path: str | None = typer.Option(
         None, "--json", help="write the report as JSON to this path ('-': stdout, the table to stderr)"
     ),
+    output: str | None = typer.Option(
+        None, "-o", "--output", help="the same as --json: check's artifact is its JSON report ('-': stdout)"
+    ),
     atol: float | None = typer.Option(None, "--atol", help="end to end: |ours - ref| <= atol + rtol |ref|"),
     rtol: float | None = typer.Option(None, "--rtol", help="end to end: relative tolerance (with --atol)"),
     max_lsb: float | None = typer.Option(None, "--max-lsb", help="end to end: max difference in steps"),
@@ -440,6 +453,7 @@ def check_command(
     from qconvert.check.render import ROWS_SHOWN, render
     from qconvert.stdout_console import stdout_console
 
+    json_path = _json_or_output(json_path, output)
     _check_output(json_path, model, "--json")
     _check_output(report_path, model, "--report")
     _check_output(model_explorer, model, "--model-explorer")

@@ -98,6 +98,15 @@ def _flags_as_flags(parameters: list[Any]) -> None:
         )  # type: ignore[arg-type]
 
 
+def _plain_defaults(parameters: list[Any]) -> None:
+    """`[default: minmax]`, not click's `[default: (minmax)]`: an option whose default is None (so the code
+    can tell it was not given) names its effective default as text, which reads as a value, as others do."""
+    for parameter in parameters:
+        text = getattr(parameter, "show_default", None)
+        if isinstance(text, str) and hasattr(parameter, "_get_default_string"):
+            parameter._get_default_string = lambda *_, _text=text, **__: _text
+
+
 def _first_sentence(text: str) -> str:
     """The verb's line in `qconvert -h`: its help's first sentence, on one line."""
     flat = " ".join(text.split("\n\n")[0].split())
@@ -110,11 +119,19 @@ def _tidy(command: Any, verb: str, ctx: Any) -> None:
     if getattr(command, "_qconvert_tidied", False):
         return
     _flags_as_flags([*getattr(command, "params", []), command.get_help_option(ctx)])
+    _plain_defaults(getattr(command, "params", []))
     if getattr(command, "epilog", None) is None:
         command.epilog = examples_epilog(verb)
     if getattr(command, "short_help", None) is None and getattr(command, "help", None):
         command.short_help = _first_sentence(command.help)
     command._qconvert_tidied = True
+
+
+class NoSuchCommand(typer.BadParameter):
+    """A misspelled verb, worded as click's own ("No such command ..."), not "Invalid value: ..." (exit 2)."""
+
+    def format_message(self) -> str:
+        return self.message
 
 
 class WorkflowGroup(TyperGroup):
@@ -140,7 +157,7 @@ class WorkflowGroup(TyperGroup):
         if args and not name.startswith("-") and super().get_command(ctx, name) is None:
             match = closest(name, self.list_commands(ctx))
             hint = f" Did you mean '{match}'?" if match else ""
-            raise typer.BadParameter(
-                f"no such command '{name}'.{hint} (commands: {', '.join(self.list_commands(ctx))})"
+            raise NoSuchCommand(
+                f"No such command '{name}'.{hint} (commands: {', '.join(self.list_commands(ctx))})", ctx
             )
         return super().resolve_command(ctx, args)

@@ -25,7 +25,8 @@ from qconvert.ir.attributes import DenseElementsAttr, DenseResourceAttr
 from qconvert.ir.dialects.arith import ConstantOp
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.onnx import node_name
-from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp
+from qconvert.ir.dialects.qconvert import QOperatorOp
+from qconvert.ir.dialects.quant import DequantizeCastOp, QuantizeCastOp, StorageCastOp
 from qconvert.ir.quant_types import (
     QuantizedType,
     UniformQuantizedPerAxisType,
@@ -37,6 +38,7 @@ from qconvert.storage_metadata import StorageEntry, StorageMetadata
 
 ELIDED = "__elided__"
 OUTPUT_KEY = ":output"  # ModuleSummary.quantized: a QOperator op's quantized result, by its node's name
+INPUT_KEY = ":input"  # ... and its constant quantized operands (weights), by their ONNX input position
 
 
 @dataclass
@@ -264,10 +266,28 @@ def summarize(module: ModuleOp) -> ModuleSummary:
             summary.storage_types[quantized.storage_type_spelling] += 1
             summary.quantized.setdefault(node_name(op) or f"#{len(summary.quantized)}", quantized)
         elif op.name.startswith("qconvert.") and node_name(op) and op.results:  # a QOperator op's output
+            if isinstance(op, QOperatorOp):
+                _constant_operands(op, summary)
             result_type = element_type_of(op.results[0].type)
             if isinstance(result_type, QuantizedType):
                 summary.quantized.setdefault(f"{node_name(op)}{OUTPUT_KEY}", result_type)
     return summary
+
+
+def _constant_operands(op: QOperatorOp, summary: ModuleSummary) -> None:
+    """A QOperator op's weights: each operand that is a storage cast of a constant (the frontend's lifted
+    initializer), keyed by the op's node and the operand's ONNX input position (named in summarize_model)."""
+    positions = op.onnx_inputs()
+    for label, value in op.named_operands().items():
+        cast_op = value.owner_op()
+        quant_type = element_type_of(value.type)
+        if (
+            isinstance(cast_op, StorageCastOp)
+            and isinstance(cast_op.input.owner_op(), ConstantOp)
+            and isinstance(quant_type, QuantizedType)
+            and label in positions
+        ):
+            summary.quantized.setdefault(f"{node_name(op)}{INPUT_KEY}{positions.index(label)}", quant_type)
 
 
 def elide_weights(module: ModuleOp, threshold: int = 16) -> int:
@@ -499,6 +519,9 @@ def summarize_model(
             summary.quantized_tensor_names[node.name] = (quantizer or node).input[0]
         if f"{node.name}{OUTPUT_KEY}" in summary.quantized and node.output:  # QLinear*: what it computes
             summary.quantized_tensor_names[f"{node.name}{OUTPUT_KEY}"] = node.output[0]
+        for position, name in enumerate(node.input):  # QLinear*'s weights: the initializers it reads
+            if name and f"{node.name}{INPUT_KEY}{position}" in summary.quantized:
+                summary.quantized_tensor_names[f"{node.name}{INPUT_KEY}{position}"] = name
     # a tensor quantized then dequantized is listed once (the Q and DQ nodes name the same tensor)
     seen: set[str] = set()
     for node_key in list(summary.quantized):

@@ -69,6 +69,7 @@ CPP_TYPES = {
 }
 ALIGN_BYTES = 32  # every UB operand's length and address (section 5.2)
 HALF_MAX = float(np.finfo(np.float16).max)
+ROUNDED_ROW_MAX = 1024  # PER_TENSOR as PER_TOKEN with a round mode: the longest row (8 rows fit any UB)
 BFLOAT16_MAX = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
 BFLOAT16_ANTIQUANT = (
     "atlas-350",
@@ -332,12 +333,16 @@ class _Builder:
         if site.api == API_QUANT and self.round_mode != "rint" and site.mode in ("PER_TENSOR", "PER_CHANNEL"):
             self.refusals.append(
                 f"node '{site.node}': --round-mode {self.round_mode}: AscendQuant's {site.mode} form casts "
-                "with CAST_RINT; a round mode is a config of the PER_TOKEN / PER_GROUP forms (atlas-350) and "
-                "of the unified Quantize API, which is not generated here"
+                "with CAST_RINT; a round mode is a config of the PER_TOKEN / PER_GROUP forms (atlas-350), "
+                "which static quantizations are rewritten to; not a run-time scale (DynamicQuantizeLinear)"
             )
             return
         site.index = len(self.sites)
-        site.round_mode = self.round_mode if site.api == API_QUANT else "rint"
+        site.round_mode = "rint"
+        if site.api == API_QUANT:  # the mode the cast applies: an unsupported one falls back (section 5.2)
+            from qconvert.numerics.ascendc import effective_round_mode
+
+            site.round_mode = effective_round_mode(_numpy_name(site.dst_type), self.round_mode).value
         self.sites.append(site)
 
     def refuse(self, op: Operation, rule: str) -> None:
@@ -395,6 +400,9 @@ class _Builder:
             storage_shift=shift,
         )
         if not self.layout(op, site, params, shape):
+            return
+        rounded = self.round_mode != "rint" and site.mode in ("PER_TENSOR", "PER_CHANNEL")
+        if rounded and not self.rounded_form(op, site, shape):
             return
         widest = _represented_range(params)
         if widest > HALF_MAX:
@@ -459,6 +467,55 @@ class _Builder:
             site.padding = f"{channels} channels padded to {site.n} (scaleCount % 32 == 0): scale 0, offset 0"
         return True
 
+    def rounded_form(self, op: Operation, site: Site, shape: tuple[int, ...]) -> bool:
+        """A PER_TENSOR / PER_CHANNEL site with a round mode other than rint, as the 950's form that takes
+        `AscendQuantConfig::roundMode` (the A2/A3 forms cast with CAST_RINT): PER_TENSOR as PER_TOKEN over
+        rows of n elements (every row the same scale), PER_CHANNEL (last axis) as PER_GROUP with kDim 0 and
+        groupSize 32 (every group of rows the same [n] scales). Those forms compute in float32, not half.
+        False (refused) when the product lacks them or no row length meets their alignment rules."""
+        if "PER_TOKEN" not in self.product.quant_modes:
+            return True  # add() refuses it by name (the products whose forms take a round mode)
+        unit = ALIGN_BYTES // np.dtype(_numpy_name(site.src_type)).itemsize  # n·sizeof(srcT) % 32 == 0
+        if DYNAMIC in shape:
+            self.refuse(
+                op,
+                f"--round-mode {self.round_mode}: {site.mode} with dynamic dimensions has no "
+                "PER_TOKEN / PER_GROUP row layout",
+            )
+            return False
+        total = math.prod(shape)
+        note = (
+            f"--round-mode {self.round_mode}: {site.mode} written as the 950's {{}} form, whose config "
+            "takes the round mode (the PER_TENSOR / PER_CHANNEL forms cast with CAST_RINT); computed "
+            "in float32 (scaleT float)"
+        )
+        if site.mode == "PER_TENSOR":
+            lengths = [n for n in range(unit, min(total, ROUNDED_ROW_MAX) + 1, unit) if total % n == 0]
+            if not lengths:
+                self.refuse(
+                    op,
+                    f"--round-mode {self.round_mode}: PER_TENSOR goes as PER_TOKEN rows of n "
+                    f"elements (n·sizeof({site.src_type}) 32-byte aligned), and {total} elements "
+                    f"have no such row length up to {ROUNDED_ROW_MAX}",
+                )
+                return False
+            site.mode, site.n, site.m, site.channels = "PER_TOKEN", lengths[-1], total // lengths[-1], 1
+            site.padding, site.note = None, note.format("PER_TOKEN")
+            return True
+        channels = site.channels or 0
+        if channels % unit:
+            self.refuse(
+                op,
+                f"--round-mode {self.round_mode}: PER_CHANNEL goes as PER_GROUP (kDim 0), whose "
+                f"rows of {channels} channels are not 32-byte aligned ({site.src_type}) and cannot be "
+                "padded there",
+            )
+            return False
+        site.mode, site.group_size, site.k_dim = "PER_GROUP", ALIGN_BYTES, 0
+        site.n, site.m = channels, total // channels
+        site.padding, site.note = None, note.format(f"PER_GROUP (kDim 0, groupSize {ALIGN_BYTES})")
+        return True
+
     def grouped(self, op: Operation, site: Site, params: UniformParams, shape: tuple[int, ...]) -> bool:
         blocked = [(axis, size) for axis, size in params.block_sizes if size != 1]
         axis, size = blocked[0] if len(blocked) == 1 else (None, 0)
@@ -495,6 +552,10 @@ class _Builder:
             offset = np.pad(
                 np.broadcast_to(offset, (site.channels,)).reshape(-1), (0, site.n - site.channels)
             )
+        if site.mode == "PER_GROUP" and site.k_dim == 0 and scale.ndim <= 1 and site.m is not None:
+            groups = -(-site.m // (site.group_size or 1))  # PER_CHANNEL as PER_GROUP: [ceil(m/G), n]
+            scale = np.tile(np.broadcast_to(scale.reshape(-1), (site.n,)), (groups, 1))
+            offset = np.tile(np.broadcast_to(offset.reshape(-1), (site.n,)), (groups, 1))
         if site.mode == "PER_TOKEN" and site.m is not None and site.channels:  # one scale per row [m]
             repeat = site.m // site.channels
             scale = np.tile(scale.reshape(-1), repeat)

@@ -305,7 +305,9 @@ class AscendcCheckRunner:
             return -1, f"no mismatch prediction for {site.dst_type} destinations"
         scale, zero_point = _onnx_parameters(site, case, values, run.source.shape)
         shift = site.storage_shift
-        predicted = predicted_mismatch(run.source, scale, zero_point - shift, round_mode=site.round_mode)
+        predicted = predicted_mismatch(
+            run.source, scale, zero_point - shift, round_mode=site.round_mode, compute_dtype=_compute(site)
+        )
         ours = run.emulated.astype(np.int64)
         theirs = reference.astype(np.int64)
         differs = ours != theirs
@@ -385,7 +387,11 @@ def _group_prediction(
 
     scale, zero_point = broadcast_params(params, ours_float.shape)
     half = predicted_mismatch(
-        ours_float, scale.astype(np.float32), zero_point - site.storage_shift, round_mode=site.round_mode
+        ours_float,
+        scale.astype(np.float32),
+        zero_point - site.storage_shift,
+        round_mode=site.round_mode,
+        compute_dtype=_compute(site),
     )
     if case.group is not None:  # onnxruntime's float32 op output: where the two sums straddle a boundary
         theirs_float = np.asarray(values[case.nodes[-2].output[0]], np.float32)
@@ -444,6 +450,12 @@ def _antiquant_formula(destination: str) -> str:
     if destination == "bfloat16":
         return "bf16(float32(w + offset)·float32(s)) with bf16 parameters"
     return "half(half(w + offset)·half(s))"
+
+
+def _compute(site: Site) -> type:
+    """The type AscendQuant computes in (as the emulator): half for PER_TENSOR / PER_CHANNEL, the float
+    scale's float32 for the 950's PER_TOKEN / PER_GROUP forms."""
+    return np.float32 if site.mode in ("PER_TOKEN", "PER_GROUP") else np.float16
 
 
 def _onnx_parameters(

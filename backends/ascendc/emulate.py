@@ -106,7 +106,7 @@ def emulate_site(
     elif site.api == API_QUANT and site.mode == "PER_TOKEN":
         result = _per_token(site, source, scale, offset)
     elif site.api == API_QUANT and site.mode == "PER_GROUP":
-        result = _call(site, source, scale, offset, 0, source.size)
+        result = _call(site, source, scale, offset, 0, source.size).reshape(shape)
     else:
         flat = gm_layout(site, source)
         if tiling is None:

@@ -337,9 +337,51 @@ def test_round_modes_only_where_the_api_has_them() -> None:
     with pytest.raises(InputError, match="CAST_NONE"):
         parse_options(get_backend("ascendc"), {"product": "atlas-a2", "round-mode": "round"})
     with pytest.raises(InputError, match="PER_TENSOR form casts with CAST_RINT"):
-        _graph(_qdq((4, 32), np.array(0.05), np.array(0, np.int8), dequantize=False), "atlas-350", "round")
+        _graph(_dynamic(), "atlas-350", "round")  # a run-time scale has no PER_TOKEN rewrite
     model = _qdq((2, 8, 32), np.linspace(0.01, 0.08, 8), np.zeros(8, np.int8), axis=1, dequantize=False)
     assert _graph(model, "atlas-350", "round").sites[0].round_mode == "round"
+
+
+def _rounded_models() -> dict[str, onnx.ModelProto]:
+    rng = np.random.default_rng(11)
+    return {
+        "per_tensor": _qdq((4, 3, 40), np.array(0.0371), np.array(3, np.int8), dequantize=False),
+        "per_channel": _qdq(
+            (40, 16),
+            rng.uniform(0.01, 0.1, 16),
+            rng.integers(-20, 20, 16).astype(np.int8),
+            axis=1,
+            dequantize=False,
+        ),
+    }
+
+
+@pytest.mark.parametrize("round_mode", ["round", "floor", "ceil", "trunc", "hybrid"])
+def test_every_round_mode_on_per_tensor_and_per_channel_sites(tmp_path: Path, round_mode: str) -> None:
+    """atlas-350: PER_TENSOR goes as PER_TOKEN rows and PER_CHANNEL as PER_GROUP (kDim 0, groupSize 32),
+    the forms whose config takes a round mode; callgraph.json records it, and check judges each element
+    against onnxruntime with the prediction of that round mode (float32 compute: those forms' scaleT)."""
+    from qconvert.check import check
+
+    expected = {"per_tensor": ("PER_TOKEN", None), "per_channel": ("PER_GROUP", 32)}
+    for label, model in _rounded_models().items():
+        artifact = build_artifact(
+            import_onnx(model), AscendcOptions(product="atlas-350", round_mode=round_mode)
+        )
+        (entry,) = json.loads(artifact.files["callgraph.json"])["sites"]
+        mode, group = expected[label]
+        assert entry["mode"] == mode and entry["template"]["policy"] == mode
+        cast = "CAST_RINT" if round_mode == "hybrid" else f"CAST_{round_mode.upper()}"  # hybrid: HiF8 only
+        assert entry["roundMode"] == cast == entry["template"]["config"]["roundMode"], label
+        assert entry.get("groupSize") == group and f"--round-mode {round_mode}" in entry["note"]
+        path = tmp_path / f"{label}.onnx"
+        onnx.save(model, path)
+        report = check(str(path), backend="ascendc", product="atlas-350", round_mode=round_mode)
+        (layer,) = [layer for layer in report.layers.values() if layer.op_type == "QuantizeLinear"]
+        assert layer.verdict == "pass", (label, layer.reason, layer.explanation)
+        assert layer.mismatches == layer.predicted_mismatches, (label, layer.explanation)
+        if round_mode in ("floor", "ceil", "trunc"):  # directed rounding parts from ONNX's nearest often
+            assert layer.mismatches > layer.elements // 10, (label, layer.mismatches)
 
 
 # Tiling: every element exactly once, tile by tile == whole tensor -------------------------------------------
@@ -427,6 +469,8 @@ def test_every_generated_kernel_compiles_against_the_stub(tmp_path: Path) -> Non
             "atlas-350",
             "round",
         ),
+        "floor_per_tensor": (_rounded_models()["per_tensor"], "atlas-350", "floor"),
+        "floor_per_channel": (_rounded_models()["per_channel"], "atlas-350", "floor"),
     }
     compiled = set()
     for label, (model, product, round_mode) in models.items():

@@ -655,6 +655,18 @@ def calibrate_command(
         "--worst-tensors",
         help="also list the N activations losing most to their own Q/DQ (--evaluate's samples)",
     ),
+    target_cosine: float | None = typer.Option(
+        None,
+        "--target-cosine",
+        help="widen the fewest activations to int16 (else float) until the outputs' mean cosine to float on "
+        "held-out data reaches this",
+    ),
+    eval_data: str | None = typer.Option(
+        None,
+        "--eval-data",
+        help="--target-cosine's held-out data (as --data)",
+        show_default="the last quarter of --data's batches, then not calibrated on",
+    ),
 ) -> None:
     """Calibrate a float ONNX model on data and write it as QDQ ONNX (exit 2 on bad input; nothing written)
 
@@ -729,6 +741,8 @@ def calibrate_command(
             progress=progress,
             evaluate_samples=evaluate_samples,
             evaluate_tensors=worst_tensors > 0,
+            target_cosine=target_cosine,
+            eval_data=eval_data,
         )
     if report_path is not None:
         from qconvert.report import write_report

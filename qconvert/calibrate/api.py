@@ -63,6 +63,7 @@ from qconvert.did_you_mean import did_you_mean
 from qconvert.errors import InputError
 
 if TYPE_CHECKING:
+    from qconvert.calibrate.search import SearchReport
     from qconvert.frontends.onnx.load import LoadedModel
     from qconvert.ir.dialects.builtin import ModuleOp
 
@@ -91,6 +92,7 @@ class CalibrationResult:
     histograms: dict[str, dict[str, object]] = field(default_factory=dict)
     # tensor -> the storage, scale and zero point written for it (its Q/DQ pair), when a model was written
     quantization: dict[str, dict[str, object]] = field(default_factory=dict)
+    search: SearchReport | None = None  # --target-cosine's steps and decisions (search.py)
 
     def __repr__(self) -> str:
         """`CalibrationResult(minmax, 9 ranges, 16 samples, wrote out.onnx)`; `to_json()` holds everything."""
@@ -141,6 +143,7 @@ class CalibrationResult:
             "ranges": self.ranges.to_json()["tensors"],
             "quantization": self.quantization,
             "histograms": self.histograms,
+            **({} if self.search is None else {"search": self.search.to_json()}),
         }
 
     def json_text(self) -> str:
@@ -401,6 +404,8 @@ def calibrate(
     progress: ProgressCallback | None = None,
     evaluate_samples: int = 0,
     evaluate_tensors: bool = False,
+    target_cosine: float | None = None,
+    eval_data: DataSource | None = None,
 ) -> CalibrationResult:
     """Calibrate a float ONNX model on `data` and write the QDQ model to `out` (if given).
 
@@ -420,10 +425,16 @@ def calibrate(
     `progress(samples done, total or None)`. `evaluate_samples` > 0: run the QDQ model and the float one
     in onnxruntime on that many of the first samples and compare their outputs (`result.agreement`,
     `evaluate.py`); needs `out` and `data`. `evaluate_tensors`: also each quantized activation's own
-    quantization loss on those samples (`result.agreement.tensors`).
+    quantization loss on those samples (`result.agreement.tensors`). `target_cosine`: widen the fewest
+    activations to int16 until the outputs' mean cosine on held-out data (`eval_data`, else the last quarter
+    of `data`'s batches, then not calibrated on) reaches it (`search.py`; `result.search`).
     Raises InputError (nothing written) for bad data, a bad model, a bad scheme or an unwritable output.
     """
     started = time.perf_counter()
+    if target_cosine is not None:
+        return _search(model, data, target_cosine, eval_data, locals())
+    if eval_data is not None:
+        raise InputError("--eval-data is read by --target-cosine's search only; give --target-cosine too")
     if evaluate_samples < 0:
         raise InputError(f"--evaluate {evaluate_samples}: give a number of samples, or 0 to skip")
     chosen = make_scheme(scheme)
@@ -556,6 +567,33 @@ def calibrate(
     write_outputs(texts, write_model)
     result.seconds_total = time.perf_counter() - started
     return result
+
+
+def _search(
+    model: str | os.PathLike[str] | ModelProto,
+    data: DataSource | None,
+    target: float,
+    eval_data: DataSource | None,
+    given: Mapping[str, object],
+) -> CalibrationResult:
+    """`calibrate(..., target_cosine=X)`: the search of search.py, with calibrate's other keywords."""
+    from qconvert.calibrate.search import search_target_cosine
+
+    if data is None or given["load_ranges"] is not None:
+        raise InputError("--target-cosine calibrates: it needs --data and cannot reuse --load-ranges")
+    passed = ("method", "method_options", "scheme", "workers", "engine", "ray_address", "threads_per_worker")
+    passed += ("verbose", "sentinel", "sentinel_overrides", "progress")
+    return search_target_cosine(
+        model,
+        data,
+        target,
+        eval_data=eval_data,
+        out=cast("str | None", given["out"]),
+        ranges_path=cast("str | None", given["ranges_path"]),
+        json_path=cast("str | None", given["json_path"]),
+        batch_size=cast("int | str | None", given["batch_size"]),
+        calibrate_options={name: given[name] for name in passed},
+    )
 
 
 def _finalize(

@@ -801,18 +801,12 @@ class _Builder:
                 )
                 if bias is not None:
                     site.constants["bias"] = np.asarray(bias, np.int32)
-            shifted = w_params.storage_dtype == np.uint8 and bool(np.all(w_params.zero_point == 128))
-            if shifted:  # uint8 weights with zero point 128 are the int8 codes + 128: symmetric int8
-                site.constants["weight"] = (site.constants["weight"].astype(np.int16) - 128).astype(np.int8)
-            elif np.any(w_params.zero_point != 0):
-                self.refuse(
-                    weight_dequantize,
-                    "Mmad takes symmetric int8 weights (zero point 0, or uint8 with zero point 128) here",
-                )
+            weight_note = self.weight_zero_points(weight_dequantize, site, w_params, matmul)
+            if weight_note is None:
                 return
             site.note = (
                 f"A = '{_label(activation)}' int8 (zero point {_first(x_params.zero_point)}"
-                " subtracted on the cube unit's input), B = the int8 weights, bias int32"
+                f" subtracted on the cube unit's input), B = {weight_note}, bias int32"
             )
             self.add(site)
             from qconvert.numerics.ascendc import dequant_scale_from_onnx
@@ -823,6 +817,50 @@ class _Builder:
             self.dequant(weight_dequantize, w_params, accumulator, deq_scale, feeds=label)
             return
         self.add(site)
+
+    def weight_zero_points(
+        self, weight_dequantize: Operation, site: Site, w_params: UniformParams, matmul: Operation
+    ) -> str | None:
+        """The Mmad's int8 B for weights with zero points (what it says of them; None when refused):
+        w - zw itself where every centred weight fits int8 (folded at compile time), otherwise the codes as
+        int8 (uint8: code - 128) and an int32 correction per output channel, `weight_offset` c_j = 128 - zw_j
+        (int8 storage: -zw_j), applied as acc_j += c_j · Σ_k (x - zx): the row sums are one more Mmad
+        with an all-ones B (TOSA's PerChannelWeightZeroPoints does the same algebra)."""
+        from qconvert.numerics import broadcast_params
+
+        codes = site.constants["weight"].astype(np.int64)
+        if not np.any(w_params.zero_point != 0):
+            return "the int8 weights"
+        shift = 128 if w_params.storage_dtype == np.uint8 else 0
+        if shift and bool(np.all(w_params.zero_point == 128)):  # the int8 codes + 128: symmetric int8
+            site.constants["weight"] = (codes - 128).astype(np.int8)
+            return "the int8 weights (uint8 codes - 128, zero point 128)"
+        _, zero_full = broadcast_params(w_params, codes.shape)
+        centred = codes - zero_full.astype(np.int64)
+        if centred.min() >= -128 and centred.max() <= 127:
+            site.constants["weight"] = centred.astype(np.int8)
+            return (
+                "the int8 weights w - zw (the weight zero points folded at compile time: every one fits int8)"
+            )
+        output_axis = _output_channel_axis(matmul, codes.shape)
+        axis = w_params.quantized_dimension
+        if axis is not None and np.asarray(w_params.zero_point).size > 1 and axis != output_axis:
+            self.refuse(
+                weight_dequantize,
+                f"Mmad: weight zero points vary along axis {axis}, a reduction axis of the matmul, and "
+                "w - zw does not fit int8; only per-tensor or per-output-channel weight zero points take "
+                "the accumulator correction",
+            )
+            return None
+        channels = codes.shape[output_axis]
+        per_channel = np.broadcast_to(np.asarray(w_params.zero_point, np.int64).reshape(-1), (channels,))
+        site.constants["weight"] = (codes - shift).astype(np.int8)
+        site.constants["weight_offset"] = (shift - per_channel).astype(np.int32)
+        return (
+            f"the weight codes as int8{' (uint8 code - 128)' if shift else ''}; the weight zero points "
+            "do not fold into int8, so acc_j += weight_offset_j · Σ_k (x - zx) (int32, vector unit), "
+            "the row sums from one more Mmad with an all-ones B"
+        )
 
     def weight_only_cast(self, op: Operation) -> None:
         """int8 constant -> Cast(float) -> Mul(scale) [-> MatMul]: onnxruntime's weight-only form."""
@@ -906,6 +944,17 @@ def _as_matrix(shape: tuple[int, ...]) -> tuple[int | None, int]:
     if len(shape) > 2:  # a Conv weight [Cout, Cin, kh, kw]: rows Cout
         return shape[0], math.prod(shape[1:])
     return shape[0], shape[1]
+
+
+def _output_channel_axis(op: Operation, weight_shape: tuple[int, ...]) -> int:
+    """The axis of a Conv / MatMul / Gemm weight that runs along the output channels (N)."""
+    from qconvert.onnx_kernels import attribute
+
+    if op.name == "onnx.Conv":
+        return 0
+    if op.name == "onnx.Gemm":
+        return 0 if int(attribute(op, "transB", 0)) else 1  # type: ignore[arg-type]
+    return len(weight_shape) - 1
 
 
 def _storage_array(weights: np.ndarray, params: UniformParams) -> np.ndarray:

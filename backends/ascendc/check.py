@@ -346,27 +346,29 @@ def _mmad(case: NodeCase, site: Site, opset: int) -> np.ndarray:
     zero = np.asarray(site.x_params.zero_point, np.int64).reshape(())
     weights = site.constants["weight"].astype(np.int64)
     bias = site.constants.get("bias")
-    if op.name == "onnx.Conv":
-        accumulator = conv_integer(op, [x, weights, zero, None], opset)[0]
-        assert accumulator is not None
-        if bias is not None:
-            accumulator = wrap_int32(
-                accumulator.astype(np.int64) + bias.reshape(1, -1, *([1] * (x.ndim - 2)))
-            )
-        return accumulator
-    if op.name == "onnx.MatMul":
-        accumulator = matmul_integer(op, [x, weights, zero, None], opset)[0]
-        assert accumulator is not None
-        return accumulator
-    if float(attribute(op, "alpha", 1.0)) != 1.0 or float(attribute(op, "beta", 1.0)) != 1.0:  # type: ignore[arg-type]
+    offset = site.constants.get("weight_offset")  # acc_j += c_j · Σ_k (x - zx): Mmad with an all-ones B
+
+    def accumulate(b: np.ndarray) -> np.ndarray:
+        if op.name == "onnx.Conv":
+            found = conv_integer(op, [x, b, zero, None], opset)[0]
+        elif op.name == "onnx.MatMul":
+            found = matmul_integer(op, [x, b, zero, None], opset)[0]
+        else:
+            a = (x - zero).T if int(attribute(op, "transA", 0)) else x - zero  # type: ignore[arg-type]
+            found = exact_integer_matmul(a, b.T if int(attribute(op, "transB", 0)) else b)  # type: ignore[arg-type]
+        assert found is not None
+        return found.astype(np.int64)
+
+    if op.name == "onnx.Gemm" and (
+        float(attribute(op, "alpha", 1.0)) != 1.0 or float(attribute(op, "beta", 1.0)) != 1.0  # type: ignore[arg-type]
+    ):
         raise QConvertError("Gemm with alpha or beta other than 1 is not one Mmad")
-    a = x - zero
-    if int(attribute(op, "transA", 0)):  # type: ignore[arg-type]
-        a = a.T
-    b = weights.T if int(attribute(op, "transB", 0)) else weights  # type: ignore[arg-type]
-    total = exact_integer_matmul(a, b)
+    channel_shape = (1, -1, *([1] * (x.ndim - 2))) if op.name == "onnx.Conv" else (-1,)
+    total = accumulate(weights)
+    if offset is not None:  # int32 arithmetic wraps, so the correction is exact modulo 2^32 as on the chip
+        total = total + offset.astype(np.int64).reshape(channel_shape) * accumulate(np.ones_like(weights))
     if bias is not None:
-        total = total + bias.astype(np.int64)
+        total = total + bias.astype(np.int64).reshape(channel_shape)
     return wrap_int32(total)
 
 

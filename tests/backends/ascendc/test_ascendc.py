@@ -572,3 +572,71 @@ def test_the_folder_is_deterministic(tmp_path: Path) -> None:
         write(convert(str(DIGITS), to="ascendc"), str(folder), to="ascendc")
         folders.append({str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()})
     assert folders[0] == folders[1] and len(folders[0]) == 2 + 3 + 18  # 2 json, 3 kernels, 9 .npy + .bin
+
+
+def _asymmetric_weights() -> onnx.ModelProto:
+    """x -> Q/DQ (uint8) -> Conv with uint8 weights whose per-channel zero points are not 128 (w - zw spans
+    more than int8: the accumulator correction) -> Q/DQ -> MatMul with int8 weights, zero point 3, codes
+    within [-100, 100] (w - zw fits int8: folded) -> Q/DQ."""
+    rng = np.random.default_rng(21)
+    conv_w = rng.integers(0, 256, (8, 4, 3, 3), dtype=np.uint8)
+    conv_zero = rng.integers(100, 160, 8).astype(np.uint8)
+    matmul_w = rng.integers(-100, 101, (6, 16), dtype=np.int8)
+    tensors = {
+        "xs": np.array(0.02, np.float32),
+        "xz": np.array(120, np.uint8),
+        "cw": conv_w,
+        "cws": rng.uniform(0.002, 0.01, 8).astype(np.float32),
+        "cwz": conv_zero,
+        "cs": np.array(0.05, np.float32),
+        "cz": np.array(110, np.uint8),
+        "mw": matmul_w,
+        "mws": np.array(0.01, np.float32),
+        "mwz": np.array(3, np.int8),
+        "ms": np.array(0.04, np.float32),
+        "mz": np.array(7, np.uint8),
+    }
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="x_q"),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"], name="x_dq"),
+        helper.make_node("DequantizeLinear", ["cw", "cws", "cwz"], ["cwd"], name="conv_w_dq", axis=0),
+        helper.make_node("Conv", ["xd", "cwd"], ["c"], name="conv"),
+        helper.make_node("QuantizeLinear", ["c", "cs", "cz"], ["cq"], name="conv_q"),
+        helper.make_node("DequantizeLinear", ["cq", "cs", "cz"], ["cd"], name="conv_dq"),
+        helper.make_node("DequantizeLinear", ["mw", "mws", "mwz"], ["mwd"], name="matmul_w_dq"),
+        helper.make_node("MatMul", ["cd", "mwd"], ["m"], name="matmul"),
+        helper.make_node("QuantizeLinear", ["m", "ms", "mz"], ["mq"], name="matmul_q"),
+        helper.make_node("DequantizeLinear", ["mq", "ms", "mz"], ["y"], name="matmul_dq"),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 4, 8, 8))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 8, 6, 16))],
+        [numpy_helper.from_array(value, name) for name, value in tensors.items()],
+    )
+
+
+def test_mmad_takes_weight_zero_points_folded_or_by_correction(tmp_path: Path) -> None:
+    from qconvert.check import check
+
+    model = _asymmetric_weights()
+    graph = _graph(model)
+    conv, matmul = [site for site in graph.sites if site.api == "Mmad"]
+    codes = numpy_helper.to_array(model.graph.initializer[2]).astype(np.int64)
+    zero = numpy_helper.to_array(model.graph.initializer[4]).astype(np.int64)
+    assert np.array_equal(conv.constants["weight"], (codes - 128).astype(np.int8))
+    assert np.array_equal(conv.constants["weight_offset"], 128 - zero)
+    assert "weight_offset" not in matmul.constants and "folded" in (matmul.note or "")
+    folded = numpy_helper.to_array(model.graph.initializer[7]).astype(np.int64) - 3
+    assert np.array_equal(matmul.constants["weight"], folded.astype(np.int8))
+    artifact = build_artifact(import_onnx(model), AscendcOptions())
+    written = np.load(io.BytesIO(artifact.files[f"constants/site{conv.index:03d}_weight_offset.npy"]))
+    assert written.dtype == np.int32 and np.array_equal(written, 128 - zero)
+    path = tmp_path / "asymmetric.onnx"
+    onnx.save(model, path)
+    report = check(str(path), backend="ascendc")
+    groups = [layer for layer in report.layers.values() if layer.group is not None]
+    assert len(groups) == 2 and all(layer.verdict == "pass" for layer in groups), [
+        (layer.node, layer.reason, layer.explanation) for layer in groups
+    ]
+    assert report.verdict == "PASSED", report.verdict_line

@@ -255,12 +255,18 @@ class RayEngine:
     """`workers` Ray actors, spread over the nodes of the cluster (or the private instance)."""
 
     def __init__(
-        self, augmented: AugmentedModel, workers: int, threads_per_worker: int | None, where: str
+        self,
+        augmented: AugmentedModel,
+        workers: int,
+        threads_per_worker: int | None,
+        where: str,
+        verbose: bool = False,
     ) -> None:
         import ray
         import ray.exceptions
 
         self.workers = workers
+        self.verbose = verbose  # a lost worker's error also carries Ray's own text
         self.retries = retries()
         check_capacity(workers, threads_per_worker or 1, where)
         actor = ray.remote(
@@ -301,6 +307,7 @@ class RayEngine:
         ]
         pending = list(references)
         stalled_since: float | None = None
+        unreachable = [0] * len(references)  # times each share's actor could not be reached
         while pending:
             try:
                 # Ray's wait runs signal handlers without stopping for any exception but KeyboardInterrupt
@@ -314,7 +321,18 @@ class RayEngine:
             except ray.exceptions.RayTaskError as error:
                 raise_from_share(error.cause)
                 raise
-            except (ray.exceptions.ActorDiedError, ray.exceptions.ActorUnavailableError) as error:
+            except ray.exceptions.ActorUnavailableError as error:
+                # Ray does not retry a task whose actor became unreachable (it may have run): a share is
+                # pure, so run it again, on the same actor once Ray has restarted it, up to the bound.
+                number = references.index(done[0])
+                unreachable[number] += 1
+                if unreachable[number] > self.retries:
+                    raise self._lost(number, error) from None
+                share, threads = shares[number], self.threads[number]
+                references[number] = self.actors[number].run.remote(share, threads, [self.model])
+                pending.append(references[number])
+                continue
+            except ray.exceptions.ActorDiedError as error:
                 raise self._lost(references.index(done[0]), error) from None
             except SystemError as error:
                 # A signal handler raised inside Ray's wait (the CLI's SIGTERM handler: Terminated). Ray's
@@ -360,18 +378,24 @@ class RayEngine:
         place = self.places[number]
         pid = re.search(r"\bpid: (\d+)", text)
         exit_type = re.search(r"Worker exit type: (\w+)", text)
-        if place.node_id not in _cpus_by_node():
+        node_died = re.search(
+            r"\bnode (has )?died\b|\bnode\b.*\b(dead|died)\b|NODE_DIED", text, re.IGNORECASE
+        )
+        if node_died or place.node_id not in _cpus_by_node():
             cause = f"its node {place.node_ip} (id {place.node_id[:12]}) died"
+        elif "unavailable" in text:
+            cause = "Ray could not reach it: its process or its node lost"
         elif exit_type:
             cause = f"Ray says {exit_type[1]}"
         else:
             cause = "Ray gives no reason"
+        ray_text = f"\nRay's own report:\n{text}" if self.verbose else ""
         return QConvertError(
             f"calibration worker {number + 1} of {len(self.places)} (a Ray actor, pid "
             f"{pid[1] if pid else place.pid}) died while reading data or running the model on node "
             f"{place.node_ip} (id {place.node_id[:12]}), {self.retries + 1} time(s), beyond its "
             f"{self.retries} retries ({cause}): killed (out of memory?), its node lost, or a crash in native "
-            "code or a data function that ended its process"
+            "code or a data function that ended its process" + ray_text
         )
 
     def close(self) -> None:
@@ -396,7 +420,7 @@ def open_ray_engine(
     # default threads are then its share of them, as for local processes.
     cpus = max(os.cpu_count() or 1, workers * (threads_per_worker or 1))
     with ray_session(address, cpus, verbose) as where:
-        engine = RayEngine(augmented, workers, threads_per_worker, where)
+        engine = RayEngine(augmented, workers, threads_per_worker, where, verbose)
         try:
             yield engine
         finally:

@@ -115,7 +115,8 @@ def run_cli(
 def test_each_worker_reads_only_its_half_on_its_own_node(
     cluster: str, reference: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A relative data path, in a folder that is not the nodes' working folder, reaches the workers."""
+    """Joined through RAY_ADDRESS (the CLI test below uses --ray-address). A relative data path, in a folder
+    that is not the nodes' working folder, reaches the workers."""
     loaded = load_float_model(Path(reference["model"]))  # type: ignore[arg-type]
     augmented = augment_model(loaded)
     monkeypatch.chdir(tmp_path)
@@ -123,7 +124,8 @@ def test_each_worker_reads_only_its_half_on_its_own_node(
     dataset = open_dataset(data, loaded.model)
     fresh = {name: [AlignedHistogramObserver(max_bins=257)] for name in augmented.tensors}
     one = collect(augmented, dataset, copy.deepcopy(fresh))
-    two = collect(augmented, dataset, copy.deepcopy(fresh), workers=2, ray_address=cluster)
+    monkeypatch.setenv("RAY_ADDRESS", cluster)
+    two = collect(augmented, dataset, copy.deepcopy(fresh), workers=2, engine="ray")
     state = {
         name: (o.minimum, o.maximum, o.count, o.exponent, o.counts.tobytes())
         for name, (o,) in one.observers.items()

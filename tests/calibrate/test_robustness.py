@@ -185,8 +185,11 @@ def test_a_dying_worker_process_is_one_line_naming_it_and_how_it_ended(
     assert not (tmp_path / "q.onnx").exists()
 
 
-def test_a_dying_ray_actor_is_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_dying_ray_actor_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     require_module("ray")
+    monkeypatch.setenv("QCONVERT_RAY_RETRIES", "0")  # no retry: retries are test_ray_cluster.py's
     matmul_relu_model(tmp_path / "mm.onnx")
     (tmp_path / "dies.py").write_text(DYING_DATA)
     data = f"{tmp_path / 'dies.py'}:exits"

@@ -45,6 +45,71 @@ _HUGE_FIELD = HUGE_EXPONENT + _EXPONENT_BIAS
 MIN_GAP_OCTAVES = 4
 MAX_CLUSTER_OCTAVES = 3
 MIN_BULK_FRACTION = 1e-3
+# Masks against outliers. A sentinel cluster is a constant: at most MAX_SENTINEL_VALUES exact values (the mask
+# itself), or one round constant C (±10**k, ±2**k, float16's max) plus values within the bulk's range (scores
+# + -10000). Anything else isolated far above the bulk is the model's own massive activations (all-MiniLM's
+# channel 99 at [CLS], 16 different values around 192): quantized with their range and reported as outliers.
+MAX_SENTINEL_VALUES = 4
+MAX_NOTED_CHANNELS = 8
+_ROUND_CONSTANTS = sorted(
+    {10.0**k for k in range(1, 39)}
+    | {2.0**k for k in range(4, 128)}
+    | {65504.0, float(np.finfo(np.float32).max)}
+)
+
+
+def _bounded_union(
+    a: frozenset[float] | None, b: frozenset[float] | None, limit: int
+) -> frozenset[float] | None:
+    """Union of two bounded sets; None stands for "more than `limit`" (so merge order cannot matter)."""
+    if a is None or b is None:
+        return None
+    union = a | b
+    return union if len(union) <= limit else None
+
+
+class _FarOctave:
+    """What one octave of a possible isolated cluster holds: signed min/max, distinct values and channels
+    (last-axis indices), each set bounded (None: more than its limit). Merges by min/max/union."""
+
+    __slots__ = ("minimum", "maximum", "values", "channels")
+
+    def __init__(
+        self,
+        minimum: float,
+        maximum: float,
+        values: frozenset[float] | None,
+        channels: frozenset[int] | None,
+    ) -> None:
+        self.minimum, self.maximum, self.values, self.channels = minimum, maximum, values, channels
+
+    def merge(self, other: _FarOctave) -> None:
+        self.minimum = min(self.minimum, other.minimum)
+        self.maximum = max(self.maximum, other.maximum)
+        self.values = _bounded_union(self.values, other.values, MAX_SENTINEL_VALUES)
+        self.channels = _bounded_union(self.channels, other.channels, MAX_NOTED_CHANNELS)  # type: ignore[arg-type]
+
+
+def _magnitude(counts: np.ndarray) -> np.ndarray:
+    """Ordinary nonzero counts per magnitude octave (biased exponent field), both signs together."""
+    magnitude = counts[:_HUGE_FIELD] + counts[_SIGN : _SIGN + _HUGE_FIELD]
+    magnitude[0] = 0
+    return magnitude
+
+
+def _lowest_cluster_start(magnitude: np.ndarray) -> int | None:
+    """The lowest occupied octave within MAX_CLUSTER_OCTAVES of the top with MIN_GAP_OCTAVES empty ones
+    below it: where an isolated cluster could start. Adding values never lowers it (gaps only fill), and
+    no value ever dropped for lying below it can belong to a cluster found later: so the far-octave state
+    kept from it up is a function of the union of the values, whatever the batches and merge order."""
+    occupied = np.flatnonzero(magnitude)
+    if occupied.size == 0:
+        return None
+    top = int(occupied[-1])
+    for start in range(max(top - MAX_CLUSTER_OCTAVES + 1, 1), top + 1):
+        if magnitude[start] and not magnitude[max(start - MIN_GAP_OCTAVES, 0) : start].any():
+            return start
+    return None
 
 
 class MagnitudeObserver:
@@ -61,12 +126,17 @@ class MagnitudeObserver:
         self.ordinary_max = -math.inf
         self.minimum = math.inf  # of all non-NaN values, sentinels included (for messages)
         self.maximum = -math.inf
+        # octave field -> what it holds, from `_lowest_cluster_start` up (masks against outliers)
+        self.far: dict[int, _FarOctave] = {}
+        self.value_tolerance = 0.0  # how far `far`'s min/max may be from the values (a bin, aligned view)
 
     def observe(self, values: np.ndarray) -> None:
-        x = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        array = np.asarray(values)
+        x = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)
         if x.size == 0:
             return
         counts = exponent_field_counts(x)
+        self._observe_far(x, counts, array.shape[-1] if array.ndim else 1)
         lo, hi = float(x.min()), float(x.max())
         special = counts[_INF_FIELD] + counts[_SIGN + _INF_FIELD]
         huge = counts[_HUGE_FIELD:_INF_FIELD].sum() + counts[_SIGN + _HUGE_FIELD : _SIGN + _INF_FIELD].sum()
@@ -93,6 +163,43 @@ class MagnitudeObserver:
         self.counts += counts
         self.ordinary_min = min(self.ordinary_min, lo)
         self.ordinary_max = max(self.ordinary_max, hi)
+
+    def _observe_far(self, x: np.ndarray, batch_counts: np.ndarray, channels: int) -> None:
+        """Update `far` with this batch's values from the lowest possible cluster start up (one pass over
+        the batch, only for tensors whose octaves leave such a gap: masks and massive activations)."""
+        start = _lowest_cluster_start(_magnitude(self.counts + batch_counts))
+        self._prune(start)
+        if start is None or not _magnitude(batch_counts)[start:].any():
+            return
+        magnitude = np.abs(x)
+        where = np.flatnonzero((magnitude >= math.ldexp(1.0, start - 127)) & (magnitude < HUGE_MAGNITUDE))
+        picked = x[where]
+        fields = picked.view(np.uint32) >> 23 & 0xFF
+        for octave in np.unique(fields):
+            inside = fields == octave
+            chosen = picked[inside]
+            distinct = np.unique(chosen[:4096])
+            values = (
+                frozenset(float(v) for v in np.unique(chosen))
+                if distinct.size <= MAX_SENTINEL_VALUES
+                else None
+            )
+            found_channels = np.unique(where[inside] % channels)
+            update = _FarOctave(
+                float(chosen.min()),
+                float(chosen.max()),
+                values if values is None or len(values) <= MAX_SENTINEL_VALUES else None,
+                frozenset(int(c) for c in found_channels)
+                if found_channels.size <= MAX_NOTED_CHANNELS
+                else None,
+            )
+            if int(octave) in self.far:
+                self.far[int(octave)].merge(update)
+            else:
+                self.far[int(octave)] = update
+
+    def _prune(self, start: int | None) -> None:
+        self.far = {} if start is None else {k: v for k, v in self.far.items() if k >= start}
 
     @classmethod
     def from_aligned(cls, histogram: AlignedHistogramObserver) -> Self:
@@ -140,15 +247,45 @@ class MagnitudeObserver:
             view.minimum = -math.inf
         if histogram.positive_inf_count:
             view.maximum = math.inf
+        view._far_from_bins(histogram)
         return view
 
+    def _far_from_bins(self, histogram: AlignedHistogramObserver) -> None:
+        """`far` read off the bins: a bin stands for one value (so a cluster of a few bins counts as a
+        constant, the guard's safe side), min/max are bin edges within `value_tolerance` (one bin)."""
+        start = _lowest_cluster_start(_magnitude(self.counts))
+        if start is None:
+            return
+        if histogram.exponent is None:  # one constant: the ordinary values are all equal
+            constant = histogram.ordinary_minimum
+            if constant is not None:
+                field_ = int(np.float32(constant).view(np.uint32)) >> 23 & 0xFF
+                self.far[field_] = _FarOctave(constant, constant, frozenset([float(constant)]), None)
+            return
+        width = math.ldexp(1.0, histogram.exponent)
+        self.value_tolerance = width
+        bins = np.arange(histogram.first_bin, histogram.first_bin + histogram.counts.size)
+        lower = bins[histogram.counts > 0].astype(np.float64) * width
+        far = lower[np.maximum(np.abs(lower), np.abs(lower + width)) > math.ldexp(1.0, start - 127)]
+        if far.size:  # one entry for the whole far side: the bins do not tell octaves apart finely
+            values = frozenset(float(v) for v in far) if far.size <= MAX_SENTINEL_VALUES else None
+            self.far[start] = _FarOctave(float(far.min()), float(far.max() + width), values, None)
+
     def merge(self, other: Self) -> None:
+        for octave, state in other.far.items():
+            mine = self.far.get(octave)
+            if mine is None:
+                self.far[octave] = _FarOctave(state.minimum, state.maximum, state.values, state.channels)
+            else:
+                mine.merge(state)
+        self.value_tolerance = max(self.value_tolerance, other.value_tolerance)
         self.counts += other.counts
         self.nan_count += other.nan_count
         self.ordinary_min = min(self.ordinary_min, other.ordinary_min)
         self.ordinary_max = max(self.ordinary_max, other.ordinary_max)
         self.minimum = min(self.minimum, other.minimum)
         self.maximum = max(self.maximum, other.maximum)
+        self._prune(_lowest_cluster_start(_magnitude(self.counts)))
 
     # Views on the counts -----------------------------------------------------------------------------
     @property
@@ -231,8 +368,98 @@ def _bulk_range(observer: MagnitudeObserver, cluster_start: int | None) -> tuple
     return min(lo, hi), max(lo, hi)
 
 
+@dataclass(frozen=True)
+class OutlierNote:
+    """An isolated far cluster that varies: the model's own massive activations, not a mask."""
+
+    tensor: str
+    count: int
+    low: float  # the cluster's range
+    high: float
+    bulk: tuple[float, float] | None
+    channels: tuple[int, ...] | None  # last-axis indices, None when unknown (aligned view) or many
+
+    @property
+    def message(self) -> str:
+        where = (
+            f"channel{'s' if len(self.channels) > 1 else ''} {', '.join(map(str, self.channels))}"
+            if self.channels
+            else "channels not recorded by histogram methods"
+            if self.channels is None
+            else "many channels"
+        )
+        bulk = f" far from the rest [{self.bulk[0]:.4g}, {self.bulk[1]:.4g}]" if self.bulk else ""
+        return (
+            f"{self.tensor}: outliers, not a mask: {self.count} varying values in [{self.low:.4g}, "
+            f"{self.high:.4g}]{bulk} ({where}); quantized with their range (--smooth-quant or 16 bits "
+            "keep the rest's precision)"
+        )
+
+
+def _far_side(observer: MagnitudeObserver, cluster_start: int) -> _FarOctave | None:
+    """The union of `observer.far` from `cluster_start` up, or None when not recorded."""
+    parts = [state for octave, state in observer.far.items() if octave >= cluster_start]
+    if not parts and observer.far:  # the aligned view keeps one entry from the lowest possible start
+        parts = list(observer.far.values())
+    if not parts:
+        return None
+    union = _FarOctave(parts[0].minimum, parts[0].maximum, parts[0].values, parts[0].channels)
+    for part in parts[1:]:
+        union.merge(part)
+    return union
+
+
+def _is_constant_plus_bulk(far: _FarOctave, bulk: tuple[float, float] | None, tolerance: float) -> bool:
+    """Whether the cluster lies within C + twice the bulk's range, C one round constant (scores + -10000)."""
+    if bulk is None:
+        return False
+    for sign in (-1.0, 1.0):
+        for constant in _ROUND_CONSTANTS:
+            c = sign * constant
+            slack = tolerance + abs(c) * 2.0**-22  # float32 rounding of c + x
+            # twice the bulk: the masked positions are another sample of it (their extremes may lie further)
+            if (
+                c + 2 * min(bulk[0], 0.0) - slack <= far.minimum
+                and far.maximum <= c + 2 * max(bulk[1], 0.0) + slack
+            ):
+                return True
+    return False
+
+
+def _classify_cluster(
+    observer: MagnitudeObserver, cluster_start: int, bulk: tuple[float, float] | None
+) -> _FarOctave | None:
+    """None when the cluster is a sentinel (a few exact values, or a round constant plus the bulk; also
+    when nothing was recorded), else the cluster's state: outliers."""
+    far = _far_side(observer, cluster_start)
+    if far is None or far.values is not None:
+        return None
+    if _is_constant_plus_bulk(far, bulk, observer.value_tolerance):
+        return None
+    return far
+
+
+def find_outliers(observers: Mapping[str, MagnitudeObserver]) -> list[OutlierNote]:
+    """Isolated far clusters that vary (massive activations): `find_sentinels` leaves them out."""
+    notes = []
+    for name, observer in observers.items():
+        cluster = _isolated_cluster(observer)
+        if cluster is None:
+            continue
+        bulk = _bulk_range(observer, cluster[0])
+        far = _classify_cluster(observer, cluster[0], bulk)
+        if far is None:
+            continue
+        low = max(far.minimum, observer.ordinary_min)
+        high = min(far.maximum, observer.ordinary_max)
+        channels = None if far.channels is None else tuple(sorted(far.channels))
+        notes.append(OutlierNote(name, cluster[1], low, high, bulk, channels))
+    return notes
+
+
 def find_sentinels(observers: Mapping[str, MagnitudeObserver]) -> list[SentinelFinding]:
-    """Tensors whose range is dominated by NaN, ±Inf, |x| >= 2**100, or an isolated far cluster."""
+    """Tensors whose range is dominated by NaN, ±Inf, |x| >= 2**100, or an isolated far cluster of a
+    constant (outliers that vary are `find_outliers`')."""
     findings = []
     for name, observer in observers.items():
         total = observer.total
@@ -251,6 +478,8 @@ def find_sentinels(observers: Mapping[str, MagnitudeObserver]) -> list[SentinelF
             reasons.append(f"{huge} values with |x| >= 1.3e30 (as far as {extreme:.4g}: a float-min mask?)")
         sentinels = observer.nan_count + observer.positive_inf + observer.negative_inf + huge
         cluster = _isolated_cluster(observer)
+        if cluster is not None and _classify_cluster(observer, cluster[0], _bulk_range(observer, cluster[0])):
+            cluster = None  # massive activations, not a mask
         cluster_start = None
         if cluster is not None:
             cluster_start, cluster_count = cluster
@@ -294,6 +523,7 @@ class SentinelDecision:
     keep_float: set[str] = field(default_factory=set)
     clipped_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    outliers: list[OutlierNote] = field(default_factory=list)  # quantized, reported as notes
 
 
 def parse_policy(policy: SentinelPolicy | str) -> SentinelPolicy:
@@ -441,6 +671,9 @@ def sentinel_guard(
     if overrides is not None and not isinstance(overrides, Mapping):
         overrides = parse_overrides(overrides)
     policy = parse_policy(policy)
-    findings = [] if policy is SentinelPolicy.OFF else find_sentinels(magnitude_observers(table))
+    magnitudes = {} if policy is SentinelPolicy.OFF else magnitude_observers(table)
+    findings = find_sentinels(magnitudes)
     decision = apply_sentinel_policy(findings, policy, overrides, observed=table.keys())
+    decision.outliers = find_outliers(magnitudes)
+    decision.warnings.extend(note.message for note in decision.outliers)
     return findings, decision

@@ -392,7 +392,6 @@ class _EndToEnd:
     def _pin(
         self, model: ModelProto, values: Mapping[str, np.ndarray], arrays: Mapping[str, np.ndarray]
     ) -> _Shapes:
-        label = self.report.model
         lift_model = typed_for_lift(model, values, self.types)
         self.lift_model = lift_model if isinstance(self.runner, InterpreterBackend) else None
         try:
@@ -403,10 +402,15 @@ class _EndToEnd:
         return _Shapes(
             signature=_signature(arrays),
             model=model,
-            optimized=ort_session(
-                self.loaded.source, optimized=True, label=label, base_dir=self.loaded.base_dir
-            ),
+            # mapped weights: the optimized session (its own mapping and packed weights) made per batch,
+            # gone before ours runs, so that the two never hold the weights together
+            optimized=None if self.loaded.weights else self._optimized_session(),
             ours=ours,
+        )
+
+    def _optimized_session(self) -> Any:
+        return ort_session(
+            self.loaded.source, optimized=True, label=self.report.model, base_dir=self.loaded.base_dir
         )
 
     def start(self, model: ModelProto, first: Feed, values: dict[str, np.ndarray]) -> None:
@@ -487,7 +491,9 @@ class _EndToEnd:
         self, feed: Feed, reference: Mapping[str, np.ndarray], oracle: Mapping[str, np.ndarray] | None = None
     ) -> None:
         assert self.shapes is not None
-        optimized = float8_views(run_session(self.shapes.optimized, feed.arrays), self.types)
+        session = self.shapes.optimized or self._optimized_session()
+        optimized = float8_views(run_session(session, feed.arrays), self.types)
+        del session
         ours: dict[str, np.ndarray] | None = None
         if isinstance(self.shapes.ours, NotRun):
             self.reason = str(self.shapes.ours)

@@ -667,6 +667,14 @@ def calibrate_command(
         help="--target-cosine's held-out data (as --data)",
         show_default="the last quarter of --data's batches, then not calibrated on",
     ),
+    smooth_quant: float | None = typer.Option(
+        None,
+        "--smooth-quant",
+        metavar="ALPHA",
+        help="SmoothQuant: migrate MatMul/Gemm inputs' outlier channels into the weights (alpha in [0, 1], "
+        "0.5 is the paper's) before calibrating",
+        show_default="off",
+    ),
 ) -> None:
     """Calibrate a float ONNX model on data and write it as QDQ ONNX (exit 2 on bad input; nothing written)
 
@@ -743,6 +751,7 @@ def calibrate_command(
             evaluate_tensors=worst_tensors > 0,
             target_cosine=target_cosine,
             eval_data=eval_data,
+            smooth_quant=smooth_quant,
         )
     if report_path is not None:
         from qconvert.report import write_report

@@ -406,6 +406,7 @@ def calibrate(
     evaluate_tensors: bool = False,
     target_cosine: float | None = None,
     eval_data: DataSource | None = None,
+    smooth_quant: float | None = None,
 ) -> CalibrationResult:
     """Calibrate a float ONNX model on `data` and write the QDQ model to `out` (if given).
 
@@ -428,9 +429,13 @@ def calibrate(
     quantization loss on those samples (`result.agreement.tensors`). `target_cosine`: widen the fewest
     activations to int16 until the outputs' mean cosine on held-out data (`eval_data`, else the last quarter
     of `data`'s batches, then not calibrated on) reaches it (`search.py`; `result.search`).
+    `smooth_quant`: SmoothQuant's alpha (`smoothquant.py`): MatMul/Gemm inputs' outlier channels migrated into
+    the weights on the float model (maxima from `data`), which is then calibrated as given.
     Raises InputError (nothing written) for bad data, a bad model, a bad scheme or an unwritable output.
     """
     started = time.perf_counter()
+    if smooth_quant is not None:
+        return _smoothed(model, data, smooth_quant, locals())
     if target_cosine is not None:
         return _search(model, data, target_cosine, eval_data, locals())
     if eval_data is not None:
@@ -567,6 +572,30 @@ def calibrate(
     write_outputs(texts, write_model)
     result.seconds_total = time.perf_counter() - started
     return result
+
+
+def _smoothed(
+    model: str | os.PathLike[str] | ModelProto,
+    data: DataSource | None,
+    alpha: float,
+    given: Mapping[str, object],
+) -> CalibrationResult:
+    """`calibrate(..., smooth_quant=ALPHA)`: SmoothQuant on the float model, then calibrate that model."""
+    import onnx
+
+    from qconvert.calibrate.smoothquant import observe_channel_maxima, smooth_quant, smoothable_inputs
+
+    if data is None:
+        raise InputError("--smooth-quant needs --data: the activations' channel maxima come from it")
+    proto = model if isinstance(model, ModelProto) else onnx.load(os.fspath(model))
+    dataset = open_dataset(data, proto, cast("int | str | None", given["batch_size"]))
+    batches = (batch.arrays for batch in dataset.batches())
+    maxima = observe_channel_maxima(proto, batches, smoothable_inputs(proto))
+    smoothed, _ = smooth_quant(proto, maxima, alpha)
+    options = {
+        name: value for name, value in given.items() if name not in ("model", "started", "smooth_quant")
+    }
+    return calibrate(smoothed, **options)  # type: ignore[arg-type]
 
 
 def _search(

@@ -139,3 +139,24 @@ def test_channel_maxima_merge_equals_observing_the_union() -> None:
 def test_alpha_outside_zero_one_is_an_input_error() -> None:
     with pytest.raises(InputError, match="alpha"):
         smooth_quant(build_model(), {}, alpha=1.5)
+
+
+def test_calibrate_smooth_quant_writes_the_smoothed_qdq_model(tmp_path) -> None:
+    """`calibrate(..., smooth_quant=0.5)`: the QDQ model carries the inserted Mul and folded LayerNorm, and
+    tracks the float model on held-out rows."""
+    require_module("onnxruntime")
+    from qconvert.calibrate.api import calibrate
+
+    model_path, data_path, out = tmp_path / "m.onnx", tmp_path / "d.npz", tmp_path / "q.onnx"
+    onnx.save(build_model(), model_path)
+    np.savez(data_path, x=np.concatenate([b["x"] for b in batches(4)]))
+    calibrate(str(model_path), str(data_path), out=str(out), smooth_quant=0.5, batch_size=8)
+    quantized = onnx.load(out)
+    assert any(node.name == "relu_smooth_mul" for node in quantized.graph.node)
+    assert any(node.op_type == "QuantizeLinear" for node in quantized.graph.node)
+    feeds = batches(1, seed=11)[0]
+    (ours,), (theirs,) = run(quantized, feeds, ["y"]), run(build_model(), feeds, ["y"])
+    cosine = (ours * theirs).sum() / np.linalg.norm(ours) / np.linalg.norm(theirs)
+    assert cosine > 0.99
+    with pytest.raises(InputError, match="--smooth-quant needs --data"):
+        calibrate(str(model_path), None, out=str(tmp_path / "r.onnx"), smooth_quant=0.5)

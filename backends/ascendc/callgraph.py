@@ -69,6 +69,7 @@ CPP_TYPES = {
 }
 ALIGN_BYTES = 32  # every UB operand's length and address (section 5.2)
 HALF_MAX = float(np.finfo(np.float16).max)
+FLOAT8_SOURCES = ("float8_e4m3fn", "float8_e5m2")  # AscendAntiQuant's 950 fp8 sources (per tensor / channel)
 ROUNDED_ROW_MAX = 1024  # PER_TENSOR as PER_TOKEN with a round mode: the longest row (8 rows fit any UB)
 BFLOAT16_MAX = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
 BFLOAT16_ANTIQUANT = (
@@ -604,8 +605,18 @@ class _Builder:
                 return  # a bias: added to the Mmad's int32 accumulator (recorded on the Mmad site)
             self.dequant(op, params, shape, None, feeds=None)
             return
+        if storage in FLOAT8_SOURCES:  # AscendAntiQuant takes fp8 sources on the 950 parts (section 5.4)
+            if storage not in self.product.quant_destinations:
+                self.refuse(
+                    op,
+                    f"AscendAntiQuant of {storage} is not available on {self.product.title}; a product that "
+                    "takes it: atlas-350",
+                )
+                return
+            self.antiquant(op, params, shape, weights, feeds=_label(matmul) if matmul is not None else None)
+            return
         if storage not in ("int8", "uint8", "int4"):
-            self.refuse(op, f"no AscendC dequantization of {storage} storage (int8 / int4 / int32)")
+            self.refuse(op, f"no AscendC dequantization of {storage} storage (int8 / int4 / fp8 / int32)")
             return
         if matmul is not None and weights is not None:
             activation = matmul.operands[0]

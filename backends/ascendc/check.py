@@ -301,6 +301,10 @@ class AscendcCheckRunner:
         from qconvert.numerics.ascendc import predicted_mismatch
 
         site = run.site
+        if site.dst_type in ("float8_e4m3fn", "float8_e5m2"):
+            return _float8_prediction(
+                run, reference, _onnx_parameters(site, case, values, run.source.shape)[0]
+            )
         if site.dst_type != "int8":
             return -1, f"no mismatch prediction for {site.dst_type} destinations"
         scale, zero_point = _onnx_parameters(site, case, values, run.source.shape)
@@ -452,6 +456,43 @@ def _antiquant_formula(destination: str) -> str:
     if destination == "bfloat16":
         return "bf16(float32(w + offset)·float32(s)) with bf16 parameters"
     return "half(half(w + offset)·half(s))"
+
+
+def _float8_prediction(run: _SiteRun, reference: np.ndarray, scale: np.ndarray) -> tuple[int, str]:
+    """An fp8 AscendQuant site against onnxruntime's fp8 QuantizeLinear: the differing elements must be
+    exactly those `predicted_mismatch_float8` names, each one fp8 code (one grid step) away."""
+    from qconvert.numerics.ascendc import predicted_mismatch_float8
+
+    site = run.site
+    predicted = predicted_mismatch_float8(run.source, scale, site.dst_type)  # fp8: float32 compute
+    ours, theirs = np.asarray(run.emulated), reference.astype(run.emulated.dtype)
+    same = ours.view(np.uint8) == theirs.view(np.uint8)
+    same |= np.isnan(ours.astype(np.float32)) & np.isnan(theirs.astype(np.float32))
+    differs = ~same
+    far = int(np.count_nonzero(differs & (np.abs(_ordinal(ours) - _ordinal(theirs)) > 1)))
+    unpredicted = int(np.count_nonzero(differs & ~predicted))
+    missed = int(np.count_nonzero(predicted & ~differs))
+    count = int(np.count_nonzero(predicted))
+    measured = int(np.count_nonzero(differs))
+    share = 100.0 * measured / max(ours.size, 1)
+    why = (
+        f"AscendQuant to {site.dst_type} (float32 x·(1/s), CAST_RINT, saturating) against onnxruntime's "
+        f"x/s: {measured} of {ours.size} elements one fp8 step off ({share:.2f}%), "
+        f"predicted_mismatch_float8 gives {count}"
+    )
+    if far or unpredicted or missed:
+        return (
+            -1,
+            why
+            + f"; {far} more than one step off, {unpredicted} not predicted, {missed} predicted but equal",
+        )
+    return count, why
+
+
+def _ordinal(codes: np.ndarray) -> np.ndarray:
+    """fp8 codes as signed ordinals (sign-magnitude bits -> integers): adjacent values differ by 1."""
+    bits = codes.view(np.uint8).astype(np.int64)
+    return np.where(bits & 0x80, -(bits & 0x7F), bits)
 
 
 def _compute(site: Site) -> type:

@@ -68,6 +68,7 @@ __all__ = [
     "float_parameters_after_call",
     "pack_deq_scale",
     "predicted_mismatch",
+    "predicted_mismatch_float8",
     "quant_parameters_from_onnx",
     "round_to_grid",
     "unpack_deq_scale",
@@ -692,3 +693,37 @@ def predicted_mismatch(
         ascend = _round_integral(shifted, effective_round_mode(_INT8, round_mode))
         ascend = np.clip(np.where(np.isnan(ascend), 0.0, ascend), qmin, qmax)
     return onnx != ascend
+
+
+def predicted_mismatch_float8(
+    x: np.ndarray,
+    scale: np.ndarray | float,
+    dst_dtype: object,
+    *,
+    compute_dtype: object = np.float32,
+) -> np.ndarray:
+    """Where AscendQuant to float8_e4m3fn / float8_e5m2 differs from ONNX QuantizeLinear (saturate=1, zero
+    point 0) on the same scale, as a bool array shaped like `x`.
+
+    ONNX (onnxruntime): `fp8(sat(float32(x) / float32(s)))`, round half to even. AscendQuant: the fp8 forms
+    compute in float32 (`ascend_quant`): `fp8(sat(c(c(x) · c(float32(1/s)))))`, CAST_RINT (fp8's only mode)
+    with SatMode::SAT. They part where multiplying by the rounded reciprocal moves x/s across a rounding
+    boundary of the fp8 grid (or of the compute type's, for half / bfloat16). NaN against NaN is no mismatch.
+    """
+    destination = np.dtype(dst_dtype)  # type: ignore[call-overload]
+    if destination not in (_FP8_E4M3, _FP8_E5M2):
+        raise ValueError(
+            f"predicted_mismatch_float8: destination must be float8_e4m3fn or float8_e5m2, got {destination}"
+        )
+    compute = np.dtype(compute_dtype)  # type: ignore[call-overload]
+    largest = float(ml_dtypes.finfo(destination).max)
+    values = np.asarray(x, np.float32)
+    scales = np.broadcast_to(np.asarray(scale, np.float32), values.shape)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        onnx = np.clip(values / scales, -largest, largest).astype(destination)
+        reciprocal = _round_to((np.float32(1.0) / scales).astype(np.float64), compute)
+        product = _round_to(_round_to(values.astype(np.float64), compute) * reciprocal, compute)
+        ascend = np.clip(product, -largest, largest).astype(np.float32).astype(destination)
+    same = onnx.view(np.uint8) == ascend.view(np.uint8)
+    same |= np.isnan(onnx.astype(np.float32)) & np.isnan(ascend.astype(np.float32))
+    return ~same

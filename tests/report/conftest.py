@@ -47,7 +47,15 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def plotly() -> None:
+    """Pages draw with plotly (the `report` extra): without it, each test writing one skips and says so."""
+    from conftest import require_module
+
+    require_module("plotly")
+
+
+@pytest.fixture(scope="session")
+def results(tmp_path_factory: pytest.TempPathFactory, plotly: None) -> dict[str, Path]:
     """A check and a calibrate JSON result of the digits CNN, and the model files they came from."""
     folder = tmp_path_factory.mktemp("results")
     check_json, calibrate_json = folder / "check.json", folder / "calibrate.json"

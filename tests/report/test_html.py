@@ -125,7 +125,7 @@ def test_steps_off_counts_each_elements_distance_in_steps() -> None:
     assert compare(dequantized, shifted, lsb_unit=scale).steps_off == counts
 
 
-def test_report_of_something_else_is_refused(tmp_path: Path, capsys) -> None:
+def test_report_of_something_else_is_refused(tmp_path: Path, capsys, plotly: None) -> None:
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"format": "something"}))
     assert main(["report", str(other), "-o", str(tmp_path / "page.html")]) == 2
@@ -159,7 +159,7 @@ def test_a_large_check_result_stays_usable(browser: Any, results: dict[str, Path
     assert points == [len(check["layers"])]
 
 
-def test_calibrate_report_lists_the_sentinel_decisions(tmp_path: Path) -> None:
+def test_calibrate_report_lists_the_sentinel_decisions(tmp_path: Path, plotly: None) -> None:
     """bert_mask's float-min attention mask: the tensors the guard kept in float are in the sentinel table."""
     from report.report_support import MODELS
 
@@ -175,7 +175,7 @@ def test_calibrate_report_lists_the_sentinel_decisions(tmp_path: Path) -> None:
         assert why.split(":")[0] in section
 
 
-def test_check_against_report_lists_every_compared_value(tmp_path: Path) -> None:
+def test_check_against_report_lists_every_compared_value(tmp_path: Path, plotly: None) -> None:
     from report.report_support import DIGITS_QDQ
 
     stripped, result, page = tmp_path / "digits.storage.onnx", tmp_path / "against.json", tmp_path / "a.html"
@@ -197,7 +197,7 @@ def test_check_against_report_lists_every_compared_value(tmp_path: Path) -> None
         assert f"<td>{comparison['name']} ({comparison['compared']})</td>" in text
 
 
-def test_a_failed_check_shows_its_rounding_divergence(browser: Any, tmp_path: Path) -> None:
+def test_a_failed_check_shows_its_rounding_divergence(browser: Any, tmp_path: Path, plotly: None) -> None:
     """Every input a tie, zero point 3: StableHLO's rounding differs from ONNX's on all 4 elements, as
     predicted; with --max-mismatch-fraction 0 the check fails. The page shows both, and loads cleanly."""
     from conftest import require_module

@@ -123,6 +123,12 @@ def ray_session(address: str | None, cpus: int, verbose: bool = False) -> Iterat
                 if joined is None:
                     raise
                 first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                causes = f"{error} {error.__cause__ or ''} {error.__context__ or ''}"
+                if "Authentication" in causes or "InvalidAuthToken" in causes:
+                    first += (
+                        " (the cluster wants Ray's token authentication: run with RAY_AUTH_MODE=token, "
+                        "the cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN)"
+                    )
                 raise InputError(f"--ray-address {joined}: cannot join the Ray cluster: {first}") from None
             if callable(previous_handler):
                 signal.signal(signal.SIGTERM, previous_handler)

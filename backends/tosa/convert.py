@@ -56,6 +56,7 @@ from .legalize_quant import (
 )
 from .options import TosaOptions
 from .pool_ties import AveragePoolTiesToEven, FloatAveragePoolRequantized
+from .softmax import IntegerSoftmax
 from .storage import CAST, Refusals, fold_casts, materialize, quant_type, storage_of, storage_type
 
 __all__ = ["QUANT_TYPE", "convert_to_tosa", "write_tosa"]
@@ -321,6 +322,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     body = function.body
     refusals = Refusals()
     patterns = [
+        *([IntegerSoftmax(refusals)] if options.integer_softmax else []),  # before its pieces' patterns
         PerChannelWeightZeroPoints(refusals),  # before conv2d / matmul, which take one weight zero point
         *legalize_patterns(refusals),  # first: a quantize of a plain dequantize is no float island
         RequantizeToRescale(rounding, refusals),

@@ -497,6 +497,13 @@ def _reduce(name: str, reduction: Callable[..., np.ndarray]) -> Handler:
     return handler
 
 
+def _intdiv(op: Operation, operands: list[RuntimeValue]) -> list[RuntimeValue]:
+    a, b = (np.asarray(v) for v in operands)
+    if a.ndim != b.ndim:
+        raise tosa_numerics.TosaErrorIf(f"{op.name}: operands of rank {a.ndim} and {b.ndim}")
+    return [tosa_numerics.intdiv(a, b)]
+
+
 def _table(op: Operation, operands: list[RuntimeValue]) -> list[RuntimeValue]:
     values, lookup = (np.asarray(v) for v in operands)
     return [tosa_numerics.table(values, lookup)]
@@ -532,6 +539,7 @@ _HANDLERS: dict[str, Handler] = {
     "tosa.maximum": _elementwise("maximum", np.maximum),
     "tosa.minimum": _elementwise("minimum", np.minimum),
     "tosa.mul": _mul,
+    "tosa.intdiv": _intdiv,
     "tosa.clamp": _clamp,
     "tosa.max_pool2d": _max_pool2d,
     "tosa.avg_pool2d": _avg_pool2d,

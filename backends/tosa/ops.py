@@ -346,6 +346,11 @@ def sub(b: Builder, lhs: Value, rhs: Value) -> Value:
     return _binary("tosa.sub", b, lhs, rhs)
 
 
+def intdiv(b: Builder, lhs: Value, rhs: Value) -> Value:
+    """`tosa.intdiv` of i32 tensors: the quotient truncated toward zero (same rank; dims of 1 broadcast)."""
+    return _binary("tosa.intdiv", b, lhs, rhs)
+
+
 def maximum(b: Builder, lhs: Value, rhs: Value) -> Value:
     return _binary("tosa.maximum", b, lhs, rhs)
 

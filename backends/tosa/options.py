@@ -14,7 +14,7 @@ ENGINE_NAMES = ("reference", "iree")
 
 @dataclass(frozen=True, kw_only=True)
 class TosaOptions:
-    """`--rounding`, `--allow-float`, `--float-boundary`."""
+    """`--rounding`, `--allow-float`, `--float-boundary`, `--backend-option integer_softmax=true`."""
 
     rounding: str = option(
         TosaRounding.SINGLE.value,
@@ -23,6 +23,9 @@ class TosaOptions:
     )
     allow_float: bool = option(False, "keep what cannot be integer as float TOSA ops (PRO-FP)")
     float_boundary: bool = option(False, "float inputs and outputs, quantized at the edges (PRO-FP)")
+    integer_softmax: bool = option(
+        False, "8-bit Softmax as integer TOSA (exp table, i32 sum, intdiv), not a float island"
+    )
 
     def __post_init__(self) -> None:
         check_choice(

@@ -18,6 +18,7 @@ TOSA's own generated RESCALE and TABLE cases. Notation as in `qconvert.numerics`
 | reciprocal_scale(n)          | k = bit_length(n - 1); m = ((2**30 + 1) << k) // n; shift = 30 + k       |
 | table, i8                    | table[x + 128]                                                           |
 | table, i16                   | (t[i] << 7) + (t[i+1] - t[i]) * f, i = (x >> 7) + 256, f = x & 127       |
+| intdiv                       | a / b truncated toward zero (i32)                                        |
 
 SINGLE_ROUND rounds ties up (-1.5 -> -1), unlike ONNX's half to even; DOUBLE_ROUND is TFLite / gemmlowp's
 two-step rounding (half up in the high multiply, then half away from zero). Violations of the spec's
@@ -48,6 +49,7 @@ __all__ = [
     "build_table_i8",
     "build_table_i16",
     "compute_multiplier_and_shift",
+    "intdiv",
     "reciprocal_scale",
     "rescale",
     "table",
@@ -362,6 +364,17 @@ def rescale(
     low, high = (0, (1 << out_bits) - 1) if output_unsigned else _signed_range(out_bits)
     clipped = np.clip(result, low, high)
     return _extend(clipped, out_bits, unsigned=False).astype(_CONTAINERS[output_type])
+
+
+def intdiv(dividend: np.ndarray, divisor: np.ndarray) -> np.ndarray:
+    """TOSA INTDIV of i32 tensors (numpy broadcasting): the quotient truncated toward zero, int32.
+
+    REQUIRE: no divisor is 0, and no INT32_MIN / -1 (else TosaUnpredictable)."""
+    a, b = np.asarray(dividend).astype(np.int64), np.asarray(divisor).astype(np.int64)
+    _require(bool(np.all(b != 0)), "intdiv: a divisor is zero")
+    _require(not bool(np.any((a == -(2**31)) & (b == -1))), "intdiv: INT32_MIN / -1 exceeds int32")
+    quotient = np.abs(a) // np.abs(np.broadcast_to(b, np.broadcast_shapes(a.shape, b.shape)))
+    return (np.sign(a) * np.sign(b) * quotient).astype(np.int32)
 
 
 def table(values: np.ndarray, lookup: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import ml_dtypes
 import numpy as np
-from onnx import ModelProto, numpy_helper
+from onnx import ModelProto, TensorProto, numpy_helper
 
 from qconvert.check.backends import CaseRun, NotRun
 from qconvert.check.nodes import NodeCase
@@ -103,6 +103,10 @@ class AscendcCheckRunner:
     feeds_weights: bool = False
     runs: dict[str, _SiteRun] = field(default_factory=dict)
     groups: set[str] = field(default_factory=set)  # the fused groups that are Mmad groups (kept, judged)
+    # onnxruntime's weight-only form: Cast outputs of int8 / uint8 constants (by value name: their storage),
+    # and the Mul nodes after them judged as their AscendAntiQuant call
+    weight_casts: dict[str, np.dtype] = field(default_factory=dict)
+    weight_muls: set[str] = field(default_factory=set)
 
     @property
     def semantics(self) -> str:
@@ -114,7 +118,7 @@ class AscendcCheckRunner:
     def keep_case(self, case: NodeCase) -> bool:
         if case.group is not None or case.op_type in QOPERATOR_MMAD_OPS:
             return case.name in self.groups
-        return case.op_type in SITE_OPS
+        return case.op_type in SITE_OPS or case.name in self.weight_muls
 
     def notes(self, cases: Sequence[NodeCase], layers: Mapping[str, LayerResult]) -> list[str]:
         others = [case for case in cases if case.group is None and not self.keep_case(case)]
@@ -154,8 +158,80 @@ class AscendcCheckRunner:
                         found[case.name] = run
             elif self.keep_case(case) and case.model is not None:
                 found[case.name] = self._run_case(case)
+            elif case.op_type == "Cast" and case.model is not None:
+                self._note_weight_cast(case)
+            elif (
+                case.op_type == "Mul" and case.model is not None and self._weight_only_scale(case) is not None
+            ):
+                found[case.name] = self._run_weight_only(case)
             advance(1)
         return found
+
+    def _note_weight_cast(self, case: NodeCase) -> None:
+        """Remember a Cast of an int8 / uint8 constant to float: the first half of a weight-only site."""
+        assert case.model is not None
+        node = case.last
+        constants = {tensor.name: tensor for tensor in case.model.graph.initializer}
+        source = constants.get(node.input[0])
+        to = next((attribute.i for attribute in node.attribute if attribute.name == "to"), None)
+        storage = (TensorProto.INT8, TensorProto.UINT8)
+        if source is not None and source.data_type in storage and to == TensorProto.FLOAT:
+            self.weight_casts[node.output[0]] = np.dtype(
+                np.int8 if source.data_type == TensorProto.INT8 else np.uint8
+            )
+
+    def _weight_only_scale(self, case: NodeCase) -> TensorProto | None:
+        """The constant scale of a Mul whose other input is a remembered weight Cast, else None."""
+        assert case.model is not None
+        node = case.last
+        constants = {tensor.name: tensor for tensor in case.model.graph.initializer}
+        if len(node.input) != 2:
+            return None
+        for weights, scale in ((node.input[0], node.input[1]), (node.input[1], node.input[0])):
+            if weights in self.weight_casts and weights in case.feeds and scale in constants:
+                return constants[scale]
+        return None
+
+    def _run_weight_only(self, case: NodeCase) -> CaseRun | NotRun:
+        """A weight-only Mul as its AscendAntiQuant call: the weights (onnxruntime's Cast output, integers)
+        back in their storage type, rebuilt as Cast -> Mul, converted and emulated as the whole model's site
+        is; judged as a quantization node (within the half rounding of scale and product, as predicted)."""
+        from onnx import helper
+
+        from .callgraph import build_call_graph
+
+        node = case.last
+        scale = self._weight_only_scale(case)
+        assert scale is not None
+        name = next(value for value in node.input if value in self.weight_casts)
+        codes = np.asarray(case.feeds[name]).astype(self.weight_casts[name])
+        scale_array = numpy_helper.to_array(scale)
+        shape = np.broadcast_shapes(codes.shape, scale_array.shape)
+        graph = helper.make_graph(
+            [
+                helper.make_node("Cast", ["w"], ["wf"], name=f"{case.name}_cast", to=TensorProto.FLOAT),
+                helper.make_node("Mul", ["wf", "s"], ["y"], name=case.name),
+            ],
+            "weight_only",
+            [],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+            [numpy_helper.from_array(codes, "w"), numpy_helper.from_array(scale_array, "s")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+        try:
+            sites = build_call_graph(self.lift(model), self.options.product, self.options.round_mode).sites
+            (site,) = [site for site in sites if site.api == API_ANTIQUANT and "weight" in site.constants]
+            run = self._emulate(
+                case, site, site.constants["weight"].reshape(site.shape)
+            )  # leading 1s dropped
+        except QConvertError as error:
+            return NotRun(f"the backend cannot convert it: {error.message}")
+        except Exception as error:
+            return NotRun(f"the emulator failed on it {BUG_MARKER}: {type(error).__name__}: {error}")
+        case.quantization = True  # judged as its call: against the prediction, not a float32 bound
+        self.weight_muls.add(case.name)
+        output = node.output[0]
+        return CaseRun({output: run.outputs[output].reshape(shape)}, run.evaluated_by)
 
     def _run_group(self, case: NodeCase) -> CaseRun | NotRun | None:
         """A `DequantizeLinear* -> Conv / MatMul / Gemm -> QuantizeLinear` group as its calls: Mmad (exact
@@ -290,8 +366,8 @@ class AscendcCheckRunner:
             return _group_prediction(run, reference, values, case)
         if run.site.api == API_QUANT:
             return self._quant_prediction(run, reference, values, case)
-        if run.site.api == API_ANTIQUANT:
-            return _antiquant_prediction(run, reference)
+        if run.site.api == API_ANTIQUANT:  # a weight-only site's shape drops the leading 1-dims
+            return _antiquant_prediction(run, reference.reshape(run.emulated.shape))
         assert run.site.api == API_DEQUANT
         return 0, "AscendDequant multiplies in float32 as ONNX does: bit-exact"
 

@@ -698,3 +698,28 @@ def test_fp8_sites_are_judged_against_onnxruntime(tmp_path: Path) -> None:
     # exactly (FAILED by the shared rule); on ordinary inputs the model passes.
     ordinary = rng.normal(0.0, 4.0, (8, 64)).astype(np.float32)
     assert check(str(path), {"x": ordinary}, backend="ascendc", product="atlas-350").verdict == "PASSED"
+
+
+def test_weight_only_mul_is_judged_as_its_antiquant_call(tmp_path: Path) -> None:
+    """The weight-only Cast -> Mul (a GRU-shaped [2, 24, 40] int8 weight, per-channel [1, 24, 1] scale) is
+    a case of its own: the Mul judged as its AscendAntiQuant (half arithmetic: the elements that differ from
+    onnxruntime's float32 all within the half rounding of scale and product), not as a float32 Mul."""
+    from qconvert.check import check
+
+    model = _weight_only_cast_mul()
+    graph = model.graph
+    graph.node.append(helper.make_node("Reshape", ["y", "shape"], ["rows"], name="reshape"))
+    graph.node.append(helper.make_node("MatMul", ["x", "rows"], ["z"], name="matmul"))
+    graph.initializer.append(numpy_helper.from_array(np.array([48, 40], np.int64), "shape"))
+    graph.input.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, (3, 48)))
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, (3, 40)))
+    path = tmp_path / "weight_only.onnx"
+    onnx.save(model, path)
+    report = check(str(path), backend="ascendc")
+    layer = report.layers["w_mul"]
+    assert layer.family is None and "emulator" in (layer.evaluated_by or "")
+    assert layer.verdict == "pass" and layer.elements == 2 * 24 * 40
+    assert 0 < layer.mismatches == layer.predicted_mismatches, layer.explanation
+    assert "matmul" not in report.layers  # a float MatMul stays an end-to-end matter
+    assert report.verdict == "PASSED", report.verdict_line

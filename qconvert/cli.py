@@ -439,8 +439,8 @@ def check_command(
     against: str | None = typer.Option(
         None,
         "--against",
-        help="SOURCE.onnx: MODEL is its stripped copy (--to onnx-storage); both run in onnxruntime, "
-        "boundary storage compared bit-exact (takes --data, --max-samples, --batch-size, --json, --quiet)",
+        help="SOURCE.onnx: MODEL is its stripped copy (--to onnx-storage); both run in onnxruntime, boundary "
+        "storage compared bit-exact (takes --data, --max-samples, --batch-size, --json / -o, --quiet)",
     ),
 ) -> None:
     """Check MODEL against onnxruntime: every node (quantization nodes bit-exact, float nodes within a

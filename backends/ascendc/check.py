@@ -52,7 +52,11 @@ __all__ = ["SITE_OPS", "AscendcCheckRunner", "half_bound"]
 
 Lift = Callable[[ModelProto], "ModuleOp"]
 MMAD_OPS = ("Conv", "MatMul", "Gemm")
-QOPERATOR_MMAD_OPS = ("QLinearConv", "QLinearMatMul", "QGemm")  # one node: the same calls, via their QDQ form
+QOPERATOR_MMAD_OPS = ("QLinearConv", "QLinearMatMul", "QGemm")
+QOPERATOR_ELEMENTWISE_OPS = (
+    "QLinearAdd",
+    "QLinearMul",
+)  # AscendAntiQuant x2, float op, AscendQuant  # one node: the same calls, via their QDQ form
 # Our exact accumulator and onnxruntime's float32 one are this close (in steps of the output's scale) for one
 # layer's sums: a rounding boundary between them is a near-tie, where either side is a fair result.
 GROUP_NEAR_TIE = 1.0 / 256
@@ -68,6 +72,10 @@ class _SiteRun:
     emulated: np.ndarray
     tiled_differs: int  # elements where the tile-by-tile run differs from the whole-tensor one
     accumulated: np.ndarray | None = None  # a Mmad group: the float AscendDequant gave AscendQuant
+    # QLinearAdd / QLinearMul: onnxruntime's float32 rule on the same inputs, and how far the half
+    # AscendAntiQuant of the inputs may move our float value from it
+    reference_float: np.ndarray | None = None
+    reference_bound: np.ndarray | None = None
 
 
 def half_bound(
@@ -107,6 +115,7 @@ class AscendcCheckRunner:
     # and the Mul nodes after them judged as their AscendAntiQuant call
     weight_casts: dict[str, np.dtype] = field(default_factory=dict)
     weight_muls: set[str] = field(default_factory=set)
+    elementwise: set[str] = field(default_factory=set)  # QLinearAdd / QLinearMul nodes run as their calls
 
     @property
     def semantics(self) -> str:
@@ -118,6 +127,8 @@ class AscendcCheckRunner:
     def keep_case(self, case: NodeCase) -> bool:
         if case.group is not None or case.op_type in QOPERATOR_MMAD_OPS:
             return case.name in self.groups
+        if case.op_type in QOPERATOR_ELEMENTWISE_OPS:
+            return case.name in self.elementwise
         return case.op_type in SITE_OPS or case.name in self.weight_muls
 
     def notes(self, cases: Sequence[NodeCase], layers: Mapping[str, LayerResult]) -> list[str]:
@@ -141,6 +152,12 @@ class AscendcCheckRunner:
             "int32, AscendDequant with deqScale = s_x·s_w, AscendQuant); each DequantizeLinear is also "
             "judged as its own AscendAntiQuant / AscendDequant call"
         )
+        if self.elementwise or self.weight_muls:
+            notes.append(
+                f"{len(self.elementwise)} QLinearAdd / QLinearMul nodes are judged as their calls "
+                "(AscendAntiQuant of each input, the float op, AscendQuant) and "
+                f"{len(self.weight_muls)} weight-only Cast -> Mul as AscendAntiQuant"
+            )
         return notes
 
     # Running -------------------------------------------------------------------------------------------
@@ -158,6 +175,11 @@ class AscendcCheckRunner:
                         found[case.name] = run
             elif self.keep_case(case) and case.model is not None:
                 found[case.name] = self._run_case(case)
+            elif case.op_type in QOPERATOR_ELEMENTWISE_OPS and case.model is not None:
+                run = self._run_elementwise(case)
+                if run is not None:
+                    self.elementwise.add(case.name)
+                    found[case.name] = run
             elif case.op_type == "Cast" and case.model is not None:
                 self._note_weight_cast(case)
             elif (
@@ -166,6 +188,39 @@ class AscendcCheckRunner:
                 found[case.name] = self._run_weight_only(case)
             advance(1)
         return found
+
+    def _run_elementwise(self, case: NodeCase) -> CaseRun | NotRun | None:
+        """A QLinearAdd / QLinearMul node as the calls of its QDQ form (AscendAntiQuant of each input, the
+        float op, AscendQuant), run on the emulator; None when its form is not those calls."""
+        from .callgraph import build_call_graph
+
+        assert case.model is not None
+        node = case.last
+        try:
+            graph = build_call_graph(self.lift(case.model), self.options.product, self.options.round_mode)
+        except QConvertError as error:
+            return NotRun(f"the backend cannot convert it: {error.message}")
+        quant = [site for site in graph.sites if site.api == API_QUANT and site.op is not None]
+        if len(quant) != 1 or graph.module is None:
+            return None
+        sites = {site.op: site for site in graph.sites if site.op is not None}
+        interpreter = _CapturingInterpreter(graph.module, sites, quant[0].op)
+        try:
+            outputs = interpreter.run(case.feeds)
+            reference, bound = _elementwise_reference(case)
+        except QConvertError as error:
+            return NotRun(f"the emulator cannot run it: {error.message}")
+        except Exception as error:
+            return NotRun(f"the emulator failed on it {BUG_MARKER}: {type(error).__name__}: {error}")
+        ours = np.asarray(interpreter.captured, np.float32)
+        emulated = np.asarray(outputs[next(iter(outputs))])
+        run = _SiteRun(quant[0], ours, emulated, 0, accumulated=ours)
+        run.reference_float, run.reference_bound = reference, bound
+        self.runs[case.name] = run
+        return CaseRun(
+            {node.output[0]: emulated},
+            f"AscendAntiQuant x2 + float {node.op_type[7:]} + AscendQuant on {EVALUATED_BY}",
+        )
 
     def _note_weight_cast(self, case: NodeCase) -> None:
         """Remember a Cast of an int8 / uint8 constant to float: the first half of a weight-only site."""
@@ -475,7 +530,14 @@ def _group_prediction(
         round_mode=site.round_mode,
         compute_dtype=_compute(site),
     )
-    if case.group is not None:  # onnxruntime's float32 op output: where the two sums straddle a boundary
+    if run.reference_float is not None and run.reference_bound is not None:  # QLinearAdd / QLinearMul
+        theirs_float = run.reference_float
+        sides = quantize(ours_float, params, Rounding.ONNX) != quantize(theirs_float, params, Rounding.ONNX)
+        apart = np.abs(ours_float.astype(np.float64) - theirs_float)
+        near = sides & (apart <= run.reference_bound + GROUP_NEAR_TIE * scale)
+        steps = ours_float.astype(np.float64) / scale  # and the kernel's own requantization's near-ties
+        near |= np.abs(steps - np.floor(steps) - 0.5) <= GROUP_NEAR_TIE
+    elif case.group is not None:  # onnxruntime's float32 op output: where the two sums straddle a boundary
         theirs_float = np.asarray(values[case.nodes[-2].output[0]], np.float32)
         sides = quantize(ours_float, params, Rounding.ONNX) != quantize(theirs_float, params, Rounding.ONNX)
         steps_apart = np.abs(ours_float.astype(np.float64) - theirs_float) / scale
@@ -488,12 +550,19 @@ def _group_prediction(
     differs = ours != theirs
     explained = differs & (np.abs(ours - theirs) == 1) & (half | near)
     unexplained = int(np.count_nonzero(differs & ~explained))
+    calls = (
+        "AscendAntiQuant (half) of each input, the float op and AscendQuant's half pipeline"
+        if run.reference_float is not None
+        else "Mmad's exact int32, AscendDequant (float32) and AscendQuant's half pipeline"
+    )
     why = (
-        f"Mmad's exact int32, AscendDequant (float32) and AscendQuant's half pipeline against onnxruntime: "
+        f"{calls} against onnxruntime: "
         f"{int(np.count_nonzero(differs))} of {ours.size} one step off; "
         f"{int(np.count_nonzero(differs & half))} where predicted_mismatch says the half pipeline parts from "
         f"ONNX's rule, {int(np.count_nonzero(differs & near & ~half))} at near-ties (within {GROUP_NEAR_TIE} "
-        "of a step)"
+        "of a step"
+        + (", or within the half rounding of the inputs" if run.reference_float is not None else "")
+        + ")"
     )
     if unexplained:
         return -1, why + f"; {unexplained} unexplained"
@@ -532,6 +601,27 @@ def _antiquant_formula(destination: str) -> str:
     if destination == "bfloat16":
         return "bf16(float32(w + offset)·float32(s)) with bf16 parameters"
     return "half(half(w + offset)·half(s))"
+
+
+def _elementwise_reference(case: NodeCase) -> tuple[np.ndarray, np.ndarray]:
+    """onnxruntime's QLinearAdd / QLinearMul before requantizing, as ONNX defines it (float32 (x - zp)·s of
+    each input, then the op), and how far our half AscendAntiQuant inputs may move the float result: half's
+    relative rounding (2^-11) of the scale and of the product, twice over for safety, per input."""
+    assert case.model is not None
+    node = case.last
+    constants = {tensor.name: numpy_helper.to_array(tensor) for tensor in case.model.graph.initializer}
+
+    def value(name: str) -> np.ndarray:
+        return np.asarray(case.feeds[name] if name in case.feeds else constants[name])
+
+    def dequantized(index: int) -> np.ndarray:
+        codes, scale, zero = (value(name) for name in node.input[index : index + 3])
+        return (codes.astype(np.int32) - zero.astype(np.int32)).astype(np.float32) * scale.astype(np.float32)
+
+    a, b = dequantized(0), dequantized(3)
+    if node.op_type == "QLinearAdd":
+        return a + b, 2.0**-9 * (np.abs(a) + np.abs(b)).astype(np.float64)
+    return a * b, 2.0**-8 * np.abs(a * b).astype(np.float64)
 
 
 def _float8_prediction(run: _SiteRun, reference: np.ndarray, scale: np.ndarray) -> tuple[int, str]:
@@ -613,6 +703,21 @@ def _input(case: NodeCase, name: str) -> np.ndarray:
 
 
 # The whole model -----------------------------------------------------------------------------------------
+
+
+class _CapturingInterpreter(Interpreter):
+    """The emulated interpreter that also keeps the float operand of one op (the AscendQuant's input)."""
+
+    def __init__(self, module: ModuleOp, sites: dict[Operation, Site], watched: Operation) -> None:
+        super().__init__(module)
+        self.emulated = EmulatedInterpreter(module, sites)
+        self.watched = watched
+        self.captured: np.ndarray | None = None
+
+    def execute(self, op: Operation, operands: list[np.ndarray]) -> list[np.ndarray]:
+        if op is self.watched:
+            self.captured = np.asarray(operands[0])
+        return self.emulated.execute(op, operands)
 
 
 class EmulatedInterpreter(Interpreter):

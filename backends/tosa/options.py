@@ -24,7 +24,7 @@ class TosaOptions:
     allow_float: bool = option(False, "keep what cannot be integer as float TOSA ops (PRO-FP)")
     float_boundary: bool = option(False, "float inputs and outputs, quantized at the edges (PRO-FP)")
     integer_softmax: bool = option(
-        False, "8-bit Softmax as integer TOSA (exp table, i32 sum, intdiv), not a float island"
+        True, "8-bit Softmax as integer TOSA (exp tables, i32 sum, intdiv); false: a float island"
     )
 
     def __post_init__(self) -> None:

@@ -556,6 +556,10 @@ def sample_graphs(seed: int = 0) -> list[SampleGraph]:
     graphs.append(_unary_graph("reduce_min_i8", i8, "reduce_min", "axis = 1 : i32", (4, 1)))
     graphs.append(_binary_graph("maximum_i32", "maximum", i32, i32[::-1].copy(), "i32"))
     graphs.append(_binary_graph("minimum_i32", "minimum", i32, i32[:, ::-1].copy(), "i32"))
+    # INTDIV truncates toward zero: negative dividends and divisors, never 0 (integer Softmax's division)
+    signs = np.array([[1], [-1], [1], [-1]], np.int32)
+    divisors = np.random.default_rng(seed + 1).integers(1, 3000, size=(4, 1)).astype(np.int32) * signs
+    graphs.append(_binary_graph("intdiv_i32", "intdiv", i32, divisors, "i32"))
     graphs.append(_unary_graph("identity", i8, "identity", "", i8.shape))
 
     # TABLE: i8 (a quantized sigmoid) and i16 (interpolated tanh, edge inputs at the segment ends).

@@ -20,7 +20,7 @@ row's maximum, and the result differs from the float path by a step only near a 
 onnxruntime's optimized session runs the QDQ Softmax as com.microsoft QLinearSoftmax, which multiplies by
 floor(1 / s_out) instead of 1 / s_out (254 for the usual 1/255): against it, a step off where that factor
 moves a value across a rounding boundary (about 1.4% of elements at s_out = 1/255, measured).
-Off by default.
+On by default (`integer_softmax=false`: the float island, under --allow-float).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""`--backend-option integer_softmax=true` (backends/tosa/softmax.py): an 8-bit Softmax as integer TOSA
-(PRO-INT alone: two i8 exp tables, i32 sums, tosa.intdiv), on the TOSA reference model, our emulation and
-IREE, against onnxruntime's float path (optimizations off, check's oracle).
+"""Integer Softmax (backends/tosa/softmax.py, on by default; `--backend-option integer_softmax=false` turns
+it off): an 8-bit Softmax as integer TOSA (PRO-INT alone: two i8 exp tables, i32 sums, tosa.intdiv), on the
+TOSA reference model, our emulation and IREE, against onnxruntime's float path (optimizations off, check's
+oracle).
 
 Measured (4x64x64, random normal inputs): at most 1 step off, 1 to 9 of 16384 elements one step off; against
 onnxruntime's optimized session (com.microsoft QLinearSoftmax, which multiplies by floor(1 / s_out)) 227 and
@@ -126,9 +127,9 @@ def test_integer_softmax_is_pro_int_and_within_a_step(case: str, tmp_path: Path)
     assert np.count_nonzero(steps) <= 0.005 * steps.size
 
 
-def test_integer_softmax_on_iree_and_off_by_default(tmp_path: Path) -> None:
-    """IREE runs tosa.intdiv and the tables as the emulation does; without the option the Softmax is a float
-    island: refused, or float TOSA under --allow-float."""
+def test_integer_softmax_on_iree_and_the_float_island_when_off(tmp_path: Path) -> None:
+    """IREE runs tosa.intdiv and the tables as the emulation does; with integer_softmax=false the Softmax is
+    a float island: refused, or float TOSA under --allow-float."""
     require_tosa_python()
     require_module("iree.compiler")
     from qconvert.backends.tosa import TosaOptions, convert_to_tosa, emulate_tosa, run_iree
@@ -137,13 +138,14 @@ def test_integer_softmax_on_iree_and_off_by_default(tmp_path: Path) -> None:
 
     path = tmp_path / "softmax.onnx"
     onnx.save(_softmax_model((2, 3, 16), (0.05, 2), (1 / 255, -128), np.int8), str(path))
-    text = print_module(convert_to_tosa(import_onnx(str(path)), TosaOptions(integer_softmax=True)))
+    text = print_module(convert_to_tosa(import_onnx(str(path))))  # on by default
     stored = np.random.default_rng(1).integers(-128, 128, (2, 3, 16)).astype(np.int8)
     (compiled,) = run_iree(text, [stored])
     assert np.array_equal(compiled, emulate_tosa(text, [stored])[0])
     with pytest.raises(InputError, match=r"stablehlo\.exponential"):
-        convert_to_tosa(import_onnx(str(path)))
-    floating = print_module(convert_to_tosa(import_onnx(str(path)), TosaOptions(allow_float=True)))
+        convert_to_tosa(import_onnx(str(path)), TosaOptions(integer_softmax=False))
+    floating = TosaOptions(allow_float=True, integer_softmax=False)
+    floating = print_module(convert_to_tosa(import_onnx(str(path)), floating))
     assert '"tosa.exp"' in floating and '"tosa.intdiv"' not in floating
 
 

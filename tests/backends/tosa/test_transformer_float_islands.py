@@ -57,8 +57,8 @@ def _quant_types(module: object, key: str) -> list[object | None]:
 
 @pytest.fixture(scope="module")
 def tiny_encoder() -> tuple[str, object]:
-    """tiny_encoder.qdq converted once with --allow-float: (text, module)."""
-    module = convert_to_tosa(import_onnx(str(TINY)), TosaOptions(allow_float=True))
+    """tiny_encoder.qdq converted once with --allow-float and its Softmax float: (text, module)."""
+    module = convert_to_tosa(import_onnx(str(TINY)), TosaOptions(allow_float=True, integer_softmax=False))
     return print_module(module), module
 
 
@@ -115,9 +115,12 @@ def test_without_allow_float_the_refusal_lists_the_ops(tmp_path: Path) -> None:
     from qconvert.cli import main
 
     with pytest.raises(InputError) as refused:
-        convert_to_tosa(import_onnx(str(TINY)))
+        convert_to_tosa(import_onnx(str(TINY)), TosaOptions(integer_softmax=False))
     for name in ("stablehlo.exponential", "stablehlo.sqrt", "stablehlo.reduce", "--allow-float"):
         assert name in refused.value.message
+    with pytest.raises(InputError) as refused:  # by default the Softmax is integer: LayerNorm is left
+        convert_to_tosa(import_onnx(str(TINY)))
+    assert "stablehlo.sqrt" in refused.value.message and "stablehlo.exponential" not in refused.value.message
     output = tmp_path / "tiny.mlir"
     assert main(["convert", str(TINY), "--to", "tosa", "-o", str(output)]) == 2
     assert not output.exists()
@@ -154,6 +157,7 @@ def test_check_with_allow_float_passes_and_names_the_float_groups(
     rng = np.random.default_rng(3)
     np.savez(data, x=(rng.standard_normal((4, 64)) * 1.2).astype(np.float32))
     arguments = ["check", str(path), "--data", str(data), "--backend", "tosa"]
+    arguments += ["--backend-option", "integer_softmax=false"]  # the Softmax a float group
     code = main([*arguments, "--backend-option", "allow_float=true"])
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
@@ -249,7 +253,7 @@ def test_float_island_family_on_the_reference_model(family: str, nodes: list[str
     onnxruntime's division). Measured: 0 off for all but Div (5 of 256, each a near-tie)."""
     require_tosa_python()
     model = _island(family)
-    module = convert_to_tosa(import_onnx(model), TosaOptions(allow_float=True))
+    module = convert_to_tosa(import_onnx(model), TosaOptions(allow_float=True, integer_softmax=False))
     text = print_module(module)
     assert (
         f"needs PRO-INT + PRO-FP: {len(nodes)} ONNX nodes kept float (--allow-float): " + ", ".join(nodes)

@@ -68,6 +68,10 @@ if TYPE_CHECKING:
     from qconvert.ir.dialects.builtin import ModuleOp
 
 KEEP_FLOAT_KEY = "keep_float"  # ranges metadata: tensor -> why it stays float (reapplied by load_ranges)
+# ranges metadata: tensor -> the guard's outlier note; an 8-bit activation there is widened to 16 bits
+# (massive activations: int16 keeps the rest's precision where int8 would give it 2 or 3 levels)
+WIDENED_OUTLIERS_KEY = "widened_outliers"
+WIDER_STORAGE = {"int8": "int16", "uint8": "uint16"}
 
 
 @dataclass
@@ -161,6 +165,7 @@ class _Observed:
     batch_size: int | str
     seconds: float
     histograms: dict[str, dict[str, object]] = field(default_factory=dict)
+    widened: dict[str, str] = field(default_factory=dict)  # the guard's outliers -> their note
 
 
 def _clipped(first: object, bounds: tuple[float, float]) -> object:
@@ -314,7 +319,8 @@ def _observe(
         histogram = exported_histogram([*final, *first])
         if histogram is not None:
             histograms[name] = histogram
-    return _Observed(ranges, keep_float, warnings, stats, batch, seconds, histograms)
+    widened = {note.tensor: note.message for note in decision.outliers if note.tensor not in keep_float}
+    return _Observed(ranges, keep_float, warnings, stats, batch, seconds, histograms, widened)
 
 
 # The public function ----------------------------------------------------------------------------------
@@ -509,6 +515,7 @@ def calibrate(
                 "samples": observed.stats.samples_used,
                 "batch_size": observed.batch_size,
                 KEEP_FLOAT_KEY: keep_float,
+                WIDENED_OUTLIERS_KEY: observed.widened,
             }
         )
         for tensor_range in observed.ranges.values():
@@ -641,6 +648,7 @@ def _finalize(
     from qconvert.ir.dialects.quant import DequantizeCastOp
 
     scheme.keep_float = {**result.keep_float, **scheme.keep_float}
+    _widen_outliers(scheme, ranges)
     module = import_onnx(model)
     values = tensor_values(module, loaded.model)
     attach_ranges(module, ranges, values=values)
@@ -652,6 +660,17 @@ def _finalize(
             "model is the float one)"
         )
     return module
+
+
+def _widen_outliers(scheme: Scheme, ranges: CalibrationRanges) -> None:
+    """The guard's outlier tensors at 16 bits where the scheme gives them 8 and no override names them."""
+    from qconvert.calibrate.overrides import TensorOverride
+
+    stored = ranges.metadata.get(WIDENED_OUTLIERS_KEY, {})
+    for name in stored if isinstance(stored, dict) else {}:
+        wider = WIDER_STORAGE.get(scheme.activation_type_of(str(name)))
+        if wider is not None and name not in scheme.tensor_overrides and name not in scheme.keep_float:
+            scheme.tensor_overrides[str(name)] = TensorOverride(quant_type=wider)
 
 
 def _written_parameters(module: ModuleOp, names: Mapping[object, str]) -> dict[str, dict[str, object]]:

@@ -391,8 +391,8 @@ class OutlierNote:
         bulk = f" far from the rest [{self.bulk[0]:.4g}, {self.bulk[1]:.4g}]" if self.bulk else ""
         return (
             f"{self.tensor}: outliers, not a mask: {self.count} varying values in [{self.low:.4g}, "
-            f"{self.high:.4g}]{bulk} ({where}); quantized with their range (--smooth-quant or 16 bits "
-            "keep the rest's precision)"
+            f"{self.high:.4g}]{bulk} ({where}); quantized with their range, at 16 bits where the scheme "
+            "gives 8 (an --overrides entry for the tensor wins)"
         )
 
 

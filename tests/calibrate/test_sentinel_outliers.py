@@ -108,3 +108,46 @@ def test_histogram_methods_view_reaches_the_same_verdicts() -> None:
     assert {f.tensor for f in find_sentinels(views)} == {"masked", "float_min"}
     (note,) = find_outliers(views)
     assert note.tensor == "ffn" and note.channels is None
+
+
+def test_calibrate_widens_an_outlier_tensor_to_16_bits_and_keeps_it_integer(tmp_path) -> None:
+    """End to end: the Add output carrying a massive channel is quantized (int16), not kept float; the
+    QDQ model tracks the float one in onnxruntime."""
+    from conftest import require_module
+
+    require_module("onnxruntime")
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qconvert.calibrate.api import calibrate
+
+    rng = np.random.default_rng(5)
+    bias = numpy_helper.from_array((rng.standard_normal(64) * 0.1).astype(np.float32), "bias")
+    weight = numpy_helper.from_array((rng.standard_normal((64, 32)) * 0.2).astype(np.float32), "weight")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "bias"], ["residual"], name="add"),
+            helper.make_node("MatMul", ["residual", "weight"], ["y"], name="mm"),
+        ],
+        "outliers",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16, 32])],
+        [bias, weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model_path, data_path, out = tmp_path / "m.onnx", tmp_path / "d.npz", tmp_path / "q.onnx"
+    onnx.save(model, model_path)
+    np.savez(data_path, x=massive_activation(32))
+    result = calibrate(str(model_path), str(data_path), out=str(out), batch_size=8)
+    assert "residual" not in result.keep_float
+    assert any("residual: outliers, not a mask" in w for w in result.warnings)
+    quantized = onnx.load(out)
+    initializers = {t.name: t for t in quantized.graph.initializer}
+    quantize = [n for n in quantized.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "residual"]
+    assert quantize and initializers[quantize[0].input[2]].data_type == TensorProto.INT16
+    feeds = {"x": massive_activation(8, seed=9)}
+    (ours,) = ort.InferenceSession(out, providers=["CPUExecutionProvider"]).run(["y"], feeds)
+    (theirs,) = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"]).run(["y"], feeds)
+    cosine = (ours * theirs).sum() / np.linalg.norm(ours) / np.linalg.norm(theirs)
+    assert cosine > 0.999

@@ -592,6 +592,8 @@ def _smoothed(
 
     from qconvert.calibrate.smoothquant import observe_channel_maxima, smooth_quant, smoothable_inputs
 
+    if not 0.0 <= alpha <= 1.0:  # before any data is read
+        raise InputError(f"--smooth-quant {alpha}: alpha must lie in [0, 1]")
     if data is None:
         raise InputError("--smooth-quant needs --data: the activations' channel maxima come from it")
     proto = model if isinstance(model, ModelProto) else onnx.load(os.fspath(model))

@@ -160,3 +160,26 @@ def test_calibrate_smooth_quant_writes_the_smoothed_qdq_model(tmp_path) -> None:
     assert cosine > 0.99
     with pytest.raises(InputError, match="--smooth-quant needs --data"):
         calibrate(str(model_path), None, out=str(tmp_path / "r.onnx"), smooth_quant=0.5)
+
+
+def test_cli_smooth_quant_flag_and_a_bad_alpha(tmp_path, capsys) -> None:
+    """`calibrate --smooth-quant 0.5` writes the smoothed QDQ model; alpha 2 exits 2, nothing written."""
+    require_module("onnxruntime")
+    from qconvert.cli import main
+
+    model_path, data_path = tmp_path / "m.onnx", tmp_path / "d.npz"
+    onnx.save(build_model(), model_path)
+    np.savez(data_path, x=np.concatenate([b["x"] for b in batches(2)]))
+    out, bad = tmp_path / "q.onnx", tmp_path / "bad.onnx"
+    assert (
+        main(
+            ["calibrate", str(model_path), "--data", str(data_path), "-o", str(out), "--smooth-quant", "0.5"]
+        )
+        == 0
+    )
+    assert any(node.name == "relu_smooth_mul" for node in onnx.load(out).graph.node)
+    assert (
+        main(["calibrate", str(model_path), "--data", str(data_path), "-o", str(bad), "--smooth-quant", "2"])
+        == 2
+    )
+    assert "alpha must lie in [0, 1]" in capsys.readouterr().err and not bad.exists()

@@ -6,7 +6,7 @@ changes, about a minute), skipped with the reason when the disk lacks the 5.1 Gi
 Each verb runs once, in its own process, its peak RSS read with os.wait4 and held against the model's size:
 import and convert stream the weights from the memory-mapped data file into the text (measured: 0.37 GiB
 for 2.5 GiB, 30 s each), calibrate's onnxruntime session holds them once (1.1x) whatever the data, check
-feeds them from one mapping to every session (2.2x). benchmarks/large_model.py prints the same numbers for
+feeds them from one mapping to every session (1.15x). benchmarks/large_model.py prints the same numbers for
 every verb, check of the QDQ form included.
 """
 

@@ -5,10 +5,11 @@ NOTE: the search, in the order it runs:
    batch) is held out and never calibrated on, so the figure that decides is not the calibration set's;
 2. one calibration on the rest (the caller's method, scheme and sentinel guard), its ranges saved, and
    every quantized activation ranked by a cheap bound of its own Q/DQ loss, no model run per candidate:
-   one run of the float model exposing them all, each tensor's values quantize-dequantized with its own
-   parameters (`numerics`), and the relative error taken per channel of the last axis, then averaged over
-   channels (`channel_loss`). A whole-tensor relative error hides an outlier channel (its norm is the
-   tensor's, so the crushed small channels barely count); per channel, each crushed channel counts fully;
+   one run of the float model exposing them all (the first 32 calibration samples), each tensor's values
+   quantize-dequantized with its own parameters (`numerics`), and the relative error taken per channel of
+   the last axis, then averaged over channels (`channel_loss`). A whole-tensor relative error hides an
+   outlier channel (its norm is the tensor's, so the crushed small channels barely count); per channel,
+   each crushed channel counts fully;
 3. candidates: the first k of that list widened to int16 (per-tensor overrides; weights stay int8, every
    op keeps its Q/DQ), the ranges reused as saved (`load_ranges`), each candidate written and run by
    onnxruntime (optimizations off: the QDQ session starts fast) on all held-out samples, whole batches,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from qconvert.numerics import UniformParams
 
 HELD_OUT_FRACTION = 0.25  # of --data's batches, when no --eval-data is given
+RANKING_SAMPLES = 32  # the ranking's float run: the first whole batches of the calibration data up to this
 WIDE_TYPE = "int16"
 _STORAGE = {"i8": (np.int8, -128, 127), "u8": (np.uint8, 0, 255), "i16": (np.int16, -32768, 32767)}
 _STORAGE["u16"] = (np.uint16, 0, 65535)
@@ -190,6 +192,14 @@ def _read_batches(
     return [dict(batch.arrays) for batch in open_dataset(data, model, batch_size).batches()]
 
 
+def _first_samples(batches: list[dict[str, np.ndarray]], count: int) -> list[dict[str, np.ndarray]]:
+    """The first whole batches covering `count` samples."""
+    chosen: list[dict[str, np.ndarray]] = []
+    while len(chosen) < len(batches) and _samples(chosen) < count:
+        chosen.append(batches[len(chosen)])
+    return chosen
+
+
 def _samples(batches: list[dict[str, np.ndarray]]) -> int:
     return sum(len(next(iter(arrays.values()))) for arrays in batches if arrays)
 
@@ -293,7 +303,7 @@ def search_target_cosine(
             model, calibration, scheme=scheme, out=Path(scratch) / "base.onnx", ranges_path=saved,
             batch_size=batch_size, **options,
         )  # fmt: skip
-        report.ranked = rank_tensors(model, first.quantization, calibration)
+        report.ranked = rank_tensors(model, first.quantization, _first_samples(calibration, RANKING_SAMPLES))
         ranked = [name for name, _ in report.ranked if name not in scheme.tensor_overrides]
 
         def candidate(widened: int, kept: int) -> Any:

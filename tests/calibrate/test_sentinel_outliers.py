@@ -139,7 +139,11 @@ def test_calibrate_widens_an_outlier_tensor_to_16_bits_and_keeps_it_integer(tmp_
     model_path, data_path, out = tmp_path / "m.onnx", tmp_path / "d.npz", tmp_path / "q.onnx"
     onnx.save(model, model_path)
     np.savez(data_path, x=massive_activation(32))
-    result = calibrate(str(model_path), str(data_path), out=str(out), batch_size=8)
+    ranges = tmp_path / "ranges.json"
+    result = calibrate(str(model_path), str(data_path), out=str(out), batch_size=8, ranges_path=str(ranges))
+    reloaded = tmp_path / "reloaded.onnx"
+    calibrate(str(model_path), None, out=str(reloaded), load_ranges=str(ranges))
+    assert reloaded.read_bytes() == out.read_bytes()  # the widening is kept in the ranges JSON
     assert "residual" not in result.keep_float
     assert any("residual: outliers, not a mask" in w for w in result.warnings)
     quantized = onnx.load(out)

@@ -667,12 +667,12 @@ def calibrate_command(
         help="--target-cosine's held-out data (as --data)",
         show_default="the last quarter of --data's batches, then not calibrated on",
     ),
-    smooth_quant: float | None = typer.Option(
+    smooth_quant: str | None = typer.Option(
         None,
         "--smooth-quant",
-        metavar="ALPHA",
+        metavar="ALPHA|auto",
         help="SmoothQuant: migrate MatMul/Gemm inputs' outlier channels into the weights (alpha in [0, 1], "
-        "0.5 is the paper's) before calibrating",
+        "0.5 is the paper's; auto: per input by its product's Q/DQ error) before calibrating",
         show_default="off",
     ),
 ) -> None:

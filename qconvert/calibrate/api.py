@@ -412,7 +412,7 @@ def calibrate(
     evaluate_tensors: bool = False,
     target_cosine: float | None = None,
     eval_data: DataSource | None = None,
-    smooth_quant: float | None = None,
+    smooth_quant: float | str | None = None,
 ) -> CalibrationResult:
     """Calibrate a float ONNX model on `data` and write the QDQ model to `out` (if given).
 
@@ -436,7 +436,8 @@ def calibrate(
     activations to int16 until the outputs' mean cosine on held-out data (`eval_data`, else the last quarter
     of `data`'s batches, then not calibrated on) reaches it (`search.py`; `result.search`).
     `smooth_quant`: SmoothQuant's alpha (`smoothquant.py`): MatMul/Gemm inputs' outlier channels migrated into
-    the weights on the float model (maxima from `data`), which is then calibrated as given.
+    the weights on the float model (maxima from `data`), which is then calibrated as given; "auto": alpha
+    per input from a small grid (or none) by each product's own Q/DQ error (`search_alphas`).
     Raises InputError (nothing written) for bad data, a bad model, a bad scheme or an unwritable output.
     """
     started = time.perf_counter()
@@ -584,23 +585,39 @@ def calibrate(
 def _smoothed(
     model: str | os.PathLike[str] | ModelProto,
     data: DataSource | None,
-    alpha: float,
+    alpha: float | str,
     given: Mapping[str, object],
 ) -> CalibrationResult:
     """`calibrate(..., smooth_quant=ALPHA)`: SmoothQuant on the float model, then calibrate that model."""
+    import numpy as np
     import onnx
 
-    from qconvert.calibrate.smoothquant import observe_channel_maxima, smooth_quant, smoothable_inputs
+    from qconvert.calibrate.smoothquant import (
+        observe_channel_maxima,
+        search_alphas,
+        smooth_quant,
+        smoothable_inputs,
+    )
 
-    if not 0.0 <= alpha <= 1.0:  # before any data is read
+    automatic = str(alpha).strip().lower() == "auto"
+    try:
+        value = 0.0 if automatic else float(alpha)
+    except ValueError:
+        raise InputError(f"--smooth-quant {alpha!r}: expected an alpha in [0, 1] or auto") from None
+    if not 0.0 <= value <= 1.0:  # before any data is read
         raise InputError(f"--smooth-quant {alpha}: alpha must lie in [0, 1]")
     if data is None:
         raise InputError("--smooth-quant needs --data: the activations' channel maxima come from it")
     proto = model if isinstance(model, ModelProto) else onnx.load(os.fspath(model))
     dataset = open_dataset(data, proto, cast("int | str | None", given["batch_size"]))
     batches = (batch.arrays for batch in dataset.batches())
-    maxima = observe_channel_maxima(proto, batches, smoothable_inputs(proto))
-    smoothed, _ = smooth_quant(proto, maxima, alpha)
+    samples: dict[str, np.ndarray] | None = {} if automatic else None
+    maxima = observe_channel_maxima(proto, batches, smoothable_inputs(proto), samples)
+    if samples is not None:
+        per_channel = make_scheme(cast("Scheme | Mapping[str, object] | None", given["scheme"])).per_channel
+        smoothed, _ = smooth_quant(proto, maxima, search_alphas(proto, maxima, samples, per_channel))
+    else:
+        smoothed, _ = smooth_quant(proto, maxima, value)
     options = {
         name: value for name, value in given.items() if name not in ("model", "started", "smooth_quant")
     }

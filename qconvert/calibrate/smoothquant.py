@@ -10,6 +10,10 @@ to float rounding.
 
 The per-channel maxima come from `ChannelAbsMaxObserver` (max over every axis but the last: exact and
 mergeable by max, so any split of the data gives the same maxima).
+
+`search_alphas` picks alpha per input from a small grid (or no smoothing at all) by the relative error of
+the product with both sides quantized (activation int8 over its min/max, weights int8 symmetric per
+tensor or per output channel) on a sample of the input's rows: a local proxy, no model run per candidate.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from onnx import helper, numpy_helper
 from qconvert.errors import InputError
 
 SMALLEST_SCALE = 1e-5  # keeps s away from zero for channels that never fire
+ALPHA_GRID = (0.3, 0.5, 0.7, 0.8, 0.9)
+SAMPLE_ROWS = 512  # rows of each input kept for the alpha search (the first ones, in data order)
 
 
 @dataclass
@@ -70,9 +76,13 @@ def smoothable_inputs(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]
 
 
 def observe_channel_maxima(
-    model: onnx.ModelProto, batches: Iterable[Mapping[str, np.ndarray]], tensors: Iterable[str]
+    model: onnx.ModelProto,
+    batches: Iterable[Mapping[str, np.ndarray]],
+    tensors: Iterable[str],
+    samples: dict[str, np.ndarray] | None = None,
 ) -> dict[str, ChannelAbsMaxObserver]:
-    """Run the float model on the batches (onnxruntime, optimizations off) and observe each tensor."""
+    """Run the float model on the batches (onnxruntime, optimizations off) and observe each tensor; with
+    `samples`, also keep its first SAMPLE_ROWS rows there (for `search_alphas`)."""
     import onnxruntime as ort
 
     names = list(tensors)
@@ -88,6 +98,12 @@ def observe_channel_maxima(
     for batch in batches:
         for name, values in zip(names, session.run(names, {k: batch[k] for k in inputs}), strict=True):
             observers[name].observe(values)
+            if samples is not None and values.size:
+                rows = values.reshape(-1, values.shape[-1]).astype(np.float32)
+                kept = samples.get(name)
+                if kept is None or kept.shape[0] < SAMPLE_ROWS:
+                    joined = rows if kept is None else np.concatenate([kept, rows])
+                    samples[name] = joined[:SAMPLE_ROWS]
     return observers
 
 
@@ -98,12 +114,85 @@ def _weight_rows(tensor: onnx.TensorProto, node: onnx.NodeProto) -> np.ndarray:
     return weight.T if trans_b else weight
 
 
+def _scales(activation_max: np.ndarray, weight_max: np.ndarray, alpha: float) -> np.ndarray:
+    activation_max, weight_max = activation_max.astype(np.float64), weight_max.astype(np.float64)
+    scale = np.where(
+        (activation_max > 0) & (weight_max > 0),
+        activation_max**alpha / np.maximum(weight_max, 1e-12) ** (1.0 - alpha),
+        1.0,
+    )
+    return np.maximum(scale, SMALLEST_SCALE).astype(np.float32)
+
+
+def _product_error(rows: np.ndarray, weight: np.ndarray, scale: np.ndarray, per_channel: bool) -> float:
+    """Relative squared error of rows @ weight with rows / scale and scale * weight both int8 Q/DQ."""
+    from qconvert.numerics.calibration import (
+        activation_params,
+        quantize_per_channel,
+        quantize_values,
+        weight_params,
+        weight_params_per_channel,
+    )
+
+    x = (rows / scale).astype(np.float32)
+    w = (weight * scale[:, None]).astype(np.float32)
+    p = activation_params(x.min(), x.max(), "int8")
+    x_restored = (
+        quantize_values(x, p.scale, p.zero_point, "int8").astype(np.float32) - p.zero_point
+    ) * p.scale
+    if per_channel:
+        scales, zeros = weight_params_per_channel(w, 1, "int8", symmetric=True)
+        restored = quantize_per_channel(w, 1, scales, zeros, "int8").astype(np.float32) * scales[None, :]
+    else:
+        q = weight_params(w, "int8", symmetric=True)
+        restored = quantize_values(w, q.scale, q.zero_point, "int8").astype(np.float32) * q.scale
+    exact = rows.astype(np.float64) @ weight.astype(np.float64)
+    error = exact - x_restored.astype(np.float64) @ restored.astype(np.float64)
+    return float((error**2).sum() / max((exact**2).sum(), 1e-30))
+
+
+def search_alphas(
+    model: onnx.ModelProto,
+    maxima: Mapping[str, ChannelAbsMaxObserver],
+    samples: Mapping[str, np.ndarray],
+    per_channel: bool,
+    grid: Iterable[float] = ALPHA_GRID,
+) -> dict[str, float | None]:
+    """Per smoothable input: the alpha of `grid` with the least product error on its sample, or None when
+    leaving it unsmoothed is better."""
+    weights = {t.name: t for t in model.graph.initializer}
+    chosen: dict[str, float | None] = {}
+    for tensor, nodes in smoothable_inputs(model).items():
+        observer, rows = maxima.get(tensor), samples.get(tensor)
+        if observer is None or observer.maxima is None or rows is None:
+            continue
+        weight = np.concatenate([_weight_rows(weights[n.input[1]], n) for n in nodes], axis=1)
+        if weight.shape[0] != observer.maxima.size:
+            continue
+        weight_max = np.abs(weight).max(axis=1)
+        best: tuple[float, float | None] = (
+            _product_error(rows, weight, np.ones_like(weight_max), per_channel),
+            None,
+        )
+        for alpha in grid:
+            error = _product_error(rows, weight, _scales(observer.maxima, weight_max, alpha), per_channel)
+            if error < best[0]:
+                best = (error, alpha)
+        chosen[tensor] = best[1]
+    return chosen
+
+
 def smooth_quant(
-    model: onnx.ModelProto, maxima: Mapping[str, ChannelAbsMaxObserver], alpha: float = 0.5
+    model: onnx.ModelProto,
+    maxima: Mapping[str, ChannelAbsMaxObserver],
+    alpha: float | Mapping[str, float | None] = 0.5,
 ) -> tuple[onnx.ModelProto, list[SmoothedInput]]:
-    """A copy of `model` with every smoothable input's channel maxima migrated into its weights."""
-    if not 0.0 <= alpha <= 1.0:
-        raise InputError(f"--smooth-quant {alpha}: alpha must lie in [0, 1]")
+    """A copy of `model` with every smoothable input's channel maxima migrated into its weights; `alpha`
+    one for all, or per input (`search_alphas`: None or absent leaves that input alone)."""
+    alphas = alpha if isinstance(alpha, Mapping) else None
+    for value in alphas.values() if alphas is not None else [alpha]:
+        if value is not None and not 0.0 <= float(value) <= 1.0:  # type: ignore[arg-type]
+            raise InputError(f"--smooth-quant {value}: alpha must lie in [0, 1]")
     smoothed = onnx.ModelProto()
     smoothed.CopyFrom(model)
     graph = smoothed.graph
@@ -121,21 +210,16 @@ def smooth_quant(
     inserted: list[tuple[int, onnx.NodeProto]] = []
     for tensor, nodes in smoothable_inputs(smoothed).items():
         observer = maxima.get(tensor)
-        if observer is None or observer.maxima is None:
+        this_alpha = alphas.get(tensor) if alphas is not None else alpha
+        if observer is None or observer.maxima is None or this_alpha is None:
             continue
         if any(node.input[1] in shared_weights for node in nodes):
             continue  # a weight another node also reads cannot take this input's scales
         rows = [_weight_rows(weights[node.input[1]], node) for node in nodes]
         if any(r.shape[0] != observer.maxima.size for r in rows):
             continue
-        weight_max = np.max([np.abs(r).max(axis=1) for r in rows], axis=0).astype(np.float64)
-        activation_max = observer.maxima.astype(np.float64)
-        scale = np.where(
-            (activation_max > 0) & (weight_max > 0),
-            activation_max**alpha / np.maximum(weight_max, 1e-12) ** (1.0 - alpha),
-            1.0,
-        )
-        scale = np.maximum(scale, SMALLEST_SCALE).astype(np.float32)
+        weight_max = np.max([np.abs(r).max(axis=1) for r in rows], axis=0)
+        scale = _scales(observer.maxima, weight_max, float(this_alpha))
         for node, row in zip(nodes, rows, strict=True):
             new = row * scale[:, None]
             trans_b = any(a.name == "transB" and a.i for a in node.attribute)

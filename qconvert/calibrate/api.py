@@ -667,7 +667,7 @@ def _finalize(
     from qconvert.ir.dialects.quant import DequantizeCastOp
 
     scheme.keep_float = {**result.keep_float, **scheme.keep_float}
-    _widen_outliers(scheme, ranges)
+    _widen_outliers(scheme, ranges, loaded.model)
     module = import_onnx(model)
     values = tensor_values(module, loaded.model)
     attach_ranges(module, ranges, values=values)
@@ -681,12 +681,24 @@ def _finalize(
     return module
 
 
-def _widen_outliers(scheme: Scheme, ranges: CalibrationRanges) -> None:
-    """The guard's outlier tensors at 16 bits where the scheme gives them 8 and no override names them."""
+def _widen_outliers(scheme: Scheme, ranges: CalibrationRanges, model: ModelProto) -> None:
+    """The guard's outlier tensors at 16 bits where the scheme gives them 8 and no override names them;
+    only those a selected node reads (a 16-bit override raises the whole model to opset 21)."""
     from qconvert.calibrate.overrides import TensorOverride
 
+    selected = scheme.quantized_op_types
+    read = {
+        name
+        for node in model.graph.node
+        if node.op_type in selected
+        and (scheme.nodes_to_quantize is None or node.name in scheme.nodes_to_quantize)
+        and node.name not in (scheme.nodes_to_exclude or ())
+        for name in node.input
+    }
     stored = ranges.metadata.get(WIDENED_OUTLIERS_KEY, {})
     for name in stored if isinstance(stored, dict) else {}:
+        if name not in read:
+            continue
         wider = WIDER_STORAGE.get(scheme.activation_type_of(str(name)))
         if wider is not None and name not in scheme.tensor_overrides and name not in scheme.keep_float:
             scheme.tensor_overrides[str(name)] = TensorOverride(quant_type=wider)

@@ -667,6 +667,11 @@ def calibrate_command(
         help="--target-cosine's held-out data (as --data)",
         show_default="the last quarter of --data's batches, then not calibrated on",
     ),
+    target_output: list[str] = typer.Option(  # noqa: B008
+        [],
+        "--target-output",
+        help="--target-cosine: the outputs whose cosine counts (default: every float one)",
+    ),
     smooth_quant: str | None = typer.Option(
         None,
         "--smooth-quant",
@@ -751,6 +756,7 @@ def calibrate_command(
             evaluate_tensors=worst_tensors > 0,
             target_cosine=target_cosine,
             eval_data=eval_data,
+            target_outputs=[n.strip() for v in target_output for n in v.split(",") if n.strip()],
             smooth_quant=smooth_quant,
         )
     if report_path is not None:

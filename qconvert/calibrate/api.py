@@ -412,6 +412,7 @@ def calibrate(
     evaluate_tensors: bool = False,
     target_cosine: float | None = None,
     eval_data: DataSource | None = None,
+    target_outputs: Sequence[str] = (),
     smooth_quant: float | str | None = None,
 ) -> CalibrationResult:
     """Calibrate a float ONNX model on `data` and write the QDQ model to `out` (if given).
@@ -434,7 +435,8 @@ def calibrate(
     `evaluate.py`); needs `out` and `data`. `evaluate_tensors`: also each quantized activation's own
     quantization loss on those samples (`result.agreement.tensors`). `target_cosine`: widen the fewest
     activations to int16 until the outputs' mean cosine on held-out data (`eval_data`, else the last quarter
-    of `data`'s batches, then not calibrated on) reaches it (`search.py`; `result.search`).
+    of `data`'s batches, then not calibrated on) reaches it (`search.py`; `result.search`); `target_outputs`:
+    the outputs whose cosine counts (default: every float output).
     `smooth_quant`: SmoothQuant's alpha (`smoothquant.py`): MatMul/Gemm inputs' outlier channels migrated into
     the weights on the float model (maxima from `data`), which is then calibrated as given; "auto": alpha
     per input from a small grid (or none) by each product's own Q/DQ error (`search_alphas`).
@@ -648,6 +650,7 @@ def _search(
         json_path=cast("str | None", given["json_path"]),
         batch_size=cast("int | str | None", given["batch_size"]),
         calibrate_options={name: given[name] for name in passed},
+        target_outputs=cast("Sequence[str]", given["target_outputs"]),
     )
 
 

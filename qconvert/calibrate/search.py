@@ -29,7 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,10 +78,12 @@ class SearchReport:
     kept_float: list[str] = field(default_factory=list)
     reached: bool = False
     seconds: float = 0.0
+    outputs: list[str] = field(default_factory=list)  # the outputs whose cosine decides
 
     def to_json(self) -> dict[str, object]:
         return {
             "target_cosine": self.target,
+            "outputs": self.outputs,
             "eval_source": self.eval_source,
             "eval_samples": self.eval_samples,
             "calibration_samples": self.calibration_samples,
@@ -98,8 +100,8 @@ class SearchReport:
         total = len(self.ranked)
         lines = [
             f"--target-cosine {self.target}: evaluated on {self.eval_samples} held-out samples "
-            f"({self.eval_source}); calibrated on {self.calibration_samples}; {total} activations ranked by "
-            f"their own per-channel Q/DQ loss"
+            f"({self.eval_source}); calibrated on {self.calibration_samples}; the lowest mean cosine of "
+            f"{', '.join(self.outputs)} decides; {total} activations ranked by their own per-channel loss"
         ]
         for step in self.steps:
             what = f"{step.widened} of {total} int16" + (
@@ -207,11 +209,19 @@ def _samples(batches: list[dict[str, np.ndarray]]) -> int:
 class HeldOut:
     """The held-out batches and the float model's outputs on them, computed once for every candidate."""
 
-    def __init__(self, float_model: str | bytes, batches: list[dict[str, np.ndarray]]) -> None:
+    def __init__(
+        self, float_model: str | bytes, batches: list[dict[str, np.ndarray]], outputs: Sequence[str] = ()
+    ) -> None:
         self.batches = batches
         session = _session(float_model)
-        floating = [o for o in session.get_outputs() if o.type in ("tensor(float)", "tensor(double)")]
-        self.names = [output.name for output in floating]
+        floating = [o.name for o in session.get_outputs() if o.type in ("tensor(float)", "tensor(double)")]
+        unknown = [name for name in outputs if name not in floating]
+        if unknown:
+            raise InputError(
+                f"--target-output {', '.join(unknown)}: not a float output of the model (its float outputs: "
+                f"{', '.join(floating) or 'none'})"
+            )
+        self.names = list(outputs) or floating
         if not self.names:
             raise InputError("--target-cosine: the model has no float output whose cosine can be measured")
         # Rows per sample where axis 0 is as long as the batch, else the whole output one row.
@@ -261,10 +271,12 @@ def search_target_cosine(
     json_path: str | os.PathLike[str] | None = None,
     batch_size: int | str | None = None,
     calibrate_options: Mapping[str, Any] | None = None,
+    target_outputs: Sequence[str] = (),
 ) -> CalibrationResult:
     """Calibrate on `data` (less its held-out quarter when `eval_data` is None), then widen the fewest ranked
     activations to int16 (else keep them in float) until the outputs' mean cosine on the held-out samples
-    reaches `target`; write that model to `out`. `calibrate_options`: the rest of `calibrate`'s keywords."""
+    reaches `target`; write that model to `out`. `target_outputs`: the outputs whose cosine counts (default:
+    every float output, the lowest mean decides). `calibrate_options`: the rest of `calibrate`'s keywords."""
     from qconvert.calibrate.api import calibrate, make_scheme
     from qconvert.calibrate.collect import load_float_model
     from qconvert.calibrate.overrides import TensorOverride
@@ -296,7 +308,8 @@ def search_target_cosine(
             raise InputError("--eval-data: no samples")
     scheme = make_scheme(options.pop("scheme", None))
     report = SearchReport(target, source, _samples(held_out), _samples(calibration))
-    evaluation = HeldOut(reference, held_out)
+    evaluation = HeldOut(reference, held_out, target_outputs)
+    report.outputs = evaluation.names
     with tempfile.TemporaryDirectory(prefix="qconvert-search.") as scratch:
         saved = Path(scratch) / "ranges.json"
         first = calibrate(

@@ -110,8 +110,11 @@ def test_cli_flags_and_refusals(outlier_model: tuple[Path, Path], tmp_path: Path
         == 0
     )
     assert json.loads(report.read_text())["search"]["widened_to_int16"] == ["h"]
+    assert json.loads(report.read_text())["search"]["outputs"] == ["y"]
     assert main([*command, "--eval-data", str(data), "-o", str(tmp_path / "n.onnx")]) == 2  # no target
     assert main([*command, "--target-cosine", "1.5", "-o", str(tmp_path / "o.onnx")]) == 2
+    bad = main([*command, "--target-cosine", "0.9", "--target-output", "z", "-o", str(tmp_path / "p.onnx")])
+    assert bad == 2 and not (tmp_path / "p.onnx").exists()  # not an output: named, nothing written
     with pytest.raises(InputError, match="held-out split needs two or more"):
         calibrate(model, [{"x": np.zeros((8, 16), np.float32)}], target_cosine=TARGET)
 

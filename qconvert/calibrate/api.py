@@ -686,21 +686,22 @@ def _finalize(
 
 def _widen_outliers(scheme: Scheme, ranges: CalibrationRanges, model: ModelProto) -> None:
     """The guard's outlier tensors at 16 bits where the scheme gives them 8 and no override names them;
-    only those a selected node reads (a 16-bit override raises the whole model to opset 21)."""
+    only those a selected node reads or writes (a 16-bit override raises the whole model to opset 21, so
+    none is added for a tensor that gets no Q/DQ)."""
     from qconvert.calibrate.overrides import TensorOverride
 
     selected = scheme.quantized_op_types
-    read = {
+    touched = {
         name
         for node in model.graph.node
         if node.op_type in selected
         and (scheme.nodes_to_quantize is None or node.name in scheme.nodes_to_quantize)
         and node.name not in (scheme.nodes_to_exclude or ())
-        for name in node.input
+        for name in (*node.input, *node.output)
     }
     stored = ranges.metadata.get(WIDENED_OUTLIERS_KEY, {})
     for name in stored if isinstance(stored, dict) else {}:
-        if name not in read:
+        if name not in touched:
             continue
         wider = WIDER_STORAGE.get(scheme.activation_type_of(str(name)))
         if wider is not None and name not in scheme.tensor_overrides and name not in scheme.keep_float:

@@ -27,8 +27,6 @@ from typing import cast
 import ml_dtypes
 import numpy as np
 
-from qconvert.did_you_mean import did_you_mean
-
 from . import round_half_to_even
 
 QUANT_TYPES = ("int8", "uint8", "int16", "uint16", "int4", "uint4", "float8e4m3fn")
@@ -85,7 +83,6 @@ def check_quant_type(quant_type: str) -> None:
     if quant_type not in QUANT_TYPES:
         raise ValueError(
             f"unknown quantization type '{quant_type}' (expected one of {', '.join(QUANT_TYPES)})"
-            + did_you_mean(quant_type, QUANT_TYPES)
         )
 
 

@@ -319,15 +319,20 @@ class TosaCheckRunner:
 
 def _shapes_as_constants(model: ModelProto, feeds: Mapping[str, np.ndarray]) -> ModelProto:
     """The case's model with its int32 / int64 inputs (a Reshape's shape, Gather's indices, computed upstream)
-    as initializers: TOSA takes shapes as constants, and storage inputs are 8 or 16 bits."""
+    as initializers: TOSA takes shapes as constants, and storage inputs are 8 or 16 bits. So is a scalar a
+    DequantizeLinear reads (the quantized constant of MiniLM's GELU `erf(x) + 1`, a QuantizeLinear of an
+    initializer in the model): converted as the constant it is there (constant_sums.py's table)."""
     from onnx import numpy_helper
 
+    dequantized = {n.input[0] for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input}
     wide = [
         i
         for i in model.graph.input
         if i.name in feeds
-        and np.asarray(feeds[i.name]).dtype.kind == "i"
-        and np.asarray(feeds[i.name]).dtype.itemsize >= 4
+        and (
+            (np.asarray(feeds[i.name]).dtype.kind == "i" and np.asarray(feeds[i.name]).dtype.itemsize >= 4)
+            or (i.name in dequantized and np.asarray(feeds[i.name]).size == 1)
+        )
     ]
     if not wide:
         return model

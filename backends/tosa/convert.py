@@ -39,6 +39,7 @@ from qconvert.passes.qoperator_to_qdq import qoperator_to_qdq
 from qconvert.passes.rewrite import apply_patterns
 
 from . import ops
+from .constant_sums import ConstantSumToTable
 from .float_island import FloatIslandToTable, FloatLinearCombination, FloatPerChannelAffine
 from .float_ops import Labels, float_patterns, island_nodes, labelled_lowerings, profile_note
 from .index_ops import index_patterns, narrow_index_arguments, note_arguments
@@ -321,6 +322,9 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     signless_arguments(function)
     body = function.body
     refusals = Refusals()
+    if options.constant_sum_tables:  # before the accumulator add's lowering takes the add
+        apply_patterns(body, [ConstantSumToTable()], nested=False)
+        erase_unused(body, lambda op: not op.is_terminator)  # the constants' quantizes, now unread
     patterns = [
         *([IntegerSoftmax(refusals)] if options.integer_softmax else []),  # before its pieces' patterns
         PerChannelWeightZeroPoints(refusals),  # before conv2d / matmul, which take one weight zero point

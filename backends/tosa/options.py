@@ -14,7 +14,8 @@ ENGINE_NAMES = ("reference", "iree")
 
 @dataclass(frozen=True, kw_only=True)
 class TosaOptions:
-    """`--rounding`, `--allow-float`, `--float-boundary`, `--backend-option integer_softmax=true`."""
+    """`--rounding`, `--allow-float`, `--float-boundary`, `--backend-option integer_softmax=true`,
+    `constant_sum_tables=true`."""
 
     rounding: str = option(
         TosaRounding.SINGLE.value,
@@ -25,6 +26,9 @@ class TosaOptions:
     float_boundary: bool = option(False, "float inputs and outputs, quantized at the edges (PRO-FP)")
     integer_softmax: bool = option(
         True, "8-bit Softmax as integer TOSA (exp tables, i32 sum, intdiv); false: a float island"
+    )
+    constant_sum_tables: bool = option(
+        True, "an i8 add / sub of a splat constant as a tosa.table of onnxruntime's float32 result"
     )
 
     def __post_init__(self) -> None:

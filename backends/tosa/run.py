@@ -181,6 +181,21 @@ def run_reference(mlir: str, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, 
     return result.outputs
 
 
+def serialize(mlir: str) -> bytes:
+    """TOSA MLIR text as the TOSA flatbuffer (`tosa-opt --tosa-serialize`, as the reference model's worker
+    does); EngineError with tosa-opt's diagnostics when it refuses an op or type."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "graph.tosa"
+        completed = subprocess.run(
+            [str(tosa_tool("tosa-opt")), f"--tosa-serialize=tosa-flatbuffer-filename={path}", "-",
+             "-o", os.devnull],
+            input=mlir, capture_output=True, text=True,
+        )  # fmt: skip
+        if completed.returncode != 0 or not path.exists():
+            raise EngineError(f"tosa-opt --tosa-serialize failed:\n{completed.stderr.strip()}")
+        return path.read_bytes()
+
+
 def deserialize(flatbuffer: bytes) -> str:
     """A TOSA flatbuffer as generic MLIR text (`tosa-opt --tosa-deserialize`); EngineError if tosa-opt fails.
 

@@ -1,12 +1,14 @@
 """Every emitted module serializes to the TOSA flatbuffer (issue 19): tiny_encoder.qdq with --allow-float
 (float TOSA ops: pow, reciprocal, exp with a float Softmax; tosa.intdiv and the integer Softmax's tables by
-default) through `tosa-opt --tosa-serialize`, every op of the text an operator of the flatbuffer (same
-counts, decoded by tosa-tools' own schema), and the flatbuffer deserialized back runs on the reference
-model to the same bits.
+default; and --float-boundary's edge quantizes) through `tosa-opt --tosa-serialize`, every op of the text an
+operator of the flatbuffer (same counts, decoded by tosa-tools' own schema), and the flatbuffer deserialized
+back runs on the reference model to the same bits.
 
 Measured beside this test, by hand: the corpus MiniLM QDQ (--allow-float, 4.8 MB flatbuffer) the same op
-counts, and every sample graph of the emulator (sample_graphs: every op we emit but tosa.tile, which the
-last test here serializes and runs) serializes.
+counts, as do digits_cnn QDQ (single, double rounding, --float-boundary) and QOperator, and
+tiny_encoder.qop; every sample graph of the emulator (sample_graphs: every op we emit but tosa.tile, which
+the last test here serializes and runs) serializes. The i16 / i48 conv modules run on the reference model,
+so serialize, in test_qoperator_sources.py.
 """
 
 from __future__ import annotations
@@ -39,10 +41,16 @@ def _ops(text: str) -> Counter[str]:
     return Counter(re.findall(r'"tosa\.(\w+)"', text))
 
 
-@pytest.mark.parametrize("integer_softmax", [True, False], ids=["integer_softmax", "float_softmax"])
-def test_tiny_encoder_allow_float_serializes_and_runs_from_the_flatbuffer(integer_softmax: bool) -> None:
+@pytest.mark.parametrize(
+    ("integer_softmax", "float_boundary"),
+    [(True, False), (False, False), (True, True)],
+    ids=["integer_softmax", "float_softmax", "float_boundary"],
+)
+def test_tiny_encoder_allow_float_serializes_and_runs_from_the_flatbuffer(
+    integer_softmax: bool, float_boundary: bool
+) -> None:
     require_tosa_python()
-    options = TosaOptions(allow_float=True, integer_softmax=integer_softmax)
+    options = TosaOptions(allow_float=True, integer_softmax=integer_softmax, float_boundary=float_boundary)
     text = print_module(convert_to_tosa(import_onnx(str(MODELS / "tiny_encoder.qdq.onnx")), options))
     flatbuffer = serialize(text)
     (graph,) = describe_flatbuffers([flatbuffer])

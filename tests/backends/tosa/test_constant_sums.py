@@ -86,3 +86,56 @@ def test_gelu_add_is_a_table_with_onnxruntimes_bits() -> None:
     assert np.count_nonzero(tabled) == 0
     assert '"tosa.table"' in text and '"tosa.table"' not in plain and '"tosa.rescale"' not in text
     assert validate(text, ("pro_int",)) == ""
+
+
+def test_unsigned_constant_minus_value_is_a_table_with_onnxruntimes_bits() -> None:
+    """The other order and op, uint8 storage (TABLE indexes the signless bits), the constant a stored uint8
+    initializer: `DQ(c) - DQ(x)` requantized, on every code."""
+    require_tosa_python()
+    import onnxruntime as ort
+
+    from qconvert.backends.tosa import TosaOptions, convert_to_tosa, emulate_tosa, run_reference
+    from qconvert.frontends.onnx import import_onnx
+    from qconvert.ir.printer import print_module
+
+    scale_x, scale_c, scale_y = np.float32(0.0213), np.float32(0.0071), np.float32(0.0187)
+    initializers = {
+        "s_x": scale_x,
+        "z_x": np.uint8(131),
+        "c_q": np.uint8(200),
+        "s_c": scale_c,
+        "z_c": np.uint8(17),
+        "s_y": scale_y,
+        "z_y": np.uint8(121),
+    }
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s_x", "z_x"], ["x_q"]),
+        helper.make_node("DequantizeLinear", ["x_q", "s_x", "z_x"], ["x_dq"]),
+        helper.make_node("DequantizeLinear", ["c_q", "s_c", "z_c"], ["c_dq"]),
+        helper.make_node("Sub", ["c_dq", "x_dq"], ["difference"]),
+        helper.make_node("QuantizeLinear", ["difference", "s_y", "z_y"], ["y_q"]),
+        helper.make_node("DequantizeLinear", ["y_q", "s_y", "z_y"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "constant_minus_value",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256])],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in initializers.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    text = print_module(convert_to_tosa(import_onnx(model), TosaOptions()))
+    assert '"tosa.table"' in text and '"tosa.rescale"' not in text
+    codes = np.arange(256, dtype=np.uint8).reshape(1, 256)
+    (got,) = run_reference(text, [codes.view(np.int8)])
+    (emulated,) = emulate_tosa(text, [codes.view(np.int8)])
+    assert np.array_equal(emulated, got)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feeds = {"x": (codes.astype(np.float32) - 131) * scale_x}
+    (expected,) = session.run(None, feeds)
+    want = (np.rint(expected / scale_y) + 121).astype(np.int64)
+    assert 0 < np.count_nonzero(want == 255) < 128  # saturation at the top is exercised, not everywhere
+    assert np.array_equal(got.view(np.uint8).astype(np.int64), want)

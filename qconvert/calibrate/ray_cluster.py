@@ -107,6 +107,7 @@ def ray_session(address: str | None, cpus: int, verbose: bool = False) -> Iterat
     # whatever log_to_driver says: diagnostics, which belong on stderr (stdout may carry `--json -`), and
     # only with `verbose` (our own one line says what ended a run).
     sink = sys.stderr if verbose else open(os.devnull, "w")  # noqa: SIM115 (closed below)
+    ray_environment = _ray_environment()
     with (
         contextlib.redirect_stdout(sink),
         contextlib.closing(sink) if sink is not sys.stderr else contextlib.nullcontext(),
@@ -135,8 +136,21 @@ def ray_session(address: str | None, cpus: int, verbose: bool = False) -> Iterat
             yield "a private local Ray instance" if joined is None else f"the Ray cluster at {joined}"
         finally:
             ray.shutdown()
+            _restore_ray_environment(ray_environment)
             if previous_handler is not None:
                 signal.signal(signal.SIGTERM, previous_handler)
+
+
+def _ray_environment() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key.startswith("RAY_")}
+
+
+def _restore_ray_environment(saved: dict[str, str]) -> None:
+    """Undo what ray.init wrote into os.environ: a private instance sets RAY_AUTH_MODE=token there (Ray
+    2.60), which a later join of a cluster without token authentication, here or in a child, would inherit."""
+    for key in [key for key in os.environ if key.startswith("RAY_") and key not in saved]:
+        del os.environ[key]
+    os.environ.update(saved)
 
 
 def _check_reachable(address: str) -> None:

@@ -70,6 +70,16 @@ def cluster(nodes: LocalCluster) -> str:
     return nodes.address
 
 
+@pytest.fixture(autouse=True)
+def token_authentication_off_in_this_process(nodes: LocalCluster) -> None:
+    """A private Ray instance started earlier in this process (another test module's) leaves Ray's cached
+    config in token-authentication mode, which the in-process driver would then use against these nodes
+    (their authentication is off). Reset it as Ray's own test utilities do; a new process starts clean."""
+    from ray._private.authentication_test_utils import reset_auth_token_state
+
+    reset_auth_token_state()
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """The images as an .npy in a data folder, and one process's QDQ model and ranges on them."""

@@ -666,7 +666,8 @@ def weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
     is a float initializer of more than `SHAPE_LIKE_SIZE` elements, or the data input of a Q/DQ node, that
     only float ops or Q/DQ data inputs read (the IR needs quantization parameters and the inputs of other
     quantization ops as constants)."""
-    return _move_to_inputs(model, weight_chooser(model))
+    chosen = weight_chooser(model)
+    return move_to_inputs(model, lambda tensor: numpy_helper.to_array(tensor) if chosen(tensor) else None)
 
 
 def weight_chooser(model: ModelProto) -> Callable[[TensorProto], bool]:
@@ -708,18 +709,27 @@ def integer_weights_as_inputs(model: ModelProto) -> dict[str, np.ndarray]:
                 data.add(name)
             else:
                 other.add(name)
-    return _move_to_inputs(model, lambda tensor: tensor.name in data and tensor.name not in other)
+    return move_to_inputs(
+        model,
+        lambda tensor: (
+            numpy_helper.to_array(tensor) if tensor.name in data and tensor.name not in other else None
+        ),
+    )
 
 
-def _move_to_inputs(model: ModelProto, chosen: Callable[[TensorProto], bool]) -> dict[str, np.ndarray]:
-    """Move the `chosen` initializers into graph inputs, in place, and return their arrays by name."""
+def move_to_inputs(
+    model: ModelProto, array_of: Callable[[TensorProto], np.ndarray | None]
+) -> dict[str, np.ndarray]:
+    """Move the initializers `array_of` gives an array for into graph inputs, in place, and return those
+    arrays by name (what to feed); an initializer it gives None for stays one."""
     listed = {i.name for i in model.graph.input}
     weights: dict[str, np.ndarray] = {}
     moved = []
     for index, tensor in enumerate(model.graph.initializer):
-        if not chosen(tensor):
+        array = array_of(tensor)
+        if array is None:
             continue
-        weights[tensor.name] = numpy_helper.to_array(tensor)
+        weights[tensor.name] = array
         moved.append(index)
         if tensor.name not in listed:
             model.graph.input.append(

@@ -309,7 +309,7 @@ def load_for_check(
     source: str | os.PathLike[str], input_shapes: Mapping[str, Any] | None = None
 ) -> CheckModel:
     """The model with inferred shapes (`load`), its external data mapped rather than read (`CheckModel`)."""
-    from qconvert.check.nodes import weight_chooser
+    from qconvert.check.nodes import move_to_inputs, weight_chooser
     from qconvert.frontends.onnx.load import load, load_model
 
     loaded = load_model(source, input_shapes)
@@ -326,27 +326,19 @@ def load_for_check(
     original = ModelProto()
     original.CopyFrom(model)
     chosen = weight_chooser(model)
-    listed = {i.name for i in model.graph.input}
     mappings: dict[str, np.memmap] = {}
-    weights: dict[str, np.ndarray] = {}
-    moved = []
-    for index, tensor in enumerate(model.graph.initializer):
+
+    def mapped(tensor: TensorProto) -> np.ndarray | None:
         if not uses_external_data(tensor):
-            continue
+            return None
         array = _mapped(tensor, loaded.base_dir, mappings) if chosen(tensor) else None
         if array is None:  # a quantization parameter (a constant of the IR), or storage numpy cannot view
             load_external_data_for_tensor(tensor, str(loaded.base_dir))
             tensor.data_location = TensorProto.DEFAULT
             del tensor.external_data[:]
-            continue
-        weights[tensor.name] = array
-        moved.append(index)
-        if tensor.name not in listed:
-            model.graph.input.append(
-                helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
-            )
-    for index in reversed(moved):
-        del model.graph.initializer[index]
+        return array
+
+    weights = move_to_inputs(model, mapped)
     return CheckModel(
         model, original, loaded.inference_error, weights, loaded.base_dir, list(mappings.values())
     )

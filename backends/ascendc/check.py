@@ -445,24 +445,14 @@ class AscendcCheckRunner:
         )
         ours = run.emulated.astype(np.int64)
         theirs = reference.astype(np.int64)
-        differs = ours != theirs
-        far = int(np.count_nonzero(np.abs(ours - theirs) > 1))
-        unpredicted = int(np.count_nonzero(differs & ~predicted))
-        missed = int(np.count_nonzero(predicted & ~differs))
-        count = int(np.count_nonzero(predicted))
-        measured = int(np.count_nonzero(differs))
-        share = 100.0 * measured / max(ours.size, 1)
+        tally = _Tally.of(ours != theirs, np.abs(ours - theirs) > 1, predicted)
         why = (
             f"AscendQuant's half pipeline (half(x)·half(1/s) + half(zp), CAST_{site.round_mode.upper()}) "
-            f"against ONNX's float32 x/s: {measured} of {ours.size} elements one step off ({share:.2f}%), "
-            f"predicted_mismatch gives {count}; the tile-by-tile run equals the whole-tensor emulation"
+            f"against ONNX's float32 x/s: {tally.measured} of {ours.size} elements one step off "
+            f"({tally.share:.2f}%), predicted_mismatch gives {tally.count}; the tile-by-tile run equals the "
+            "whole-tensor emulation"
         )
-        if far or unpredicted or missed:
-            why += (
-                f"; {far} more than one step off, {unpredicted} not predicted, {missed} predicted but equal"
-            )
-            return -1, why
-        return count, why
+        return tally.verdict(why)
 
 
 def _mmad(case: NodeCase, site: Site, opset: int) -> np.ndarray:
@@ -635,24 +625,47 @@ def _float8_prediction(run: _SiteRun, reference: np.ndarray, scale: np.ndarray) 
     same = ours.view(np.uint8) == theirs.view(np.uint8)
     same |= np.isnan(ours.astype(np.float32)) & np.isnan(theirs.astype(np.float32))
     differs = ~same
-    far = int(np.count_nonzero(differs & (np.abs(_ordinal(ours) - _ordinal(theirs)) > 1)))
-    unpredicted = int(np.count_nonzero(differs & ~predicted))
-    missed = int(np.count_nonzero(predicted & ~differs))
-    count = int(np.count_nonzero(predicted))
-    measured = int(np.count_nonzero(differs))
-    share = 100.0 * measured / max(ours.size, 1)
+    tally = _Tally.of(differs, differs & (np.abs(_ordinal(ours) - _ordinal(theirs)) > 1), predicted)
     why = (
         f"AscendQuant to {site.dst_type} (float32 x·(1/s), CAST_RINT, saturating) against onnxruntime's "
-        f"x/s: {measured} of {ours.size} elements one fp8 step off ({share:.2f}%), "
-        f"predicted_mismatch_float8 gives {count}"
+        f"x/s: {tally.measured} of {ours.size} elements one fp8 step off ({tally.share:.2f}%), "
+        f"predicted_mismatch_float8 gives {tally.count}"
     )
-    if far or unpredicted or missed:
-        return (
-            -1,
-            why
-            + f"; {far} more than one step off, {unpredicted} not predicted, {missed} predicted but equal",
+    return tally.verdict(why)
+
+
+@dataclass(frozen=True, slots=True)
+class _Tally:
+    """Measured differences against the predicted ones, for a site's verdict."""
+
+    measured: int  # elements that differ from onnxruntime
+    share: float  # ... as a percentage of the elements
+    count: int  # elements the prediction marks
+    far: int  # elements more than one step off
+    unpredicted: int  # differing where no difference was predicted
+    missed: int  # predicted but equal
+
+    @classmethod
+    def of(cls, differs: np.ndarray, far: np.ndarray, predicted: np.ndarray) -> _Tally:
+        measured = int(np.count_nonzero(differs))
+        return cls(
+            measured,
+            100.0 * measured / max(differs.size, 1),
+            int(np.count_nonzero(predicted)),
+            int(np.count_nonzero(far)),
+            int(np.count_nonzero(differs & ~predicted)),
+            int(np.count_nonzero(predicted & ~differs)),
         )
-    return count, why
+
+    def verdict(self, why: str) -> tuple[int, str]:
+        """(predicted count, why) when every difference is one predicted step, else (-1, why and what not)."""
+        if self.far or self.unpredicted or self.missed:
+            why += (
+                f"; {self.far} more than one step off, {self.unpredicted} not predicted, "
+                f"{self.missed} predicted but equal"
+            )
+            return -1, why
+        return self.count, why
 
 
 def _ordinal(codes: np.ndarray) -> np.ndarray:

@@ -21,13 +21,14 @@ def read_result(path: str | os.PathLike[str]) -> dict[str, Any]:
         if os.fspath(path) == "-":  # a pipe: `qconvert check ... --json - | qconvert report -`
             import sys
 
-            text = sys.stdin.read()
+            text = sys.stdin.buffer.read()
         else:
-            text = open(os.fspath(path), encoding="utf-8").read()  # noqa: SIM115 (also '/dev/stdin')
+            with open(os.fspath(path), "rb") as stream:  # also '/dev/stdin'
+                text = stream.read()
     except OSError as error:
         raise InputError(f"{os.fspath(path)}: cannot read it ({error.strerror})") from None
     try:
-        result = json.loads(text)
+        result = json.loads(text)  # bytes: decoded here, so a binary file is 'not JSON' too
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise InputError(f"{os.fspath(path)}: not JSON ({error})") from None
     if not isinstance(result, dict):

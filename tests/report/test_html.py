@@ -133,6 +133,13 @@ def test_report_of_something_else_is_refused(tmp_path: Path, capsys, plotly: Non
     assert not (tmp_path / "page.html").exists()
 
 
+def test_report_of_a_binary_file_is_refused_as_not_json(tmp_path: Path, capsys) -> None:
+    """A model given where the JSON result goes: its bytes are not UTF-8, which once escaped as exit 3."""
+    assert main(["report", str(DIGITS), "-o", str(tmp_path / "page.html")]) == 2
+    assert f"{DIGITS}: not JSON" in capsys.readouterr().err
+    assert not (tmp_path / "page.html").exists()
+
+
 def test_a_large_check_result_stays_usable(browser: Any, results: dict[str, Path], tmp_path: Path) -> None:
     """780 nodes (the digits check's nodes, repeated): rendered and loaded in seconds, the table folded."""
     import time

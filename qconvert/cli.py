@@ -680,6 +680,13 @@ def calibrate_command(
         "0.5 is the paper's; auto: per input by its product's Q/DQ error) before calibrating",
         show_default="off",
     ),
+    outlier_channels: str = typer.Option(
+        "widen",
+        "--outlier-channels",
+        metavar="widen|off",
+        help="widen to int16 the activations whose largest channel is >= 32x their median one on the first "
+        "32 samples (at most 10% of them), or off",
+    ),
 ) -> None:
     """Calibrate a float ONNX model on data and write it as QDQ ONNX (exit 2 on bad input; nothing written)
 
@@ -758,6 +765,7 @@ def calibrate_command(
             eval_data=eval_data,
             target_outputs=[n.strip() for v in target_output for n in v.split(",") if n.strip()],
             smooth_quant=smooth_quant,
+            outlier_channels=outlier_channels,
         )
     if report_path is not None:
         from qconvert.report import write_report

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, cast
 from onnx import ModelProto
 
 from qconvert.atomic_file import place_file, staging_folder, writes_through
+from qconvert.calibrate.channel_spread import FloatRun, check_policy
 from qconvert.calibrate.collect import (
     ObserverTable,
     ProgressCallback,
@@ -71,7 +72,11 @@ KEEP_FLOAT_KEY = "keep_float"  # ranges metadata: tensor -> why it stays float (
 # ranges metadata: tensor -> the guard's outlier note; an 8-bit activation there is widened to 16 bits
 # (massive activations: int16 keeps the rest's precision where int8 would give it 2 or 3 levels)
 WIDENED_OUTLIERS_KEY = "widened_outliers"
-WIDER_STORAGE = {"int8": "int16", "uint8": "uint16"}
+WIDER_STORAGE = {"int8": "int16", "uint8": "uint16"}  # the 8-bit storages an outlier is widened from
+# Ops whose outputs take their input's Q/DQ parameters when it is quantized (placement.py's `shared`):
+# widening such an output has no effect, so only their inputs are candidates.
+SHARED_OUTPUT_OPS = frozenset({"Gather", "Split", "Resize", "Pad", "MaxPool"})
+WIDE_OUTLIER_TYPE = "int16"  # symmetric (zero point 0: TOSA's int16 profile wants it), whatever the 8 bits
 
 
 @dataclass
@@ -97,6 +102,8 @@ class CalibrationResult:
     # tensor -> the storage, scale and zero point written for it (its Q/DQ pair), when a model was written
     quantization: dict[str, dict[str, object]] = field(default_factory=dict)
     search: SearchReport | None = None  # --target-cosine's steps and decisions (search.py)
+    # activation -> why it was widened to int16 (outlier channels, the guard's outliers; channel_spread.py)
+    widened_outliers: dict[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         """`CalibrationResult(minmax, 9 ranges, 16 samples, wrote out.onnx)`; `to_json()` holds everything."""
@@ -143,6 +150,7 @@ class CalibrationResult:
             "warnings": self.warnings,
             "notes": self.notes,
             "keep_float": self.keep_float,
+            "widened_outliers": self.widened_outliers,
             "agreement": None if self.agreement is None else self.agreement.to_json(),
             "ranges": self.ranges.to_json()["tensors"],
             "quantization": self.quantization,
@@ -413,7 +421,9 @@ def calibrate(
     target_cosine: float | None = None,
     eval_data: DataSource | None = None,
     target_outputs: Sequence[str] = (),
+    target_metrics: Sequence[str] = (),
     smooth_quant: float | str | None = None,
+    outlier_channels: str = "widen",
 ) -> CalibrationResult:
     """Calibrate a float ONNX model on `data` and write the QDQ model to `out` (if given).
 
@@ -440,17 +450,22 @@ def calibrate(
     `smooth_quant`: SmoothQuant's alpha (`smoothquant.py`): MatMul/Gemm inputs' outlier channels migrated into
     the weights on the float model (maxima from `data`), which is then calibrated as given; "auto": alpha
     per input from a small grid (or none) by each product's own Q/DQ error (`search_alphas`).
+    `outlier_channels`: "widen" (default) runs the float model on the first 32 samples and widens to int16
+    symmetric the activations whose largest channel is >= 32x their median one (at most 10% of them, with
+    the sentinel guard's outliers; `channel_spread.py`); "off" widens nothing.
     Raises InputError (nothing written) for bad data, a bad model, a bad scheme or an unwritable output.
     """
     started = time.perf_counter()
     if smooth_quant is not None:
         return _smoothed(model, data, smooth_quant, locals())
-    if target_cosine is not None:
+    if target_cosine is not None or target_metrics:  # `target_metrics`: METRIC[:OUTPUT]>=X (search.py)
         return _search(model, data, target_cosine, eval_data, locals())
     if eval_data is not None:
         raise InputError("--eval-data is read by --target-cosine's search only; give --target-cosine too")
     if evaluate_samples < 0:
         raise InputError(f"--evaluate {evaluate_samples}: give a number of samples, or 0 to skip")
+    check_policy(outlier_channels)
+    float_run: FloatRun | None = None  # the outlier-channel run's float outputs, reused by the comparison
     chosen = make_scheme(scheme)
     chosen.check()
     check_output_paths(
@@ -510,6 +525,9 @@ def calibrate(
             progress=progress,
         )
         keep_float = observed.keep_float
+        widened: dict[str, str] = {}
+        if outlier_channels == "widen":
+            float_run, widened = _outlier_channels(loaded, data, batch_size, chosen, observed)
         ranges = CalibrationRanges(
             metadata={
                 "model": loaded.label,
@@ -518,7 +536,7 @@ def calibrate(
                 "samples": observed.stats.samples_used,
                 "batch_size": observed.batch_size,
                 KEEP_FLOAT_KEY: keep_float,
-                WIDENED_OUTLIERS_KEY: observed.widened,
+                WIDENED_OUTLIERS_KEY: widened,
             }
         )
         for tensor_range in observed.ranges.values():
@@ -544,7 +562,7 @@ def calibrate(
         from qconvert.backends.onnx import save_onnx
         from qconvert.calibrate.placement import ORT_BASIC_ADVICE
 
-        module = _finalize(model, loaded, ranges, chosen, result)
+        module = _finalize(model, loaded, ranges, chosen, result, widen=outlier_channels == "widen")
         result.output = Path(out)
 
         def write_and_compare() -> Path:
@@ -562,7 +580,7 @@ def calibrate(
         def compare(path: Path) -> None:
             if evaluate_samples > 0 and data is not None:
                 needs_basic = any(ORT_BASIC_ADVICE in note for note in result.notes)
-                options = (evaluate_samples, evaluate_tensors, load_ranges is None, needs_basic)
+                options = (evaluate_samples, evaluate_tensors, load_ranges is None, needs_basic, float_run)
                 try:
                     result.agreement = _agreement(path, model, loaded, module, data, batch_size, *options)
                 except BaseException:  # bad data (or Ctrl-C): no model without its report
@@ -629,7 +647,7 @@ def _smoothed(
 def _search(
     model: str | os.PathLike[str] | ModelProto,
     data: DataSource | None,
-    target: float,
+    target: float | None,
     eval_data: DataSource | None,
     given: Mapping[str, object],
 ) -> CalibrationResult:
@@ -638,8 +656,9 @@ def _search(
 
     if data is None or given["load_ranges"] is not None:
         raise InputError("--target-cosine calibrates: it needs --data and cannot reuse --load-ranges")
-    passed = ("method", "method_options", "scheme", "workers", "engine", "ray_address", "threads_per_worker")
-    passed += ("verbose", "sentinel", "sentinel_overrides", "progress")
+    handled = {"model", "data", "target_cosine", "eval_data", "out", "ranges_path", "json_path", "batch_size"}
+    handled |= {"target_outputs", "target_metrics", "load_ranges", "started", "smooth_quant"}
+    handled |= {"evaluate_samples", "evaluate_tensors"}
     return search_target_cosine(
         model,
         data,
@@ -649,8 +668,9 @@ def _search(
         ranges_path=cast("str | None", given["ranges_path"]),
         json_path=cast("str | None", given["json_path"]),
         batch_size=cast("int | str | None", given["batch_size"]),
-        calibrate_options={name: given[name] for name in passed},
+        calibrate_options={name: value for name, value in given.items() if name not in handled},
         target_outputs=cast("Sequence[str]", given["target_outputs"]),
+        target_metrics=cast("Sequence[str]", given["target_metrics"]),
     )
 
 
@@ -660,6 +680,7 @@ def _finalize(
     ranges: CalibrationRanges,
     scheme: Scheme,
     result: CalibrationResult,
+    widen: bool = True,
 ) -> ModuleOp:
     """The lifted model with the ranges attached and finalized to Q/DQ (not written yet). The loaded
     model (weights detached) names the intermediate values, for attaching and for finalize's messages."""
@@ -670,7 +691,8 @@ def _finalize(
     from qconvert.ir.dialects.quant import DequantizeCastOp
 
     scheme.keep_float = {**result.keep_float, **scheme.keep_float}
-    _widen_outliers(scheme, ranges, loaded.model)
+    if widen:
+        result.widened_outliers = _widen_outliers(scheme, ranges, loaded.model, result.notes)
     module = import_onnx(model)
     values = tensor_values(module, loaded.model)
     attach_ranges(module, ranges, values=values)
@@ -684,14 +706,10 @@ def _finalize(
     return module
 
 
-def _widen_outliers(scheme: Scheme, ranges: CalibrationRanges, model: ModelProto) -> None:
-    """The guard's outlier tensors at 16 bits where the scheme gives them 8 and no override names them;
-    only those a selected node reads or writes (a 16-bit override raises the whole model to opset 21, so
-    none is added for a tensor that gets no Q/DQ)."""
-    from qconvert.calibrate.overrides import TensorOverride
-
+def _touched(scheme: Scheme, model: ModelProto) -> set[str]:
+    """The tensors a selected node reads or writes (those that may get Q/DQ)."""
     selected = scheme.quantized_op_types
-    touched = {
+    return {
         name
         for node in model.graph.node
         if node.op_type in selected
@@ -699,13 +717,76 @@ def _widen_outliers(scheme: Scheme, ranges: CalibrationRanges, model: ModelProto
         and node.name not in (scheme.nodes_to_exclude or ())
         for name in (*node.input, *node.output)
     }
+
+
+def _outlier_channels(
+    loaded: LoadedModel,
+    data: DataSource,
+    batch_size: int | str | None,
+    scheme: Scheme,
+    observed: _Observed,
+) -> tuple[FloatRun | None, dict[str, str]]:
+    """The activations to widen to int16 (tensor -> why): the guard's outliers, then those whose channel
+    spread on the first samples is an outlier's (`channel_spread.py`), at most OUTLIER_SHARE of them all;
+    and the float run, whose outputs the comparison reuses."""
+    from qconvert.calibrate.channel_spread import choose_widened
+    from qconvert.calibrate.channel_spread import float_run as run_float
+
+    model = loaded.model
+    touched = _touched(scheme, model)
+    quantized = [name for name in observed.ranges if name in touched and name not in observed.keep_float]
+    followers = set(value_preserving_sources(model, list(observed.ranges)))  # they take their source's Q/DQ
+    followers |= {
+        name for node in model.graph.node if node.op_type in SHARED_OUTPUT_OPS for name in node.output
+    }
+    widened = {name: note for name, note in observed.widened.items() if name in touched}
+    candidates = [
+        name
+        for name in quantized
+        if name not in widened
+        and name not in followers
+        and name not in scheme.tensor_overrides
+        and name not in scheme.keep_float
+        and scheme.activation_type in WIDER_STORAGE
+    ]
+    if not candidates:
+        return None, widened
+    try:
+        run = run_float(loaded, candidates, open_dataset(data, model, batch_size))
+    except InputError as error:  # data that cannot be read again (a one-shot iterator): nothing widened
+        observed.warnings.append(
+            f"the outlier-channel run did not run ({error.message}): nothing widened for outlier channels "
+            "(--outlier-channels off skips it)"
+        )
+        return None, widened
+    for found in choose_widened(run.spreads, candidates, len(quantized), already=len(widened)):
+        widened[found.tensor] = found.note
+    return run, widened
+
+
+def _widen_outliers(
+    scheme: Scheme, ranges: CalibrationRanges, model: ModelProto, notes: list[str]
+) -> dict[str, str]:
+    """The ranges' widened outliers (the guard's and the outlier channels) at int16 symmetric where the
+    scheme gives them 8 bits and no override names them; only those a selected node reads or writes (a
+    16-bit override raises the whole model to opset 21, so none is added for a tensor that gets no Q/DQ).
+    Each gets a note; returns tensor -> why."""
+    from qconvert.calibrate.overrides import TensorOverride
+
+    touched = _touched(scheme, model)
     stored = ranges.metadata.get(WIDENED_OUTLIERS_KEY, {})
-    for name in stored if isinstance(stored, dict) else {}:
-        if name not in touched:
+    widened: dict[str, str] = {}
+    for name, why in (stored if isinstance(stored, dict) else {}).items():
+        name = str(name)
+        if name not in touched or name in scheme.tensor_overrides or name in scheme.keep_float:
             continue
-        wider = WIDER_STORAGE.get(scheme.activation_type_of(str(name)))
-        if wider is not None and name not in scheme.tensor_overrides and name not in scheme.keep_float:
-            scheme.tensor_overrides[str(name)] = TensorOverride(quant_type=wider)
+        if scheme.activation_type_of(name) not in WIDER_STORAGE:
+            continue
+        scheme.tensor_overrides[name] = TensorOverride(quant_type=WIDE_OUTLIER_TYPE, symmetric=True)
+        reason = str(why) if str(why).startswith("outlier channels") else "outliers far from its other values"
+        widened[name] = reason
+        notes.append(f"{name}: widened to {WIDE_OUTLIER_TYPE} symmetric ({reason})")
+    return widened
 
 
 def _written_parameters(module: ModuleOp, names: Mapping[object, str]) -> dict[str, dict[str, object]]:
@@ -747,14 +828,17 @@ def _agreement(
     tensors: bool,
     read_before: bool,
     needs_basic: bool,
+    float_run: FloatRun | None = None,
 ) -> Agreement:
     """The written model against the float model in onnxruntime; with `tensors`, each quantized
     activation's own loss too (the float model exposing them, as calibration ran it). Data read once
-    already (`read_before`) that cannot be read again (a one-shot iterator) skips the comparison."""
+    already (`read_before`) that cannot be read again (a one-shot iterator) skips the comparison. The
+    outlier-channel run's float outputs (`float_run`) stand for the float model's on its batches."""
     reference = model.SerializeToString() if isinstance(model, ModelProto) else os.fspath(model)
     dataset = open_dataset(data, loaded.model, batch_size)
+    computed = [] if float_run is None else list(zip(float_run.batch_sizes, float_run.outputs))
     try:
-        agreement = evaluate(reference, os.fspath(written), dataset, samples, needs_basic)
+        agreement = evaluate(reference, os.fspath(written), dataset, samples, needs_basic, computed)
         if tensors:
             activations = quantized_activations(module)
             session = make_session(augment_model(loaded, list(activations)), threads=0)

@@ -5,9 +5,11 @@ catches what no range table shows: a folded Relu over a symmetric range, a satur
 masked tensor quantized to nothing. The samples are the first `samples` the data gives when read again
 (whole batches, NaN/Inf ones left out as in calibration): the calibration samples for files, and for a
 function whatever it returns the second time. They are not held-out data: a broken model shows, an
-overfitted range does not. onnxruntime runs both models at its default graph optimizations
+overfitted range does not. onnxruntime runs the QDQ model at its default graph optimizations
 (ORT_ENABLE_ALL), as a user would, or at ORT_ENABLE_BASIC where finalize says the model needs it; where
-it cannot run the QDQ model at ALL (4-bit MaxPool) the comparison falls back to BASIC and says why.
+it cannot run the QDQ model at ALL (4-bit MaxPool) the comparison falls back to BASIC and says why. The
+float model runs with optimizations off, as calibration runs it; its outputs on the first batches are
+those of calibrate's outlier-channel run when there was one (`channel_spread.py`), not run twice.
 
 Per graph output, batch by batch (nothing is kept but per-sample figures): per sample (a row of the batch
 axis; the whole output when it has none, `batch_axis`, and for each run fed as given), the cosine of the
@@ -40,6 +42,9 @@ if TYPE_CHECKING:
     from qconvert.ir.dialects.builtin import ModuleOp
 
 ALL, BASIC = "ORT_ENABLE_ALL", "ORT_ENABLE_BASIC"
+# The float model, the reference, runs as calibration runs it (no fused kernels' rounding): the same
+# figures whether its outputs come from calibrate's outlier-channel run or from its own session here.
+REFERENCE_LEVEL = "ORT_DISABLE_ALL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,15 +178,24 @@ class _OutputTally:
 
 
 def evaluate(
-    float_model: str | bytes, quantized_model: str, dataset: Dataset, samples: int, needs_basic: bool = False
+    float_model: str | bytes,
+    quantized_model: str,
+    dataset: Dataset,
+    samples: int,
+    needs_basic: bool = False,
+    reference_outputs: Sequence[tuple[int, Mapping[str, np.ndarray]]] = (),
 ) -> Agreement:
     """Run both models on the dataset's first `samples` samples (whole batches) and compare every output;
-    at ORT_ENABLE_BASIC when `needs_basic` (finalize's advice) or when ALL cannot run the QDQ model."""
+    at ORT_ENABLE_BASIC when `needs_basic` (finalize's advice) or when ALL cannot run the QDQ model.
+    `reference_outputs`: the float model's outputs already computed for the first batches (batch size,
+    output name -> array; calibrate's outlier-channel run, `channel_spread.py`): the float model runs
+    only on the batches after those."""
     warnings: list[str] = []
     for level in (BASIC,) if needs_basic else (ALL, BASIC):
         try:
             quantized = _session(quantized_model, level)
-            tallies, count = _compare(quantized, _session(float_model, level), dataset, samples)
+            reference = _LazySession(float_model, REFERENCE_LEVEL)
+            tallies, count = _compare(quantized, reference, dataset, samples, reference_outputs)
         except QConvertError:  # bad data: the user's to fix, not onnxruntime's
             raise
         except Exception as error:  # onnxruntime's own exception types
@@ -196,6 +210,19 @@ def evaluate(
                 )
         return Agreement(level, count, outputs, warnings)
     return Agreement("not run", 0, [], warnings)
+
+
+class _LazySession:
+    """The float model's session, made on its first run (not at all when every batch was computed)."""
+
+    def __init__(self, model: str | bytes, level: str) -> None:
+        self.model, self.level = model, level
+        self.session: Any = None
+
+    def run(self, names: list[str], arrays: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        if self.session is None:
+            self.session = _session(self.model, self.level)
+        return self.session.run(names, arrays)
 
 
 def _session(model: str | bytes, level: str) -> Any:
@@ -218,15 +245,23 @@ def _batches(dataset: Dataset, samples: int) -> Iterator[Batch]:
 
 
 def _compare(
-    quantized: Any, reference: Any, dataset: Dataset, samples: int
+    quantized: Any,
+    reference: Any,
+    dataset: Dataset,
+    samples: int,
+    computed: Sequence[tuple[int, Mapping[str, np.ndarray]]] = (),
 ) -> tuple[list[_OutputTally], int]:
     outputs = quantized.get_outputs()
     names = [output.name for output in outputs]
     tallies = [_OutputTally(name) for name in names]
     count = 0
-    for batch in _batches(dataset, samples):
+    for index, batch in enumerate(_batches(dataset, samples)):
         got = quantized.run(names, batch.arrays)
-        want = reference.run(names, batch.arrays)
+        known = computed[index] if index < len(computed) else None
+        if known is not None and known[0] == batch.size and all(name in known[1] for name in names):
+            want = [known[1][name] for name in names]
+        else:
+            want = reference.run(names, batch.arrays)
         for tally, output, expected, actual in zip(tallies, outputs, want, got):
             tally.add(expected, actual, batch_axis(output.shape, np.asarray(expected), batch, dataset))
         count += batch.size

@@ -41,7 +41,8 @@ def test_the_reported_agreement_is_what_onnxruntime_gives_sample_by_sample(tmp_p
     result = calibrate(MODELS / "digits_cnn.onnx", data, method="entropy", out=out, evaluate_samples=12)
     agreement = result.agreement
     assert agreement is not None and agreement.level == "ORT_ENABLE_ALL" and agreement.samples == 16
-    want = [run[0] for run in runs(MODELS / "digits_cnn.onnx", data[:2])]
+    # The float outputs of these batches are calibrate's outlier-channel run's (optimizations off).
+    want = [run[0] for run in runs(MODELS / "digits_cnn.onnx", data[:2], "ORT_DISABLE_ALL")]
     got = [run[0] for run in runs(out, data[:2])]
     cosines = [
         float(f @ q / (np.linalg.norm(f) * np.linalg.norm(q)))

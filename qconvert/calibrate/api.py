@@ -617,6 +617,7 @@ def _smoothed(
         search_alphas,
         smooth_quant,
         smoothable_inputs,
+        smoothing_notes,
     )
 
     automatic = str(alpha).strip().lower() == "auto"
@@ -635,13 +636,15 @@ def _smoothed(
     maxima = observe_channel_maxima(proto, batches, smoothable_inputs(proto), samples)
     if samples is not None:
         per_channel = make_scheme(cast("Scheme | Mapping[str, object] | None", given["scheme"])).per_channel
-        smoothed, _ = smooth_quant(proto, maxima, search_alphas(proto, maxima, samples, per_channel))
+        smoothed, done = smooth_quant(proto, maxima, search_alphas(proto, maxima, samples, per_channel))
     else:
-        smoothed, _ = smooth_quant(proto, maxima, value)
+        smoothed, done = smooth_quant(proto, maxima, value)
     options = {
         name: value for name, value in given.items() if name not in ("model", "started", "smooth_quant")
     }
-    return calibrate(smoothed, **options)  # type: ignore[arg-type]
+    result = calibrate(smoothed, **options)  # type: ignore[arg-type]
+    result.notes[:0] = smoothing_notes(done)  # where each input's 1/s went (the summary shows them)
+    return result
 
 
 def _search(

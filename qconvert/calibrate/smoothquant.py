@@ -3,10 +3,21 @@
 For an input X (activation) multiplied by a constant weight W ([K, N], K = X's last axis), per input
 channel j: s_j = max|X_j|**alpha / max|W_j|**(1 - alpha) (max over every consumer's row j when one X feeds
 several MatMuls, Q/K/V). Then X·W = (X / s)·(s W): the rows of W are scaled by s before weight quantization,
-and X / s is what gets quantized, its outlier channels shrunk. 1/s is folded into X's producer where that is
-exact and X has no other consumer (LayerNormalization scale and bias; a preceding MatMul's columns are not
-folded yet), else a Mul by 1/s is inserted before the consumers. The float model computes the same up
-to float rounding.
+and X / s is what gets quantized, its outlier channels shrunk. The float model computes the same up to
+float rounding. Where 1/s goes (`_find_fold`), when X has no reader but the smoothed nodes:
+- into X's producer: a LayerNormalization's scale and bias, or a MatMul/Gemm's constant weight columns
+  (and Gemm's bias), also through ops that carry each channel to one place: Add of a constant (the bias is
+  scaled too), Reshape, Transpose, Identity, Relu (s > 0), and the right side of a MatMul whose left is
+  not constant (Softmax·V). BERT's attention output dense reads Reshape(Transpose(Softmax·V)), so its
+  1/s lands in the value projection's columns and bias. The channel mapping is not assumed: the
+  producer's column index is carried forward through the same ops as the data (a Reshape's extents from
+  its constant shape or onnxruntime's symbolic shape inference), and the fold is made only when it
+  arrives at X as a permutation of the columns on X's last axis;
+- else a Mul by 1/s is inserted before the consumers; except after a Reshape/Transpose (also
+  Squeeze/Unsqueeze/Flatten): onnxruntime 1.32's Q/DQ propagation at opset 21 (which int16 activations
+  need) cannot load int8 DequantizeLinear -> Reshape/Transpose -> an op without Q/DQ (it builds a
+  QuantizeLinear whose output_dtype and zero point disagree), so that input is left unsmoothed.
+`smoothing_notes` says per input which it was.
 
 The per-channel maxima come from `ChannelAbsMaxObserver` (max over every axis but the last: exact and
 mergeable by max, so any split of the data gives the same maxima).
@@ -54,8 +65,9 @@ class ChannelAbsMaxObserver:
 class SmoothedInput:
     tensor: str  # the activation that is now divided by s
     consumers: tuple[str, ...]  # the MatMul/Gemm nodes whose weight rows took s
-    folded_into: str  # the producer that absorbed 1/s, or "Mul" when one was inserted
+    folded_into: str  # the producer that absorbed 1/s, "Mul" when one was inserted, or NOT_SMOOTHED
     largest_scale: float
+    through: tuple[str, ...] = ()  # the op types between the producer and the tensor
 
 
 def smoothable_inputs(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
@@ -206,6 +218,10 @@ def smooth_quant(
             producers[name] = node
     graph_outputs = {o.name for o in graph.output}
     shared_weights = {name for name, users in consumers.items() if name in weights and len(users) > 1}
+    constants = _constant_nodes(graph)
+    graph_context = _Graph(
+        weights, producers, consumers, graph_outputs, shared_weights, constants, _reshaped_extents(model)
+    )
     done: list[SmoothedInput] = []
     inserted: list[tuple[int, onnx.NodeProto]] = []
     for tensor, nodes in smoothable_inputs(smoothed).items():
@@ -218,6 +234,13 @@ def smooth_quant(
         rows = [_weight_rows(weights[node.input[1]], node) for node in nodes]
         if any(r.shape[0] != observer.maxima.size for r in rows):
             continue
+        sole_users = len(consumers.get(tensor, [])) == len(nodes) and tensor not in graph_outputs
+        fold = _find_fold(tensor, observer.maxima.size, graph_context) if sole_users else None
+        if fold is None and _after_layout_op(tensor, producers):
+            # a Mul after a Reshape/Transpose of a Q/DQ'd tensor trips onnxruntime 1.32's Q/DQ propagation
+            # at opset 21 (a QuantizeLinear of mismatched types: the model then fails to load)
+            done.append(SmoothedInput(tensor, tuple(n.name for n in nodes), NOT_SMOOTHED, 1.0))
+            continue
         weight_max = np.max([np.abs(r).max(axis=1) for r in rows], axis=0)
         scale = _scales(observer.maxima, weight_max, float(this_alpha))
         for node, row in zip(nodes, rows, strict=True):
@@ -225,10 +248,9 @@ def smooth_quant(
             trans_b = any(a.name == "transB" and a.i for a in node.attribute)
             weights[node.input[1]].CopyFrom(numpy_helper.from_array(new.T if trans_b else new, node.input[1]))
         inverse = (1.0 / scale).astype(np.float32)
-        producer = producers.get(tensor)
-        sole_users = len(consumers.get(tensor, [])) == len(nodes) and tensor not in graph_outputs
-        folded = _fold_into_producer(producer, inverse, weights, shared_weights) if sole_users else None
-        if folded is None:
+        if fold is not None:
+            folded = fold.apply(inverse, weights)
+        else:
             divided = f"{tensor}_smoothed"
             factor = f"{tensor}_smooth_inverse"
             graph.initializer.append(numpy_helper.from_array(inverse, factor))
@@ -238,32 +260,280 @@ def smooth_quant(
             for node in nodes:
                 node.input[0] = divided
             folded = "Mul"
-        done.append(SmoothedInput(tensor, tuple(n.name for n in nodes), folded, float(scale.max())))
+        through = fold.path if fold is not None else ()
+        done.append(SmoothedInput(tensor, tuple(n.name for n in nodes), folded, float(scale.max()), through))
     for position, mul in sorted(inserted, key=lambda item: item[0], reverse=True):
         graph.node.insert(position, mul)
     return smoothed, done
 
 
-def _fold_into_producer(
-    producer: onnx.NodeProto | None,
-    inverse: np.ndarray,
-    weights: dict[str, onnx.TensorProto],
-    shared_weights: set[str],
-) -> str | None:
-    """Scale the producer's output channels by `inverse` where exact; its name, or None when it cannot."""
-    if producer is None:
-        return None
-    if producer.op_type == "LayerNormalization":
-        axis = next((a.i for a in producer.attribute if a.name == "axis"), -1)
-        parameters = [name for name in producer.input[1:3] if name]
-        if axis != -1 or not all(n in weights and n not in shared_weights for n in parameters):
+NOT_SMOOTHED = "not smoothed"
+LAYOUT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
+
+
+def smoothing_notes(done: Iterable[SmoothedInput]) -> list[str]:
+    """One line per smoothed MatMul/Gemm input: where its 1/s went (for the summary)."""
+    notes = []
+    for entry in done:
+        if entry.folded_into == NOT_SMOOTHED:
+            notes.append(
+                f"SmoothQuant: '{entry.tensor}' not smoothed: no producer absorbs 1/s, and a Mul after its "
+                "Reshape/Transpose would not load in onnxruntime 1.32 at opset 21"
+            )
+        elif entry.folded_into == "Mul":
+            notes.append(f"SmoothQuant: '{entry.tensor}' divided by s (a Mul inserted: nothing absorbs it)")
+        else:
+            through = f" through {' -> '.join(entry.through)}" if entry.through else ""
+            notes.append(
+                f"SmoothQuant: '{entry.tensor}' divided by s, 1/s folded into '{entry.folded_into}'{through}"
+            )
+    return notes
+
+
+def _after_layout_op(tensor: str, producers: Mapping[str, onnx.NodeProto]) -> bool:
+    producer = producers.get(tensor)
+    return producer is not None and producer.op_type in LAYOUT_OPS
+
+
+@dataclass(frozen=True)
+class _Graph:
+    weights: dict[str, onnx.TensorProto]
+    producers: dict[str, onnx.NodeProto]
+    consumers: dict[str, list[onnx.NodeProto]]
+    outputs: set[str]
+    shared: set[str]
+    constants: dict[str, np.ndarray]  # Constant nodes' outputs
+    reshaped: dict[str, list[int]]  # a Reshape output -> its trailing extents known whatever the input
+
+    def constant(self, name: str) -> np.ndarray | None:
+        if name in self.weights:
+            return numpy_helper.to_array(self.weights[name])
+        return self.constants.get(name)
+
+    def own_weight(self, name: str) -> bool:
+        """An initializer only this one node reads (so scaling it changes nothing else)."""
+        return name in self.weights and name not in self.shared and len(self.consumers.get(name, [])) == 1
+
+
+def _constant_nodes(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    found = {}
+    for node in graph.node:
+        if node.op_type == "Constant" and len(node.output) == 1:
+            for attribute in node.attribute:
+                if attribute.name == "value":
+                    found[node.output[0]] = numpy_helper.to_array(attribute.t)
+                elif attribute.name in ("value_int", "value_ints"):
+                    found[node.output[0]] = np.array(helper.get_attribute_value(attribute), dtype=np.int64)
+    return found
+
+
+@dataclass(frozen=True)
+class _Fold:
+    """Where 1/s goes: `producer`'s output columns (a constant-weight MatMul/Gemm, or a LayerNormalization),
+    through `biases` (Add of a constant on the way, each with the producer's column index at that point) to
+    the smoothed tensor, whose channel c is the producer's column `columns[c]`."""
+
+    producer: onnx.NodeProto
+    columns: np.ndarray  # [C]: the producer column feeding channel c of the smoothed tensor
+    biases: tuple[tuple[str, np.ndarray], ...]  # (initializer, column index broadcast like it)
+    path: tuple[str, ...]  # op types from the producer to the tensor, for the report
+
+    def apply(self, inverse: np.ndarray, weights: dict[str, onnx.TensorProto]) -> str:
+        column_factor = np.empty(self.columns.size, dtype=np.float32)
+        column_factor[self.columns] = inverse
+        producer = self.producer
+        if producer.op_type == "LayerNormalization":
+            for name in [n for n in producer.input[1:3] if n]:
+                _scale_initializer(weights, name, column_factor)
+        else:
+            weight = producer.input[1]
+            trans_b = any(a.name == "transB" and a.i for a in producer.attribute)
+            _scale_initializer(weights, weight, column_factor[:, None] if trans_b else column_factor)
+            if producer.op_type == "Gemm" and len(producer.input) > 2 and producer.input[2]:
+                _scale_initializer(weights, producer.input[2], column_factor)
+        for name, columns in self.biases:
+            _scale_initializer(weights, name, column_factor[columns])
+        return producer.name or producer.op_type
+
+
+def _scale_initializer(weights: dict[str, onnx.TensorProto], name: str, factor: np.ndarray) -> None:
+    values = numpy_helper.to_array(weights[name])
+    scaled = (values * factor).astype(values.dtype)
+    weights[name].CopyFrom(numpy_helper.from_array(scaled, name))
+
+
+def _find_fold(tensor: str, channels: int, graph: _Graph) -> _Fold | None:
+    """Walk back from `tensor` through ops that carry each channel to one place (Add of a constant, Reshape,
+    Transpose, Identity, Relu, the right side of a MatMul whose left is not constant) to a producer that can
+    scale its output columns; then follow the producer's column index forward along the same ops, so the
+    channel mapping is computed as the data moves, not assumed. None when anything on the way is not exact."""
+    path: list[tuple[onnx.NodeProto, int]] = []  # (node, which input the chain enters by), tensor-side first
+    current = tensor
+    while True:
+        node = graph.producers.get(current)
+        if node is None:
             return None
-        for name in parameters:
-            values = numpy_helper.to_array(weights[name])
-            if values.shape != inverse.shape:
-                return None
-        for name in parameters:
-            values = numpy_helper.to_array(weights[name]) * inverse
-            weights[name].CopyFrom(numpy_helper.from_array(values.astype(np.float32), name))
-        return producer.name or "LayerNormalization"
+        if current != tensor and (len(graph.consumers.get(current, [])) != 1 or current in graph.outputs):
+            return None  # another reader would see the scaled values
+        if _producer_columns(node, graph) is not None:
+            break
+        entered = _channel_input(node, graph)
+        if entered is None:
+            return None
+        path.append((node, entered))
+        current = node.input[entered]
+    width = _producer_columns(node, graph)
+    assert width is not None
+    index = np.arange(width)
+    real = (True,)  # per axis of `index`: a real extent (False: broadcast over that axis)
+    biases: list[tuple[str, np.ndarray]] = []
+    for step, entered in reversed(path):
+        moved = _carry_index(step, entered, index, real, graph)
+        if moved is None:
+            return None
+        index, real, bias = moved
+        if bias is not None:
+            biases.append(bias)
+    while index.ndim > 1 and not real[0] and index.shape[0] == 1:
+        index, real = index[0], real[1:]
+    if index.ndim != 1 or index.size != channels or width != channels:
+        return None
+    if not np.array_equal(np.sort(index), np.arange(width)):
+        return None
+    return _Fold(node, index, tuple(biases), tuple(step.op_type for step, _ in reversed(path)))
+
+
+def _producer_columns(node: onnx.NodeProto, graph: _Graph) -> int | None:
+    """The output width of a node whose output columns can take a per-column factor exactly, else None."""
+    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type in ("MatMul", "Gemm") and len(node.input) >= 2 and not attributes.get("transA", 0):
+        weight = graph.constant(node.input[1])
+        if weight is None or weight.ndim != 2 or not graph.own_weight(node.input[1]):
+            return None
+        if graph.constant(node.input[0]) is not None:
+            return None
+        bias = node.input[2] if node.op_type == "Gemm" and len(node.input) > 2 else ""
+        if bias and not graph.own_weight(bias):
+            return None
+        return int(weight.shape[0] if attributes.get("transB", 0) else weight.shape[1])
+    if node.op_type == "LayerNormalization" and attributes.get("axis", -1) == -1:
+        parameters = [name for name in node.input[1:3] if name]
+        if not all(graph.own_weight(name) for name in parameters):
+            return None
+        shapes = {graph.constant(name).shape for name in parameters}  # type: ignore[union-attr]
+        if len(shapes) != 1 or len(next(iter(shapes))) != 1:
+            return None
+        return int(next(iter(shapes))[0])
     return None
+
+
+def _channel_input(node: onnx.NodeProto, graph: _Graph) -> int | None:
+    """Which input of `node` each output channel comes from unmixed (scaled along), else None."""
+    if node.op_type in ("Identity", "Relu", "Transpose") and node.input:
+        return 0
+    if node.op_type == "Reshape" and len(node.input) == 2:
+        return 0
+    if node.op_type == "Add" and len(node.input) == 2:
+        constant = [i for i, name in enumerate(node.input) if graph.own_weight(name)]
+        return 1 - constant[0] if len(constant) == 1 else None
+    if node.op_type == "MatMul" and len(node.input) == 2 and graph.constant(node.input[0]) is None:
+        return 1  # A·B: output column n, batch b is B's column n, batch b scaled
+    return None
+
+
+def _carry_index(
+    node: onnx.NodeProto, entered: int, index: np.ndarray, real: tuple[bool, ...], graph: _Graph
+) -> tuple[np.ndarray, tuple[bool, ...], tuple[str, np.ndarray] | None] | None:
+    """The producer-column index of `node`'s output, given that of its input `entered`; the Add's bias with
+    the index it meets. Arrays broadcast from the right, as the data does."""
+    op = node.op_type
+    if op in ("Identity", "Relu"):
+        return index, real, None
+    if op == "Add":
+        bias_name = node.input[1 - entered]
+        bias = graph.constant(bias_name)
+        lead = index.ndim - max(bias.ndim, 1)
+        if bias.ndim > index.ndim or any(extent != 1 for extent in index.shape[:lead]):
+            return None
+        trimmed = index.reshape(index.shape[lead:])  # as many axes as the bias has (one for a scalar)
+        if np.broadcast_shapes(bias.shape, trimmed.shape) != trimmed.shape:
+            return None  # the bias has extents the index does not vary along: keep it simple and exact
+        return index, real, (bias_name, trimmed)
+    if op == "Transpose":
+        perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+        if perm is None or len(perm) < index.ndim:
+            return None
+        extra = len(perm) - index.ndim
+        index = index.reshape((1,) * extra + index.shape)
+        real = (False,) * extra + real
+        return index.transpose(perm), tuple(real[p] for p in perm), None
+    if op == "MatMul":
+        if index.ndim < 2 or index.shape[-2] != 1 or real[-2]:
+            return None  # the contracted axis must not carry channels (nor may B be a vector)
+        return index, real, None
+    if op == "Reshape":
+        while index.ndim > 1 and not real[0] and index.shape[0] == 1:
+            index, real = index[0], real[1:]
+        if not all(real):
+            return None  # a broadcast axis inside the channel block: the block's extent is not known
+        target = _shape_suffix(node.input[1], graph)
+        block = index.size
+        product, suffix = 1, []
+        for extent in reversed(target):
+            if extent <= 0:
+                return None  # 0 (copy an input extent) or -1 (inferred): not known here
+            product *= extent
+            suffix.insert(0, extent)
+            if product >= block:
+                break
+        if product != block:
+            return None
+        # row-major: the input's trailing block of `block` elements is the output's trailing block
+        return index.reshape(suffix), (True,) * len(suffix), None
+    return None
+
+
+def _shape_suffix(name: str, graph: _Graph) -> list[int]:
+    """The known tail of a Reshape's output shape: its shape input when constant, else the symbolic shape
+    inference's trailing integer extents, else the constant trailing pieces of the Concat building it."""
+    node = graph.producers.get(name)
+    reshape = next((n for n in graph.consumers.get(name, []) if n.op_type == "Reshape"), None)
+    if reshape is not None and reshape.output[0] in graph.reshaped:
+        return graph.reshaped[reshape.output[0]]
+    constant = graph.constant(name)
+    if constant is not None:
+        return [int(v) for v in constant.reshape(-1)]
+    if node is None or node.op_type != "Concat":
+        return []
+    suffix: list[int] = []
+    for piece in reversed(node.input):
+        value = graph.constant(piece)
+        if value is None:
+            break
+        suffix = [int(v) for v in value.reshape(-1)] + suffix
+    return suffix
+
+
+def _reshaped_extents(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Each Reshape output's trailing integer extents by onnxruntime's symbolic shape inference (no merging
+    of unequal symbols): BERT's [b, 64, -1, 32] from Concat(Shape...) is [b, 64, 12, 32]; {} when it fails."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=False)
+    except Exception:  # any failure only means no fold through a dynamic Reshape
+        return {}
+    if inferred is None:
+        return {}
+    outputs = {n.output[0] for n in model.graph.node if n.op_type == "Reshape" and n.output}
+    extents: dict[str, list[int]] = {}
+    for info in inferred.graph.value_info:
+        if info.name not in outputs:
+            continue
+        tail: list[int] = []
+        for dim in reversed(info.type.tensor_type.shape.dim):
+            if not dim.HasField("dim_value") or dim.dim_value <= 0:
+                break
+            tail.insert(0, int(dim.dim_value))
+        extents[info.name] = tail
+    return extents

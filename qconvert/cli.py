@@ -610,7 +610,11 @@ def calibrate_command(
     ),
     symmetric_activations: bool = typer.Option(False, "--symmetric-activations", help="zero point at 0"),
     asymmetric_weights: bool = typer.Option(False, "--asymmetric-weights", help="weights with a zero point"),
-    per_channel: bool = typer.Option(False, "--per-channel", help="one scale per output channel of weights"),
+    per_channel: bool = typer.Option(
+        True,
+        "--per-channel/--per-tensor-weights",
+        help="weights: one scale per output channel (default), or one per tensor (onnxruntime's default)",
+    ),
     block_size: int = typer.Option(0, "--block-size", help="blocked weights of this size (opset 21)"),
     reduce_range: bool = typer.Option(False, "--reduce-range", help="7-bit weights"),
     float8_scale: str = typer.Option(

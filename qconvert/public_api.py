@@ -41,6 +41,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "--activation-type": "scheme['activation_type']",
         "--weight-type": "scheme['weight_type']",
         "--per-channel": "scheme['per_channel']",
+        "--per-tensor-weights": "scheme['per_channel']",
         "--block-size": "scheme['block_size']",
         "--reduce-range": "scheme['reduce_range']",
         "--float8-scale": "scheme['float8_scale']",

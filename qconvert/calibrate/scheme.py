@@ -1,9 +1,12 @@
 """The quantization scheme `finalize` applies: storage types, symmetry, granularity, what to quantize.
 
 NOTE: field names follow onnxruntime's `quantize_static` arguments and `extra_options` (reference §2.4),
-and defaults are onnxruntime's, so a default `Scheme()` with MinMax ranges gives `quantize_static`'s
-default QDQ model. Storage kinds are onnxruntime's QuantType names in lower case (QInt8 -> "int8",
-QFLOAT8E4M3FN -> "float8e4m3fn"). `Scheme.check()` refuses what onnxruntime refuses (§2.1) with a
+and defaults are onnxruntime's but one: weights are per channel by default (`per_channel=True`: every
+backend takes them, and they measured better on every model, issue 26: the real MiniLM's sentence
+embedding 0.941 -> 0.979 mean cosine, digits top-1 agreement 0.977 -> 1.000). So
+`Scheme(per_channel=False)` with MinMax ranges gives `quantize_static`'s default QDQ model. Storage kinds
+are onnxruntime's QuantType names in lower case (QInt8 -> "int8", QFLOAT8E4M3FN -> "float8e4m3fn").
+`Scheme.check()` refuses what onnxruntime refuses (§2.1) with a
 message naming the option.
 """
 
@@ -37,7 +40,8 @@ OPSET21_TYPES = frozenset({"int16", "uint16", "int4", "uint4"})
 
 @dataclass(slots=True)
 class Scheme:
-    """How to quantize a calibrated model; every default is onnxruntime's `quantize_static` default.
+    """How to quantize a calibrated model; every default is onnxruntime's `quantize_static` default but
+    `per_channel` (True here: `--per-tensor-weights` / `per_channel=False` gives onnxruntime's).
 
     - `activation_type` / `weight_type`: storage of activations / of weights (constant inputs).
     - `activation_symmetric`: symmetric activation ranges (onnxruntime `ActivationSymmetric`).
@@ -68,7 +72,7 @@ class Scheme:
     weight_type: str = "int8"
     activation_symmetric: bool = False
     weight_symmetric: bool | None = None
-    per_channel: bool = False
+    per_channel: bool = True
     per_channel_axis: dict[str, int] = field(default_factory=dict)
     block_size: int = 0
     reduce_range: bool = False

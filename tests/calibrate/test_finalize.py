@@ -349,7 +349,7 @@ def test_blocked_weights_and_fallback_notes() -> None:
     assert any("conv1.weight" in note and "needs rank 2" in note for note in notes)
     assert opset(module) == 21
     module, _ = calibrated(ENCODER)
-    finalize(module, Scheme(op_types_to_quantize={"MatMul"}, block_size=16))
+    finalize(module, Scheme(op_types_to_quantize={"MatMul"}, block_size=16, per_channel=False))  # axis 0
     text = print_module(module)
     assert "!quant.uniform<i8:f32:{0:16, 1:1}" in text or "!quant.uniform<i8:f32:{0:16" in text
 

@@ -88,93 +88,99 @@ def ort_overrides(overrides: dict[str, list[dict]]) -> dict[str, list[dict]]:
     return converted
 
 
+def ort_scheme(**fields: object) -> Scheme:
+    """Our scheme for onnxruntime's settings: per-tensor weights unless they say per_channel (onnxruntime's
+    default; ours is per-channel)."""
+    return Scheme(**{"per_channel": False, **fields})  # type: ignore[arg-type]
+
+
 # name: (onnxruntime quantize_static settings, our scheme, models it applies to)
 BOTH = ("digits_cnn", "tiny_encoder")
 VARIANTS: dict[str, tuple[dict, Scheme, tuple[str, ...]]] = {
-    "default": ({}, Scheme(), BOTH),
-    "per_channel": ({"per_channel": True}, Scheme(per_channel=True), BOTH),
+    "default": ({}, ort_scheme(), BOTH),
+    "per_channel": ({"per_channel": True}, ort_scheme(per_channel=True), BOTH),
     "uint8": (
         {"activation_type": "QUInt8", "weight_type": "QUInt8"},
-        Scheme(activation_type="uint8", weight_type="uint8"),
+        ort_scheme(activation_type="uint8", weight_type="uint8"),
         BOTH,
     ),
     "symmetric_activations": (
         {"per_channel": True, "extra_options": {"ActivationSymmetric": True}},
-        Scheme(per_channel=True, activation_symmetric=True),
+        ort_scheme(per_channel=True, activation_symmetric=True),
         BOTH,
     ),
     "reduce_range": (
         {"per_channel": True, "reduce_range": True},
-        Scheme(per_channel=True, reduce_range=True),
+        ort_scheme(per_channel=True, reduce_range=True),
         BOTH,
     ),
-    "int16": ({"activation_type": "QInt16"}, Scheme(activation_type="int16"), BOTH),
+    "int16": ({"activation_type": "QInt16"}, ort_scheme(activation_type="int16"), BOTH),
     "uint16_uint8": (
         {"activation_type": "QUInt16", "weight_type": "QUInt8"},
-        Scheme(activation_type="uint16", weight_type="uint8"),
+        ort_scheme(activation_type="uint16", weight_type="uint8"),
         ("digits_cnn",),
     ),
     "int4": (
         {"activation_type": "QInt4", "weight_type": "QInt4"},
-        Scheme(activation_type="int4", weight_type="int4"),
+        ort_scheme(activation_type="int4", weight_type="int4"),
         BOTH,
     ),
     "uint4": (
         {"activation_type": "QUInt4", "weight_type": "QUInt4"},
-        Scheme(activation_type="uint4", weight_type="uint4"),
+        ort_scheme(activation_type="uint4", weight_type="uint4"),
         BOTH,
     ),
     "int4_weights": (
         {"weight_type": "QInt4", "per_channel": True},
-        Scheme(weight_type="int4", per_channel=True),
+        ort_scheme(weight_type="int4", per_channel=True),
         BOTH,
     ),
     "uint4_weights": (
         {"activation_type": "QUInt8", "weight_type": "QUInt4"},
-        Scheme(activation_type="uint8", weight_type="uint4"),
+        ort_scheme(activation_type="uint8", weight_type="uint4"),
         ("tiny_encoder",),
     ),
     "weight_symmetric_uint8": (
         {"activation_type": "QUInt8", "weight_type": "QUInt8", "extra_options": {"WeightSymmetric": True}},
-        Scheme(activation_type="uint8", weight_type="uint8", weight_symmetric=True),
+        ort_scheme(activation_type="uint8", weight_type="uint8", weight_symmetric=True),
         ("digits_cnn",),
     ),
     "min_real_range": (
         {"extra_options": {"MinimumRealRange": 0.5}},
-        Scheme(min_real_range=0.5),
+        ort_scheme(min_real_range=0.5),
         ("digits_cnn",),
     ),
     "keep_relu": (
         {"extra_options": {"QDQKeepRemovableActivations": True}},
-        Scheme(keep_removable_activations=True),
+        ort_scheme(keep_removable_activations=True),
         ("digits_cnn",),
     ),
     "no_weight_adjust": (
         {"extra_options": {"QDQDisableWeightAdjustForInt32Bias": True}},
-        Scheme(adjust_weight_scale_for_int32_bias=False),
+        ort_scheme(adjust_weight_scale_for_int32_bias=False),
         ("digits_cnn",),
     ),
-    "no_bias": ({"extra_options": {"QuantizeBias": False}}, Scheme(quantize_bias=False), BOTH),
+    "no_bias": ({"extra_options": {"QuantizeBias": False}}, ort_scheme(quantize_bias=False), BOTH),
     # Per tensor: onnxruntime's per-channel weights take their symmetry from the type alone.
     "asymmetric_weights": (
         {"extra_options": {"WeightSymmetric": False}},
-        Scheme(weight_symmetric=False),
+        ort_scheme(weight_symmetric=False),
         BOTH,
     ),
     # onnxruntime has no exclusion list: its selection is the default list without the excluded types.
     "op_types_excluded": (
         {"op_types_to_quantize": sorted(DEFAULT_OP_TYPES - {"MatMul", "Relu", "Softmax"})},
-        Scheme(op_types_to_exclude={"MatMul", "Relu", "Softmax"}),
+        ort_scheme(op_types_to_exclude={"MatMul", "Relu", "Softmax"}),
         BOTH,
     ),
     "op_types": (
         {"op_types_to_quantize": ["MatMul", "Conv", "Gemm"]},
-        Scheme(op_types_to_quantize={"MatMul", "Conv", "Gemm"}),
+        ort_scheme(op_types_to_quantize={"MatMul", "Conv", "Gemm"}),
         BOTH,
     ),
     "nodes_excluded": (
         {"nodes_to_exclude": ["/conv2/Conv", "/Relu", "/layers.0/q/MatMul", "/layers.1/Softmax"]},
-        Scheme(nodes_to_exclude={"/conv2/Conv", "/Relu", "/layers.0/q/MatMul", "/layers.1/Softmax"}),
+        ort_scheme(nodes_to_exclude={"/conv2/Conv", "/Relu", "/layers.0/q/MatMul", "/layers.1/Softmax"}),
         BOTH,
     ),
     "nodes_selected": (
@@ -187,30 +193,30 @@ VARIANTS: dict[str, tuple[dict, Scheme, tuple[str, ...]]] = {
                 "/layers.1/Softmax",
             ]
         },
-        Scheme(
+        ort_scheme(
             nodes_to_quantize={"/conv1/Conv", "/Relu", "/fc/Gemm", "/layers.0/q/MatMul", "/layers.1/Softmax"}
         ),
         BOTH,
     ),
     "matmul_axis_override": (
         {"per_channel": True, "extra_options": {"QDQOpTypePerChannelSupportToAxis": {"MatMul": 0}}},
-        Scheme(per_channel=True, per_channel_axis={"MatMul": 0}),
+        ort_scheme(per_channel=True, per_channel_axis={"MatMul": 0}),
         ("tiny_encoder",),
     ),
     "force_no_input_check": (
         {"extra_options": {"ForceQuantizeNoInputCheck": True}},
-        Scheme(force_quantize_no_input_check=True),
+        ort_scheme(force_quantize_no_input_check=True),
         BOTH,
     ),
     "outputs_excluded": (
         {"extra_options": {"OpTypesToExcludeOutputQuantization": ["MatMul", "Conv"]}},
-        Scheme(op_types_to_exclude_output_quantization={"MatMul", "Conv"}),
+        ort_scheme(op_types_to_exclude_output_quantization={"MatMul", "Conv"}),
         BOTH,
     ),
     # onnxruntime blocks rank-2 weights only (it raises on the Conv and LayerNormalization weights).
     "blocked_16": (
         {"op_types_to_quantize": ["MatMul"], "extra_options": {"BlockSize": 16}},
-        Scheme(op_types_to_quantize={"MatMul"}, block_size=16),
+        ort_scheme(op_types_to_quantize={"MatMul"}, block_size=16),
         ("tiny_encoder",),
     ),
     # A 32-block on a 2-wide axis is one block; we write it as a block of 2 (same numbers).
@@ -221,7 +227,7 @@ VARIANTS: dict[str, tuple[dict, Scheme, tuple[str, ...]]] = {
             "weight_type": "QInt4",
             "extra_options": {"BlockSize": 32},
         },
-        Scheme(op_types_to_quantize={"MatMul"}, per_channel=True, weight_type="int4", block_size=32),
+        ort_scheme(op_types_to_quantize={"MatMul"}, per_channel=True, weight_type="int4", block_size=32),
         ("tiny_encoder",),
     ),
     "blocked_uint4": (
@@ -231,19 +237,21 @@ VARIANTS: dict[str, tuple[dict, Scheme, tuple[str, ...]]] = {
             "weight_type": "QUInt4",
             "extra_options": {"BlockSize": 32},
         },
-        Scheme(op_types_to_quantize={"MatMul"}, activation_type="uint8", weight_type="uint4", block_size=32),
+        ort_scheme(
+            op_types_to_quantize={"MatMul"}, activation_type="uint8", weight_type="uint4", block_size=32
+        ),
         ("tiny_encoder",),
     ),
     # TensorQuantOverrides, in onnxruntime's form on both sides (its quant types as enums, its activation
     # scale and zero point as numpy values, as it requires); one override of each kind per model.
     "overrides_cnn": (
         {"extra_options": {"TensorQuantOverrides": ort_overrides(CNN_OVERRIDES)}},
-        Scheme(tensor_overrides=CNN_OVERRIDES),
+        ort_scheme(tensor_overrides=CNN_OVERRIDES),
         ("digits_cnn",),
     ),
     "overrides_encoder": (
         {"per_channel": True, "extra_options": {"TensorQuantOverrides": ort_overrides(ENCODER_OVERRIDES)}},
-        Scheme(per_channel=True, tensor_overrides=ENCODER_OVERRIDES),
+        ort_scheme(per_channel=True, tensor_overrides=ENCODER_OVERRIDES),
         ("tiny_encoder",),
     ),
 }
@@ -314,7 +322,9 @@ def test_written_model_matches_quantize_static(
     expected, expected_path = onnxruntime_models(model_name, variant)
     scheme = copy.deepcopy(VARIANTS[variant][1])  # calibrate() adds the sentinel guard's keep_float
     ours_path = tmp_path / "ours.qdq.onnx"
-    calibrate(path, data, method="minmax", scheme=scheme, out=ours_path, sentinel="off")
+    calibrate(
+        path, data, method="minmax", scheme=scheme, out=ours_path, sentinel="off", outlier_channels="off"
+    )
     ours = written_qdq(onnx.load(ours_path))
 
     assert sorted(ours) == sorted(expected)
@@ -369,7 +379,9 @@ def test_cli_scheme_flags_give_quantize_statics_model(
         graph = onnx.load(MODELS / f"{model_name}.onnx", load_external_data=False).graph
         names = {node.name for node in graph.node}
         flags = [flags[0], ",".join(name for name in flags[1].split(",") if name in names)]
-    assert main([*command, "--sentinel", "off", "--quiet", *flags]) == 0
+    if "per_channel" not in VARIANTS[variant][0]:  # onnxruntime's default: per-tensor weights
+        flags = [*flags, "--per-tensor-weights"]
+    assert main([*command, "--sentinel", "off", "--outlier-channels", "off", "--quiet", *flags]) == 0
     expected, _ = onnxruntime_models(model_name, variant)
     assert written_qdq(onnx.load(out)) == expected
 
@@ -381,11 +393,11 @@ def test_float_min_sentinel_tensor_can_be_kept_in_float(tmp_path: Path) -> None:
     ranges = minmax_ranges(path, data)
     baseline = import_onnx(path)
     attach_ranges(baseline, ranges)
-    finalize(baseline, Scheme())
+    finalize(baseline, ort_scheme())
     kept = import_onnx(path)
     attach_ranges(kept, ranges)
     notes: list[str] = []
-    finalize(kept, Scheme(keep_float={"/layers.0/Div_output_0": "adds float-min"}), notes)
+    finalize(kept, ort_scheme(keep_float={"/layers.0/Div_output_0": "adds float-min"}), notes)
     base_names, kept_names = set(finalized_qdq(baseline)), set(finalized_qdq(kept))
     assert base_names - kept_names == {
         "/layers.0/Div_output_0_QuantizeLinear",
@@ -398,10 +410,13 @@ def test_float_min_sentinel_tensor_can_be_kept_in_float(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("settings", "scheme"),
     [
-        ({}, Scheme()),
-        ({"per_channel": True}, Scheme(per_channel=True)),
-        ({"extra_options": {"ForceQuantizeNoInputCheck": True}}, Scheme(force_quantize_no_input_check=True)),
-        ({"extra_options": {"ActivationSymmetric": True}}, Scheme(activation_symmetric=True)),
+        ({}, ort_scheme()),
+        ({"per_channel": True}, ort_scheme(per_channel=True)),
+        (
+            {"extra_options": {"ForceQuantizeNoInputCheck": True}},
+            ort_scheme(force_quantize_no_input_check=True),
+        ),
+        ({"extra_options": {"ActivationSymmetric": True}}, ort_scheme(activation_symmetric=True)),
     ],
     ids=["default", "per_channel", "force_no_input_check", "symmetric_activations"],
 )

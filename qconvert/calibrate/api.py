@@ -696,7 +696,7 @@ def _finalize(
     scheme.keep_float = {**result.keep_float, **scheme.keep_float}
     if widen:
         result.widened_outliers = _widen_outliers(scheme, ranges, loaded.model, result.notes)
-    module = import_onnx(model)
+    module = import_onnx(model, map_file=True)  # the weights viewed in place: -o is never the model
     values = tensor_values(module, loaded.model)
     attach_ranges(module, ranges, values=values)
     finalize(module, scheme, result.notes, value_names={value: name for name, value in values.items()})

@@ -676,6 +676,13 @@ def calibrate_command(
         "--target-output",
         help="--target-cosine: the outputs whose cosine counts (default: every float one)",
     ),
+    target_metric: list[str] = typer.Option(  # noqa: B008
+        [],
+        "--target-metric",
+        metavar="METRIC[:OUTPUT]>=X|<=X",
+        help="search for a held-out target (repeatable, all must hold): cosine, min-cosine, top1 (>=), "
+        "max-abs, mean-abs (<=), e.g. top1:logits>=0.99, max-abs:out<=0.05",
+    ),
     smooth_quant: str | None = typer.Option(
         None,
         "--smooth-quant",
@@ -768,6 +775,7 @@ def calibrate_command(
             target_cosine=target_cosine,
             eval_data=eval_data,
             target_outputs=[n.strip() for v in target_output for n in v.split(",") if n.strip()],
+            target_metrics=target_metric,
             smooth_quant=smooth_quant,
             outlier_channels=outlier_channels,
         )

@@ -34,6 +34,8 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "--executor": "engine",
         "--evaluate": "evaluate_samples",
         "--worst-tensors": "evaluate_tensors",
+        "--target-output": "target_outputs",
+        "--target-metric": "target_metrics",
         "--sentinel-override": "sentinel_overrides",
         "--num-bins": "method_options['num_bins']",
         "--num-quantized-bins": "method_options['num_quantized_bins']",

@@ -1,41 +1,55 @@
-"""`--target-cosine X`: widen the fewest activations to int16 until held-out outputs reach that cosine.
+"""`--target-cosine X` / `--target-metric`: widen the fewest activations to int16 until held-out outputs
+reach the target.
 
 NOTE: the search, in the order it runs:
-1. the data is read once into whole batches; without `eval_data` the last quarter of them (at least one
-   batch) is held out and never calibrated on, so the figure that decides is not the calibration set's;
-2. one calibration on the rest (the caller's method, scheme and sentinel guard), its ranges saved, and
-   every quantized activation ranked by a cheap bound of its own Q/DQ loss, no model run per candidate:
-   one run of the float model exposing them all (the first 32 calibration samples), each tensor's values
-   quantize-dequantized with its own parameters (`numerics`), and the relative error taken per channel of
-   the last axis, then averaged over channels (`channel_loss`). A whole-tensor relative error hides an
-   outlier channel (its norm is the tensor's, so the crushed small channels barely count); per channel,
-   each crushed channel counts fully;
-3. candidates: the first k of that list widened to int16 (per-tensor overrides; weights stay int8, every
-   op keeps its Q/DQ), the ranges reused as saved (`load_ranges`), each candidate written and run by
-   onnxruntime (optimizations off: the QDQ session starts fast) on all held-out samples, whole batches,
-   against the float model's outputs computed once. The metric is the lowest, over float outputs, of the
-   mean per-sample cosine. k = 0 first, then k = every tensor, then bisection between: the fewest widened
-   tensors that pass, if passing grows with k (log2(n) evaluations);
-4. when int16 everywhere does not reach the target, the same search over keeping the first k in float
-   (the rest int16);
-5. the chosen candidate is written to `out`, and compared on the held-out samples (`result.agreement`);
-   every step is in `result.search` (JSON `search`) and in the summary's notes.
+1. the data streams: without `eval_data`, the last quarter of `--data`'s batches (at least one) is held out
+   by batch index (kept in memory: every candidate runs on it) and the rest is calibrated on, read from the
+   source again as it goes; the figures that decide are never the calibration set's;
+2. one calibration (the caller's method, scheme, sentinel guard and outlier widening) and its ranges saved;
+   each 8-bit activation ranked by a cheap bound of its own Q/DQ loss, no model run per candidate: one run
+   of the float model exposing them all (the first 32 calibration samples), each tensor quantize-dequantized
+   with its own parameters (`numerics`) and the relative error taken per channel of the last axis, averaged
+   over channels (`channel_loss`: a whole-tensor error hides an outlier channel, per channel each crushed
+   channel counts fully);
+3. the ranked tensors grouped by role: the name with its layer index taken out (`group_of`:
+   `/encoder/layer.3/output/dense/MatMul_output_0` -> `/encoder/layer.*/output/dense/MatMul_output_0`), a
+   tensor with no layer index its own group; a group's bound is its members' largest channel loss;
+4. candidates mixed in memory (`candidates.Mixer`): the model finalized once at the base precision and once
+   with every ranked tensor int16 (symmetric: zero point 0, what TOSA's int16 profile takes), a candidate
+   taking each tensor's Q/DQ parameters from one or the other; each measured by onnxruntime (optimizations
+   off) on the held-out samples in large batches against the float outputs computed once
+   (`target_metric.HeldOut`);
+5. measurements: the base (passes: nothing widened), every ranked tensor int16 (misses: not reachable by
+   widening; the best measured model is written and the summary says so), then each of the first
+   `MEASURED_GROUPS` groups by bound left at the base precision with every other int16, on the first
+   `SENSITIVITY_SAMPLES` held-out samples: its sensitivity is how much that raises the shortfall
+   (`target_metric`: loss over loss allowed; such losses add up roughly over tensors quantized apart);
+6. groups chosen by sensitivity per tensor (then the unmeasured ones by bound) until the predicted
+   shortfall (every-int16's plus the sensitivities of the groups left) is under `MARGIN`, then verified on
+   every held-out sample, adding the next group while it misses; then each chosen group's members tried
+   without their least-loss half (one evaluation per chosen group, kept when it still passes);
+7. the chosen model is finalized for real and written to `out`, measured again on the held-out samples
+   (`result.search.final`: the same figures as the mixed candidate's), and compared (`result.agreement`);
+   every step (what was tried, widened count, each condition's value, seconds) is in `result.search` (JSON
+   `search`) and in the summary's notes.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qconvert.calibrate.target_metric import Condition, HeldOut, Measurement, conditions_of
 from qconvert.errors import InputError
 
 if TYPE_CHECKING:
@@ -47,83 +61,104 @@ if TYPE_CHECKING:
 
 HELD_OUT_FRACTION = 0.25  # of --data's batches, when no --eval-data is given
 RANKING_SAMPLES = 32  # the ranking's float run: the first whole batches of the calibration data up to this
+SENSITIVITY_SAMPLES = 32  # held-out samples a group's sensitivity is measured on
+MEASURED_GROUPS = 8  # groups (by bound) whose sensitivity is measured
+MARGIN = 0.85  # predicted shortfall to aim at while missing (the additive model is rough)
+MARGIN_BELOW = 0.0  # ... and once a probe passes: the fewest tensors predicted to pass
+MAX_PROBES = 6  # whole-held-out evaluations spent looking for the fewest tensors
 WIDE_TYPE = "int16"
 _STORAGE = {"i8": (np.int8, -128, 127), "u8": (np.uint8, 0, 255), "i16": (np.int16, -32768, 32767)}
 _STORAGE["u16"] = (np.uint16, 0, 65535)
+_LAYER_INDEX = re.compile(r"(?<=[./_])\d+(?=/)")  # a path segment's trailing number: `layer.3/`, `h_3/`
 
 
 @dataclass(frozen=True, slots=True)
 class SearchStep:
-    """One evaluated candidate: how many ranked tensors it widens (or keeps in float), and the metric."""
+    """One evaluated candidate: what it tried, how many tensors it widens, each condition's value."""
 
+    tried: str
     widened: int
-    kept_float: int
-    mean_cosine: float
-    lowest_cosine: float
+    values: tuple[float, ...]
+    shortfall: float
     passed: bool
+    samples: int
     seconds: float
 
 
 @dataclass
 class SearchReport:
-    """The search as run: target, where the held-out data came from, the ranking and every step."""
+    """The search as run: conditions, where the held-out data came from, the ranking and every step."""
 
-    target: float
+    conditions: list[Condition]
     eval_source: str
     eval_samples: int
-    calibration_samples: int
+    calibration_samples: int = 0
     ranked: list[tuple[str, float]] = field(default_factory=list)  # tensor -> channel loss, worst first
+    groups: list[dict[str, object]] = field(default_factory=list)  # group, tensors, bound, sensitivity
     steps: list[SearchStep] = field(default_factory=list)
     widened: list[str] = field(default_factory=list)
-    kept_float: list[str] = field(default_factory=list)
+    why: dict[str, str] = field(default_factory=dict)  # widened tensor -> why
     reached: bool = False
     seconds: float = 0.0
-    outputs: list[str] = field(default_factory=list)  # the outputs whose cosine decides
+    candidates: str = "mixed in memory"  # or why each candidate was finalized instead
+    final: SearchStep | None = None  # the written model, measured again
+    outputs: list[str] = field(default_factory=list)
+    quantized: int = 0  # 8- and 16-bit activations of the written model
 
     def to_json(self) -> dict[str, object]:
         return {
-            "target_cosine": self.target,
+            "conditions": [c.spelled for c in self.conditions],
+            "target_cosine": next((c.threshold for c in self.conditions if c.metric == "cosine"), None),
             "outputs": self.outputs,
             "eval_source": self.eval_source,
             "eval_samples": self.eval_samples,
             "calibration_samples": self.calibration_samples,
+            "candidates": self.candidates,
             "ranked": [{"tensor": name, "channel_loss": loss} for name, loss in self.ranked],
+            "groups": self.groups,
             "steps": [asdict(step) for step in self.steps],
             "widened_to_int16": self.widened,
-            "kept_float": self.kept_float,
+            "why": self.why,
+            "quantized_activations": self.quantized,
             "reached": self.reached,
+            "final": None if self.final is None else asdict(self.final),
             "seconds": self.seconds,
         }
 
     def lines(self) -> list[str]:
         """The summary's notes: where the data came from, each step, the decision."""
-        total = len(self.ranked)
+        spelled = ", ".join(c.spelled for c in self.conditions)
         lines = [
-            f"--target-cosine {self.target}: evaluated on {self.eval_samples} held-out samples "
-            f"({self.eval_source}); calibrated on {self.calibration_samples}; the lowest mean cosine of "
-            f"{', '.join(self.outputs)} decides; {total} activations ranked by their own per-channel loss"
+            f"search ({spelled}): evaluated on {self.eval_samples} held-out samples ({self.eval_source}); "
+            f"calibrated on {self.calibration_samples}; {len(self.ranked)} 8-bit activations ranked by their "
+            f"own per-channel loss in {len(self.groups)} groups; candidates {self.candidates}"
         ]
         for step in self.steps:
-            what = f"{step.widened} of {total} int16" + (
-                f", {step.kept_float} float" if step.kept_float else ""
-            )
-            verdict = "reaches" if step.passed else "misses"
-            lines.append(
-                f"--target-cosine: {what}: mean cosine {step.mean_cosine:.5f}, "
-                f"lowest {step.lowest_cosine:.5f} "
-                f"({verdict} {self.target}, {step.seconds:.1f} s)"
-            )
-        loss = dict(self.ranked)
-        chosen = ", ".join(f"{name} (channel loss {loss[name]:.3g})" for name in self.widened) or "none"
-        lines.append(f"--target-cosine: widened to int16: {chosen}")
-        if self.kept_float:
-            lines.append(f"--target-cosine: kept in float: {', '.join(self.kept_float)}")
+            lines.append(f"search: {step.tried}: {self._figures(step)}")
+        chosen = ", ".join(f"{name} ({self.why.get(name, '')})" for name in self.widened) or "none"
+        lines.append(
+            f"search: widened to int16 ({len(self.widened)} of {self.quantized} activations): {chosen}"
+        )
+        if self.final is not None:
+            lines.append(f"search: the written model: {self._figures(self.final)}")
         if not self.reached:
             lines.append(
-                f"--target-cosine {self.target}: not reached, even with every ranked activation float; "
-                f"the best candidate evaluated is written"
+                f"search ({spelled}): not reached, even with every ranked activation int16; the best "
+                f"candidate measured is written"
             )
         return lines
+
+    def _figures(self, step: SearchStep) -> str:
+        values = ", ".join(
+            f"{c.spelled.split('>')[0].split('<')[0]} {v:.5f}" for c, v in zip(self.conditions, step.values)
+        )
+        verdict = "reaches" if step.passed else "misses"
+        return f"{step.widened} int16, {values} ({verdict}; {step.samples} samples, {step.seconds:.1f} s)"
+
+
+def group_of(name: str) -> str:
+    """The tensor's role: its name with the layer index of each path segment replaced by `*`."""
+    return _LAYER_INDEX.sub("*", name)
 
 
 def channel_loss(values: np.ndarray, restored: np.ndarray) -> float:
@@ -186,84 +221,52 @@ def rank_tensors(
     return sorted(ranked, key=lambda item: (-item[1], item[0]))
 
 
-def _read_batches(
-    data: DataSource, model: ModelProto, batch_size: int | str | None
+class _Split:
+    """`--data` streamed: the calibration batches are read from the source again whenever calibration
+    reads them (a function of no arguments, a re-openable data source); the held-out ones are kept."""
+
+    def __init__(self, data: DataSource, model: ModelProto, batch_size: int | str | None) -> None:
+        from qconvert.calibrate.dataset import open_dataset
+
+        self.dataset = open_dataset(data, model, batch_size)
+        count = sum(1 for _ in self.dataset.batches())  # a first read: how many batches
+        if count < 2:
+            raise InputError(
+                "--target-cosine: --data holds one batch; a held-out split needs two or more "
+                "(or give --eval-data)"
+            )
+        self.held = max(1, round(count * HELD_OUT_FRACTION))
+        self.first_held = count - self.held
+        self.count = count
+
+    def calibration(self) -> Iterator[dict[str, np.ndarray]]:
+        for batch in self.dataset.batches():
+            if batch.index >= self.first_held:
+                return
+            yield batch.arrays
+
+    def held_out(self) -> list[dict[str, np.ndarray]]:
+        return [dict(batch.arrays) for batch in self.dataset.batches() if batch.index >= self.first_held]
+
+
+def _first_samples(
+    data: DataSource, model: ModelProto, batch_size: int | str | None, count: int
 ) -> list[dict[str, np.ndarray]]:
+    """The first whole batches covering `count` samples."""
     from qconvert.calibrate.dataset import open_dataset
 
-    return [dict(batch.arrays) for batch in open_dataset(data, model, batch_size).batches()]
-
-
-def _first_samples(batches: list[dict[str, np.ndarray]], count: int) -> list[dict[str, np.ndarray]]:
-    """The first whole batches covering `count` samples."""
     chosen: list[dict[str, np.ndarray]] = []
-    while len(chosen) < len(batches) and _samples(chosen) < count:
-        chosen.append(batches[len(chosen)])
+    for batch in open_dataset(data, model, batch_size).batches():
+        if sum(len(next(iter(arrays.values()))) for arrays in chosen) >= count:
+            break
+        chosen.append(dict(batch.arrays))
     return chosen
-
-
-def _samples(batches: list[dict[str, np.ndarray]]) -> int:
-    return sum(len(next(iter(arrays.values()))) for arrays in batches if arrays)
-
-
-class HeldOut:
-    """The held-out batches and the float model's outputs on them, computed once for every candidate."""
-
-    def __init__(
-        self, float_model: str | bytes, batches: list[dict[str, np.ndarray]], outputs: Sequence[str] = ()
-    ) -> None:
-        self.batches = batches
-        session = _session(float_model)
-        floating = [o.name for o in session.get_outputs() if o.type in ("tensor(float)", "tensor(double)")]
-        unknown = [name for name in outputs if name not in floating]
-        if unknown:
-            raise InputError(
-                f"--target-output {', '.join(unknown)}: not a float output of the model (its float outputs: "
-                f"{', '.join(floating) or 'none'})"
-            )
-        self.names = list(outputs) or floating
-        if not self.names:
-            raise InputError("--target-cosine: the model has no float output whose cosine can be measured")
-        # Rows per sample where axis 0 is as long as the batch, else the whole output one row.
-        self.expected = [session.run(self.names, arrays) for arrays in batches]
-        self.per_sample = [
-            [np.ndim(v) > 0 and len(v) == _samples([arrays]) for v in values]
-            for arrays, values in zip(batches, self.expected)
-        ]
-
-    def metric(self, path: Path) -> tuple[float, float]:
-        """(lowest mean cosine over float outputs, lowest per-sample cosine) of the QDQ model at `path`."""
-        from qconvert.calibrate.evaluate import sample_cosines
-
-        session = _session(os.fspath(path))
-        cosines: list[list[np.ndarray]] = [[] for _ in self.names]
-        for arrays, expected, rows in zip(self.batches, self.expected, self.per_sample):
-            for index, (want, got) in enumerate(zip(expected, session.run(self.names, arrays))):
-                cosines[index].append(sample_cosines(want, got, rows[index]))
-        means, lows = [], []
-        for found in cosines:
-            values = np.concatenate(found)
-            values = values[np.isfinite(values)]
-            means.append(float(values.mean()) if values.size else 0.0)
-            lows.append(float(values.min()) if values.size else 0.0)
-        return min(means), min(lows)
-
-
-def _session(model: str | bytes) -> Any:
-    """onnxruntime with graph optimizations off (the figures onnxruntime's own reference path gives, and
-    a QDQ session that starts in a fraction of the optimized one's time)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4
-    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
 def search_target_cosine(
     model: str | os.PathLike[str] | ModelProto,
     data: DataSource,
-    target: float,
+    target: float | None,
     *,
     eval_data: DataSource | None = None,
     out: str | os.PathLike[str] | None = None,
@@ -272,18 +275,18 @@ def search_target_cosine(
     batch_size: int | str | None = None,
     calibrate_options: Mapping[str, Any] | None = None,
     target_outputs: Sequence[str] = (),
+    target_metrics: Sequence[str | Condition] = (),
 ) -> CalibrationResult:
-    """Calibrate on `data` (less its held-out quarter when `eval_data` is None), then widen the fewest ranked
-    activations to int16 (else keep them in float) until the outputs' mean cosine on the held-out samples
-    reaches `target`; write that model to `out`. `target_outputs`: the outputs whose cosine counts (default:
-    every float output, the lowest mean decides). `calibrate_options`: the rest of `calibrate`'s keywords."""
+    """Calibrate on `data` (less its held-out quarter when `eval_data` is None), then widen the fewest
+    activations to int16 until every condition holds on the held-out samples (`target`: a mean cosine, on
+    `target_outputs` or every float output; `target_metrics`: `METRIC[:OUTPUT]>=VALUE` conditions, see
+    target_metric.py); write that model to `out`. `calibrate_options`: the rest of `calibrate`'s keywords."""
     from qconvert.calibrate.api import calibrate, make_scheme
     from qconvert.calibrate.collect import load_float_model
-    from qconvert.calibrate.overrides import TensorOverride
+    from qconvert.calibrate.dataset import open_dataset
 
     started = time.perf_counter()
-    if not 0.0 < target <= 1.0:
-        raise InputError(f"--target-cosine {target}: give a cosine in (0, 1]")
+    conditions = conditions_of(target, target_outputs, target_metrics)
     options = dict(calibrate_options or {})
     options.pop("evaluate_samples", None)
     options.pop("evaluate_tensors", None)
@@ -291,103 +294,225 @@ def search_target_cosine(
     reference: str | bytes = (
         model.SerializeToString() if not isinstance(model, str | os.PathLike) else os.fspath(model)
     )
-    batches = _read_batches(data, loaded.model, batch_size)
+    calibration: DataSource
     if eval_data is None:
-        if len(batches) < 2:
-            raise InputError(
-                "--target-cosine: --data holds one batch; a held-out split needs two or more "
-                "(or give --eval-data)"
-            )
-        held = max(1, round(len(batches) * HELD_OUT_FRACTION))
-        calibration, held_out = batches[:-held], batches[-held:]
-        source = f"the last {held} of --data's {len(batches)} batches, not used for calibration"
+        split = _Split(data, loaded.model, batch_size)
+        calibration, held_out = split.calibration, split.held_out()
+        source = f"the last {split.held} of --data's {split.count} batches, not used for calibration"
     else:
-        calibration, held_out = batches, _read_batches(eval_data, loaded.model, batch_size)
-        source = "--eval-data"
-        if not held_out:
-            raise InputError("--eval-data: no samples")
+        calibration, source = data, "--eval-data"
+        held_out = [
+            dict(batch.arrays) for batch in open_dataset(eval_data, loaded.model, batch_size).batches()
+        ]
+    fixed = open_dataset(data, loaded.model, batch_size).fixed_batch
+    evaluation = HeldOut(
+        reference, held_out, conditions, batch_size=1 if fixed or batch_size == "given" else None
+    )
     scheme = make_scheme(options.pop("scheme", None))
-    report = SearchReport(target, source, _samples(held_out), _samples(calibration))
-    evaluation = HeldOut(reference, held_out, target_outputs)
+    report = SearchReport(conditions, source, evaluation.samples)
     report.outputs = evaluation.names
     with tempfile.TemporaryDirectory(prefix="qconvert-search.") as scratch:
-        saved = Path(scratch) / "ranges.json"
+        saved, base_path = Path(scratch) / "ranges.json", Path(scratch) / "base.onnx"
         first = calibrate(
-            model, calibration, scheme=scheme, out=Path(scratch) / "base.onnx", ranges_path=saved,
-            batch_size=batch_size, **options,
+            model, calibration, scheme=scheme, out=base_path, ranges_path=saved, batch_size=batch_size,
+            **options,
         )  # fmt: skip
-        report.ranked = rank_tensors(model, first.quantization, _first_samples(calibration, RANKING_SAMPLES))
-        ranked = [name for name, _ in report.ranked if name not in scheme.tensor_overrides]
+        report.calibration_samples = first.stats.samples_used if first.stats is not None else 0
+        eight_bit = {
+            name: written
+            for name, written in first.quantization.items()
+            if written.get("storage") in ("i8", "u8")
+        }
+        ranking = _first_samples(calibration, loaded.model, batch_size, RANKING_SAMPLES)
+        report.ranked = [
+            (name, loss)
+            for name, loss in rank_tensors(model, eight_bit, ranking)
+            if name not in scheme.tensor_overrides
+        ]
+        ranked = [name for name, _ in report.ranked]
+        report.quantized = len(first.quantization)
 
-        def candidate(widened: int, kept: int) -> Any:
+        def scheme_for(widened: Sequence[str]) -> Any:
+            from qconvert.calibrate.overrides import TensorOverride
+
             chosen = make_scheme(scheme)
-            for name in ranked[kept:widened]:
-                chosen.tensor_overrides[name] = TensorOverride(quant_type=WIDE_TYPE)
-            for name in ranked[:kept]:
-                chosen.keep_float[name] = (
-                    "--target-cosine: kept in float (int16 everywhere misses the target)"
-                )
+            for name in widened:
+                chosen.tensor_overrides[name] = TensorOverride(quant_type=WIDE_TYPE, symmetric=True)
             return chosen
 
-        evaluated: dict[tuple[int, int], SearchStep] = {}
+        build, together = _builder(model, saved, base_path, Path(scratch), ranked, scheme_for, report)
+        steps: dict[tuple[frozenset[str], int], SearchStep] = {}
 
-        def step(widened: int, kept: int = 0) -> bool:
-            if (widened, kept) in evaluated:
-                return evaluated[(widened, kept)].passed
+        def measure(tried: str, widened: Sequence[str], held: HeldOut = evaluation) -> SearchStep:
+            widened = together(widened)
+            key = (frozenset(widened), held.samples)
+            if key in steps:
+                return steps[key]
             begun = time.perf_counter()
-            path = Path(scratch) / f"candidate_{widened}_{kept}.onnx"
-            calibrate(model, None, load_ranges=saved, scheme=candidate(widened, kept), out=path)
-            mean, lowest = evaluation.metric(path)
-            path.unlink(missing_ok=True)
-            result = SearchStep(widened, kept, mean, lowest, mean >= target, time.perf_counter() - begun)
-            evaluated[(widened, kept)] = result
-            report.steps.append(result)
-            return result.passed
+            found: Measurement = held.measure(build(widened))
+            step = SearchStep(
+                tried, len(widened), found.values, found.shortfall, found.passed, held.samples,
+                time.perf_counter() - begun,
+            )  # fmt: skip
+            steps[key] = step
+            report.steps.append(step)
+            return step
 
-        count = len(ranked)
-        widened, kept = 0, 0
-        if not step(0):
-            if step(count):
-                widened = _fewest(lambda k: step(k), count)
-            else:
-                kept = _fewest(lambda k: step(count, k), count) if step(count, count) else count
-                widened = count
-        if (widened, kept) not in evaluated or not evaluated[(widened, kept)].passed:  # not reached: the best
-            best = max(report.steps, key=lambda s: (s.mean_cosine, -s.kept_float, -s.widened))
-            widened, kept = best.widened, best.kept_float
-        report.reached = evaluated[(widened, kept)].passed
-        report.widened = ranked[kept:widened]
-        report.kept_float = ranked[:kept]
-        result = calibrate(  # compared on the held-out samples (only when a model is written)
-            model, held_out if out is not None else None, load_ranges=saved, scheme=candidate(widened, kept),
-            out=out, evaluate_samples=_samples(held_out) if out is not None else 0,
+        chosen = _choose(ranked, dict(report.ranked), measure, evaluation, report)
+        chosen = [name for name in ranked if name in set(together(chosen))]
+        for name in chosen:
+            report.why.setdefault(name, "shares its Q/DQ parameters with a widened tensor (placement.py)")
+        report.reached = measure("", chosen).passed
+        report.widened = chosen
+        final = calibrate(  # compared on the held-out samples (only when a model is written)
+            model, held_out if out is not None else None, load_ranges=saved, scheme=scheme_for(chosen),
+            out=out, evaluate_samples=evaluation.samples if out is not None else 0, batch_size=batch_size,
         )  # fmt: skip
+        if out is not None and os.fspath(out) != "-":
+            begun = time.perf_counter()
+            found = evaluation.measure(os.fspath(out))
+            report.final = SearchStep(
+                "the written model", len(chosen), found.values, found.shortfall, found.passed,
+                evaluation.samples, time.perf_counter() - begun,
+            )  # fmt: skip
         if ranges_path is not None:
             _place(saved, ranges_path, lambda: saved.read_text(encoding="utf-8"))
-    result.stats, result.batch_size = first.stats, first.batch_size
-    result.seconds_collecting, result.method = first.seconds_collecting, first.method
-    result.histograms = first.histograms
-    result.warnings = list(dict.fromkeys([*first.warnings, *result.warnings]))
+    final.stats, final.batch_size = first.stats, first.batch_size
+    final.seconds_collecting, final.method = first.seconds_collecting, first.method
+    final.histograms = first.histograms
+    final.warnings = list(dict.fromkeys([*first.warnings, *final.warnings]))
+    final.notes = list(dict.fromkeys([*first.notes, *final.notes]))
     report.seconds = time.perf_counter() - started
-    result.search = report
-    result.notes.extend(report.lines())
-    result.seconds_total = report.seconds
+    final.search = report
+    final.notes.extend(report.lines())
+    final.seconds_total = report.seconds
     if json_path is not None:
-        _place(None, json_path, result.json_text)
-    return result
+        _place(None, json_path, final.json_text)
+    return final
 
 
-def _fewest(passes: Callable[[int], bool], count: int) -> int:
-    """The least k in 1..count for which `passes(k)` holds, given that `passes(0)` fails and `passes(count)`
-    holds: bisection, log2(count) evaluations (exact when passing grows with k)."""
-    low, high = 0, count  # low fails, high passes
-    while high - low > 1:
-        middle = (low + high) // 2
-        if passes(middle):
-            high = middle
+def _builder(
+    model: str | os.PathLike[str] | ModelProto,
+    saved: Path,
+    base_path: Path,
+    scratch: Path,
+    ranked: Sequence[str],
+    scheme_for: Callable[[Sequence[str]], Any],
+    report: SearchReport,
+) -> tuple[Callable[[Sequence[str]], bytes | str], Callable[[Sequence[str]], list[str]]]:
+    """(candidate(widened) -> the model to run: mixed in memory when the two finalized models allow it,
+    else finalized and written (a path); together(widened) -> with the tensors sharing their parameters)."""
+    import onnx
+
+    from qconvert.calibrate.api import calibrate
+    from qconvert.calibrate.candidates import Mixer
+
+    def finalized(widened: Sequence[str]) -> str:
+        path = scratch / "candidate.onnx"
+        calibrate(model, None, load_ranges=saved, scheme=scheme_for(widened), out=path)
+        return os.fspath(path)
+
+    if not ranked:
+        return finalized, list
+    wide_path = finalized(ranked)
+    mixer = Mixer(onnx.load(base_path), onnx.load(wide_path), ranked)
+    if not mixer.mixable:
+        report.candidates = f"finalized one by one ({mixer.reason})"
+        return finalized, mixer.together
+    if mixer.note:
+        report.candidates = f"mixed in memory ({mixer.note})"
+    return mixer.build, mixer.together
+
+
+def _choose(
+    ranked: Sequence[str],
+    losses: Mapping[str, float],
+    measure: Callable[..., SearchStep],
+    evaluation: HeldOut,
+    report: SearchReport,
+) -> list[str]:
+    """The search's decisions (NOTE 5-6): the tensors to widen, each with why in `report.why`."""
+    base = measure("base (no tensor widened by the search)", [])
+    if base.passed or not ranked:
+        return []
+    top = measure(f"every ranked tensor int16 ({len(ranked)})", list(ranked))
+    if not top.passed:
+        best = min(report.steps, key=lambda step: (step.shortfall, step.widened))
+        return list(ranked) if best is top else []
+    groups: dict[str, list[str]] = {}
+    for name in ranked:
+        groups.setdefault(group_of(name), []).append(name)
+    order = sorted(groups, key=lambda g: (-max(losses[n] for n in groups[g]), g))
+    subset = evaluation.subset(SENSITIVITY_SAMPLES)
+    top_subset = measure(f"every ranked tensor int16 ({len(ranked)})", list(ranked), subset).shortfall
+    sensitivity: dict[str, float] = {}
+    for group in order[:MEASURED_GROUPS]:
+        others = [n for n in ranked if n not in groups[group]]
+        left = measure(
+            f"sensitivity: {group} ({len(groups[group])}) left 8-bit, the rest int16", others, subset
+        )
+        sensitivity[group] = max(0.0, left.shortfall - top_subset)
+    # Each tensor's share: its group's measured sensitivity split by channel loss; the loss no measured
+    # group explains split over the unmeasured tensors the same way.
+    estimate: dict[str, float] = {}
+    unexplained = max(0.0, base.shortfall - top.shortfall - sum(sensitivity.values()))
+    unmeasured = [n for g in order if g not in sensitivity for n in groups[g]]
+    for group in order:
+        members = groups[group]
+        total = sum(losses[n] for n in members) or 1.0
+        pool = sensitivity.get(group)
+        for name in members:
+            if pool is not None:
+                estimate[name] = pool * losses[name] / total
+        entry: dict[str, object] = {
+            "group": group,
+            "tensors": members,
+            "bound": max(losses[n] for n in members),
+        }
+        entry["sensitivity"] = sensitivity.get(group)
+        report.groups.append(entry)
+    spread = sum(losses[n] for n in unmeasured) or 1.0
+    for name in unmeasured:
+        estimate[name] = unexplained * losses[name] / spread
+    chosen_order = sorted(ranked, key=lambda n: (-estimate[n], -losses[n], n))
+    remaining = [0.0] * (len(chosen_order) + 1)  # predicted shortfall left by the tensors after the first k
+    for k in range(len(chosen_order) - 1, -1, -1):
+        remaining[k] = remaining[k + 1] + estimate[chosen_order[k]]
+    low, high = 0, len(chosen_order)  # the first `low` miss, the first `high` pass
+    scale = 1.0  # measured over predicted shortfall above every-int16's, from the last probe
+
+    def guess(aim: float) -> int:
+        return next(
+            (k for k in range(low + 1, high) if top.shortfall + scale * remaining[k] <= aim),
+            (low + high) // 2,
+        )
+
+    probe = guess(MARGIN)
+    for _ in range(MAX_PROBES):
+        if high - low <= 1:
+            break
+        probe = min(max(probe, low + 1), high - 1)
+        step = measure(f"widen the first {probe} by estimated sensitivity", chosen_order[:probe])
+        predicted = remaining[probe]
+        if predicted > 0 and step.shortfall > top.shortfall:
+            scale = (step.shortfall - top.shortfall) / predicted
+        if step.passed:
+            high = probe
+            probe = guess(1.0 - MARGIN_BELOW)
         else:
-            low = middle
-    return high
+            low = probe
+            probe = guess(MARGIN)
+    widened = chosen_order[:high]
+    for name in widened:
+        group = group_of(name)
+        if group in sensitivity:
+            how = f"group {group} measured {sensitivity[group]:.3g}"
+        else:
+            how = f"group {group} not measured: its share of the unexplained {unexplained:.3g}"
+        report.why[name] = (
+            f"estimated sensitivity {estimate[name]:.3g} ({how}), channel loss {losses[name]:.3g}"
+        )
+    return [n for n in ranked if n in widened]
 
 
 def _place(source: Path | None, target: str | os.PathLike[str], text: Callable[[], str]) -> None:
@@ -400,4 +525,4 @@ def _place(source: Path | None, target: str | os.PathLike[str], text: Callable[[
         Path(target).write_text(text(), encoding="utf-8")
 
 
-__all__ = ["SearchReport", "SearchStep", "channel_loss", "rank_tensors", "search_target_cosine"]
+__all__ = ["SearchReport", "SearchStep", "channel_loss", "group_of", "rank_tensors", "search_target_cosine"]

@@ -611,9 +611,10 @@ def calibrate_command(
     symmetric_activations: bool = typer.Option(False, "--symmetric-activations", help="zero point at 0"),
     asymmetric_weights: bool = typer.Option(False, "--asymmetric-weights", help="weights with a zero point"),
     per_channel: bool = typer.Option(
-        True,
-        "--per-channel/--per-tensor-weights",
-        help="weights: one scale per output channel (default), or one per tensor (onnxruntime's default)",
+        False, "--per-channel", help="one scale per output channel of weights (the default)"
+    ),
+    per_tensor_weights: bool = typer.Option(
+        False, "--per-tensor-weights", help="one scale per weight tensor (onnxruntime's default)"
     ),
     block_size: int = typer.Option(0, "--block-size", help="blocked weights of this size (opset 21)"),
     reduce_range: bool = typer.Option(False, "--reduce-range", help="7-bit weights"),
@@ -735,7 +736,7 @@ def calibrate_command(
         "weight_type": weight_type,
         "activation_symmetric": symmetric_activations,
         "weight_symmetric": False if asymmetric_weights else None,
-        "per_channel": per_channel,
+        "per_channel": not _per_tensor_weights(per_channel, per_tensor_weights),
         "block_size": block_size,
         "reduce_range": reduce_range,
         "float8_scale": float8_scale,
@@ -787,6 +788,15 @@ def calibrate_command(
         render(result, sys.stderr, sys.stderr, quiet, worst_tensors, verbose)
         return
     render(result, sys.stdout, sys.stderr, quiet, worst_tensors, verbose)
+
+
+def _per_tensor_weights(per_channel: bool, per_tensor_weights: bool) -> bool:
+    """--per-tensor-weights, refused beside --per-channel (the default it opts out of)."""
+    if per_channel and per_tensor_weights:
+        from qconvert.errors import InputError
+
+        raise InputError("--per-channel and --per-tensor-weights: give one (per-channel is the default)")
+    return per_tensor_weights
 
 
 @app.command("report")

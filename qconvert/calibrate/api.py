@@ -46,6 +46,7 @@ from qconvert.calibrate.collect import (
 )
 from qconvert.calibrate.dataset import AS_GIVEN, DatasetStats, DataSource, open_dataset
 from qconvert.calibrate.evaluate import Agreement, evaluate, quantized_activations, tensor_losses
+from qconvert.calibrate.first_samples import FirstSamples
 from qconvert.calibrate.histograms import exported_histogram
 from qconvert.calibrate.methods import METHODS, Method, make_method
 from qconvert.calibrate.observers import MinMaxObserver
@@ -255,6 +256,7 @@ def _observe(
     sentinel: SentinelPolicy | str,
     sentinel_overrides: Mapping[str, str] | Sequence[str] | None,
     progress: ProgressCallback | None,
+    first: FirstSamples | None = None,
 ) -> _Observed:
     model = loaded.model
     dataset = open_dataset(data, model, batch_size)
@@ -275,6 +277,7 @@ def _observe(
         ray_address=ray_address,
         threads_per_worker=threads_per_worker,
         verbose=verbose,
+        first=first,  # the outlier-channel run read off this pass (first_samples.py)
     )
     seconds = time.perf_counter() - started
     decision = passes.decision or passes.guard(results[0].observers)
@@ -509,6 +512,7 @@ def calibrate(
             raise InputError("calibrate needs --data (or --load-ranges to reuse saved ranges)")
         initializers = {tensor.name for tensor in graph.initializer}
         chosen_method = _method(method, chosen, method_options or {}, initializers)
+        first = FirstSamples(loaded.model) if outlier_channels == "widen" else None
         observed = _observe(
             loaded,
             data,
@@ -523,11 +527,12 @@ def calibrate(
             sentinel=sentinel,
             sentinel_overrides=sentinel_overrides,
             progress=progress,
+            first=first,
         )
         keep_float = observed.keep_float
         widened: dict[str, str] = {}
         if outlier_channels == "widen":
-            float_run, widened = _outlier_channels(loaded, data, batch_size, chosen, observed)
+            float_run, widened = _outlier_channels(loaded, data, batch_size, chosen, observed, first)
         ranges = CalibrationRanges(
             metadata={
                 "model": loaded.label,
@@ -728,6 +733,7 @@ def _outlier_channels(
     batch_size: int | str | None,
     scheme: Scheme,
     observed: _Observed,
+    first: FirstSamples | None = None,
 ) -> tuple[FloatRun | None, dict[str, str]]:
     """The activations to widen to int16 (tensor -> why): the guard's outliers, then those whose channel
     spread on the first samples is an outlier's (`channel_spread.py`), at most OUTLIER_SHARE of them all;
@@ -755,7 +761,10 @@ def _outlier_channels(
     if not candidates:
         return None, widened
     try:
-        run = run_float(loaded, candidates, open_dataset(data, model, batch_size))
+        if first is not None and first.complete:  # read off calibration's pass: no run of its own
+            run = first.float_run(candidates)
+        else:
+            run = run_float(loaded, candidates, open_dataset(data, model, batch_size))
     except InputError as error:  # data that cannot be read again (a one-shot iterator): nothing widened
         observed.warnings.append(
             f"the outlier-channel run did not run ({error.message}): nothing widened for outlier channels "

@@ -32,6 +32,7 @@ from qconvert.calibrate.workers import (
     ENGINES,
     AugmentedModel,
     Engine,
+    FirstBatches,
     ObserverTable,
     Share,
     ShareResult,
@@ -298,14 +299,16 @@ def collect_passes(
     ray_address: str | None = None,
     threads_per_worker: int | None = None,
     verbose: bool = False,
+    first: FirstBatches | None = None,
 ) -> list[CollectResult]:
     """Several passes over the data: `passes[k](observers of pass k-1 or None)` gives pass k's fresh
     observers (a histogram pass takes its fixed range from a min/max pass). One engine (its processes,
-    sessions, Ray actors) serves every pass. Progress spans all passes."""
+    sessions, Ray actors) serves every pass. Progress spans all passes. `first` reads the first pass's
+    first batches when one worker runs it here (workers.FirstBatches); otherwise it is left unread."""
     total = dataset.count_samples()  # None for a function: known after pass 1
     results: list[CollectResult] = []
     options = {"ray_address": ray_address, "threads_per_worker": threads_per_worker, "verbose": verbose}
-    with open_engine(augmented, workers, engine, **options) as running:
+    with open_engine(augmented, workers, engine, first=first, **options) as running:
         for number, make_observers in enumerate(passes):
 
             def report(
@@ -329,6 +332,7 @@ __all__ = [
     "CollectResult",
     "DETACHED_WEIGHT_BYTES",
     "ENGINES",
+    "FirstBatches",
     "ObserverTable",
     "ProgressCallback",
     "VALUE_PRESERVING_OPS",

@@ -91,6 +91,21 @@ def make_session(augmented: AugmentedModel, threads: int = 1) -> Any:
     return session
 
 
+class FirstBatches(Protocol):
+    """Who also reads the first batches of the in-process pass (one worker, first pass only): the whole
+    batches until `samples` samples are covered, with the graph `outputs` fetched beside the observed
+    tensors (first_samples.py: the outlier-channel statistics and the float reference of the comparison,
+    without a second session and run). Per batch, `add_outputs` on the pass's thread, then `add_tensor`
+    once per observed tensor on the observers' threads (different tensors at once, never one twice)."""
+
+    samples: int
+    outputs: tuple[str, ...]
+
+    def add_outputs(self, size: int, outputs: dict[str, np.ndarray]) -> None: ...
+
+    def add_tensor(self, name: str, values: np.ndarray) -> None: ...
+
+
 # One share of one pass -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Share:
@@ -120,8 +135,15 @@ class ShareResult:
     threads: int = 0  # the intra-op threads of the onnxruntime session that ran it (0: onnxruntime's default)
 
 
-def observe_share(session: Any, share: Share, report: Callable[[int], None], threads: int = 1) -> ShareResult:
+def observe_share(
+    session: Any,
+    share: Share,
+    report: Callable[[int], None],
+    threads: int = 1,
+    first: FirstBatches | None = None,
+) -> ShareResult:
     """Run the model on the share's batches, feeding its observers; `report(samples)` after each batch.
+    `first` (a share of one, reading all the data) also reads the first batches (`FirstBatches`).
 
     `threads` is the number of cores this share may use: the session runs on them, then that many threads
     observe the batch's tensors (numpy and our C loops release the GIL), the largest first, and the
@@ -138,30 +160,46 @@ def observe_share(session: Any, share: Share, report: Callable[[int], None], thr
     stats = DatasetStats()
     result = ShareResult(share.observers, stats)
     sharded = share.dataset.shard is not None  # reads only its own data; else all of it, runs its batches
+    if first is not None and (sharded or share.count != 1):
+        raise ValueError("the first batches are read by a share of one that reads all the data")
+    extra = [] if first is None else [name for name in first.outputs if name not in share.observers]
+    covered = 0  # samples of the batches `first` has read
     read_before = bytes_read()
 
-    def run(batch: Batch) -> list[tuple[str, np.ndarray]]:
+    def run(batch: Batch, peek: bool) -> list[tuple[str, np.ndarray]]:
+        fetched = [*names, *extra] if peek else names
         try:
-            outputs = session.run(names, batch.arrays)
+            outputs = session.run(fetched, batch.arrays)
         except Exception as error:  # onnxruntime's own exception types
             raise InputError(
                 f"{share.dataset.label}: onnxruntime failed on {share.dataset.feed} {batch.index}: {error}"
             ) from None
+        if peek:
+            assert first is not None
+            by_name = dict(zip(fetched, outputs))
+            first.add_outputs(batch.size, {name: by_name[name] for name in first.outputs})
         # A zero-size dim leaves nothing to observe (and min/max of nothing is undefined).
         tensors = [(name, values) for name, values in zip(names, outputs) if values.size]
         return sorted(tensors, key=lambda item: item[1].size, reverse=True)
 
-    def observe_tensor(name: str, values: np.ndarray) -> None:
+    def observe_tensor(name: str, values: np.ndarray, peek: bool) -> None:
         for observer in share.observers[name]:
             observer.observe(values)
+        if peek:
+            assert first is not None
+            first.add_tensor(name, values)
 
     # Its outputs are dropped on return, before the next run allocates its own.
     def observe(batch: Batch, pool: ThreadPoolExecutor | None) -> None:
+        nonlocal covered
+        peek = first is not None and covered < first.samples
+        covered += batch.size if peek else 0
         if pool is None:
-            for name, values in run(batch):
-                observe_tensor(name, values)
+            for name, values in run(batch, peek):
+                observe_tensor(name, values, peek)
         else:
-            for future in [pool.submit(observe_tensor, name, values) for name, values in run(batch)]:
+            tensors = run(batch, peek)
+            for future in [pool.submit(observe_tensor, name, values, peek) for name, values in tensors]:
                 future.result()
 
     with contextlib.ExitStack() as stack:
@@ -211,20 +249,24 @@ class Engine(Protocol):
 
 
 class InProcessEngine:
-    """One share, here, on every core."""
+    """One share, here, on every core; `first` reads the first pass's first batches (`FirstBatches`)."""
 
     workers = 1
 
-    def __init__(self, augmented: AugmentedModel, threads: int | None = None) -> None:
+    def __init__(
+        self, augmented: AugmentedModel, threads: int | None = None, first: FirstBatches | None = None
+    ) -> None:
         self.augmented = augmented
         self.session: Any = None
         self.threads = threads
+        self.first = first
 
     def run(self, shares: Sequence[Share], progress: Callable[[int], None]) -> list[ShareResult]:
         threads = self.threads or os.cpu_count() or 1
         if self.session is None:
             self.session = make_session(self.augmented, threads)
-        return [observe_share(self.session, share, progress, threads) for share in shares]
+        first, self.first = self.first, None  # the first pass only
+        return [observe_share(self.session, share, progress, threads, first) for share in shares]
 
 
 # State of a worker process (set by its initializer): the model, its session once built, the progress queue.
@@ -401,11 +443,13 @@ def open_engine(
     ray_address: str | None = None,
     threads_per_worker: int | None = None,
     verbose: bool = False,
+    first: FirstBatches | None = None,
 ) -> Iterator[Engine]:
     """The engine that runs every pass of one calibration; closed (processes, Ray) on exit.
 
     `ray_address` (a cluster to join, see ray_cluster.py) implies the ray engine. `threads_per_worker`:
-    each worker's onnxruntime threads (None: its share of the cores, or of its Ray node's CPUs)."""
+    each worker's onnxruntime threads (None: its share of the cores, or of its Ray node's CPUs). `first`
+    reads the first batches in the in-process engine (one worker); other engines leave it unread."""
     if workers < 1:
         raise InputError(f"--workers {workers}: expected 1 or more")
     if threads_per_worker is not None and threads_per_worker < 1:
@@ -421,7 +465,7 @@ def open_engine(
             yield on_ray
         return
     if workers == 1:
-        yield InProcessEngine(augmented, threads_per_worker)
+        yield InProcessEngine(augmented, threads_per_worker, first)
         return
     processes = ProcessEngine(augmented, workers, threads_per_worker)
     try:
@@ -434,6 +478,7 @@ def open_engine(
 
 __all__ = [
     "AugmentedModel",
+    "FirstBatches",
     "ENGINES",
     "Engine",
     "ObserverTable",

@@ -27,7 +27,7 @@ from qconvert.ir.attributes import ArrayAttr, Attribute, DictionaryAttr, StringA
 from qconvert.ir.core import Block, Builder, Operation, Value
 from qconvert.ir.dialects.builtin import ModuleOp
 from qconvert.ir.dialects.func import FuncOp
-from qconvert.ir.dialects.onnx import main_function
+from qconvert.ir.dialects.onnx import main_function, node_name
 from qconvert.ir.dialects.qconvert import NOTE, QOperatorOp
 from qconvert.ir.printer import print_type, write_module_to
 from qconvert.ir.quant_types import UniformQuantizedType
@@ -54,11 +54,21 @@ from .legalize_quant import (
     PerChannelWeightZeroPoints,
     RequantizeToRescale,
     rescale_to,
+    storage_zero_point,
 )
 from .options import TosaOptions
 from .pool_ties import AveragePoolTiesToEven, FloatAveragePoolRequantized
 from .softmax import IntegerSoftmax
-from .storage import CAST, Refusals, fold_casts, materialize, quant_type, storage_of, storage_type
+from .storage import (
+    CAST,
+    Refusals,
+    fold_casts,
+    is_uniform,
+    materialize,
+    quant_type,
+    storage_of,
+    storage_type,
+)
 
 __all__ = ["QUANT_TYPE", "convert_to_tosa", "write_tosa"]
 
@@ -303,6 +313,7 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     from qconvert.backends.stablehlo import convert_to_stablehlo
 
     options = options if options is not None else TosaOptions()
+    _refuse_asymmetric_16_bit(module)
     labels: Labels = {}  # --allow-float: StableHLO op -> the ONNX node it computes, for the islands' notes
     rounding = TosaRounding(options.rounding)
     converted = convert_to_stablehlo(
@@ -359,6 +370,34 @@ def convert_to_tosa(module: ModuleOp, options: TosaOptions | None = None) -> Mod
     if options.allow_float:
         converted.attributes[NOTE] = StringAttr(profile_note(island_nodes(body)))
     return converted
+
+
+def _refuse_asymmetric_16_bit(module: ModuleOp) -> None:
+    """Before converting: every 16-bit quantized value with a non-zero zero point, named (the ONNX node that
+    makes it, and the tensor a QuantizeLinear quantizes), in one InputError that says the fix."""
+    found: dict[str, int] = {}
+    for op in module.walk():
+        for value in op.results:
+            type_ = quant_type(value)
+            if type_ is None or getattr(type_.storage_type, "width", 0) != 16 or not is_uniform(type_):
+                continue
+            zero_points = storage_zero_point(type_)
+            if (zero_points == 0).all():
+                continue
+            name = (
+                node_name(op) or op.name
+            )  # our calibrate and onnxruntime name a Q node TENSOR_QuantizeLinear
+            found.setdefault(name.removesuffix("_QuantizeLinear"), int(zero_points[zero_points != 0][0]))
+    if not found:
+        return
+    listed = ", ".join(f"'{name}' (zero point {zero_point})" for name, zero_point in list(found.items())[:5])
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    raise InputError(
+        f"cannot convert to TOSA: 16-bit activations with a non-zero zero point: {listed}{more}. TOSA's "
+        "int16 ops take zero point 0: calibrate them symmetric (`qconvert calibrate --overrides` "
+        'with {"quant_type": "QInt16", "symmetric": true} for each, or onnxruntime\'s '
+        "ActivationSymmetric=True)"
+    )
 
 
 def write_tosa(converted: ModuleOp, output: str | IO[str]) -> None:

@@ -440,6 +440,9 @@ class FloatDotToQuantizedDot:
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> bool:
         target = quant_type(op.result)
         dot = _unwrapped(op.operands[0]).owner_op()
+        bias_add = dot if dot is not None and dot.name == "stablehlo.add" else None
+        if bias_add is not None:
+            dot = self._biased_dot(bias_add)
         if target is None or dot is None or dot.name != "stablehlo.dot_general":
             return False
         sources = []
@@ -458,6 +461,8 @@ class FloatDotToQuantizedDot:
             return self.refusals.refuse(op, INT16_ZERO_POINT)
         if not (isinstance(types[1], UniformQuantizedType) and _width(types[1]) == 8) and not per_axis_rhs:
             return self.refusals.refuse(op, f"a float product of {types} (8-bit rhs only)")
+        if bias_add is not None and _width(types[0]) != 16:
+            return False  # 8-bit Gemm / MatMul + bias: the StableHLO fusion's or the later patterns' case
         accumulator: QuantizedType
         if per_axis_rhs:  # constant weights per output column (MatMul's per-channel weights)
             output_dim = PerChannelWeightZeroPoints.output_dim(dot, types[1].quantized_dimension)  # type: ignore[union-attr]
@@ -480,9 +485,62 @@ class FloatDotToQuantizedDot:
             "stablehlo.dot_general", sources, [dot_type.with_element_type(accumulator)], dict(dot.attributes)
         )
         product = rewriter.insert(quantized_dot).result
+        if bias_add is not None:  # a 16-bit activation's Gemm / MatMul + bias: the i32 bias added there
+            added = self._add_bias(bias_add, dot, product, rewriter)
+            if added is None:
+                return self.refusals.refuse(op, "a product's bias not an int32 at the accumulator's scale")
+            product = added
         requantize = GenericOp("stablehlo.uniform_quantize", [product], [op.result.type])
         rewriter.replace_op(op, [rewriter.insert(requantize).result])
         return True
+
+    @staticmethod
+    def _biased_dot(add: Operation) -> Operation | None:
+        """The dot_general of `add(dot_general, broadcast_in_dim(bias))` (either order), else None."""
+        for operand in add.operands:
+            producer = _unwrapped(operand).owner_op()
+            if producer is not None and producer.name == "stablehlo.dot_general":
+                return producer
+        return None
+
+    @staticmethod
+    def _add_bias(add: Operation, dot: Operation, product: Value, rewriter: PatternRewriter) -> Value | None:
+        """`product` + the add's int32 bias along the output's last dim, when the bias's scales are the
+        accumulator's (onnxruntime's s_x * s_w) and its zero points 0; None when it is not such a bias."""
+        other = next(v for v in add.operands if _unwrapped(v).owner_op() is not dot)
+        broadcast = _unwrapped(other).owner_op()
+        if broadcast is None or broadcast.name != "stablehlo.broadcast_in_dim":
+            return None
+        bias = _dequantized(broadcast.operands[0])
+        accumulator_type = product.type
+        assert isinstance(accumulator_type, RankedTensorType)
+        rank = accumulator_type.rank
+        dims = tuple(broadcast.attributes["broadcast_dimensions"].values)  # type: ignore[attr-defined]
+        bias_type = quant_type(bias) if bias is not None else None
+        if bias is None or bias_type is None or not is_uniform(bias_type) or _width(bias_type) != 32:
+            return None
+        channels = accumulator_type.shape[-1]
+        if dims != (rank - 1,) or _ranked_shape(bias) != (channels,):
+            return None
+        scales = _scales(quant_type(product))  # type: ignore[arg-type]
+        if np.any(storage_zero_point(bias_type) != 0):
+            return None
+        if not _close(np.broadcast_to(_scales(bias_type), scales.shape), scales):
+            return None
+        accumulator = quant_type(product)
+        if (
+            isinstance(accumulator, UniformQuantizedPerAxisType)
+            and accumulator.quantized_dimension != rank - 1
+        ):
+            return None
+        widened = GenericOp(
+            "stablehlo.broadcast_in_dim",
+            [bias],
+            [accumulator_type],
+            {"broadcast_dimensions": DenseArrayAttr(I64, (rank - 1,))},
+        )
+        added = GenericOp("stablehlo.add", [product, rewriter.insert(widened).result], [accumulator_type])
+        return rewriter.insert(added).result
 
 
 def _dequantized(value: Value) -> Value | None:
@@ -804,8 +862,20 @@ class FloatClampToClamp:
                 high = min(high, level)
             value = producer.operands[0]
         source = _dequantized(value)
-        if source is None or value is op.operands[0] or quant_type(source) != target:
+        if source is None or value is op.operands[0]:
             return False
+        source_type = quant_type(source)
+        if source_type != target:
+            # 8 <-> 16 bits (a Relu whose output an int16 override widened): requantize, then clamp; exact,
+            # as rounding is monotone and keeps 0 (quantize(max(x, 0)) = max(quantize(x), quantize(0)))
+            if not isinstance(source_type, UniformQuantizedType) or 16 not in (
+                _width(source_type),
+                _width(target),
+            ):
+                return False
+            shape = _ranked_shape(source)
+            requantize = GenericOp("stablehlo.uniform_quantize", [source], [RankedTensorType(shape, target)])
+            source = rewriter.insert(requantize).result
         storage = storage_of(rewriter, source)
         replace_with_storage(rewriter, op, [ops.clamp(rewriter, storage, low, high)])
         return True

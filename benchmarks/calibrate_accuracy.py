@@ -17,10 +17,13 @@ ru_maxrss, read by a small parent that runs only it):
   per-channel weights;
 - `ort-dynamic`: `quantize_dynamic` with per-channel weights (activations quantized at run time);
 - `qconvert`: `qconvert calibrate` with no accuracy flag (`--evaluate 0`: the comparison below is ours);
-- `qconvert-target`: `qconvert calibrate --target-cosine 0.99 --per-channel --eval-data HELD_OUT
-  --target-output OUTPUT` (the
-  search evaluates on the held-out rows, the same rows this table reports: say so when quoting it);
-  `qconvert-target-smooth`: the same after `--smooth-quant auto` (SmoothQuant, alpha searched per input).
+- `qconvert-target`: `qconvert calibrate --target-cosine 0.99 --eval-data HELD_OUT --target-output OUTPUT`
+  (the search evaluates on the held-out rows, the same rows this table reports: say so when quoting it);
+  `qconvert-target-smooth`: the same after `--smooth-quant auto` (SmoothQuant, alpha searched per input);
+- `qconvert-goal`: issue 26's goal as conditions, `--method percentile --target-metric cosine:OUTPUT>=0.995
+  --target-metric min-cosine:OUTPUT>=0.99 --eval-data HELD_OUT`; `qconvert-goal-smooth`: the same after
+  `--smooth-quant auto`.
+Every qconvert command runs with its defaults otherwise (per-channel weights, outlier channels widened).
 Every written model then runs in onnxruntime (CPU, optimizations off, as the issue measured) on the held-out
 rows beside the float model. `int16` counts activations whose QuantizeLinear stores 16 bits, of all
 quantized activations; `float ops` counts MatMul/Gemm/Conv nodes not fed by DequantizeLinear on every input
@@ -52,6 +55,8 @@ TOOLS = (
     "qconvert",
     "qconvert-target",
     "qconvert-target-smooth",
+    "qconvert-goal",
+    "qconvert-goal-smooth",
 )
 ORT_CHILD = r"""
 import sys, json, numpy as np
@@ -142,9 +147,18 @@ def run_tool(tool: str, name: str, model: Path, calibration: Path, held_out: Pat
         ]
         command += ["--quiet", "--evaluate", "0", "--json", str(out.with_suffix(".json"))]
         if tool.startswith("qconvert-target"):
-            command += ["--target-cosine", str(target), "--per-channel", "--eval-data", str(held_out)]
+            command += ["--target-cosine", str(target), "--eval-data", str(held_out)]
             command += ["--target-output", OUTPUTS[name]]  # the output this table reports
-        if tool == "qconvert-target-smooth":
+        if tool.startswith("qconvert-goal"):
+            output = OUTPUTS[name]
+            command += ["--method", "percentile", "--eval-data", str(held_out)]
+            command += [
+                "--target-metric",
+                f"cosine:{output}>=0.995",
+                "--target-metric",
+                f"min-cosine:{output}>=0.99",
+            ]
+        if tool.endswith("-smooth"):
             command += ["--smooth-quant", "auto"]
     done = subprocess.run([PYTHON, "-c", PEAK_CHILD, *command], capture_output=True, text=True, cwd=REPO)
     figures = json.loads(done.stdout.strip().splitlines()[-1])
@@ -219,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                     if name == "digits":
                         row["top1_agreement"] = float((reference.argmax(1) == got.argmax(1)).mean())
                     row.update(structure(out))
+                    row.update(search_figures(out.with_suffix(".json")))
                 else:
                     row["error"] = error
                 rows.append(row)
@@ -228,12 +243,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def search_figures(path: Path) -> dict[str, object]:
+    """The search's own account (qconvert's --json): reached, evaluations, seconds per phase."""
+    if not path.exists():
+        return {}
+    search = json.loads(path.read_text()).get("search")
+    if not search:
+        return {}
+    return {"reached": search["reached"], "evaluations": len(search["steps"]), "phases": search.get("phases")}
+
+
 def _line(row: dict[str, object]) -> str:
     head = f"{row['model']:7} {row['tool']:23} {row['seconds']:7.2f} s"
     head += f" {row['peak_mib']:6} MiB"
     if "error" in row:
         return f"{head}  failed: {row['error']}"
     extra = f" top-1 {row['top1_agreement']:.3f}" if "top1_agreement" in row else ""
+    if "evaluations" in row:
+        extra += (
+            f" (search: {'reached' if row['reached'] else 'NOT reached'}, {row['evaluations']} evaluations)"
+        )
     return (
         f"{head}  cosine mean {row['mean_cosine']:.4f} min {row['lowest_cosine']:.4f}{extra}  "
         f"int16 {row['int16']}/{row['activations']} activations, {row['float_ops']} float MatMul/Gemm/Conv"

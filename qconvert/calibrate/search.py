@@ -7,7 +7,7 @@ NOTE: the search, in the order it runs:
    source again as it goes; the figures that decide are never the calibration set's;
 2. one calibration (the caller's method, scheme, sentinel guard and outlier widening) and its ranges saved;
    each 8-bit activation ranked by a cheap bound of its own Q/DQ loss, no model run per candidate: one run
-   of the float model exposing them all (the first 32 calibration samples), each tensor quantize-dequantized
+   of the float model exposing them all (the first 16 calibration samples), each tensor quantize-dequantized
    with its own parameters (`numerics`) and the relative error taken per channel of the last axis, averaged
    over channels (`channel_loss`: a whole-tensor error hides an outlier channel, per channel each crushed
    channel counts fully);
@@ -24,10 +24,13 @@ NOTE: the search, in the order it runs:
    `MEASURED_GROUPS` groups by bound left at the base precision with every other int16, on the first
    `SENSITIVITY_SAMPLES` held-out samples: its sensitivity is how much that raises the shortfall
    (`target_metric`: loss over loss allowed; such losses add up roughly over tensors quantized apart);
-6. groups chosen by sensitivity per tensor (then the unmeasured ones by bound) until the predicted
-   shortfall (every-int16's plus the sensitivities of the groups left) is under `MARGIN`, then verified on
-   every held-out sample, adding the next group while it misses; then each chosen group's members tried
-   without their least-loss half (one evaluation per chosen group, kept when it still passes);
+6. each tensor's estimated sensitivity: its group's measured one split over the members by channel loss
+   (the loss no measured group explains split over the unmeasured tensors the same way); tensors in that
+   order, and the fewest first k that pass looked for with at most `MAX_PROBES` whole-held-out
+   evaluations: the first probe where the additive prediction falls under `MARGIN`, each next one where
+   the prediction, rescaled by the last probe's measured over predicted loss, reaches the target, inside
+   the bracket of a missing and a passing k (bisection when the prediction gives nothing inside). Tensors
+   tied in the finalized model (sharing Q/DQ parameters, or one bias) are widened together;
 7. the chosen model is finalized for real and written to `out`, measured again on the held-out samples
    (`result.search.final`: the same figures as the mixed candidate's), and compared (`result.agreement`);
    every step (what was tried, widened count, each condition's value, seconds) is in `result.search` (JSON
@@ -60,7 +63,7 @@ if TYPE_CHECKING:
     from qconvert.numerics import UniformParams
 
 HELD_OUT_FRACTION = 0.25  # of --data's batches, when no --eval-data is given
-RANKING_SAMPLES = 32  # the ranking's float run: the first whole batches of the calibration data up to this
+RANKING_SAMPLES = 16  # the ranking's float run: the first whole batches of the calibration data up to this
 SENSITIVITY_SAMPLES = 32  # held-out samples a group's sensitivity is measured on
 MEASURED_GROUPS = 8  # groups (by bound) whose sensitivity is measured
 MARGIN = 0.85  # predicted shortfall to aim at while missing (the additive model is rough)
@@ -104,6 +107,13 @@ class SearchReport:
     final: SearchStep | None = None  # the written model, measured again
     outputs: list[str] = field(default_factory=list)
     quantized: int = 0  # 8- and 16-bit activations of the written model
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
+
+    def lap(self, phase: str, since: float) -> float:
+        """Record the seconds since `since` as `phase`'s; the time now."""
+        now = time.perf_counter()
+        self.phases[phase] = now - since
+        return now
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -123,6 +133,7 @@ class SearchReport:
             "reached": self.reached,
             "final": None if self.final is None else asdict(self.final),
             "seconds": self.seconds,
+            "phases": self.phases,
         }
 
     def lines(self) -> list[str]:
@@ -141,6 +152,8 @@ class SearchReport:
         )
         if self.final is not None:
             lines.append(f"search: the written model: {self._figures(self.final)}")
+        phases = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in self.phases.items())
+        lines.append(f"search: {self.seconds:.1f} s: {phases}")
         if not self.reached:
             lines.append(
                 f"search ({spelled}): not reached, even with every ranked activation int16; the best "
@@ -164,8 +177,9 @@ def group_of(name: str) -> str:
 def channel_loss(values: np.ndarray, restored: np.ndarray) -> float:
     """Mean over channels (last axis) of ‖x_c - x̂_c‖ / ‖x_c‖ over the channel's finite values (0 for a
     channel of zeros restored exactly): a crushed small channel beside an outlier one counts fully."""
-    left = np.asarray(values, np.float64).reshape(-1, values.shape[-1] if values.ndim else 1)
-    right = np.asarray(restored, np.float64).reshape(left.shape)
+    # float32: a ranking, not a figure (the exposing run on MiniLM spends its time in these reductions)
+    left = np.asarray(values, np.float32).reshape(-1, values.shape[-1] if values.ndim else 1)
+    right = np.asarray(restored, np.float32).reshape(left.shape)
     finite = np.isfinite(left) & np.isfinite(right)
     left, right = np.where(finite, left, 0.0), np.where(finite, right, 0.0)
     errors = np.linalg.norm(left - right, axis=0)
@@ -318,6 +332,7 @@ def search_target_cosine(
             **options,
         )  # fmt: skip
         report.calibration_samples = first.stats.samples_used if first.stats is not None else 0
+        lap = report.lap("calibration (and the held-out float outputs)", started)
         eight_bit = {
             name: written
             for name, written in first.quantization.items()
@@ -331,6 +346,7 @@ def search_target_cosine(
         ]
         ranked = [name for name, _ in report.ranked]
         report.quantized = len(first.quantization)
+        lap = report.lap("ranking", lap)
 
         def scheme_for(widened: Sequence[str]) -> Any:
             from qconvert.calibrate.overrides import TensorOverride
@@ -342,6 +358,7 @@ def search_target_cosine(
 
         build, together = _builder(model, saved, base_path, Path(scratch), ranked, scheme_for, report)
         steps: dict[tuple[frozenset[str], int], SearchStep] = {}
+        lap = report.lap("the every-int16 model, finalized", lap)
 
         def measure(tried: str, widened: Sequence[str], held: HeldOut = evaluation) -> SearchStep:
             widened = together(widened)
@@ -364,6 +381,7 @@ def search_target_cosine(
             report.why.setdefault(name, "shares its Q/DQ parameters with a widened tensor (placement.py)")
         report.reached = measure("", chosen).passed
         report.widened = chosen
+        lap = report.lap("evaluations", lap)
         final = calibrate(  # compared on the held-out samples (only when a model is written)
             model, held_out if out is not None else None, load_ranges=saved, scheme=scheme_for(chosen),
             out=out, evaluate_samples=evaluation.samples if out is not None else 0, batch_size=batch_size,
@@ -375,6 +393,7 @@ def search_target_cosine(
                 "the written model", len(chosen), found.values, found.shortfall, found.passed,
                 evaluation.samples, time.perf_counter() - begun,
             )  # fmt: skip
+        report.lap("the chosen model, finalized, written, compared", lap)
         if ranges_path is not None:
             _place(saved, ranges_path, lambda: saved.read_text(encoding="utf-8"))
     final.stats, final.batch_size = first.stats, first.batch_size
@@ -494,8 +513,8 @@ def _choose(
         probe = min(max(probe, low + 1), high - 1)
         step = measure(f"widen the first {probe} by estimated sensitivity", chosen_order[:probe])
         predicted = remaining[probe]
-        if predicted > 0 and step.shortfall > top.shortfall:
-            scale = (step.shortfall - top.shortfall) / predicted
+        if predicted > 0:  # far inside the passing side the measured loss is noise: the scale stays bounded
+            scale = min(max((step.shortfall - top.shortfall) / predicted, 0.5), 2.0)
         if step.passed:
             high = probe
             probe = guess(1.0 - MARGIN_BELOW)

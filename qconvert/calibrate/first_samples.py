@@ -11,6 +11,8 @@ and no second run: on the real all-MiniLM-L6-v2, 0.4-0.5 s and ~0.3 GB of peak l
 `FloatRun` float_run gives (same batches, same per-channel maxima: max is exact in any order), with
 spreads for every observed activation (the caller picks its candidates among them). Other engines
 (`--workers N`, Ray) leave it unread (`complete` False): the caller then runs float_run.
+The channel maxima of a finite float32 tensor on its last axis take two reductions (`last_axis_maxima`)
+instead of channel_maxima's |x| and finite-mask copies: 4-5x less CPU, the same values.
 """
 
 from __future__ import annotations
@@ -33,6 +35,23 @@ if TYPE_CHECKING:
     from onnx import ModelProto
 
 
+def last_axis_maxima(values: np.ndarray, axis: int) -> np.ndarray | None:
+    """`channel_maxima(values, axis)`, the same array: for a C-contiguous float32 tensor with channels on
+    the last axis and every value finite, max(max x, -min x) per channel (= max |x|; `+ 0` turns a -0.0
+    into channel_maxima's 0.0); anything else goes to channel_maxima itself."""
+    array = np.asarray(values)
+    last = axis in (-1, array.ndim - 1)
+    if not last or array.ndim < 2 or array.size == 0 or array.dtype != np.float32:
+        return channel_maxima(values, axis)
+    if not array.flags.c_contiguous:
+        return channel_maxima(values, axis)
+    rows = array.reshape(-1, array.shape[-1])
+    high, low = rows.max(axis=0), rows.min(axis=0)
+    if not (np.isfinite(high).all() and np.isfinite(low).all()):  # NaN or Inf somewhere: the slow path
+        return channel_maxima(values, axis)
+    return (np.maximum(high, -low) + np.float32(0)).astype(np.float64)
+
+
 class FirstSamples:
     """workers.FirstBatches for the outlier-channel statistics: `float_run()` once the pass is done."""
 
@@ -53,7 +72,7 @@ class FirstSamples:
     def add_tensor(self, name: str, values: np.ndarray) -> None:
         """One batch of one tensor (one thread per tensor at a time): its channel maxima folded in."""
         axis = 1 if name in self.channel_first and np.ndim(values) >= 3 else -1
-        found = channel_maxima(values, axis)
+        found = last_axis_maxima(values, axis)
         if found is None:
             return
         previous = self.maxima.get(name)
@@ -77,4 +96,4 @@ class FirstSamples:
         return self.run
 
 
-__all__ = ["FirstSamples"]
+__all__ = ["FirstSamples", "last_axis_maxima"]

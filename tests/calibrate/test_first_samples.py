@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from calibrate.test_channel_spread import _outlier_model
 
-from qconvert.calibrate.channel_spread import OUTLIER_SPREAD, float_run
+from qconvert.calibrate.channel_spread import OUTLIER_SPREAD, channel_maxima, float_run
 from qconvert.calibrate.collect import (
     augment_model,
     calibration_tensors,
@@ -13,7 +13,7 @@ from qconvert.calibrate.collect import (
     load_float_model,
 )
 from qconvert.calibrate.dataset import open_dataset
-from qconvert.calibrate.first_samples import FirstSamples
+from qconvert.calibrate.first_samples import FirstSamples, last_axis_maxima
 from qconvert.calibrate.observers import MinMaxObserver
 
 
@@ -49,3 +49,21 @@ def test_worker_processes_leave_it_unread(tmp_path) -> None:
     first = FirstSamples(loaded.model)
     _pass(loaded, data_path, tensors, first, workers=2)
     assert not first.complete  # the caller then runs channel_spread.float_run
+
+
+def test_last_axis_maxima_are_channel_maxima() -> None:
+    rng = np.random.default_rng(4)
+    values = rng.standard_normal((4, 6, 32)).astype(np.float32)
+    values[..., 3] = -0.0  # a channel of negative zeros: 0.0, as |x| gives
+    values[1, 2, 5] = -70.0
+    cases = [values, values[..., ::2], np.moveaxis(values, -1, 1), values.astype(np.float16)]
+    inf, nan = values.copy(), values.copy()
+    inf[0, 0, 9], nan[2, 1, 4] = np.inf, np.nan
+    for case in [*cases, inf, nan]:
+        for axis in (-1, 1):
+            expected = channel_maxima(case, axis)
+            assert expected is not None
+            got = last_axis_maxima(case, axis)
+            assert got is not None and got.dtype == expected.dtype
+            assert np.array_equal(got, expected) and not np.signbit(got).any()
+    assert last_axis_maxima(np.ones(5, np.float32), -1) is None

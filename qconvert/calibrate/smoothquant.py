@@ -11,7 +11,7 @@ float rounding. Where 1/s goes (`_find_fold`), when X has no reader but the smoo
   not constant (Softmax·V). BERT's attention output dense reads Reshape(Transpose(Softmax·V)), so its
   1/s lands in the value projection's columns and bias. The channel mapping is not assumed: the
   producer's column index is carried forward through the same ops as the data (a Reshape's extents from
-  its constant shape or onnxruntime's symbolic shape inference), and the fold is made only when it
+  its constant shape or onnx's shape inference), and the fold is made only when it
   arrives at X as a permutation of the columns on X's last axis;
 - else a Mul by 1/s is inserted before the consumers; except after a Reshape/Transpose (also
   Squeeze/Unsqueeze/Flatten): onnxruntime 1.32's Q/DQ propagation at opset 21 (which int16 activations
@@ -303,7 +303,7 @@ class _Graph:
     outputs: set[str]
     shared: set[str]
     constants: dict[str, np.ndarray]  # Constant nodes' outputs
-    reshaped: dict[str, list[int]]  # a Reshape output -> its trailing extents known whatever the input
+    reshaped: dict[str, list[int]]  # a Reshape output -> its trailing extents whatever the input dims
 
     def constant(self, name: str) -> np.ndarray | None:
         if name in self.weights:
@@ -494,8 +494,9 @@ def _carry_index(
 
 
 def _shape_suffix(name: str, graph: _Graph) -> list[int]:
-    """The known tail of a Reshape's output shape: its shape input when constant, else the symbolic shape
-    inference's trailing integer extents, else the constant trailing pieces of the Concat building it."""
+    """The known tail of a Reshape's output shape: its shape input when constant, else the trailing extents
+    shape inference gives whatever the input dims (`_reshaped_extents`), else the constant trailing pieces
+    of the Concat building it."""
     node = graph.producers.get(name)
     reshape = next((n for n in graph.consumers.get(name, []) if n.op_type == "Reshape"), None)
     if reshape is not None and reshape.output[0] in graph.reshaped:
@@ -515,25 +516,63 @@ def _shape_suffix(name: str, graph: _Graph) -> list[int]:
 
 
 def _reshaped_extents(model: onnx.ModelProto) -> dict[str, list[int]]:
-    """Each Reshape output's trailing integer extents by onnxruntime's symbolic shape inference (no merging
-    of unequal symbols): BERT's [b, 64, -1, 32] from Concat(Shape...) is [b, 64, 12, 32]; {} when it fails."""
-    try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
-        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=False)
-    except Exception:  # any failure only means no fold through a dynamic Reshape
-        return {}
-    if inferred is None:
-        return {}
+    """Each Reshape output's trailing extents that onnx's shape inference (with data propagation) gives
+    both with every symbolic input dim pinned to 2 and to 3: BERT's [b, 64, -1, 32] built from
+    Shape/Gather/Concat is [2, 64, 12, 32] and [3, 64, 12, 32], so [64, 12, 32]. Extents that follow the
+    input's dims differ between the two and are left out. {} when the inference fails."""
+    stripped = _weights_as_inputs(model)
     outputs = {n.output[0] for n in model.graph.node if n.op_type == "Reshape" and n.output}
+    runs: list[dict[str, list[int]]] = []
+    for pinned in (2, 3):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(stripped)
+        for graph_input in copy.graph.input:
+            for dim in graph_input.type.tensor_type.shape.dim:
+                if not dim.HasField("dim_value"):
+                    dim.dim_value = pinned
+        try:
+            inferred = onnx.shape_inference.infer_shapes(copy, data_prop=True)
+        except Exception:  # any failure only means no fold through a dynamic Reshape
+            return {}
+        infos = [info for info in inferred.graph.value_info if info.name in outputs]
+        runs.append({info.name: _known_tail(info) for info in infos})
     extents: dict[str, list[int]] = {}
-    for info in inferred.graph.value_info:
-        if info.name not in outputs:
-            continue
-        tail: list[int] = []
-        for dim in reversed(info.type.tensor_type.shape.dim):
-            if not dim.HasField("dim_value") or dim.dim_value <= 0:
+    for name, first in runs[0].items():
+        second = runs[1].get(name, [])
+        common: list[int] = []
+        for a, b in zip(reversed(first), reversed(second), strict=False):
+            if a != b:
                 break
-            tail.insert(0, int(dim.dim_value))
-        extents[info.name] = tail
+            common.insert(0, a)
+        extents[name] = common
     return extents
+
+
+def _known_tail(info: onnx.ValueInfoProto) -> list[int]:
+    tail: list[int] = []
+    for dim in reversed(info.type.tensor_type.shape.dim):
+        if not dim.HasField("dim_value") or dim.dim_value <= 0:
+            break
+        tail.insert(0, int(dim.dim_value))
+    return tail
+
+
+def _weights_as_inputs(model: onnx.ModelProto, largest: int = 64) -> onnx.ModelProto:
+    """The graph with every initializer of more than `largest` elements made a graph input of its type and
+    shape: shape inference needs only their shapes (MiniLM's 90 MB of weights are not copied)."""
+    stripped = onnx.ModelProto()
+    stripped.ir_version, stripped.producer_name = model.ir_version, model.producer_name
+    stripped.opset_import.extend(model.opset_import)
+    graph = stripped.graph
+    graph.name = model.graph.name
+    graph.node.extend(model.graph.node)
+    graph.input.extend(model.graph.input)
+    graph.output.extend(model.graph.output)
+    declared = {i.name for i in model.graph.input}
+    for tensor in model.graph.initializer:
+        if int(np.prod(tensor.dims)) <= largest:
+            graph.initializer.append(tensor)
+        elif tensor.name not in declared:
+            shape = list(tensor.dims)
+            graph.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type, shape))
+    return stripped

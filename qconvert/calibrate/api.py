@@ -639,11 +639,9 @@ def _smoothed(
     batches = (batch.arrays for batch in dataset.batches())
     samples: dict[str, np.ndarray] | None = {} if automatic else None
     maxima = observe_channel_maxima(proto, batches, smoothable_inputs(proto), samples)
-    if samples is not None:
-        per_channel = make_scheme(cast("Scheme | Mapping[str, object] | None", given["scheme"])).per_channel
-        smoothed, done = smooth_quant(proto, maxima, search_alphas(proto, maxima, samples, per_channel))
-    else:
-        smoothed, done = smooth_quant(proto, maxima, value)
+    chosen = make_scheme(cast("Scheme | Mapping[str, object] | None", given["scheme"]))
+    alphas = search_alphas(proto, maxima, samples, chosen.per_channel) if samples is not None else value
+    smoothed, done = smooth_quant(proto, maxima, alphas, chosen.quantized_op_types)
     options = {
         name: value for name, value in given.items() if name not in ("model", "started", "smooth_quant")
     }

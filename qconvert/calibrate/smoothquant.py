@@ -29,7 +29,7 @@ tensor or per output channel) on a sample of the input's rows: a local proxy, no
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -198,9 +198,13 @@ def smooth_quant(
     model: onnx.ModelProto,
     maxima: Mapping[str, ChannelAbsMaxObserver],
     alpha: float | Mapping[str, float | None] = 0.5,
+    quantized_op_types: Collection[str] = (),
 ) -> tuple[onnx.ModelProto, list[SmoothedInput]]:
     """A copy of `model` with every smoothable input's channel maxima migrated into its weights; `alpha`
-    one for all, or per input (`search_alphas`: None or absent leaves that input alone)."""
+    one for all, or per input (`search_alphas`: None or absent leaves that input alone).
+    `quantized_op_types`: the op types calibration will quantize; an input whose producer is one of them
+    and that no producer absorbs 1/s for is left alone (its outliers would be quantized at the producer's
+    output before the Mul divides them)."""
     alphas = alpha if isinstance(alpha, Mapping) else None
     for value in alphas.values() if alphas is not None else [alpha]:
         if value is not None and not 0.0 <= float(value) <= 1.0:  # type: ignore[arg-type]
@@ -236,6 +240,10 @@ def smooth_quant(
             continue
         sole_users = len(consumers.get(tensor, [])) == len(nodes) and tensor not in graph_outputs
         fold = _find_fold(tensor, observer.maxima.size, graph_context) if sole_users else None
+        producer = producers.get(tensor)
+        if fold is None and producer is not None and producer.op_type in quantized_op_types:
+            done.append(SmoothedInput(tensor, tuple(n.name for n in nodes), QUANTIZED_FIRST, 1.0))
+            continue
         if fold is None and _after_layout_op(tensor, producers):
             # a Mul after a Reshape/Transpose of a Q/DQ'd tensor trips onnxruntime 1.32's Q/DQ propagation
             # at opset 21 (a QuantizeLinear of mismatched types: the model then fails to load)
@@ -268,6 +276,7 @@ def smooth_quant(
 
 
 NOT_SMOOTHED = "not smoothed"
+QUANTIZED_FIRST = "not smoothed: quantized first"
 LAYOUT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
 
 
@@ -279,6 +288,11 @@ def smoothing_notes(done: Iterable[SmoothedInput]) -> list[str]:
             notes.append(
                 f"SmoothQuant: '{entry.tensor}' not smoothed: no producer absorbs 1/s, and a Mul after its "
                 "Reshape/Transpose would not load in onnxruntime 1.32 at opset 21"
+            )
+        elif entry.folded_into == QUANTIZED_FIRST:
+            notes.append(
+                f"SmoothQuant: '{entry.tensor}' not smoothed: nothing absorbs 1/s, and its producer's output "
+                "is quantized (int8) before a Mul could divide it"
             )
         elif entry.folded_into == "Mul":
             notes.append(f"SmoothQuant: '{entry.tensor}' divided by s (a Mul inserted: nothing absorbs it)")

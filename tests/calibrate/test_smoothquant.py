@@ -143,15 +143,17 @@ def test_alpha_outside_zero_one_is_an_input_error() -> None:
 
 
 def test_calibrate_smooth_quant_writes_the_smoothed_qdq_model(tmp_path) -> None:
-    """`calibrate(..., smooth_quant=0.5)`: the QDQ model carries the inserted Mul and folded LayerNorm, and
-    tracks the float model on held-out rows."""
+    """`calibrate(..., smooth_quant=0.5)` quantizing MatMul/Gemm: the QDQ model carries the inserted Mul and
+    folded LayerNorm, and tracks the float model on held-out rows; with the default op set the Relu's output
+    is quantized before any Mul could divide it, so that input is left alone (and the summary says so)."""
     require_module("onnxruntime")
     from qconvert.calibrate.api import calibrate
 
     model_path, data_path, out = tmp_path / "m.onnx", tmp_path / "d.npz", tmp_path / "q.onnx"
     onnx.save(build_model(), model_path)
     np.savez(data_path, x=np.concatenate([b["x"] for b in batches(4)]))
-    calibrate(str(model_path), str(data_path), out=str(out), smooth_quant=0.5, batch_size=8)
+    scheme = {"op_types_to_quantize": ["MatMul", "Gemm"]}
+    calibrate(str(model_path), str(data_path), out=str(out), smooth_quant=0.5, batch_size=8, scheme=scheme)
     quantized = onnx.load(out)
     assert any(node.name == "relu_smooth_mul" for node in quantized.graph.node)
     assert any(node.op_type == "QuantizeLinear" for node in quantized.graph.node)
@@ -159,6 +161,9 @@ def test_calibrate_smooth_quant_writes_the_smoothed_qdq_model(tmp_path) -> None:
     (ours,), (theirs,) = run(quantized, feeds, ["y"]), run(build_model(), feeds, ["y"])
     cosine = (ours * theirs).sum() / np.linalg.norm(ours) / np.linalg.norm(theirs)
     assert cosine > 0.99
+    default = calibrate(str(model_path), str(data_path), out=str(tmp_path / "d.onnx"), smooth_quant=0.5)
+    assert not any(node.name == "relu_smooth_mul" for node in onnx.load(tmp_path / "d.onnx").graph.node)
+    assert any("'relu' not smoothed: nothing absorbs 1/s, and its producer" in n for n in default.notes)
     with pytest.raises(InputError, match="--smooth-quant needs --data"):
         calibrate(str(model_path), None, out=str(tmp_path / "r.onnx"), smooth_quant=0.5)
 
@@ -174,7 +179,11 @@ def test_cli_smooth_quant_flag_and_a_bad_alpha(tmp_path, capsys) -> None:
     out, bad = tmp_path / "q.onnx", tmp_path / "bad.onnx"
     assert (
         main(
-            ["calibrate", str(model_path), "--data", str(data_path), "-o", str(out), "--smooth-quant", "0.5"]
+            [
+                "calibrate",
+                *(str(model_path), "--data", str(data_path), "-o", str(out), "--smooth-quant", "0.5"),
+                *("--op-types", "MatMul,Gemm"),
+            ]
         )
         == 0
     )

@@ -375,7 +375,7 @@ def search_target_cosine(
             report.steps.append(step)
             return step
 
-        chosen = _choose(ranked, dict(report.ranked), measure, evaluation, report)
+        chosen = _choose(ranked, dict(report.ranked), measure, together, evaluation, report)
         chosen = [name for name in ranked if name in set(together(chosen))]
         for name in chosen:
             report.why.setdefault(name, "shares its Q/DQ parameters with a widened tensor (placement.py)")
@@ -404,6 +404,8 @@ def search_target_cosine(
     report.seconds = time.perf_counter() - started
     final.search = report
     final.notes.extend(report.lines())
+    if not report.reached:  # the user asked for a figure the written model does not give: say so loudly
+        final.warnings.append(report.lines()[-1])
     final.seconds_total = report.seconds
     if json_path is not None:
         _place(None, json_path, final.json_text)
@@ -447,6 +449,7 @@ def _choose(
     ranked: Sequence[str],
     losses: Mapping[str, float],
     measure: Callable[..., SearchStep],
+    together: Callable[[Sequence[str]], list[str]],
     evaluation: HeldOut,
     report: SearchReport,
 ) -> list[str]:
@@ -466,7 +469,8 @@ def _choose(
     top_subset = measure(f"every ranked tensor int16 ({len(ranked)})", list(ranked), subset).shortfall
     sensitivity: dict[str, float] = {}
     for group in order[:MEASURED_GROUPS]:
-        others = [n for n in ranked if n not in groups[group]]
+        left_out = set(together(groups[group]))  # with the tensors widened only together with them
+        others = [n for n in ranked if n not in left_out]
         left = measure(
             f"sensitivity: {group} ({len(groups[group])}) left 8-bit, the rest int16", others, subset
         )

@@ -316,7 +316,18 @@ def weight_params_per_channel(
     min_real_range: float | None = None,
     float8_scale: str = "std",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel `(scales, zero_points)` along `axis`: each slice `data.take(i, axis)` on its own."""
+    """Per-channel `(scales, zero_points)` along `axis`: each slice `data.take(i, axis)` on its own.
+
+    Integer storage takes every channel's min/max in one reduction and one `compute_scales_zero_points`
+    (the same elementwise arithmetic as `weight_params` per slice, so the same bits; a Python call per
+    channel cost ~2 s on a 6-layer MiniLM's 36 weights); float8 and empty weights go slice by slice."""
+    data = np.asarray(data)
+    if quant_type != FLOAT8 and data.size:
+        qmin, qmax = qmin_qmax(quant_type, reduce_range=reduce_range, symmetric=symmetric)
+        rows = np.moveaxis(data, axis, 0).reshape(data.shape[axis], -1)
+        return compute_scales_zero_points(
+            rows.min(axis=1), rows.max(axis=1), qmin, qmax, symmetric, min_real_range, data.dtype
+        )
     pairs = [
         weight_params(
             data.take(i, axis).ravel(), quant_type, symmetric, reduce_range, min_real_range, float8_scale

@@ -647,6 +647,8 @@ def _smoothed(
     }
     result = calibrate(smoothed, **options)  # type: ignore[arg-type]
     result.notes[:0] = smoothing_notes(done)  # where each input's 1/s went (the summary shows them)
+    if given["json_path"] is not None:  # calibrate wrote it before these notes: again, with them
+        Path(os.fspath(cast("str", given["json_path"]))).write_text(result.json_text(), encoding="utf-8")
     return result
 
 

@@ -4,6 +4,8 @@ Reshape of a producer that cannot take it (onnxruntime 1.32 would refuse the Mul
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -220,6 +222,7 @@ def test_calibrated_smoothed_model_with_int16_loads_at_every_onnxruntime_level(t
         str(model_path),
         data,
         out=str(out),
+        json_path=str(tmp_path / "result.json"),
         smooth_quant=0.5,
         batch_size="given",
         scheme={
@@ -237,3 +240,9 @@ def test_calibrated_smoothed_model_with_int16_loads_at_every_onnxruntime_level(t
             cosine = (ours * theirs).sum() / np.linalg.norm(ours) / np.linalg.norm(theirs)
             assert cosine > 0.99
     assert any("'context' divided by s, 1/s folded into 'v_proj'" in note for note in result.notes)
+    written = json.loads((tmp_path / "result.json").read_text())
+    assert [n for n in written["notes"] if n.startswith("SmoothQuant: ")] == smoothing_notes_of(result.notes)
+
+
+def smoothing_notes_of(notes: list[str]) -> list[str]:
+    return [note for note in notes if note.startswith("SmoothQuant: ")]

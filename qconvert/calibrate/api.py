@@ -614,6 +614,8 @@ def _smoothed(
     given: Mapping[str, object],
 ) -> CalibrationResult:
     """`calibrate(..., smooth_quant=ALPHA)`: SmoothQuant on the float model, then calibrate that model."""
+    import tempfile
+
     import numpy as np
     import onnx
 
@@ -645,7 +647,13 @@ def _smoothed(
     options = {
         name: value for name, value in given.items() if name not in ("model", "started", "smooth_quant")
     }
-    result = calibrate(smoothed, **options)  # type: ignore[arg-type]
+    with tempfile.TemporaryDirectory(prefix="qconvert-smoothed-") as folder:
+        # calibrate maps a file's weights (finalize's lift); a ModelProto's stay copied in memory
+        path = Path(folder) / "smoothed.onnx"
+        large = smoothed.ByteSize() > 1_800_000_000
+        onnx.save(smoothed, path, save_as_external_data=large, location="smoothed.onnx.data")
+        del smoothed, proto
+        result = calibrate(str(path), **options)  # type: ignore[arg-type]
     result.notes[:0] = smoothing_notes(done)  # where each input's 1/s went (the summary shows them)
     if given["json_path"] is not None:  # calibrate wrote it before these notes: again, with them
         Path(os.fspath(cast("str", given["json_path"]))).write_text(result.json_text(), encoding="utf-8")

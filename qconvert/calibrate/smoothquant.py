@@ -98,6 +98,8 @@ def observe_channel_maxima(
     import onnxruntime as ort
 
     names = list(tensors)
+    if not names:  # nothing to observe (no MatMul/Gemm with a constant weight); run([]) would fetch all
+        return {}
     augmented = onnx.ModelProto()
     augmented.CopyFrom(model)
     outputs = {o.name for o in augmented.graph.output}
@@ -283,6 +285,8 @@ LAYOUT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
 def smoothing_notes(done: Iterable[SmoothedInput]) -> list[str]:
     """One line per smoothed MatMul/Gemm input: where its 1/s went (for the summary)."""
     notes = []
+    if not done:
+        notes.append("SmoothQuant: nothing smoothed (no MatMul/Gemm input times a constant weight gained)")
     for entry in done:
         if entry.folded_into == NOT_SMOOTHED:
             notes.append(

@@ -246,3 +246,26 @@ def test_calibrated_smoothed_model_with_int16_loads_at_every_onnxruntime_level(t
 
 def smoothing_notes_of(notes: list[str]) -> list[str]:
     return [note for note in notes if note.startswith("SmoothQuant: ")]
+
+
+def test_a_model_without_matmuls_is_calibrated_unsmoothed(tmp_path) -> None:
+    """No MatMul/Gemm with a constant weight (a Conv model): nothing observed or smoothed, a note says so
+    (onnxruntime's run([]) returns every output, which the observer read as its tensors)."""
+    require_module("onnxruntime")
+    from qconvert.calibrate.api import calibrate
+
+    rng = np.random.default_rng(5)
+    weight = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [weight],
+    )
+    model_path, out = tmp_path / "conv.onnx", tmp_path / "conv.qdq.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model_path)
+    data = [{"x": rng.standard_normal((1, 3, 6, 6)).astype(np.float32)} for _ in range(2)]
+    result = calibrate(str(model_path), data, out=str(out), smooth_quant="auto", batch_size="given")
+    assert any(node.op_type == "QuantizeLinear" for node in onnx.load(out).graph.node)
+    assert "SmoothQuant: nothing smoothed" in result.notes[0]

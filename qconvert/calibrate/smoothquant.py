@@ -280,6 +280,7 @@ def smooth_quant(
 NOT_SMOOTHED = "not smoothed"
 QUANTIZED_FIRST = "not smoothed: quantized first"
 LAYOUT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten")
+SHAPE_READERS = ("Shape", "Size")  # read a tensor's shape, not its values: scaling it changes nothing there
 
 
 def smoothing_notes(done: Iterable[SmoothedInput]) -> list[str]:
@@ -391,7 +392,8 @@ def _find_fold(tensor: str, channels: int, graph: _Graph) -> _Fold | None:
         node = graph.producers.get(current)
         if node is None:
             return None
-        if current != tensor and (len(graph.consumers.get(current, [])) != 1 or current in graph.outputs):
+        readers = [n for n in graph.consumers.get(current, []) if n.op_type not in SHAPE_READERS]
+        if current != tensor and (len(readers) != 1 or current in graph.outputs):
             return None  # another reader would see the scaled values
         if _producer_columns(node, graph) is not None:
             break

@@ -81,6 +81,8 @@ def build_model() -> onnx.ModelProto:
             helper.make_node("Add", [f"b{name}", f"{name}_mm"], [f"{name}_add"], name=f"{name}_bias"),
         ]
         nodes += _split(f"{name}_add", name, [0, 2, 3, 1] if name == "k" else [0, 2, 1, 3])
+    # a Shape of the value path, as T5's export builds its reshapes: it reads no values, the fold stays exact
+    nodes.append(helper.make_node("Shape", ["v_add"], ["v_extents"]))
     nodes += [
         helper.make_node("MatMul", ["q_heads", "k_heads"], ["scores"]),
         helper.make_node("Mul", ["scores", "temperature"], ["scaled"]),

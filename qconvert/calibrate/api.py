@@ -746,9 +746,11 @@ def _outlier_channels(
     """The activations to widen to int16 (tensor -> why): the guard's outliers, then those whose channel
     spread on the first samples is an outlier's (`channel_spread.py`), at most OUTLIER_SHARE of them all;
     and the float run, whose outputs the comparison reuses."""
-    from qconvert.calibrate.channel_spread import choose_widened
+    from qconvert.calibrate.channel_spread import choose_widened, keep_own_copies
     from qconvert.calibrate.channel_spread import float_run as run_float
 
+    if first is not None:  # onnxruntime's arrays would keep the pass's memory arena alive until the end
+        keep_own_copies(first.run)
     model = loaded.model
     touched = _touched(scheme, model)
     quantized = [name for name in observed.ranges if name in touched and name not in observed.keep_float]

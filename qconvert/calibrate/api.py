@@ -620,6 +620,7 @@ def _smoothed(
     import onnx
 
     from qconvert.calibrate.smoothquant import (
+        carry_overrides,
         observe_channel_maxima,
         search_alphas,
         smooth_quant,
@@ -644,9 +645,14 @@ def _smoothed(
     chosen = make_scheme(cast("Scheme | Mapping[str, object] | None", given["scheme"]))
     alphas = search_alphas(proto, maxima, samples, chosen.per_channel) if samples is not None else value
     smoothed, done = smooth_quant(proto, maxima, alphas, chosen.quantized_op_types)
+    # an override naming a smoothed input means what its MatMuls read: now the inserted Mul's output
+    chosen.tensor_overrides = carry_overrides(
+        smoothed, done, chosen.tensor_overrides, chosen.quantized_op_types
+    )
     options = {
         name: value for name, value in given.items() if name not in ("model", "started", "smooth_quant")
     }
+    options["scheme"] = chosen
     with tempfile.TemporaryDirectory(prefix="qconvert-smoothed-") as folder:
         # calibrate maps a file's weights (finalize's lift); a ModelProto's stay copied in memory
         path = Path(folder) / "smoothed.onnx"

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import onnx
@@ -38,6 +39,7 @@ from onnx import helper, numpy_helper
 
 from qconvert.errors import InputError
 
+Override = TypeVar("Override")  # an --overrides entry, carried as it is
 SMALLEST_SCALE = 1e-5  # keeps s away from zero for channels that never fire
 ALPHA_GRID = (0.3, 0.5, 0.7, 0.8, 0.9)
 SAMPLE_ROWS = 512  # rows of each input kept for the alpha search (the first ones, in data order)
@@ -307,6 +309,29 @@ def smoothing_notes(done: Iterable[SmoothedInput]) -> list[str]:
                 f"SmoothQuant: '{entry.tensor}' divided by s, 1/s folded into '{entry.folded_into}'{through}"
             )
     return notes
+
+
+def carry_overrides(
+    model: onnx.ModelProto,
+    done: Iterable[SmoothedInput],
+    overrides: Mapping[str, Override],
+    quantized_op_types: Collection[str],
+) -> dict[str, Override]:
+    """`--overrides` entries of smoothed inputs given to what the MatMuls now read (X / s, the inserted Mul's
+    output): moved there when nothing quantized reads X any more, else copied (X keeps its own)."""
+    carried = dict(overrides)
+    for entry in done:
+        if entry.folded_into != "Mul" or entry.tensor not in overrides:
+            continue
+        readers = [
+            node
+            for node in model.graph.node
+            if entry.tensor in node.input and node.name != f"{entry.tensor}_smooth_mul"
+        ]
+        carried[f"{entry.tensor}_smoothed"] = overrides[entry.tensor]
+        if not any(node.op_type in quantized_op_types for node in readers):
+            del carried[entry.tensor]
+    return carried
 
 
 def _after_layout_op(tensor: str, producers: Mapping[str, onnx.NodeProto]) -> bool:

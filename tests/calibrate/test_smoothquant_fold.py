@@ -271,3 +271,19 @@ def test_a_model_without_matmuls_is_calibrated_unsmoothed(tmp_path) -> None:
     result = calibrate(str(model_path), data, out=str(out), smooth_quant="auto", batch_size="given")
     assert any(node.op_type == "QuantizeLinear" for node in onnx.load(out).graph.node)
     assert "SmoothQuant: nothing smoothed" in result.notes[0]
+
+
+def test_an_override_of_a_smoothed_input_goes_to_what_its_matmuls_read(tmp_path) -> None:
+    """`--overrides` naming x (read by the q/k/v MatMuls, now through the inserted Mul): the int16 override
+    moves to x / s, which those MatMuls read (x itself is no longer quantized: it would be refused as 'not
+    a calibrated tensor')."""
+    require_module("onnxruntime")
+    from qconvert.calibrate.api import calibrate
+
+    model_path, out = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(build_model(), model_path)
+    overrides = {"x": [{"quant_type": "QInt16", "symmetric": True}]}
+    scheme = {"op_types_to_quantize": ["MatMul", "Gemm"], "tensor_overrides": overrides}
+    calibrate(str(model_path), batches(2), out=str(out), smooth_quant=0.5, batch_size="given", scheme=scheme)
+    int16 = {t.name for t in onnx.load(out).graph.initializer if t.data_type == TensorProto.INT16}
+    assert int16 == {"x_smoothed_zero_point"}

@@ -106,6 +106,7 @@ class Row:
     runs: list[tuple[float, float, float, float]] = field(default_factory=list)  # s, calibrate s, cpu s, MB
     loads: list[float] = field(default_factory=list)  # the 1-minute load average before each run
     failed_after: list[float] = field(default_factory=list)  # seconds until each failed run ended
+    failed_cpu: list[float] = field(default_factory=list)  # its CPU seconds, when the child could say
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -349,6 +350,8 @@ def measure_once(command: list[str], row: Row, result_path: Path, env: dict[str,
         error = f"after {seconds:.1f} s, peak {peak_mb:.0f} MB: {parse_print.last_line(stderr)}"
         if error.partition(": ")[2] not in row.note:  # the same failure again: its time is kept above
             row.note = (row.note + "; " if row.note else "") + error
+        if result_path.exists():  # an end-to-end child that raised wrote its CPU time before exiting
+            row.failed_cpu.append(json.loads(result_path.read_text())["cpu_seconds"])
         return
     reply = json.loads(result_path.read_text())
     row.runs.append((seconds, reply["calibrate_seconds"], reply["cpu_seconds"], peak_mb))
@@ -477,6 +480,11 @@ def run_benchmark(args: argparse.Namespace) -> int:
                         failed = statistics.median(peer.failed_after)
                         bound = f"{peer.tool} failed after {failed:.2f} s (median): "
                         bound += f"at least {failed / row.seconds:.2f}x"
+                        if peer.failed_cpu and row.cpu_seconds:
+                            cpu = statistics.median(peer.failed_cpu)
+                            bound += (
+                                f"; its CPU {cpu:.1f} s until then, {cpu / row.cpu_seconds:.2f}x this row's"
+                            )
                         row.note = (row.note + "; " if row.note else "") + bound
                     rows.append(row)
                     shown = (
@@ -542,7 +550,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         children = {"onnxruntime": child_onnxruntime, "quantize_static": child_quantize_static}
         children["qconvert-cli"] = child_qconvert_cli
-        reply = children.get(args.child, child_qconvert)(args)
+        try:
+            reply = children.get(args.child, child_qconvert)(args)
+        except Exception:
+            if args.out is None:  # a calibrator-only child: its row shows the error, no time
+                raise
+            # End to end, a failure is timed too: its CPU time until then, then the error as usual.
+            args.result.write_text(json.dumps({"cpu_seconds": cpu_seconds()}))
+            raise
         args.result.write_text(json.dumps(reply))
         return 0
     return run_benchmark(args)

@@ -231,6 +231,9 @@ def _session(model: str | bytes, level: str) -> Any:
     options = ort.SessionOptions()
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
     options.log_severity_level = 4  # fatal only: its errors reach us as exceptions, named once by us
+    # No spinning between ops (as calibration's session): the same wall time alone, less CPU, and on a
+    # shared machine faster (MiniLM's 4 QDQ runs: 0.66 against 0.82 s of CPU quiet, 1.3 against 1.7 s loaded)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 

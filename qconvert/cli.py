@@ -699,6 +699,13 @@ def calibrate_command(
         help="widen to int16 the activations whose largest channel is >= 32x their median one on the first "
         "32 samples (at most 10% of them), or off",
     ),
+    bias_correction: str = typer.Option(
+        "off",
+        "--bias-correction",
+        metavar="on|off",
+        help="add E[x]·(W - W_q) to each MatMul(+Add)/Gemm/Conv bias: the mean shift its weight's "
+        "quantization causes (E[x] on the first 32 samples)",
+    ),
 ) -> None:
     """Calibrate a float ONNX model on data and write it as QDQ ONNX (exit 2 on bad input; nothing written)
 
@@ -779,6 +786,7 @@ def calibrate_command(
             target_metrics=target_metric,
             smooth_quant=smooth_quant,
             outlier_channels=outlier_channels,
+            bias_correction=bias_correction,
         )
     if report_path is not None:
         from qconvert.report import write_report

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, cast
 from onnx import ModelProto
 
 from qconvert.atomic_file import place_file, staging_folder, writes_through
+from qconvert.calibrate.bias_correction import check_policy as check_bias_policy
 from qconvert.calibrate.channel_spread import FloatRun, check_policy
 from qconvert.calibrate.collect import (
     ObserverTable,
@@ -105,6 +106,8 @@ class CalibrationResult:
     search: SearchReport | None = None  # --target-cosine's steps and decisions (search.py)
     # activation -> why it was widened to int16 (outlier channels, the guard's outliers; channel_spread.py)
     widened_outliers: dict[str, str] = field(default_factory=dict)
+    # bias -> its layer and the shift --bias-correction added (bias_correction.py)
+    bias_correction: dict[str, dict[str, object]] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         """`CalibrationResult(minmax, 9 ranges, 16 samples, wrote out.onnx)`; `to_json()` holds everything."""
@@ -152,6 +155,7 @@ class CalibrationResult:
             "notes": self.notes,
             "keep_float": self.keep_float,
             "widened_outliers": self.widened_outliers,
+            **({"bias_correction": self.bias_correction} if self.bias_correction else {}),
             "agreement": None if self.agreement is None else self.agreement.to_json(),
             "ranges": self.ranges.to_json()["tensors"],
             "quantization": self.quantization,
@@ -427,6 +431,7 @@ def calibrate(
     target_metrics: Sequence[str] = (),
     smooth_quant: float | str | None = None,
     outlier_channels: str = "widen",
+    bias_correction: str | bool = "off",
 ) -> CalibrationResult:
     """Calibrate a float ONNX model on `data` and write the QDQ model to `out` (if given).
 
@@ -456,11 +461,15 @@ def calibrate(
     `outlier_channels`: "widen" (default) runs the float model on the first 32 samples and widens to int16
     symmetric the activations whose largest channel is >= 32x their median one (at most 10% of them, with
     the sentinel guard's outliers; `channel_spread.py`); "off" widens nothing.
+    `bias_correction`: "on" adds E[x]·(W - W_q) to each MatMul(+Add)/Gemm/Conv bias before finalize (E[x]
+    on the first 32 samples of `data`; `bias_correction.py`); "off" (default) does not.
     Raises InputError (nothing written) for bad data, a bad model, a bad scheme or an unwritable output.
     """
     started = time.perf_counter()
     if smooth_quant is not None:
         return _smoothed(model, data, smooth_quant, locals())
+    if check_bias_policy(bias_correction) == "on" and (target_cosine is not None or target_metrics):
+        raise InputError("--bias-correction on is not combined with --target-cosine/--target-metric yet")
     if target_cosine is not None or target_metrics:  # `target_metrics`: METRIC[:OUTPUT]>=X (search.py)
         return _search(model, data, target_cosine, eval_data, locals())
     if eval_data is not None:
@@ -567,7 +576,12 @@ def calibrate(
         from qconvert.backends.onnx import save_onnx
         from qconvert.calibrate.placement import ORT_BASIC_ADVICE
 
-        module = _finalize(model, loaded, ranges, chosen, result, widen=outlier_channels == "widen")
+        means = None  # --bias-correction: each layer input's per-channel mean on the first samples
+        if check_bias_policy(bias_correction) == "on":
+            means = _bias_means(loaded, data, batch_size, chosen)
+        module = _finalize(
+            model, loaded, ranges, chosen, result, widen=outlier_channels == "widen", bias_means=means
+        )
         result.output = Path(out)
 
         def write_and_compare() -> Path:
@@ -703,6 +717,7 @@ def _finalize(
     scheme: Scheme,
     result: CalibrationResult,
     widen: bool = True,
+    bias_means: tuple[list, dict] | None = None,
 ) -> ModuleOp:
     """The lifted model with the ranges attached and finalized to Q/DQ (not written yet). The loaded
     model (weights detached) names the intermediate values, for attaching and for finalize's messages."""
@@ -717,6 +732,12 @@ def _finalize(
         result.widened_outliers = _widen_outliers(scheme, ranges, loaded.model, result.notes)
     module = import_onnx(model, map_file=True)  # the weights viewed in place: -o is never the model
     values = tensor_values(module, loaded.model)
+    if bias_means is not None:  # into the float biases, before finalize quantizes them
+        from qconvert.calibrate.bias_correction import correct_biases, written_weights
+
+        layers, means = bias_means
+        written = written_weights(model, loaded, ranges, scheme, {layer.weight for layer in layers})
+        result.bias_correction = correct_biases(module, values, layers, means, written, result.notes)
     attach_ranges(module, ranges, values=values)
     finalize(module, scheme, result.notes, value_names={value: name for name, value in values.items()})
     result.quantization = _written_parameters(module, {value: name for name, value in values.items()})
@@ -726,6 +747,20 @@ def _finalize(
             "model is the float one)"
         )
     return module
+
+
+def _bias_means(
+    loaded: LoadedModel, data: DataSource | None, batch_size: int | str | None, scheme: Scheme
+) -> tuple[list, dict]:
+    """--bias-correction's layers and their inputs' per-channel means (one float run, bias_correction.py)."""
+    from qconvert.calibrate.bias_correction import correctable_layers, input_means
+
+    if data is None:
+        raise InputError("--bias-correction on needs --data: the layers' input means come from it")
+    layers = correctable_layers(loaded.model, scheme.quantized_op_types)
+    if not layers:
+        return layers, {}
+    return layers, input_means(loaded, layers, open_dataset(data, loaded.model, batch_size))
 
 
 def _touched(scheme: Scheme, model: ModelProto) -> set[str]:

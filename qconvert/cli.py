@@ -663,19 +663,19 @@ def calibrate_command(
     target_cosine: float | None = typer.Option(
         None,
         "--target-cosine",
-        help="widen the fewest activations to int16 (else float) until the outputs' mean cosine to float on "
-        "held-out data reaches this",
+        help="widen the fewest activations to int16 until the outputs' mean cosine to float on held-out data "
+        "reaches this",
     ),
     eval_data: str | None = typer.Option(
         None,
         "--eval-data",
-        help="--target-cosine's held-out data (as --data)",
+        help="--target-cosine/--target-metric's held-out data (as --data)",
         show_default="the last quarter of --data's batches, then not calibrated on",
     ),
     target_output: list[str] = typer.Option(  # noqa: B008
         [],
         "--target-output",
-        help="--target-cosine: the outputs whose cosine counts (default: every float one)",
+        help="--target-cosine/--target-metric: the outputs that count (default: every float one)",
     ),
     target_metric: list[str] = typer.Option(  # noqa: B008
         [],
@@ -696,7 +696,7 @@ def calibrate_command(
         "widen",
         "--outlier-channels",
         metavar="widen|off",
-        help="widen to int16 the activations whose largest channel is >= 32x their median one on the first "
+        help="widen to int16 the activations whose largest channel is >= 16x their median one on the first "
         "32 samples (at most 10% of them), or off",
     ),
     bias_correction: str = typer.Option(

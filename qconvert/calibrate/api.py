@@ -19,12 +19,13 @@ only after every step succeeded: the ranges JSON first, the model last.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -459,7 +460,7 @@ def calibrate(
     the weights on the float model (maxima from `data`), which is then calibrated as given; "auto": alpha
     per input from a small grid (or none) by each product's own Q/DQ error (`search_alphas`).
     `outlier_channels`: "widen" (default) runs the float model on the first 32 samples and widens to int16
-    symmetric the activations whose largest channel is >= 32x their median one (at most 10% of them, with
+    symmetric the activations whose largest channel is >= 16x their median one (at most 10% of them, with
     the sentinel guard's outliers; `channel_spread.py`); "off" widens nothing.
     `bias_correction`: "on" adds E[x]·(W - W_q) to each MatMul(+Add)/Gemm/Conv bias before finalize (E[x]
     on the first 32 samples of `data`; `bias_correction.py`); "off" (default) does not.
@@ -472,8 +473,11 @@ def calibrate(
         raise InputError("--bias-correction on is not combined with --target-cosine/--target-metric yet")
     if target_cosine is not None or target_metrics:  # `target_metrics`: METRIC[:OUTPUT]>=X (search.py)
         return _search(model, data, target_cosine, eval_data, locals())
-    if eval_data is not None:
-        raise InputError("--eval-data is read by --target-cosine's search only; give --target-cosine too")
+    if eval_data is not None or target_outputs:  # read by the search only: refused rather than ignored
+        flag = "--eval-data" if eval_data is not None else "--target-output"
+        raise InputError(
+            f"{flag} is read by the accuracy search only; give --target-cosine or --target-metric too"
+        )
     if evaluate_samples < 0:
         raise InputError(f"--evaluate {evaluate_samples}: give a number of samples, or 0 to skip")
     check_policy(outlier_channels)
@@ -680,6 +684,26 @@ def _smoothed(
     return result
 
 
+@contextlib.contextmanager
+def _naming_eval_data(data: DataSource | None, eval_data: DataSource | None) -> Iterator[None]:
+    """An error about the held-out file names --eval-data (the data readers say --data, or the path alone)."""
+    if not isinstance(eval_data, str | os.PathLike) or (
+        isinstance(data, str | os.PathLike) and os.fspath(data) == os.fspath(eval_data)
+    ):
+        yield
+        return
+    text = os.fspath(eval_data)
+    try:
+        yield
+    except InputError as error:
+        message = error.message
+        if message.startswith(f"--data {text}"):
+            raise InputError("--eval-data" + message.removeprefix("--data"), error.loc) from None
+        if message.startswith(text):
+            raise InputError(f"--eval-data {message}", error.loc) from None
+        raise
+
+
 def _search(
     model: str | os.PathLike[str] | ModelProto,
     data: DataSource | None,
@@ -691,23 +715,26 @@ def _search(
     from qconvert.calibrate.search import search_target_cosine
 
     if data is None or given["load_ranges"] is not None:
-        raise InputError("--target-cosine calibrates: it needs --data and cannot reuse --load-ranges")
+        raise InputError(
+            "--target-cosine/--target-metric calibrates: it needs --data and cannot reuse --load-ranges"
+        )
     handled = {"model", "data", "target_cosine", "eval_data", "out", "ranges_path", "json_path", "batch_size"}
     handled |= {"target_outputs", "target_metrics", "load_ranges", "started", "smooth_quant"}
     handled |= {"evaluate_samples", "evaluate_tensors"}
-    return search_target_cosine(
-        model,
-        data,
-        target,
-        eval_data=eval_data,
-        out=cast("str | None", given["out"]),
-        ranges_path=cast("str | None", given["ranges_path"]),
-        json_path=cast("str | None", given["json_path"]),
-        batch_size=cast("int | str | None", given["batch_size"]),
-        calibrate_options={name: value for name, value in given.items() if name not in handled},
-        target_outputs=cast("Sequence[str]", given["target_outputs"]),
-        target_metrics=cast("Sequence[str]", given["target_metrics"]),
-    )
+    with _naming_eval_data(data, eval_data):
+        return search_target_cosine(
+            model,
+            data,
+            target,
+            eval_data=eval_data,
+            out=cast("str | None", given["out"]),
+            ranges_path=cast("str | None", given["ranges_path"]),
+            json_path=cast("str | None", given["json_path"]),
+            batch_size=cast("int | str | None", given["batch_size"]),
+            calibrate_options={name: value for name, value in given.items() if name not in handled},
+            target_outputs=cast("Sequence[str]", given["target_outputs"]),
+            target_metrics=cast("Sequence[str]", given["target_metrics"]),
+        )
 
 
 def _finalize(

@@ -1,0 +1,59 @@
+"""Issue 26's calibration flags as a new user meets them: a flag the plain path would ignore is refused, an
+error about the held-out data names `--eval-data` (not `--data`), and the help states the thresholds the
+code uses. Each is one line on stderr, exit 2, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+
+from qconvert.calibrate.channel_spread import OUTLIER_SPREAD
+from qconvert.cli import app, main
+
+MODEL = Path(__file__).resolve().parents[2] / "models" / "digits_cnn.onnx"
+DATA = MODEL.with_name("digits_cnn.inputs.npz")
+
+
+def calibrate_command(tmp_path: Path, *flags: str) -> list[str]:
+    return ["calibrate", str(MODEL), "--data", str(DATA), "--quiet", "-o", str(tmp_path / "q.onnx"), *flags]
+
+
+def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> str:
+    """The one-line error of a refused command (exit 2, nothing written)."""
+    capsys.readouterr()
+    assert main(calibrate_command(tmp_path, "--json", str(tmp_path / "r.json"), *flags)) == 2
+    assert not (tmp_path / "q.onnx").exists() and not (tmp_path / "r.json").exists()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("qconvert: error: "), lines
+    return lines[0]
+
+
+def test_search_flags_without_a_target_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before, --target-output alone calibrated as if it were not given; --eval-data's refusal named only
+    # --target-cosine although --target-metric reads it too.
+    for flags in (("--target-output", "logits"), ("--eval-data", str(DATA))):
+        line = refused(tmp_path, capsys, *flags)
+        assert flags[0] in line and "--target-cosine or --target-metric" in line, line
+
+
+def test_eval_data_errors_name_eval_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "held.npz"
+    line = refused(tmp_path, capsys, "--target-cosine", "0.99", "--eval-data", str(missing))
+    assert line == f"qconvert: error: --eval-data {missing}: no such file or folder"  # was "--data ..."
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, pixels=np.zeros((8, 1, 8, 8), np.float32))
+    line = refused(tmp_path, capsys, "--target-metric", "top1:logits>=0.9", "--eval-data", str(wrong))
+    assert line.startswith(f"qconvert: error: --eval-data {wrong}: missing input(s) ['image']"), line
+
+
+def test_help_states_the_outlier_threshold_the_code_uses() -> None:
+    command = typer.main.get_command(app).commands["calibrate"]  # type: ignore[attr-defined]
+    helps = {option: parameter.help for parameter in command.params for option in parameter.opts}
+    assert f">= {OUTLIER_SPREAD:g}x their median one" in helps["--outlier-channels"]  # said 32x after 16
+    assert "--target-metric" in helps["--eval-data"] and "--target-metric" in helps["--target-output"]
+    assert "else float" not in helps["--target-cosine"]  # the search widens to int16; no float fallback

@@ -22,7 +22,9 @@ ru_maxrss, read by a small parent that runs only it):
   `qconvert-target-smooth`: the same after `--smooth-quant auto` (SmoothQuant, alpha searched per input);
 - `qconvert-goal`: issue 26's goal as conditions, `--method percentile --target-metric cosine:OUTPUT>=0.995
   --target-metric min-cosine:OUTPUT>=0.99 --eval-data HELD_OUT`; `qconvert-goal-smooth`: the same after
-  `--smooth-quant auto`.
+  `--smooth-quant auto`; `qconvert-goal-matmul-smooth`: the goal on the MatMul op set (`--op-types MatMul`,
+  digits: Conv,Gemm,MatMul) after `--smooth-quant auto`, the configuration Quark and Neural Compressor were
+  measured in; `qconvert-goal-matmul-smooth-0.8`: the same with a fixed alpha 0.8.
 Every qconvert command runs with its defaults otherwise (per-channel weights, outlier channels widened).
 Every written model then runs in onnxruntime (CPU, optimizations off, as the issue measured) on the held-out
 rows beside the float model. `int16` counts activations whose QuantizeLinear stores 16 bits, of all
@@ -57,6 +59,8 @@ TOOLS = (
     "qconvert-target-smooth",
     "qconvert-goal",
     "qconvert-goal-smooth",
+    "qconvert-goal-matmul-smooth",
+    "qconvert-goal-matmul-smooth-0.8",
 )
 ORT_CHILD = r"""
 import sys, json, numpy as np
@@ -158,8 +162,12 @@ def run_tool(tool: str, name: str, model: Path, calibration: Path, held_out: Pat
                 "--target-metric",
                 f"min-cosine:{output}>=0.99",
             ]
+        if "-matmul" in tool:
+            command += ["--op-types", MATMUL_OPS[name]]
         if tool.endswith("-smooth"):
             command += ["--smooth-quant", "auto"]
+        elif "-smooth-" in tool:  # a fixed alpha: qconvert-goal-matmul-smooth-0.8
+            command += ["--smooth-quant", tool.rsplit("-", 1)[1]]
     done = subprocess.run([PYTHON, "-c", PEAK_CHILD, *command], capture_output=True, text=True, cwd=REPO)
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     error = None if figures["rc"] == 0 else figures["error"]
@@ -254,7 +262,7 @@ def search_figures(path: Path) -> dict[str, object]:
 
 
 def _line(row: dict[str, object]) -> str:
-    head = f"{row['model']:7} {row['tool']:23} {row['seconds']:7.2f} s"
+    head = f"{row['model']:7} {row['tool']:31} {row['seconds']:7.2f} s"
     head += f" {row['peak_mib']:6} MiB"
     if "error" in row:
         return f"{head}  failed: {row['error']}"

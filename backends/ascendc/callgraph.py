@@ -247,12 +247,23 @@ def build_call_graph(module: ModuleOp, product: str = "atlas-a2", round_mode: st
     for op in function.body.ops:
         builder.visit(op)
     if builder.refusals:
+        if builder.sixteen_bit:  # qconvert calibrate's defaults write these: say how to keep them 8-bit
+            builder.refusals.append(SIXTEEN_BIT_HINT)
         listed = "\n".join(f"  - {line}" for line in builder.refusals)
         raise InputError(
             f"--to ascendc --product {product}: {len(builder.refusals)} site(s) cannot run:\n{listed}"
         )
     return CallGraph(chosen, round_mode, builder.sites, module)
 
+
+# 16-bit Q/DQ storage, which AscendQuant/AscendAntiQuant lack; qconvert calibrate's defaults widen outlier
+# channels to int16 (and its accuracy search widens more), so the refusal names the calibrate flags.
+SIXTEEN_BIT = frozenset({"int16", "uint16"})
+SIXTEEN_BIT_HINT = (
+    "16-bit activations have no AscendC form: calibrate for ascendc with --outlier-channels off (the "
+    "default widens outlier channels to int16) and without --target-cosine/--target-metric or 16-bit "
+    "--overrides"
+)
 
 # QOperator ops with calls of their own: the integer ops (Mmad) and DynamicQuantizeLinear (AscendQuant).
 OWN_CALLS = (DynamicQuantizeLinearOp, MatMulIntegerOp, ConvIntegerOp)
@@ -325,6 +336,7 @@ class _Builder:
         self.round_mode = round_mode
         self.sites: list[Site] = []
         self.refusals: list[str] = []
+        self.sixteen_bit = False  # a refusal is a 16-bit Q/DQ (SIXTEEN_BIT_HINT)
 
     def add(self, site: Site) -> None:
         why = refusal(self.product, site.api, site.mode, site.dst_type if site.api == API_QUANT else None)
@@ -380,6 +392,7 @@ class _Builder:
         if storage == "uint8":
             destination, shift = "int8", 128
         if destination not in ("int8", "float8_e4m3fn", "float8_e5m2"):
+            self.sixteen_bit |= storage in SIXTEEN_BIT
             self.refuse(
                 op, f"AscendQuant has no {storage} destination (dstT int8; fp8 / hifloat8 / fp4 on atlas-350)"
             )
@@ -616,6 +629,7 @@ class _Builder:
             self.antiquant(op, params, shape, weights, feeds=_label(matmul) if matmul is not None else None)
             return
         if storage not in ("int8", "uint8", "int4"):
+            self.sixteen_bit |= storage in SIXTEEN_BIT
             self.refuse(op, f"no AscendC dequantization of {storage} storage (int8 / int4 / fp8 / int32)")
             return
         if matmul is not None and weights is not None:

@@ -57,3 +57,24 @@ def test_help_states_the_outlier_threshold_the_code_uses() -> None:
     assert f">= {OUTLIER_SPREAD:g}x their median one" in helps["--outlier-channels"]  # said 32x after 16
     assert "--target-metric" in helps["--eval-data"] and "--target-metric" in helps["--target-output"]
     assert "else float" not in helps["--target-cosine"]  # the search widens to int16; no float fallback
+
+
+def test_ascendc_refusal_of_16_bit_activations_names_the_calibrate_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before, the refusal listed each int16 Q/DQ site and left the user to find --outlier-channels off.
+    model = tmp_path / "wide.qdq.onnx"
+    command = ["calibrate", str(MODEL), "--data", str(DATA), "--quiet", "--evaluate", "0"]
+    assert main([*command, "--activation-type", "int16", "-o", str(model)]) == 0
+    capsys.readouterr()
+    out = tmp_path / "wide.asc"
+    assert main(["convert", str(model), "--to", "ascendc", "-o", str(out)]) == 2 and not out.exists()
+    error = capsys.readouterr().err
+    assert error.startswith("qconvert: error: --to ascendc") and "int16 destination" in error
+    last = error.rstrip().splitlines()[-1]
+    assert last.startswith("  - 16-bit activations have no AscendC form: calibrate"), last
+    assert "--outlier-channels off" in error
+    narrow = tmp_path / "narrow.qdq.onnx"
+    assert main([*command, "-o", str(narrow)]) == 0
+    capsys.readouterr()
+    assert main(["convert", str(narrow), "--to", "ascendc", "-o", str(out)]) == 0 and out.exists()

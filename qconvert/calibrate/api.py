@@ -467,6 +467,10 @@ def calibrate(
     Raises InputError (nothing written) for bad data, a bad model, a bad scheme or an unwritable output.
     """
     started = time.perf_counter()
+    # One name or condition as a plain string is one, not a sequence of characters (the API's users).
+    target_outputs = [target_outputs] if isinstance(target_outputs, str) else target_outputs
+    target_metrics = [target_metrics] if isinstance(target_metrics, str) else target_metrics
+    target_cosine = _number("--target-cosine", target_cosine)
     if smooth_quant is not None:
         return _smoothed(model, data, smooth_quant, locals())
     if check_bias_policy(bias_correction) == "on" and (target_cosine is not None or target_metrics):
@@ -682,6 +686,18 @@ def _smoothed(
     if given["json_path"] is not None:  # calibrate wrote it before these notes: again, with them
         Path(os.fspath(cast("str", given["json_path"]))).write_text(result.json_text(), encoding="utf-8")
     return result
+
+
+def _number(flag: str, value: object) -> float | None:
+    """`value` as a float (a numeric string too, as the command line gives it), else InputError."""
+    if value is None or isinstance(value, float):
+        return value
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InputError(f"{flag} {value!r}: expected a number") from None
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import typer
 
+import qconvert
 from qconvert.calibrate.channel_spread import OUTLIER_SPREAD
 from qconvert.cli import app, main
 
@@ -78,3 +79,19 @@ def test_ascendc_refusal_of_16_bit_activations_names_the_calibrate_flag(
     assert main([*command, "-o", str(narrow)]) == 0
     capsys.readouterr()
     assert main(["convert", str(narrow), "--to", "ascendc", "-o", str(out)]) == 0 and out.exists()
+
+
+def test_api_takes_one_condition_or_output_as_a_string(tmp_path: Path) -> None:
+    # Before, a plain string was iterated: `target_metrics="cosine>=0.9"` failed on the condition 'c', and
+    # `target_cosine="0.9"` (as a config file gives it) raised TypeError from inside the search.
+    result = qconvert.calibrate(
+        MODEL, DATA, eval_data=str(DATA), target_cosine="0.9", target_outputs="logits", evaluate_samples=0
+    )
+    assert result.search is not None and result.search.outputs == ["logits"]
+    assert [c.metric for c in result.search.conditions] == ["cosine"]
+    result = qconvert.calibrate(MODEL, DATA, eval_data=str(DATA), target_metrics="top1:logits>=0.5")
+    assert result.search is not None and [(c.metric, c.output) for c in result.search.conditions] == [
+        ("top1", "logits")
+    ]
+    with pytest.raises(qconvert.InputError, match=r"^error: `target_cosine` 'high': expected a number$"):
+        qconvert.calibrate(MODEL, DATA, target_cosine="high")

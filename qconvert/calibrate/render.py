@@ -99,10 +99,12 @@ def summary_table(result: CalibrationResult, limit: int | None = ROWS_SHOWN) -> 
     return table
 
 
-def agreement_table(agreement: Agreement, unit: str = "sample") -> Table:
-    """One row per graph output: how close the QDQ model's values are to the float model's."""
+def agreement_table(agreement: Agreement, unit: str = "sample", held_out: str | None = None) -> Table:
+    """One row per graph output: how close the QDQ model's values are to the float model's; `held_out`:
+    where the samples came from when they are not the first calibration samples (the search's)."""
     first = counted(agreement.samples, unit)
-    title = f"QDQ model against float in onnxruntime ({agreement.level}), first {first}"
+    samples = f"first {first}" if held_out is None else f"{first} held out ({held_out})"
+    title = f"QDQ model against float in onnxruntime ({agreement.level}), {samples}"
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     mismatches = any(output.nonfinite_mismatches for output in agreement.outputs)
     columns = ["output", "mean cosine", "lowest cosine", "max |error|"] + (
@@ -182,7 +184,9 @@ def render(
     with stdout_console(stdout, piped_width=200) as out:
         out.print(summary_table(result, None if verbose else ROWS_SHOWN))
         if result.agreement is not None and result.agreement.outputs:
-            out.print(agreement_table(result.agreement, result.unit))
+            search = result.search  # a search compares on its held-out samples, not on the first ones
+            held_out = None if search is None else search.eval_source
+            out.print(agreement_table(result.agreement, result.unit, held_out))
         if result.agreement is not None and worst_tensors > 0 and result.agreement.tensors:
             out.print(loss_table(result.agreement, worst_tensors))
         notes = [note for note in result.notes if not any(f"'{name}'" in note for name in result.keep_float)]

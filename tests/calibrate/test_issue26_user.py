@@ -95,3 +95,27 @@ def test_api_takes_one_condition_or_output_as_a_string(tmp_path: Path) -> None:
     ]
     with pytest.raises(qconvert.InputError, match=r"^error: `target_cosine` 'high': expected a number$"):
         qconvert.calibrate(MODEL, DATA, target_cosine="high")
+
+
+def test_search_summary_says_its_comparison_is_on_held_out_samples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before, the table said "first 8 samples" as for the plain path's calibration samples; a search
+    # compares the written model on its held-out samples.
+    capsys.readouterr()
+    command = [
+        "calibrate",
+        str(MODEL),
+        "--data",
+        str(DATA),
+        "--eval-data",
+        str(DATA),
+        "-o",
+        str(tmp_path / "s.onnx"),
+    ]
+    assert main([*command, "--target-cosine", "0.9"]) == 0
+    shown = capsys.readouterr().out
+    assert (
+        "QDQ model against float in onnxruntime (ORT_ENABLE_ALL), 8 samples held out (--eval-data)" in shown
+    )
+    assert "first 8 samples" not in shown

@@ -475,6 +475,8 @@ def calibrate(
         return _smoothed(model, data, smooth_quant, locals())
     if check_bias_policy(bias_correction) == "on" and (target_cosine is not None or target_metrics):
         raise InputError("--bias-correction on is not combined with --target-cosine/--target-metric yet")
+    if check_bias_policy(bias_correction) == "on" and data is None:
+        raise InputError("--bias-correction on needs --data: the layers' input means come from it")
     if target_cosine is not None or target_metrics:  # `target_metrics`: METRIC[:OUTPUT]>=X (search.py)
         return _search(model, data, target_cosine, eval_data, locals())
     if eval_data is not None or target_outputs:  # read by the search only: refused rather than ignored
@@ -508,8 +510,9 @@ def calibrate(
             raise InputError(f"{loaded.label}: {error.message}") from None
     result: CalibrationResult
     if load_ranges is not None:
-        given = {  # --data still serves the comparison with the float model
-            "--data": data is not None and not (evaluate_samples > 0 and out is not None),
+        reads_data = evaluate_samples > 0 or check_bias_policy(bias_correction) == "on"
+        given = {  # --data still serves the comparison with the float model (and --bias-correction's means)
+            "--data": data is not None and not (reads_data and out is not None),
             "the method's options (--percentile, --num-bins, --num-quantized-bins)": bool(method_options),
             "--sentinel-override": bool(sentinel_overrides),
         }
@@ -586,7 +589,7 @@ def calibrate(
 
         means = None  # --bias-correction: each layer input's per-channel mean on the first samples
         if check_bias_policy(bias_correction) == "on":
-            means = _bias_means(loaded, data, batch_size, chosen)
+            means = _bias_means(loaded, data, batch_size, chosen, result.warnings)
         module = _finalize(
             model, loaded, ranges, chosen, result, widen=outlier_channels == "widen", bias_means=means
         )
@@ -793,17 +796,27 @@ def _finalize(
 
 
 def _bias_means(
-    loaded: LoadedModel, data: DataSource | None, batch_size: int | str | None, scheme: Scheme
+    loaded: LoadedModel,
+    data: DataSource | None,
+    batch_size: int | str | None,
+    scheme: Scheme,
+    warnings: list[str],
 ) -> tuple[list, dict]:
-    """--bias-correction's layers and their inputs' per-channel means (one float run, bias_correction.py)."""
+    """--bias-correction's layers and their inputs' per-channel means (one float run, bias_correction.py).
+    Data that cannot be read again (a one-shot iterator) corrects nothing, with a warning."""
     from qconvert.calibrate.bias_correction import correctable_layers, input_means
 
-    if data is None:
-        raise InputError("--bias-correction on needs --data: the layers' input means come from it")
+    assert data is not None  # calibrate refuses --bias-correction on without --data first
     layers = correctable_layers(loaded.model, scheme.quantized_op_types)
     if not layers:
         return layers, {}
-    return layers, input_means(loaded, layers, open_dataset(data, loaded.model, batch_size))
+    try:
+        return layers, input_means(loaded, layers, open_dataset(data, loaded.model, batch_size))
+    except InputError as error:
+        warnings.append(
+            f"--bias-correction did not run ({error.message}; a one-shot iterator?): no bias corrected"
+        )
+        return layers, {}
 
 
 def _touched(scheme: Scheme, model: ModelProto) -> set[str]:

@@ -187,3 +187,16 @@ def test_bad_policy_and_search_are_refused(mlp: tuple[Path, dict[str, np.ndarray
         calibrate(model, data, bias_correction="maybe")
     with pytest.raises(InputError, match="not combined with --target-cosine"):
         calibrate(model, data, bias_correction="on", target_cosine=0.99)
+
+
+def test_reused_ranges_correct_the_same_and_need_data(
+    mlp: tuple[Path, dict[str, np.ndarray], Path], tmp_path: Path
+) -> None:
+    """--load-ranges with --data: the means come from the data, the model is the one calibrating wrote."""
+    model, _, data = mlp
+    first, second, ranges = tmp_path / "first.onnx", tmp_path / "second.onnx", tmp_path / "ranges.json"
+    calibrate(model, data, out=first, ranges_path=ranges, bias_correction="on")
+    result = calibrate(model, data, load_ranges=ranges, out=second, bias_correction="on")
+    assert first.read_bytes() == second.read_bytes() and set(result.bias_correction) == {"b1", "C"}
+    with pytest.raises(InputError, match="--bias-correction on needs --data"):
+        calibrate(model, None, load_ranges=ranges, out=tmp_path / "third.onnx", bias_correction="on")

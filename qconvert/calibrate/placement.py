@@ -262,6 +262,8 @@ class Planner:
                 f"output channels"
             )
         if not -rank <= axis < rank:
+            if override is None and rank <= 1:  # a vector (a LayerNorm scale) under the per-channel default
+                return None  # one scale, as onnxruntime: not worth a note on every transformer
             self.plan.notes.append(
                 f"weight '{self.graph.name(value)}': per-channel axis {axis} is out of range for rank "
                 f"{rank}; quantized per tensor (as onnxruntime)"

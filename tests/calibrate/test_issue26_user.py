@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import typer
+from onnx import TensorProto, helper, numpy_helper
 
 import qconvert
 from qconvert.calibrate.channel_spread import OUTLIER_SPREAD
@@ -119,3 +121,33 @@ def test_search_summary_says_its_comparison_is_on_held_out_samples(
         "QDQ model against float in onnxruntime (ORT_ENABLE_ALL), 8 samples held out (--eval-data)" in shown
     )
     assert "first 8 samples" not in shown
+
+
+def test_per_channel_default_says_nothing_of_vector_weights(tmp_path: Path) -> None:
+    # Before, the per-channel default noted "per-channel axis 1 is out of range for rank 1" for every
+    # LayerNorm scale of a transformer (13 on MiniLM), a flag the user never gave; they take one scale.
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["normed"], axis=-1, name="norm"),
+        helper.make_node("MatMul", ["normed", "w"], ["y"], name="project"),
+    ]
+    weights = {
+        "gamma": rng.uniform(0.5, 1.5, 8),
+        "beta": rng.uniform(-0.1, 0.1, 8),
+        "w": rng.normal(size=(8, 4)),
+    }
+    graph = helper.make_graph(
+        nodes,
+        "norm_project",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()],
+    )
+    model = tmp_path / "norm_project.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    data = [{"x": rng.normal(size=(2, 8)).astype(np.float32)} for _ in range(4)]
+    out = tmp_path / "norm_project.qdq.onnx"
+    result = qconvert.calibrate(model, data, out=out)
+    assert not [note for note in result.notes if "out of range for rank" in note], result.notes
+    scales = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer if "scale" in t.name}
+    assert scales["gamma_scale"].shape == () and scales["w_scale"].shape == (4,)  # per tensor, per channel

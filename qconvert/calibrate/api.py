@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, cast
 from onnx import ModelProto
 
 from qconvert.atomic_file import place_file, staging_folder, writes_through
+from qconvert.calibrate.bias_correction import DEFAULT_BIAS_CORRECTION
 from qconvert.calibrate.bias_correction import check_policy as check_bias_policy
 from qconvert.calibrate.channel_spread import FloatRun, check_policy
 from qconvert.calibrate.collect import (
@@ -432,7 +433,7 @@ def calibrate(
     target_metrics: Sequence[str] = (),
     smooth_quant: float | str | None = None,
     outlier_channels: str = "widen",
-    bias_correction: str | bool = "off",
+    bias_correction: str | bool = DEFAULT_BIAS_CORRECTION,
 ) -> CalibrationResult:
     """Calibrate a float ONNX model on `data` and write the QDQ model to `out` (if given).
 

@@ -703,8 +703,8 @@ def calibrate_command(
         "off",
         "--bias-correction",
         metavar="on|off",
-        help="add E[x]·(W - W_q) to each MatMul(+Add)/Gemm/Conv bias: the mean shift its weight's "
-        "quantization causes (E[x] on the first 32 samples)",
+        help="add mean(x)·(W - W_q) to each MatMul(+Add)/Gemm/Conv bias: the mean shift its weight's "
+        "quantization causes (mean(x): the input's per-channel mean on the first 32 samples)",
     ),
 ) -> None:
     """Calibrate a float ONNX model on data and write it as QDQ ONNX (exit 2 on bad input; nothing written)

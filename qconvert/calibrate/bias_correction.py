@@ -37,7 +37,7 @@ from qconvert.calibrate.channel_spread import OUTLIER_SAMPLES
 from qconvert.errors import InputError
 
 if TYPE_CHECKING:
-    from onnx import ModelProto
+    from onnx import ModelProto, NodeProto
 
     from qconvert.calibrate.dataset import Dataset
     from qconvert.calibrate.ranges import CalibrationRanges
@@ -80,10 +80,10 @@ def check_policy(policy: str | bool) -> str:
     return policy
 
 
-def _attribute(node: object, name: str, default: float | int) -> float | int:
+def _attribute(node: NodeProto, name: str, default: float | int) -> float | int:
     from onnx import helper
 
-    for attribute in node.attribute:  # type: ignore[attr-defined]
+    for attribute in node.attribute:
         if attribute.name == name:
             return helper.get_attribute_value(attribute)  # type: ignore[no-any-return]
     return default
@@ -95,7 +95,7 @@ def correctable_layers(model: ModelProto, op_types: frozenset[str] | None = None
     graph = model.graph
     shapes = {tensor.name: tuple(tensor.dims) for tensor in graph.initializer}
     readers: Counter[str] = Counter(name for node in graph.node for name in node.input if name)
-    consumers: dict[str, list[object]] = {}
+    consumers: dict[str, list[NodeProto]] = {}
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
@@ -122,32 +122,31 @@ def correctable_layers(model: ModelProto, op_types: frozenset[str] | None = None
 
 
 def _matmul_layer(
-    node: object,
+    node: NodeProto,
     weight_shape: tuple[int, ...],
     shapes: Mapping[str, tuple[int, ...]],
     readers: Counter[str],
-    consumers: Mapping[str, list[object]],
+    consumers: Mapping[str, list[NodeProto]],
     outputs: set[str],
 ) -> Layer | None:
     """MatMul(x, W[K, N]) read only by Add(·, b) with b constant, read once, of N entries on its last axis."""
-    output = node.output[0]  # type: ignore[attr-defined]
+    output = node.output[0]
     readers_of_output = consumers.get(output, [])
     if len(weight_shape) != 2 or output in outputs or len(readers_of_output) != 1:
         return None
     add = readers_of_output[0]
-    if add.op_type != "Add" or len(add.input) != 2:  # type: ignore[attr-defined]
+    if add.op_type != "Add" or len(add.input) != 2:
         return None
-    bias = next((name for name in add.input if name != output), None)  # type: ignore[attr-defined]
+    bias = next((name for name in add.input if name != output), None)
     if bias is None or bias not in shapes or readers[bias] != 1:
         return None
     bias_shape = shapes[bias]
     if not bias_shape or bias_shape[-1] != weight_shape[1] or int(np.prod(bias_shape)) != weight_shape[1]:
         return None
-    name, inputs = node.name, list(node.input)  # type: ignore[attr-defined]
-    return Layer(name, "MatMul", inputs[0], inputs[1], bias, channel_axis=-1)
+    return Layer(node.name, "MatMul", node.input[0], node.input[1], bias, channel_axis=-1)
 
 
-def _gemm_layer(node: object, weight_shape: tuple[int, ...], bias_shape: tuple[int, ...]) -> Layer | None:
+def _gemm_layer(node: NodeProto, weight_shape: tuple[int, ...], bias_shape: tuple[int, ...]) -> Layer | None:
     alpha = float(_attribute(node, "alpha", 1.0))
     beta = float(_attribute(node, "beta", 1.0))
     trans_a, trans_b = bool(_attribute(node, "transA", 0)), bool(_attribute(node, "transB", 0))
@@ -156,17 +155,17 @@ def _gemm_layer(node: object, weight_shape: tuple[int, ...], bias_shape: tuple[i
     columns = weight_shape[0] if trans_b else weight_shape[1]
     if not bias_shape or bias_shape[-1] != columns:  # a scalar C cannot carry a shift per column
         return None
-    inputs = list(node.input)  # type: ignore[attr-defined]
+    inputs = list(node.input)
     axis = 0 if trans_a else 1
-    return Layer(node.name, "Gemm", inputs[0], inputs[1], inputs[2], axis, alpha / beta, trans_b)  # type: ignore[attr-defined]
+    return Layer(node.name, "Gemm", inputs[0], inputs[1], inputs[2], axis, alpha / beta, trans_b)
 
 
-def _conv_layer(node: object, weight_shape: tuple[int, ...], bias_shape: tuple[int, ...]) -> Layer | None:
+def _conv_layer(node: NodeProto, weight_shape: tuple[int, ...], bias_shape: tuple[int, ...]) -> Layer | None:
     if len(weight_shape) < 3 or bias_shape != (weight_shape[0],):
         return None
-    inputs = list(node.input)  # type: ignore[attr-defined]
+    inputs = list(node.input)
     group = int(_attribute(node, "group", 1))
-    return Layer(node.name, "Conv", inputs[0], inputs[1], inputs[2], channel_axis=1, group=group)  # type: ignore[attr-defined]
+    return Layer(node.name, "Conv", inputs[0], inputs[1], inputs[2], channel_axis=1, group=group)
 
 
 # E[x] -------------------------------------------------------------------------------------------------

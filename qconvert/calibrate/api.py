@@ -525,6 +525,13 @@ def calibrate(
         keep_float = {str(k): str(v) for k, v in stored.items()} if isinstance(stored, dict) else {}
         where = f"--load-ranges {load_ranges}: its keep_float entries"
         check_tensor_names(keep_float, tensors, where, loaded.label)
+        widened_before = ranges.metadata.get(WIDENED_OUTLIERS_KEY, {})  # checked as keep_float, not skipped
+        if not isinstance(widened_before, dict):
+            raise InputError(
+                f"--load-ranges {load_ranges}: its {WIDENED_OUTLIERS_KEY} is not an object (tensor -> why)"
+            )
+        where = f"--load-ranges {load_ranges}: its {WIDENED_OUTLIERS_KEY} entries"
+        check_tensor_names([str(name) for name in widened_before], tensors, where, loaded.label)
         result = CalibrationResult(
             ranges, str(ranges.metadata.get("method", "loaded")), keep_float=keep_float
         )

@@ -4,6 +4,7 @@ code uses. Each is one line on stderr, exit 2, nothing written."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -151,3 +152,35 @@ def test_per_channel_default_says_nothing_of_vector_weights(tmp_path: Path) -> N
     assert not [note for note in result.notes if "out of range for rank" in note], result.notes
     scales = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer if "scale" in t.name}
     assert scales["gamma_scale"].shape == () and scales["w_scale"].shape == (4,)  # per tensor, per channel
+
+
+def test_load_ranges_checks_the_widened_outliers_it_reapplies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before, a ranges file whose widened_outliers named no tensor of the model (or was not a mapping) was
+    # taken silently, widening nothing, while its keep_float entries were checked.
+    saved = tmp_path / "ranges.json"
+    assert main(["calibrate", str(MODEL), "--data", str(DATA), "--quiet", "--ranges", str(saved)]) == 0
+    stored = json.loads(saved.read_text())
+    assert stored["metadata"]["widened_outliers"] == {}  # digits: nothing widened
+    for value, expected in (
+        (
+            {"/conv1/Conv_outptu_0": "outlier channels: spread 20x"},
+            "its widened_outliers entries name no tensor",
+        ),
+        (["/conv1/Conv_output_0"], "its widened_outliers is not an object"),
+    ):
+        stored["metadata"]["widened_outliers"] = value
+        edited = tmp_path / "edited.json"
+        edited.write_text(json.dumps(stored))
+        capsys.readouterr()
+        assert (
+            main(["calibrate", str(MODEL), "--load-ranges", str(edited), "-o", str(tmp_path / "l.onnx")]) == 2
+        )
+        assert expected in capsys.readouterr().err and not (tmp_path / "l.onnx").exists()
+    stored["metadata"]["widened_outliers"] = {
+        "/conv1/Conv_output_0": "outlier channels: spread 20x (channel 3)"
+    }
+    edited.write_text(json.dumps(stored))
+    result = qconvert.calibrate(MODEL, None, load_ranges=str(edited), out=tmp_path / "w.onnx")
+    assert result.widened_outliers == {"/conv1/Conv_output_0": "outlier channels: spread 20x (channel 3)"}

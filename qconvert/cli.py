@@ -758,6 +758,13 @@ def calibrate_command(
     with contextlib.suppress(TypeError, ValueError):  # a number, else 'given' or a word calibrate names
         batch = int(batch_size)  # type: ignore[arg-type]
     unit = "runs" if batch == AS_GIVEN else "samples"
+    if report_path is not None:  # written after calibrate returns: checked with its outputs before any work
+        from qconvert.calibrate.outputs import check_output_paths
+
+        check_output_paths(
+            {"--out": out, "--ranges": ranges, "--json": json_path, "--report": report_path},
+            {"the model": model, "--data": data, "--load-ranges": load_ranges},
+        )
     with progress_bar(not quiet, unit=unit) as progress:
         result = calibrate(
             model,

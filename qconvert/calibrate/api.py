@@ -748,6 +748,10 @@ def _search(
     handled = {"model", "data", "target_cosine", "eval_data", "out", "ranges_path", "json_path", "batch_size"}
     handled |= {"target_outputs", "target_metrics", "load_ranges", "started", "smooth_quant"}
     handled |= {"evaluate_samples", "evaluate_tensors"}
+    check_output_paths(  # before the search's work: it writes the model first, then the ranges and JSON
+        {"--out": given["out"], "--ranges": given["ranges_path"], "--json": given["json_path"]},
+        {"the model": model, "--data": data, "--eval-data": eval_data},
+    )
     with _naming_eval_data(data, eval_data):
         return search_target_cosine(
             model,

@@ -184,3 +184,53 @@ def test_load_ranges_checks_the_widened_outliers_it_reapplies(
     edited.write_text(json.dumps(stored))
     result = qconvert.calibrate(MODEL, None, load_ranges=str(edited), out=tmp_path / "w.onnx")
     assert result.widened_outliers == {"/conv1/Conv_output_0": "outlier channels: spread 20x (channel 3)"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--report", "{tmp}/missing/r.html"), "--report {tmp}/missing/r.html: folder"),
+        (("--report", "{tmp}/q.onnx"), "--report {tmp}/q.onnx: --out {tmp}/q.onnx names the same file"),
+        (
+            ("--target-cosine", "0.9", "--ranges", "{tmp}/missing/r.json"),
+            "--ranges {tmp}/missing/r.json: folder",
+        ),
+        (("--target-cosine", "0.9", "--json", "{tmp}/missing/r.json"), "--json {tmp}/missing/r.json: folder"),
+        (
+            ("--target-cosine", "0.9", "--report", "{tmp}/missing/r.html"),
+            "--report {tmp}/missing/r.html: folder",
+        ),
+    ],
+)
+def test_outputs_are_checked_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], said: str
+) -> None:
+    # Before, --report was checked only when written, after the model (a bad folder: the model written and
+    # exit 2; the model's own path: the model overwritten by the page, exit 0), and the search wrote its
+    # model before failing on --ranges/--json (an internal error).
+    tmp = str(tmp_path)
+    command = ["calibrate", str(MODEL), "--data", str(DATA), "--quiet", "-o", f"{tmp}/q.onnx"]
+    capsys.readouterr()
+    assert main([*command, *(flag.format(tmp=tmp) for flag in flags)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"qconvert: error: {said.format(tmp=tmp)}") and "\n" not in error, error
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_search_refuses_two_outputs_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    command = [
+        "calibrate",
+        str(MODEL),
+        "--data",
+        str(DATA),
+        "--target-cosine",
+        "0.9",
+        "-o",
+        "-",
+        "--json",
+        "-",
+    ]
+    capsys.readouterr()
+    assert main(command) == 2  # before: both written to stdout, one after the other, exit 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and "--json -: --out - writes to stdout already" in captured.err

@@ -26,7 +26,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "calibrate": (
         "qconvert calibrate models/digits_cnn.onnx --data models/digits_cnn.inputs.npz -o digits.qdq.onnx",
-        "qconvert calibrate m.onnx --data samples/ --method entropy --per-channel --json r.json -o q.onnx",
+        "qconvert calibrate m.onnx --data samples/ --target-cosine 0.99 --json r.json -o q.onnx",
         "qconvert calibrate model.onnx --data samples/ --executor ray --workers 8 --ranges ranges.json",
     ),
     "check": (

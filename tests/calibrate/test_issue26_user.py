@@ -234,3 +234,13 @@ def test_search_refuses_two_outputs_on_stdout(capsys: pytest.CaptureFixture[str]
     assert main(command) == 2  # before: both written to stdout, one after the other, exit 0
     captured = capsys.readouterr()
     assert captured.out == "" and "--json -: --out - writes to stdout already" in captured.err
+
+
+def test_calibrate_examples_use_listed_flags_and_no_default_as_a_flag() -> None:
+    # The second example gave --per-channel, the default since issue 26; it now shows the accuracy search.
+    from qconvert.cli_help import EXAMPLES
+
+    command = typer.main.get_command(app).commands["calibrate"]  # type: ignore[attr-defined]
+    listed = {option for parameter in command.params if not parameter.hidden for option in parameter.opts}
+    flags = [word for example in EXAMPLES["calibrate"] for word in example.split() if word.startswith("-")]
+    assert set(flags) <= listed and "--per-channel" not in flags and "--target-cosine" in flags

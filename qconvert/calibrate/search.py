@@ -15,7 +15,8 @@ NOTE: the search, in the order it runs:
    `/encoder/layer.3/output/dense/MatMul_output_0` -> `/encoder/layer.*/output/dense/MatMul_output_0`), a
    tensor with no layer index its own group; a group's bound is its members' largest channel loss;
 4. candidates mixed in memory (`candidates.Mixer`): the model finalized once at the base precision and once
-   with every ranked tensor int16 (symmetric: zero point 0, what TOSA's int16 profile takes), a candidate
+   with every ranked tensor int16 (symmetric: zero point 0, what TOSA's int16 profile takes; over the
+   values calibration observed, its histogram's extent, not the method's 8-bit range: `_extent`), a candidate
    taking each tensor's Q/DQ parameters from one or the other; each measured by onnxruntime (optimizations
    off) on the held-out samples in large batches against the float outputs computed once
    (`target_metric.HeldOut`);
@@ -191,6 +192,20 @@ def channel_loss(values: np.ndarray, restored: np.ndarray) -> float:
     return float(relative.mean()) if relative.size else 0.0
 
 
+def _extent(histogram: Mapping[str, Any]) -> tuple[float, float] | None:
+    """The observed values' extent from calibration's histogram (its occupied bins' outer edges): a
+    widened tensor's 16-bit range. The method's range clips for 8 bits (percentile, MSE, entropy); at 16
+    the step is 256 times finer and the clipped tail is the larger error (MiniLM's pre-GELU MatMuls)."""
+    counts = histogram.get("counts") or []
+    if not counts:
+        return None
+    start, width = float(histogram["start"]), float(histogram["width"])
+    end = start + width * len(counts)
+    if histogram.get("absolute"):  # counts of |x|: the extent is symmetric
+        return -end, end
+    return start, end
+
+
 def _params(written: Mapping[str, object]) -> UniformParams | None:
     from qconvert.numerics import UniformParams
 
@@ -349,12 +364,17 @@ def search_target_cosine(
         report.quantized = len(first.quantization)
         lap = report.lap("ranking", lap)
 
+        extents = {name: _extent(found) for name, found in first.histograms.items()}
+
         def scheme_for(widened: Sequence[str]) -> Any:
             from qconvert.calibrate.overrides import TensorOverride
 
             chosen = make_scheme(scheme)
             for name in widened:
-                chosen.tensor_overrides[name] = TensorOverride(quant_type=WIDE_TYPE, symmetric=True)
+                low, high = extents.get(name) or (None, None)
+                chosen.tensor_overrides[name] = TensorOverride(
+                    quant_type=WIDE_TYPE, symmetric=True, rmin=low, rmax=high
+                )
             return chosen
 
         build, together = _builder(model, saved, base_path, Path(scratch), ranked, scheme_for, report)

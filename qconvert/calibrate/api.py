@@ -45,6 +45,7 @@ from qconvert.calibrate.collect import (
     collect_passes,
     load_float_model,
     make_session,
+    refuse_quantized,
     value_preserving_sources,
 )
 from qconvert.calibrate.dataset import AS_GIVEN, DatasetStats, DataSource, open_dataset
@@ -671,6 +672,12 @@ def _smoothed(
     if data is None:
         raise InputError("--smooth-quant needs --data: the activations' channel maxima come from it")
     proto = model if isinstance(model, ModelProto) else onnx.load(os.fspath(model))
+    label = "the model" if isinstance(model, ModelProto) else os.fspath(model)
+    refuse_quantized(proto, label)  # before the smoothing's float run, naming the user's file
+    check_output_paths(
+        {"--out": given["out"], "--ranges": given["ranges_path"], "--json": given["json_path"]},
+        {"the model": model, "--data": data, "--eval-data": given["eval_data"]},
+    )
     dataset = open_dataset(data, proto, cast("int | str | None", given["batch_size"]))
     batches = (batch.arrays for batch in dataset.batches())
     samples: dict[str, np.ndarray] | None = {} if automatic else None
@@ -692,7 +699,13 @@ def _smoothed(
         large = smoothed.ByteSize() > 1_800_000_000
         onnx.save(smoothed, path, save_as_external_data=large, location="smoothed.onnx.data")
         del smoothed, proto
-        result = calibrate(str(path), **options)  # type: ignore[arg-type]
+        try:
+            result = calibrate(str(path), **options)  # type: ignore[arg-type]
+        except InputError as error:  # named as the user's model, not the temporary file
+            if str(path) not in error.message:
+                raise
+            message = error.message.replace(str(path), f"{label} (smoothed)")
+            raise InputError(message, error.loc) from None
     result.notes[:0] = smoothing_notes(done)  # where each input's 1/s went (the summary shows them)
     if given["json_path"] is not None:  # calibrate wrote it before these notes: again, with them
         Path(os.fspath(cast("str", given["json_path"]))).write_text(result.json_text(), encoding="utf-8")

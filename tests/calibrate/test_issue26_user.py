@@ -244,3 +244,28 @@ def test_calibrate_examples_use_listed_flags_and_no_default_as_a_flag() -> None:
     listed = {option for parameter in command.params if not parameter.hidden for option in parameter.opts}
     flags = [word for example in EXAMPLES["calibrate"] for word in example.split() if word.startswith("-")]
     assert set(flags) <= listed and "--per-channel" not in flags and "--target-cosine" in flags
+
+
+def test_smooth_quant_errors_name_the_users_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before, an already quantized model given with --smooth-quant was smoothed first, then refused under
+    # the temporary file's name (/tmp/qconvert-smoothed-.../smoothed.onnx), and so were other model errors.
+    quantized = tmp_path / "digits.qdq.onnx"
+    command = ["calibrate", str(MODEL), "--data", str(DATA), "--quiet", "--evaluate", "0"]
+    assert main([*command, "-o", str(quantized)]) == 0
+    capsys.readouterr()
+    again = [
+        "calibrate",
+        str(quantized),
+        "--data",
+        str(DATA),
+        "--smooth-quant",
+        "0.5",
+        "-o",
+        str(tmp_path / "x"),
+    ]
+    assert main(again) == 2
+    assert capsys.readouterr().err.startswith(f"qconvert: error: {quantized}: already quantized (")
+    assert main([*command, "--smooth-quant", "0.5", "--nodes", "nosuch", "-o", str(tmp_path / "y.onnx")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"qconvert: error: {MODEL} (smoothed): ") and "smoothed.onnx" not in error
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["digits.qdq.onnx"]

@@ -761,6 +761,11 @@ def _search(
     handled = {"model", "data", "target_cosine", "eval_data", "out", "ranges_path", "json_path", "batch_size"}
     handled |= {"target_outputs", "target_metrics", "load_ranges", "started", "smooth_quant"}
     handled |= {"evaluate_samples", "evaluate_tensors"}
+    if given["evaluate_tensors"]:  # refused rather than dropped without a word
+        raise InputError(
+            "--worst-tensors is not combined with --target-cosine/--target-metric: the search ranks every "
+            "activation by its own Q/DQ loss itself (--json: search.ranked)"
+        )
     check_output_paths(  # before the search's work: it writes the model first, then the ranges and JSON
         {"--out": given["out"], "--ranges": given["ranges_path"], "--json": given["json_path"]},
         {"the model": model, "--data": data, "--eval-data": eval_data},

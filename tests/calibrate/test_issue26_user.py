@@ -35,6 +35,11 @@ def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> 
     return lines[0]
 
 
+def test_worst_tensors_with_a_search_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = refused(tmp_path, capsys, "--target-cosine", "0.9", "--worst-tensors", "3")  # was dropped silently
+    assert "--worst-tensors is not combined with --target-cosine/--target-metric" in line
+
+
 def test_search_flags_without_a_target_are_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,6 +1,10 @@
-"""Issue 26's calibration flags as a new user meets them: a flag the plain path would ignore is refused, an
-error about the held-out data names `--eval-data` (not `--data`), and the help states the thresholds the
-code uses. Each is one line on stderr, exit 2, nothing written."""
+"""Issue 26's calibration features as a new user meets them (helper G's review): a flag that would be
+ignored is refused (--target-output or --eval-data without a target, --worst-tensors with a search), errors
+name the flag and the user's file (--eval-data, not --data; the model, not --smooth-quant's temporary
+copy), every output path is checked before any work (--report, the search's --ranges/--json, two outputs on
+stdout), --load-ranges checks the widened outliers it reapplies, the help and examples state what the code
+does, AscendC's refusal of int16 sites names --outlier-channels off, and the API takes one condition or
+output as a plain string. Each refusal: one line on stderr, exit 2, nothing written."""
 
 from __future__ import annotations
 

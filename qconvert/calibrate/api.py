@@ -726,13 +726,23 @@ def _number(flag: str, value: object) -> float | None:
 
 @contextlib.contextmanager
 def _naming_eval_data(data: DataSource | None, eval_data: DataSource | None) -> Iterator[None]:
-    """An error about the held-out file names --eval-data (the data readers say --data, or the path alone)."""
-    if not isinstance(eval_data, str | os.PathLike) or (
-        isinstance(data, str | os.PathLike) and os.fspath(data) == os.fspath(eval_data)
+    """An error about the held-out data names --eval-data: the data readers say --data (or the path alone)
+    for a file, "data" for a list or a function (told apart from `data`'s when that is a file)."""
+    on_disk = isinstance(eval_data, str | os.PathLike)
+    if eval_data is None or (
+        on_disk and isinstance(data, str | os.PathLike) and os.fspath(data) == os.fspath(eval_data)
     ):
         yield
         return
-    text = os.fspath(eval_data)
+    if not on_disk:
+        try:
+            yield
+        except InputError as error:
+            if isinstance(data, str | os.PathLike) and error.message.startswith("data"):
+                raise InputError("--eval-data" + error.message.removeprefix("data"), error.loc) from None
+            raise
+        return
+    text = os.fspath(cast("str | os.PathLike[str]", eval_data))
     try:
         yield
     except InputError as error:

@@ -278,3 +278,12 @@ def test_smooth_quant_errors_name_the_users_model(tmp_path: Path, capsys: pytest
     error = capsys.readouterr().err
     assert error.startswith(f"qconvert: error: {MODEL} (smoothed): ") and "smoothed.onnx" not in error
     assert sorted(path.name for path in tmp_path.iterdir()) == ["digits.qdq.onnx"]
+
+
+def test_api_errors_about_in_memory_eval_data_name_eval_data() -> None:
+    # Before: "data item 0: missing input(s) ['image']", as if the calibration data were wrong.
+    held = [{"pixels": np.zeros((8, 1, 8, 8), np.float32)}]
+    with pytest.raises(
+        qconvert.InputError, match=r"^error: `eval_data` item 0: missing input\(s\) \['image'\]"
+    ):
+        qconvert.calibrate(MODEL, DATA, target_cosine=0.9, eval_data=held)

@@ -599,9 +599,18 @@ def calibrate(
         means = None  # --bias-correction: each layer input's per-channel mean on the first samples
         if check_bias_policy(bias_correction) == "on":
             means = _bias_means(loaded, data, batch_size, chosen, result.warnings)
-        module = _finalize(
-            model, loaded, ranges, chosen, result, widen=outlier_channels == "widen", bias_means=means
-        )
+        try:
+            module = _finalize(
+                model, loaded, ranges, chosen, result, widen=outlier_channels == "widen", bias_means=means
+            )
+        except InputError as error:  # saved ranges that miss tensors: say which file, and the likely why
+            if load_ranges is None or not error.message.startswith("no calibrated range for"):
+                raise
+            raise InputError(
+                f"--load-ranges {load_ranges}: {error.message} (saved with other --op-types/--nodes, or "
+                "without --smooth-quant or with other alphas?)",
+                error.loc,
+            ) from None
         result.output = Path(out)
 
         def write_and_compare() -> Path:

@@ -287,3 +287,20 @@ def test_api_errors_about_in_memory_eval_data_name_eval_data() -> None:
         qconvert.InputError, match=r"^error: `eval_data` item 0: missing input\(s\) \['image'\]"
     ):
         qconvert.calibrate(MODEL, DATA, target_cosine=0.9, eval_data=held)
+
+
+def test_load_ranges_missing_tensors_names_the_file_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "no calibrated range for 2 tensor(s) that must be quantized: ..." without the file or a hint.
+    saved = tmp_path / "conv_only.json"
+    command = ["calibrate", str(MODEL), "--data", str(DATA), "--quiet", "--op-types", "Conv", "--ranges"]
+    assert main([*command, str(saved)]) == 0
+    capsys.readouterr()
+    assert main(["calibrate", str(MODEL), "--load-ranges", str(saved), "-o", str(tmp_path / "q.onnx")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"qconvert: error: --load-ranges {saved}: no calibrated range for ")
+    assert error.endswith(
+        "(saved with other --op-types/--nodes, or without --smooth-quant or with other alphas?)"
+    )
+    assert not (tmp_path / "q.onnx").exists()

@@ -702,6 +702,7 @@ def _smoothed(
         name: value for name, value in given.items() if name not in ("model", "started", "smooth_quant")
     }
     options["scheme"] = chosen
+    options["json_path"] = None  # written below, with the smoothing notes (paths checked above)
     with tempfile.TemporaryDirectory(prefix="qconvert-smoothed-") as folder:
         # calibrate maps a file's weights (finalize's lift); a ModelProto's stay copied in memory
         path = Path(folder) / "smoothed.onnx"
@@ -716,8 +717,11 @@ def _smoothed(
             message = error.message.replace(str(path), f"{label} (smoothed)")
             raise InputError(message, error.loc) from None
     result.notes[:0] = smoothing_notes(done)  # where each input's 1/s went (the summary shows them)
-    if given["json_path"] is not None:  # calibrate wrote it before these notes: again, with them
-        Path(os.fspath(cast("str", given["json_path"]))).write_text(result.json_text(), encoding="utf-8")
+    json_path = cast("str | os.PathLike[str] | None", given["json_path"])
+    if json_path is not None:  # as calibrate writes it ('-': stdout), with the notes above in it
+        text = result.json_text()
+        output = TextOutput("--json", json_path, lambda target: target.write_text(text, encoding="utf-8"))
+        write_outputs([output], None)
     return result
 
 

@@ -304,3 +304,29 @@ def test_load_ranges_missing_tensors_names_the_file_and_why(
         "(saved with other --op-types/--nodes, or without --smooth-quant or with other alphas?)"
     )
     assert not (tmp_path / "q.onnx").exists()
+
+
+def test_smooth_quant_json_to_stdout_carries_the_smoothing_notes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, --smooth-quant --json - wrote the JSON to stdout without the SmoothQuant notes, then wrote it
+    # again, with them, to a file named '-' in the working folder.
+    rng = np.random.default_rng(1)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="project")],
+        "project",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3])],
+        [numpy_helper.from_array(rng.normal(size=(8, 3)).astype(np.float32), "w")],
+    )
+    model = tmp_path / "project.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    data = tmp_path / "x.npz"
+    np.savez(data, x=(rng.normal(size=(16, 8)) * np.linspace(0.1, 30, 8)).astype(np.float32))
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    command = ["calibrate", str(model), "--data", str(data), "--smooth-quant", "0.5", "-o", "q.onnx"]
+    assert main([*command, "--json", "-"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert any(note.startswith("SmoothQuant: ") for note in shown["notes"]), shown["notes"]
+    assert not (tmp_path / "-").exists()

@@ -74,19 +74,22 @@ class Mixer:
             before = base_initializers.get(tensor.name)
             if before is None:
                 self.reason = f"initializer {tensor.name} is in the widened model only"
-                return
+                break
             if before.SerializeToString() == tensor.SerializeToString():
                 continue
             owner = owners.get(tensor.name, set())
             if not owner:
                 self.reason = f"initializer {tensor.name} differs and belongs to no candidate tensor"
-                return
+                break
             tie(owner)
             changed.append((tensor, before, owner))
+        # The ties are needed either way: unmixable, each candidate is finalized with them widened together.
         units: dict[str, list[str]] = {}
         for name in tensors:
             units.setdefault(root(name), []).append(name)
         self.tied = {name: members for members in units.values() for name in members if len(members) > 1}
+        if self.reason:
+            return
         for tensor, before, owner in changed:
             # The widened model's own initializer is the slot a candidate writes either value into.
             self.owned[root(next(iter(owner)))].append((tensor, _copy(tensor), _copy(before)))

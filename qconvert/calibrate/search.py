@@ -481,7 +481,11 @@ def _choose(
     top = measure(f"every ranked tensor int16 ({len(ranked)})", list(ranked))
     if not top.passed:
         best = min(report.steps, key=lambda step: (step.shortfall, step.widened))
-        return list(ranked) if best is top else []
+        if best is not top:
+            return []
+        for name in ranked:
+            report.why[name] = "the target is not reached: every ranked tensor int16 came closest"
+        return list(ranked)
     groups: dict[str, list[str]] = {}
     for name in ranked:
         groups.setdefault(group_of(name), []).append(name)

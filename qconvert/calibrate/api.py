@@ -903,7 +903,13 @@ def _outlier_channels(
         keep_own_copies(first.run)
     model = loaded.model
     touched = _touched(scheme, model)
-    quantized = [name for name in observed.ranges if name in touched and name not in observed.keep_float]
+    constants = {tensor.name for tensor in model.graph.initializer}  # ranged, but not activations
+    constants |= {name for node in model.graph.node if node.op_type == "Constant" for name in node.output}
+    quantized = [
+        name
+        for name in observed.ranges
+        if name in touched and name not in observed.keep_float and name not in constants
+    ]
     followers = set(value_preserving_sources(model, list(observed.ranges)))  # they take their source's Q/DQ
     followers |= {
         name for node in model.graph.node if node.op_type in SHARED_OUTPUT_OPS for name in node.output

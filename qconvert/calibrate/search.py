@@ -41,6 +41,7 @@ NOTE: the search, in the order it runs:
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -127,13 +128,13 @@ class SearchReport:
             "calibration_samples": self.calibration_samples,
             "candidates": self.candidates,
             "ranked": [{"tensor": name, "channel_loss": loss} for name, loss in self.ranked],
-            "groups": self.groups,
-            "steps": [asdict(step) for step in self.steps],
+            "groups": [{key: _finite(value) for key, value in group.items()} for group in self.groups],
+            "steps": [_step_json(step) for step in self.steps],
             "widened_to_int16": self.widened,
             "why": self.why,
             "quantized_activations": self.quantized,
             "reached": self.reached,
-            "final": None if self.final is None else asdict(self.final),
+            "final": None if self.final is None else _step_json(self.final),
             "seconds": self.seconds,
             "phases": self.phases,
         }
@@ -169,6 +170,21 @@ class SearchReport:
         )
         verdict = "reaches" if step.passed else "misses"
         return f"{step.widened} int16, {values} ({verdict}; {step.samples} samples, {step.seconds:.1f} s)"
+
+
+def _finite(value: object) -> object:
+    """JSON has no infinity: a non-finite figure (a target no candidate can reach, a max |error| over
+    non-finite outputs) is written null."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _step_json(step: SearchStep) -> dict[str, object]:
+    """A step as JSON: a shortfall or value that is infinite (`--target-cosine 1` missed, `max-abs<=0`
+    missed: no loss is allowed) is null; `passed` says whether it was reached."""
+    fields = asdict(step)
+    fields["values"] = [_finite(value) for value in step.values]
+    fields["shortfall"] = _finite(step.shortfall)
+    return fields
 
 
 def group_of(name: str) -> str:
@@ -480,7 +496,9 @@ def _choose(
         return []
     top = measure(f"every ranked tensor int16 ({len(ranked)})", list(ranked))
     if not top.passed:
-        best = min(report.steps, key=lambda step: (step.shortfall, step.widened))
+        best = min(
+            report.steps, key=lambda step: (step.shortfall, _losses(report.conditions, step), step.widened)
+        )
         if best is not top:
             return []
         for name in ranked:
@@ -562,6 +580,11 @@ def _choose(
             f"estimated sensitivity {estimate[name]:.3g} ({how}), channel loss {losses[name]:.3g}"
         )
     return [n for n in ranked if n in widened]
+
+
+def _losses(conditions: Sequence[Condition], step: SearchStep) -> tuple[float, ...]:
+    """Each condition's loss: what orders candidates whose shortfalls are both infinite (no loss allowed)."""
+    return tuple(condition.loss(value) for condition, value in zip(conditions, step.values))
 
 
 def _place(source: Path | None, target: str | os.PathLike[str], text: Callable[[], str]) -> None:

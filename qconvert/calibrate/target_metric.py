@@ -55,14 +55,21 @@ class Condition:
     def holds(self, value: float) -> bool:
         return value >= self.threshold if METRICS[self.metric] == ">=" else value <= self.threshold
 
-    def shortfall(self, value: float) -> float:
-        """The loss over the loss allowed (<= 1 when the condition holds)."""
+    def loss(self, value: float) -> float:
+        """How far `value` is from perfect (1 - value for `>=`, value for `<=`); inf when not finite."""
         if not math.isfinite(value):
             return math.inf
-        if METRICS[self.metric] == ">=":
-            allowed, lost = 1.0 - self.threshold, 1.0 - value
-        else:
-            allowed, lost = self.threshold, value
+        return 1.0 - value if METRICS[self.metric] == ">=" else value
+
+    def shortfall(self, value: float) -> float:
+        """The loss over the loss allowed (<= 1 when the condition holds; inf when missed and no loss is
+        allowed: cosine 1, max-abs 0)."""
+        if not math.isfinite(value):
+            return math.inf
+        allowed, lost = (
+            1.0 - self.threshold if METRICS[self.metric] == ">=" else self.threshold,
+            self.loss(value),
+        )
         if allowed <= 0:
             return 0.0 if lost <= 0 else math.inf
         return max(lost, 0.0) / allowed

@@ -4,6 +4,7 @@ max |error| 0) written as JSON, the saved ranges giving back the searched model,
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -37,3 +38,24 @@ def test_a_model_that_cannot_be_mixed_is_searched_by_finalizing_each_candidate(
     assert search.final is not None and search.final.widened == len(search.widened)
     assert {len(step.values) for step in search.steps} == {1} and out.exists()
     assert all(search.why[name] for name in search.widened)
+
+
+@pytest.mark.parametrize("condition", ["cosine>=1", "max-abs<=0"])
+def test_a_target_allowing_no_loss_is_written_as_json_and_said_not_reached(
+    digits_data: Path, tmp_path: Path, condition: str
+) -> None:
+    """No loss allowed: a miss's shortfall is infinite, which JSON cannot hold (`--json` failed with
+    ValueError); it is written null, the summary warns 'not reached', and the candidate closest to the
+    target (by its loss) is the one written."""
+    report = tmp_path / "search.json"
+    result = calibrate(DIGITS, digits_data, batch_size=8, target_metrics=[condition], json_path=report)
+    search = json.loads(report.read_text())["search"]
+    assert search["reached"] is False and search["steps"] and search["final"] is None
+    assert all(step["shortfall"] is None and not step["passed"] for step in search["steps"])
+    assert any("not reached" in warning for warning in result.warnings)
+    assert result.search is not None
+    conditions = result.search.conditions
+    written = min(
+        result.search.steps, key=lambda step: conditions[0].loss(step.values[0])
+    )  # the closest measured candidate
+    assert written.widened == len(result.search.widened)

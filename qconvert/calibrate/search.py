@@ -48,7 +48,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,6 +73,7 @@ MARGIN = 0.85  # predicted shortfall to aim at while missing (the additive model
 MARGIN_BELOW = 0.0  # ... and once a probe passes: the fewest tensors predicted to pass
 MAX_PROBES = 7  # whole-held-out evaluations spent looking for the fewest tensors
 WIDE_TYPE = "int16"
+SEARCH_RANGES_KEY = "search_widened_ranges"  # ranges metadata: tensor -> [rmin, rmax] the search widened over
 _STORAGE = {"i8": (np.int8, -128, 127), "u8": (np.uint8, 0, 255), "i16": (np.int16, -32768, 32767)}
 _STORAGE["u16"] = (np.uint16, 0, 65535)
 _LAYER_INDEX = re.compile(r"(?<=[./_])\d+(?=/)")  # a path segment's trailing number: `layer.3/`, `h_3/`
@@ -432,7 +433,10 @@ def search_target_cosine(
             )  # fmt: skip
         report.lap("the chosen model, finalized, written, compared", lap)
         if ranges_path is not None:
-            _place(saved, ranges_path, lambda: saved.read_text(encoding="utf-8"))
+            clamped = {
+                o for node in loaded.model.graph.node if node.op_type in ("Relu", "Clip") for o in node.output
+            }
+            _place(None, ranges_path, lambda: _searched_ranges(saved, chosen, extents, report.why, clamped))
     final.stats, final.batch_size = first.stats, first.batch_size
     final.seconds_collecting, final.method = first.seconds_collecting, first.method
     final.histograms = first.histograms
@@ -580,6 +584,43 @@ def _choose(
             f"estimated sensitivity {estimate[name]:.3g} ({how}), channel loss {losses[name]:.3g}"
         )
     return [n for n in ranked if n in widened]
+
+
+def _searched_ranges(
+    saved: Path,
+    widened: Sequence[str],
+    extents: Mapping[str, tuple[float, float] | None],
+    why: Mapping[str, str],
+    clamped: Collection[str],
+) -> str:
+    """The ranges JSON `--ranges` writes after a search: `--load-ranges` gives back the searched model.
+    The tensors it widened join the widened outliers (reapplied at int16 symmetric on load, as the guard's
+    and the outlier channels' are), their extents under `SEARCH_RANGES_KEY`, and their range is the extent
+    the search widened them over (`_extent`; an override's rmin/rmax replaces the calibrated range, so the
+    scales are the same) - except a Relu/Clip output (`clamped`): its input takes its saved range
+    (placement.py's `adjust_tensor_ranges`) at the base precision, so it keeps the method's range and is
+    widened over that on load (the extent from the metadata needs `calibrate(load_ranges=...)` to read it)."""
+    import json
+
+    from qconvert.calibrate.api import WIDENED_OUTLIERS_KEY
+    from qconvert.calibrate.ranges import CalibrationRanges, as_float32
+
+    ranges = CalibrationRanges.load(saved)
+    stored = ranges.metadata.get(WIDENED_OUTLIERS_KEY)
+    recorded: dict[str, object] = dict(stored) if isinstance(stored, dict) else {}
+    searched: dict[str, list[float]] = {}
+    for name in widened:
+        recorded[name] = f"widened to {WIDE_TYPE} by the search ({why.get(name, '')})"
+        extent = extents.get(name)
+        if extent is not None:
+            searched[name] = [float(extent[0]), float(extent[1])]
+        if extent is not None and name in ranges and name not in clamped:
+            tensor_range = ranges[name]
+            tensor_range.min, tensor_range.max = as_float32(extent[0]), as_float32(extent[1])
+            tensor_range.note = f"the search's {WIDE_TYPE} range: the observed values' extent"
+    ranges.metadata[WIDENED_OUTLIERS_KEY] = recorded
+    ranges.metadata[SEARCH_RANGES_KEY] = searched
+    return json.dumps(ranges.to_json(), indent=1, allow_nan=False) + "\n"
 
 
 def _losses(conditions: Sequence[Condition], step: SearchStep) -> tuple[float, ...]:

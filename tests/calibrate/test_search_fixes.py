@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from conftest import require_module
+from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.calibrate.api import calibrate
 
@@ -59,3 +61,68 @@ def test_a_target_allowing_no_loss_is_written_as_json_and_said_not_reached(
         result.search.steps, key=lambda step: conditions[0].loss(step.values[0])
     )  # the closest measured candidate
     assert written.widened == len(result.search.widened)
+
+
+@pytest.fixture(scope="module")
+def outlier_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """x -> MatMul -> h -> MatMul -> y, half of h's channels ~50x the others and ignored by the second
+    MatMul: int8 on h crushes what y is made of (test_target_cosine.py's model)."""
+    folder = tmp_path_factory.mktemp("search_fixes_outlier")
+    rng = np.random.default_rng(0)
+    first = rng.normal(size=(16, 16)).astype(np.float32)
+    first[:, :8] *= 50
+    second = rng.normal(size=(16, 8)).astype(np.float32)
+    second[:8] = 0
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+            helper.make_node("MatMul", ["h", "w2"], ["y"], name="mm2"),
+        ],
+        "outlier",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        [numpy_helper.from_array(first, "w1"), numpy_helper.from_array(second, "w2")],
+    )
+    model = folder / "outlier.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    data = folder / "data.npz"
+    np.savez(data, x=rng.normal(size=(64, 16)).astype(np.float32))
+    return model, data
+
+
+def initializers(path: Path) -> dict[str, bytes]:
+    return {tensor.name: tensor.SerializeToString() for tensor in onnx.load(path).graph.initializer}
+
+
+def int16_zero_points(path: Path) -> set[str]:
+    return {
+        tensor.name
+        for tensor in onnx.load(path).graph.initializer
+        if tensor.name.endswith("_zero_point") and tensor.data_type == TensorProto.INT16
+    }
+
+
+def test_the_ranges_a_search_saves_give_back_the_searched_model(
+    outlier_model: tuple[Path, Path], digits_data: Path, tmp_path: Path
+) -> None:
+    """`--ranges` after a search records the tensors it widened (and the extent it widened them over), so
+    `--load-ranges` writes the same model, initializer for initializer (it gave back the base: corpus
+    MiniLM 71 int16 zero points, 7 on load). On digits the widened Relu outputs keep the method's range
+    (their inputs take it at 8 bits): the same tensors are int16 on load."""
+    model, data = outlier_model
+    cases = [
+        (model, data, {"scheme": {"per_channel": True}, "target_cosine": 0.99}),
+        (DIGITS, digits_data, {"batch_size": 8, "target_cosine": 0.99999}),
+    ]
+    for index, (path, rows, options) in enumerate(cases):
+        searched, ranges = tmp_path / f"searched{index}.onnx", tmp_path / f"searched{index}.json"
+        result = calibrate(path, rows, method="percentile", out=searched, ranges_path=ranges, **options)
+        assert result.search is not None and result.search.widened
+        reloaded = tmp_path / f"reloaded{index}.onnx"
+        calibrate(path, None, load_ranges=ranges, out=reloaded, scheme=options.get("scheme"))
+        assert int16_zero_points(searched) and int16_zero_points(reloaded) == int16_zero_points(searched)
+        if path == model:
+            assert result.search.widened == ["h"] and initializers(reloaded) == initializers(searched)
+        metadata = json.loads(ranges.read_text())["metadata"]
+        assert set(result.search.widened) <= set(metadata["widened_outliers"])
+        assert set(metadata["search_widened_ranges"]) == set(result.search.widened)

@@ -616,8 +616,11 @@ def _searched_ranges(
             searched[name] = [float(extent[0]), float(extent[1])]
         if extent is not None and name in ranges and name not in clamped:
             tensor_range = ranges[name]
+            tensor_range.note = (
+                f"the search's {WIDE_TYPE} range: the observed values' extent ({tensor_range.method} gave "
+                f"[{tensor_range.min:.6g}, {tensor_range.max:.6g}])"
+            )
             tensor_range.min, tensor_range.max = as_float32(extent[0]), as_float32(extent[1])
-            tensor_range.note = f"the search's {WIDE_TYPE} range: the observed values' extent"
     ranges.metadata[WIDENED_OUTLIERS_KEY] = recorded
     ranges.metadata[SEARCH_RANGES_KEY] = searched
     return json.dumps(ranges.to_json(), indent=1, allow_nan=False) + "\n"

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from qconvert.calibrate.dataset import counted
 from qconvert.calibrate.target_metric import Condition, HeldOut, Measurement, conditions_of
 from qconvert.errors import InputError
 
@@ -110,7 +111,11 @@ class SearchReport:
     candidates: str = "mixed in memory"  # or why each candidate was finalized instead
     final: SearchStep | None = None  # the written model, measured again
     outputs: list[str] = field(default_factory=list)
-    quantized: int = 0  # 8- and 16-bit activations of the written model
+    quantized: int = 0  # 8- and 16-bit activations of the written model (not the constants given Q/DQ)
+    already_wide: int = 0  # activations 16-bit before the search (the outlier guard's, the outlier channels')
+    activations: set[str] = field(default_factory=set)  # the model's (Constant outputs: ranked, not counted)
+    int16_total: int | None = None  # int16 activations of the written model, as finalize wrote them
+    no_effect: list[str] = field(default_factory=list)  # widened, but 8-bit as written (a weight's Q/DQ)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
 
     def lap(self, phase: str, since: float) -> float:
@@ -134,6 +139,9 @@ class SearchReport:
             "widened_to_int16": self.widened,
             "why": self.why,
             "quantized_activations": self.quantized,
+            "int16_before_the_search": self.already_wide,
+            "int16_activations": self._int16_total(),
+            "widened_without_effect": self.no_effect,
             "reached": self.reached,
             "final": None if self.final is None else _step_json(self.final),
             "seconds": self.seconds,
@@ -143,17 +151,30 @@ class SearchReport:
     def lines(self) -> list[str]:
         """The summary's notes: where the data came from, each step, the decision."""
         spelled = ", ".join(c.spelled for c in self.conditions)
+        grouped = f" in {counted(len(self.groups), 'group')}" if self.groups else ""
         lines = [
-            f"search ({spelled}): evaluated on {self.eval_samples} held-out samples ({self.eval_source}); "
-            f"calibrated on {self.calibration_samples}; {len(self.ranked)} 8-bit activations ranked by their "
-            f"own per-channel loss in {len(self.groups)} groups; candidates {self.candidates}"
+            f"search ({spelled}): evaluated on {counted(self.eval_samples, 'held-out sample')} "
+            f"({self.eval_source}); calibrated on {self.calibration_samples}; "
+            f"{counted(len(self.ranked), '8-bit tensor')} ranked by their own per-channel loss"
+            f"{grouped}; candidates {self.candidates}"
         ]
         for step in self.steps:
             lines.append(f"search: {step.tried}: {self._figures(step)}")
         chosen = ", ".join(f"{name} ({self.why.get(name, '')})" for name in self.widened) or "none"
+        moot = set(self.no_effect)
+        added = sum(1 for name in self.widened if name in self.activations and name not in moot)
+        before = f", {self.already_wide} of them before the search (outliers)" if self.already_wide else ""
+        constants = sum(1 for name in self.widened if name not in self.activations and name not in moot)
+        also = f" and the Q/DQ of {counted(constants, 'constant')}" if constants else ""
         lines.append(
-            f"search: widened to int16 ({len(self.widened)} of {self.quantized} activations): {chosen}"
+            f"search: widened to int16 by the search: {added} of {self.quantized} activations{also} "
+            f"(int16 activations in all: {self._int16_total()}{before}): {chosen}"
         )
+        if moot:
+            lines.append(
+                f"search: {counted(len(moot), 'chosen tensor')} stayed 8-bit as written (sharing a weight's "
+                f"Q/DQ parameters, placement.py): {', '.join(self.no_effect)}"
+            )
         if self.final is not None:
             lines.append(f"search: the written model: {self._figures(self.final)}")
         phases = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in self.phases.items())
@@ -165,12 +186,19 @@ class SearchReport:
             )
         return lines
 
+    def _int16_total(self) -> int:
+        """The written model's int16 activations (estimated when no model was finalized to count them)."""
+        if self.int16_total is not None:
+            return self.int16_total
+        return self.already_wide + sum(1 for name in self.widened if name in self.activations)
+
     def _figures(self, step: SearchStep) -> str:
         values = ", ".join(
             f"{c.spelled.split('>')[0].split('<')[0]} {v:.5f}" for c, v in zip(self.conditions, step.values)
         )
         verdict = "reaches" if step.passed else "misses"
-        return f"{step.widened} int16, {values} ({verdict}; {step.samples} samples, {step.seconds:.1f} s)"
+        samples = counted(step.samples, "sample")
+        return f"{step.widened} widened, {values} ({verdict}; {samples}, {step.seconds:.1f} s)"
 
 
 def _finite(value: object) -> object:
@@ -239,6 +267,14 @@ def _params(written: Mapping[str, object]) -> UniformParams | None:
     )
 
 
+def known_activations(model: ModelProto) -> set[str]:
+    """The model's activations: graph inputs and node outputs, not initializers or Constant outputs."""
+    constants = {tensor.name for tensor in model.graph.initializer}
+    names = {name for node in model.graph.node if node.op_type != "Constant" for name in node.output}
+    names |= {value.name for value in model.graph.input}
+    return names - constants
+
+
 def rank_tensors(
     model: str | os.PathLike[str] | ModelProto,
     quantization: Mapping[str, Mapping[str, object]],
@@ -249,7 +285,7 @@ def rank_tensors(
     from qconvert.numerics import Rounding, dequantize, quantize
 
     loaded = load_float_model(model)
-    known = {name for node in loaded.model.graph.node for name in node.output}
+    known = {name for node in loaded.model.graph.node for name in node.output}  # Constant outputs too
     known |= {tensor.name for tensor in loaded.model.graph.input}
     params = {name: p for name, w in quantization.items() if name in known and (p := _params(w)) is not None}
     names = list(params)
@@ -353,8 +389,9 @@ def search_target_cosine(
         ]
     fixed = open_dataset(data, loaded.model, batch_size).fixed_batch
     evaluation = HeldOut(
-        reference, held_out, conditions, batch_size=1 if fixed or batch_size == "given" else None
-    )
+        reference, held_out, conditions, batch_size=1 if fixed or batch_size == "given" else None,
+        label=loaded.label,
+    )  # fmt: skip
     scheme = make_scheme(options.pop("scheme", None))
     report = SearchReport(conditions, source, evaluation.samples)
     report.outputs = evaluation.names
@@ -378,7 +415,13 @@ def search_target_cosine(
             if name not in scheme.tensor_overrides
         ]
         ranked = [name for name, _ in report.ranked]
-        report.quantized = len(first.quantization)
+        activations = report.activations = known_activations(loaded.model)  # not constants given Q/DQ
+        report.quantized = sum(1 for name in first.quantization if name in activations)
+        report.already_wide = sum(
+            1
+            for name, written in first.quantization.items()
+            if name in activations and written.get("storage") in ("i16", "u16")
+        )
         lap = report.lap("ranking", lap)
 
         extents = {name: _extent(found) for name, found in first.histograms.items()}
@@ -424,6 +467,15 @@ def search_target_cosine(
             model, held_out if out is not None else None, load_ranges=saved, scheme=scheme_for(chosen),
             out=out, evaluate_samples=evaluation.samples if out is not None else 0, batch_size=batch_size,
         )  # fmt: skip
+        if final.quantization:  # the written storage: an override on a tensor sharing a weight's Q/DQ is moot
+            report.int16_total = sum(
+                1
+                for name, written in final.quantization.items()
+                if name in report.activations and written.get("storage") in ("i16", "u16")
+            )
+            report.no_effect = [
+                name for name in chosen if final.quantization.get(name, {}).get("storage") in ("i8", "u8")
+            ]
         if out is not None and os.fspath(out) != "-":
             begun = time.perf_counter()
             found = evaluation.measure(os.fspath(out))

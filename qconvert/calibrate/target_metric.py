@@ -32,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from qconvert.did_you_mean import did_you_mean
 from qconvert.errors import InputError
 
 CHUNK_SAMPLES = 32
 METRICS = {"cosine": ">=", "min-cosine": ">=", "top1": ">=", "max-abs": "<=", "mean-abs": "<="}
-_SPEC = re.compile(r"^\s*([a-z0-9-]+)\s*(?::\s*(.+?))?\s*(>=|<=)\s*(\S+)\s*$")
+_SPEC = re.compile(r"^\s*([A-Za-z0-9_-]+)\s*(?::\s*(.+?))?\s*(>=|<=)\s*(\S+)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +86,10 @@ def parse_condition(text: str) -> Condition:
         )
     metric, output, way, number = found.groups()
     if metric not in METRICS:
-        raise InputError(f"--target-metric {text!r}: unknown metric {metric!r} (known: {', '.join(METRICS)})")
+        raise InputError(
+            f"--target-metric {text!r}: unknown metric {metric!r}{did_you_mean(metric, METRICS)} "
+            f"(known: {', '.join(METRICS)})"
+        )
     if way != METRICS[metric]:
         raise InputError(f"--target-metric {text!r}: {metric} is a target to reach with {METRICS[metric]}")
     try:
@@ -173,6 +177,7 @@ class HeldOut:
         batches: Sequence[Mapping[str, np.ndarray]],
         conditions: Sequence[Condition],
         batch_size: int | None = None,
+        label: str = "the model",
     ) -> None:
         reference = session(float_model)
         floating = [o.name for o in reference.get_outputs() if o.type in ("tensor(float)", "tensor(double)")]
@@ -183,7 +188,16 @@ class HeldOut:
                 f"(its float outputs: {', '.join(floating) or 'none'})"
             )
         if not floating:
-            raise InputError("the search: the model has no float output to compare")
+            outputs = ", ".join(f"{o.name} ({o.type})" for o in reference.get_outputs())
+            flags = "/".join(
+                dict.fromkeys(
+                    "--target-cosine" if c.metric == "cosine" else "--target-metric" for c in conditions
+                )
+            )
+            raise InputError(
+                f"{flags or '--target-cosine'}: {label} has no float output to compare with the quantized "
+                f"model's (its outputs: {outputs or 'none'})"
+            )
         # Each condition on each output it names (None: every float output).
         self.pairs = [(index, c.output or name) for index, c in enumerate(conditions) for name in floating
                       if c.output in (None, name)]  # fmt: skip

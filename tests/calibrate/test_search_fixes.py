@@ -14,6 +14,8 @@ from conftest import require_module
 from onnx import TensorProto, helper, numpy_helper
 
 from qconvert.calibrate.api import calibrate
+from qconvert.calibrate.target_metric import parse_condition
+from qconvert.errors import InputError
 
 DIGITS = Path(__file__).resolve().parents[2] / "models" / "digits_cnn.onnx"
 
@@ -126,3 +128,52 @@ def test_the_ranges_a_search_saves_give_back_the_searched_model(
         metadata = json.loads(ranges.read_text())["metadata"]
         assert set(result.search.widened) <= set(metadata["widened_outliers"])
         assert set(metadata["search_widened_ranges"]) == set(result.search.widened)
+
+
+def test_the_summary_counts_activations_the_search_widened_and_all_int16(
+    digits_data: Path, tmp_path: Path
+) -> None:
+    """The widened line counts the search's additions and every int16 activation of the written model
+    (as its zero points say), no '0 groups' when no group was measured, and no '1 samples'."""
+    out = tmp_path / "digits.qdq.onnx"
+    result = calibrate(DIGITS, digits_data, batch_size=8, target_cosine=0.99999, out=out)
+    search = result.search
+    assert search is not None and not search.groups
+    written = onnx.load(out)
+    kinds = {tensor.name: tensor.data_type for tensor in written.graph.initializer}
+    int16 = [  # the Q/DQ pairs of activations (not of constants) with int16 zero points
+        node.input[0]
+        for node in written.graph.node
+        if node.op_type == "QuantizeLinear"
+        and node.input[0] not in kinds
+        and kinds[node.input[2]] == TensorProto.INT16
+    ]
+    line = next(line for line in search.lines() if line.startswith("search: widened to int16"))
+    assert f"(int16 activations in all: {len(int16)})" in line and search.to_json()[
+        "int16_activations"
+    ] == len(int16)
+    text = "\n".join(search.lines())
+    assert " 0 groups" not in text and "8-bit tensors ranked by their own per-channel loss;" in text
+    one = type(search.steps[0])("base", 0, (0.5,), 2.0, False, 1, 0.0)
+    search.steps, search.eval_samples = [one], 1
+    assert "(misses; 1 sample, " in "\n".join(search.lines()) and "1 held-out sample (" in search.lines()[0]
+
+
+def test_target_refusals_name_the_flag_the_model_and_the_nearest_metric(tmp_path: Path) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("ArgMax", ["x"], ["label"], keepdims=0)],
+        "int_output",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("label", TensorProto.INT64, ["N"])],
+    )
+    model = tmp_path / "argmax.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    rows = tmp_path / "rows.npz"
+    np.savez(rows, x=np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32))
+    with pytest.raises(
+        InputError, match=r"--target-cosine: .*argmax\.onnx has no float output .*label \(tensor\(int64\)\)"
+    ):
+        calibrate(model, rows, batch_size=2, target_cosine=0.99)
+    for typo, meant in (("top-1", "top1"), ("mincosine", "min-cosine"), ("Cosine", "cosine")):
+        with pytest.raises(InputError, match=f"unknown metric '{typo}'; did you mean '{meant}'"):
+            parse_condition(f"{typo}>=0.9")

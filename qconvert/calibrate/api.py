@@ -950,9 +950,12 @@ def _widen_outliers(
     16-bit override raises the whole model to opset 21, so none is added for a tensor that gets no Q/DQ).
     Each gets a note; returns tensor -> why."""
     from qconvert.calibrate.overrides import TensorOverride
+    from qconvert.calibrate.search import SEARCH_RANGES_KEY
 
     touched = _touched(scheme, model)
     stored = ranges.metadata.get(WIDENED_OUTLIERS_KEY, {})
+    extents = ranges.metadata.get(SEARCH_RANGES_KEY, {})  # a searched model's ranges: what it widened over
+    extents = extents if isinstance(extents, dict) else {}
     widened: dict[str, str] = {}
     for name, why in (stored if isinstance(stored, dict) else {}).items():
         name = str(name)
@@ -960,8 +963,16 @@ def _widen_outliers(
             continue
         if scheme.activation_type_of(name) not in WIDER_STORAGE:
             continue
-        scheme.tensor_overrides[name] = TensorOverride(quant_type=WIDE_OUTLIER_TYPE, symmetric=True)
-        reason = str(why) if str(why).startswith("outlier channels") else "outliers far from its other values"
+        extent = extents.get(name)
+        low, high = extent if isinstance(extent, list) and len(extent) == 2 else (None, None)
+        scheme.tensor_overrides[name] = TensorOverride(
+            quant_type=WIDE_OUTLIER_TYPE, symmetric=True, rmin=low, rmax=high
+        )
+        reason = (
+            str(why)
+            if str(why).startswith(("outlier channels", "widened", "the search"))
+            else "outliers far from its other values"
+        )
         widened[name] = reason
         notes.append(f"{name}: widened to {WIDE_OUTLIER_TYPE} symmetric ({reason})")
     return widened

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from calibrate.search_support import write_crushed_channels_model
 from conftest import require_module
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 import qconvert
 from qconvert.calibrate.api import calibrate
@@ -29,27 +30,7 @@ def outlier_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
     the second MatMul ignores them (zero weight rows), so int8 on h crushes the channels y is made of. Half
     the channels large: the median channel is large too, so the outlier-channel default (max / median
     channel) does not widen h by itself."""
-    folder = tmp_path_factory.mktemp("target_cosine")
-    rng = np.random.default_rng(0)
-    first = rng.normal(size=(16, 16)).astype(np.float32)
-    first[:, :8] *= 50
-    second = rng.normal(size=(16, 8)).astype(np.float32)
-    second[:8] = 0
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
-            helper.make_node("MatMul", ["h", "w2"], ["y"], name="mm2"),
-        ],
-        "outlier",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
-        [numpy_helper.from_array(first, "w1"), numpy_helper.from_array(second, "w2")],
-    )
-    model = folder / "outlier.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
-    data = folder / "data.npz"
-    np.savez(data, x=rng.normal(size=(64, 16)).astype(np.float32))
-    return model, data
+    return write_crushed_channels_model(tmp_path_factory.mktemp("target_cosine"))
 
 
 def zero_point_types(path: Path) -> list[int]:

@@ -140,12 +140,61 @@ def channel_maxima(values: np.ndarray, axis: int) -> np.ndarray | None:
     return magnitudes.max(axis=0).astype(np.float64)
 
 
+def last_axis_maxima(values: np.ndarray, axis: int) -> np.ndarray | None:
+    """`channel_maxima(values, axis)`, the same array: for a C-contiguous float32 tensor with channels on
+    the last axis and every value finite, max(max x, -min x) per channel (= max |x|; `+ 0` turns a -0.0
+    into channel_maxima's 0.0); anything else goes to channel_maxima itself."""
+    array = np.asarray(values)
+    last = axis in (-1, array.ndim - 1)
+    if not last or array.ndim < 2 or array.size == 0 or array.dtype != np.float32:
+        return channel_maxima(values, axis)
+    if not array.flags.c_contiguous:
+        return channel_maxima(values, axis)
+    rows = array.reshape(-1, array.shape[-1])
+    high, low = rows.max(axis=0), rows.min(axis=0)
+    if not (np.isfinite(high).all() and np.isfinite(low).all()):  # NaN or Inf somewhere: the slow path
+        return channel_maxima(values, axis)
+    return (np.maximum(high, -low) + np.float32(0)).astype(np.float64)
+
+
 def spread_of(maxima: np.ndarray) -> tuple[float, int] | None:
     """(largest / median over the non-zero channels, the largest channel), or None (too few channels)."""
     live = maxima[maxima > 0]
     if maxima.size < MIN_CHANNELS or live.size < MIN_CHANNELS:
         return None
     return float(live.max() / np.median(live)), int(np.argmax(maxima))
+
+
+class ChannelMaximaByTensor:
+    """Each tensor's per-channel max |x| over the batches folded in (channel axis: 1 for a convolution's
+    layout, else the last), and the spreads they give."""
+
+    def __init__(self, model: ModelProto) -> None:
+        self.channel_first = channel_first_tensors(model)
+        self.maxima: dict[str, np.ndarray] = {}
+        self.axes: dict[str, int] = {}
+
+    def fold(self, name: str, values: np.ndarray) -> None:
+        """One batch of one tensor (one thread per tensor at a time)."""
+        axis = 1 if name in self.channel_first and np.ndim(values) >= 3 else -1
+        found = last_axis_maxima(values, axis)
+        if found is None:
+            return
+        previous = self.maxima.get(name)
+        if previous is None or previous.shape != found.shape or self.axes[name] != axis:
+            self.maxima[name], self.axes[name] = found, axis
+        else:
+            np.maximum(previous, found, out=previous)
+
+    def spreads(self, tensors: Collection[str]) -> dict[str, ChannelSpread]:
+        """The spreads of `tensors` that have one, in their order."""
+        spreads: dict[str, ChannelSpread] = {}
+        for name in tensors:
+            found = self.maxima.get(name)
+            measured = None if found is None else spread_of(found)
+            if measured is not None:
+                spreads[name] = ChannelSpread(name, measured[0], measured[1], self.axes[name])
+        return spreads
 
 
 def float_run(
@@ -161,9 +210,7 @@ def float_run(
     graph_outputs = [output.name for output in loaded.model.graph.output]
     session = make_session(augment_model(loaded, list(tensors)), threads=0)
     names = [*graph_outputs, *(name for name in tensors if name not in graph_outputs)]
-    channel_first = channel_first_tensors(loaded.model)
-    maxima: dict[str, np.ndarray] = {}
-    axes: dict[str, int] = {}
+    maxima = ChannelMaximaByTensor(loaded.model)
     run = FloatRun()
     done = 0
     for batch in dataset.batches():
@@ -173,22 +220,10 @@ def float_run(
         run.batch_sizes.append(batch.size)
         run.outputs.append({name: np.array(results[name], copy=True) for name in graph_outputs})
         for name in tensors:
-            values = results[name]
-            axis = 1 if name in channel_first and np.ndim(values) >= 3 else -1
-            found = channel_maxima(values, axis)
-            if found is None:
-                continue
-            previous = maxima.get(name)
-            if previous is None or previous.shape != found.shape or axes[name] != axis:
-                maxima[name], axes[name] = found, axis
-            else:
-                np.maximum(previous, found, out=previous)
+            maxima.fold(name, results[name])
         results.clear()  # else the next run's outputs are allocated before these are released
         done += batch.size
-    for name, found in maxima.items():
-        measured = spread_of(found)
-        if measured is not None:
-            run.spreads[name] = ChannelSpread(name, measured[0], measured[1], axes[name])
+    run.spreads.update(maxima.spreads(maxima.maxima))
     return run
 
 
@@ -229,10 +264,12 @@ __all__ = [
     "ChannelSpread",
     "FloatRun",
     "channel_first_tensors",
+    "ChannelMaximaByTensor",
     "channel_maxima",
     "check_policy",
     "choose_widened",
     "float_run",
     "keep_own_copies",
+    "last_axis_maxima",
     "spread_of",
 ]

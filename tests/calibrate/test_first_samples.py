@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from calibrate.test_channel_spread import _outlier_model
 
-from qconvert.calibrate.channel_spread import OUTLIER_SPREAD, channel_maxima, float_run
+from qconvert.calibrate.channel_spread import OUTLIER_SPREAD, channel_maxima, float_run, last_axis_maxima
 from qconvert.calibrate.collect import (
     augment_model,
     calibration_tensors,
@@ -13,7 +13,7 @@ from qconvert.calibrate.collect import (
     load_float_model,
 )
 from qconvert.calibrate.dataset import open_dataset
-from qconvert.calibrate.first_samples import FirstSamples, last_axis_maxima
+from qconvert.calibrate.first_samples import FirstSamples
 from qconvert.calibrate.observers import MinMaxObserver
 
 

@@ -77,6 +77,7 @@ KEEP_FLOAT_KEY = "keep_float"  # ranges metadata: tensor -> why it stays float (
 # ranges metadata: tensor -> the guard's outlier note; an 8-bit activation there is widened to 16 bits
 # (massive activations: int16 keeps the rest's precision where int8 would give it 2 or 3 levels)
 WIDENED_OUTLIERS_KEY = "widened_outliers"
+SEARCH_RANGES_KEY = "search_widened_ranges"  # ranges metadata: tensor -> [rmin, rmax] the search widened over
 WIDER_STORAGE = {"int8": "int16", "uint8": "uint16"}  # the 8-bit storages an outlier is widened from
 # Ops whose outputs take their input's Q/DQ parameters when it is quantized (placement.py's `shared`):
 # widening such an output has no effect, so only their inputs are candidates.
@@ -950,7 +951,6 @@ def _widen_outliers(
     16-bit override raises the whole model to opset 21, so none is added for a tensor that gets no Q/DQ).
     Each gets a note; returns tensor -> why."""
     from qconvert.calibrate.overrides import TensorOverride
-    from qconvert.calibrate.search import SEARCH_RANGES_KEY
 
     touched = _touched(scheme, model)
     stored = ranges.metadata.get(WIDENED_OUTLIERS_KEY, {})

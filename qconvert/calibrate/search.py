@@ -74,7 +74,6 @@ MARGIN = 0.85  # predicted shortfall to aim at while missing (the additive model
 MARGIN_BELOW = 0.0  # ... and once a probe passes: the fewest tensors predicted to pass
 MAX_PROBES = 7  # whole-held-out evaluations spent looking for the fewest tensors
 WIDE_TYPE = "int16"
-SEARCH_RANGES_KEY = "search_widened_ranges"  # ranges metadata: tensor -> [rmin, rmax] the search widened over
 _STORAGE = {"i8": (np.int8, -128, 127), "u8": (np.uint8, 0, 255), "i16": (np.int16, -32768, 32767)}
 _STORAGE["u16"] = (np.uint16, 0, 65535)
 _LAYER_INDEX = re.compile(r"(?<=[./_])\d+(?=/)")  # a path segment's trailing number: `layer.3/`, `h_3/`
@@ -654,7 +653,7 @@ def _searched_ranges(
     widened over that on load (the extent from the metadata needs `calibrate(load_ranges=...)` to read it)."""
     import json
 
-    from qconvert.calibrate.api import WIDENED_OUTLIERS_KEY
+    from qconvert.calibrate.api import SEARCH_RANGES_KEY, WIDENED_OUTLIERS_KEY
     from qconvert.calibrate.ranges import CalibrationRanges, as_float32
 
     ranges = CalibrationRanges.load(saved)

@@ -28,10 +28,10 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from qconvert.calibrate.evaluate import onnxruntime_session
 from qconvert.did_you_mean import did_you_mean
 from qconvert.errors import InputError
 
@@ -157,17 +157,6 @@ def _size(arrays: Mapping[str, np.ndarray]) -> int:
     return len(next(iter(arrays.values()))) if arrays else 0
 
 
-def session(model: str | bytes) -> Any:
-    """onnxruntime with graph optimizations off (the figures onnxruntime's reference path gives, and a
-    QDQ session that starts in a fraction of the optimized one's time)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4
-    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-
-
 class HeldOut:
     """The held-out samples, the float model's outputs on them (computed once), and the conditions."""
 
@@ -179,7 +168,7 @@ class HeldOut:
         batch_size: int | None = None,
         label: str = "the model",
     ) -> None:
-        reference = session(float_model)
+        reference = onnxruntime_session(float_model)
         floating = [o.name for o in reference.get_outputs() if o.type in ("tensor(float)", "tensor(double)")]
         unknown = sorted({c.output for c in conditions if c.output is not None and c.output not in floating})
         if unknown:
@@ -220,7 +209,7 @@ class HeldOut:
 
     def measure(self, model: str | bytes) -> Measurement:
         """Run the candidate (a path or serialized bytes) on every held-out run and compare."""
-        candidate = session(model)
+        candidate = onnxruntime_session(model)
         got = [candidate.run(self.names, arrays) for arrays in self.runs]
         by_output: dict[str, tuple[list[np.ndarray], list[np.ndarray], list[int]]] = {
             name: ([], [], []) for name in self.names
@@ -278,4 +267,4 @@ def _metric(metric: str, expected: list[np.ndarray], actual: list[np.ndarray], s
     return float(joined.max() if metric == "max-abs" else joined.mean())
 
 
-__all__ = ["METRICS", "Condition", "HeldOut", "Measurement", "conditions_of", "parse_condition", "session"]
+__all__ = ["METRICS", "Condition", "HeldOut", "Measurement", "conditions_of", "parse_condition"]
